@@ -1,0 +1,134 @@
+package abi
+
+import "encoding/json"
+
+// Manifest is what a plugin's describe export returns.
+type Manifest struct {
+	ABIVersion int    `json:"abi_version"`
+	Name       string `json:"name"`
+	Version    string `json:"version"`
+	Tools      []Tool `json:"tools"`
+}
+
+// Tool describes one tool: its name (what the model calls), a description written for the
+// model, and the JSON Schema its input must satisfy.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// Request is what the host writes into the input buffer before calling the call export.
+type Request struct {
+	Tool  string          `json:"tool"`
+	Input json.RawMessage `json:"input"`
+}
+
+// Result is what a tool returns, and what Dispatch hands to the embedding program. Its JSON
+// is the content and is_error of an Anthropic tool_result block.
+type Result struct {
+	Content []Content `json:"content"`
+	IsError bool      `json:"is_error"`
+}
+
+// Content block types.
+const (
+	ContentText  = "text"
+	ContentImage = "image"
+)
+
+// Content is one block of a result: text, or an image carried as base64.
+type Content struct {
+	Type   string       `json:"type"`
+	Text   string       `json:"text,omitempty"`
+	Source *ImageSource `json:"source,omitempty"`
+}
+
+// ImageSource is an image's bytes, base64-encoded, with their media type (image/webp,
+// image/png, image/jpeg or image/gif).
+type ImageSource struct {
+	Type      string `json:"type"` // always "base64"
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+}
+
+// Text returns a result holding one text block.
+func Text(s string) Result { return Result{Content: []Content{{Type: ContentText, Text: s}}} }
+
+// Errorf-style helpers live in the plugin kit; the host builds error results with this.
+
+// ErrorText returns an is_error result holding one text block.
+func ErrorText(s string) Result {
+	r := Text(s)
+	r.IsError = true
+	return r
+}
+
+// ExecRequest is the JSON request of toolhost_sandbox_exec.run.
+type ExecRequest struct {
+	// Argv is the program and its arguments, run directly (no shell). Use
+	// ["bash", "-c", script] for a shell.
+	Argv []string `json:"argv"`
+	// Cwd is the working directory inside the sandbox; empty means the workspace root.
+	Cwd string `json:"cwd,omitempty"`
+	// Env adds variables to the sandbox's default environment.
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutMS bounds a foreground command; the host clamps it to its own maximum and
+	// kills the command's whole process group when it runs out. Zero means the host default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Background starts the command and returns at once; it lives until the sandbox closes
+	// and its output goes to a log file inside the sandbox.
+	Background bool `json:"background,omitempty"`
+}
+
+// ExecResult is the JSON reply of toolhost_sandbox_exec.run.
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	// StdoutCut and StderrCut count the bytes dropped from the middle of each stream to
+	// keep the captured output within the host's limit.
+	StdoutCut  int64 `json:"stdout_cut,omitempty"`
+	StderrCut  int64 `json:"stderr_cut,omitempty"`
+	TimedOut   bool  `json:"timed_out,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
+	// For background commands: the process id and the log file inside the sandbox.
+	ID      string `json:"id,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	LogPath string `json:"log_path,omitempty"`
+}
+
+// FileInfo is one entry of toolhost_sandbox_files.stat and .list replies.
+type FileInfo struct {
+	// Path is relative to the listed directory for list, and as given for stat.
+	Path    string `json:"path"`
+	Type    string `json:"type"` // "file", "dir", "symlink" or "other"
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"`
+	ModTime int64  `json:"mtime_unix_ms"`
+}
+
+// File types in FileInfo.Type.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+	TypeOther   = "other"
+)
+
+// ListRequest is the JSON request of toolhost_sandbox_files.list.
+type ListRequest struct {
+	Path string `json:"path"`
+	// Recursive walks the whole tree below Path; otherwise only its direct entries.
+	Recursive bool `json:"recursive,omitempty"`
+	// Skip names directories (by base name) not to descend into, such as ".git".
+	Skip []string `json:"skip,omitempty"`
+	// Limit stops the listing after this many entries; the reply says it was cut.
+	Limit int `json:"limit,omitempty"`
+}
+
+// ListResult is the JSON reply of toolhost_sandbox_files.list. Entries are sorted by path.
+type ListResult struct {
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated,omitempty"`
+}

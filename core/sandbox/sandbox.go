@@ -1,0 +1,158 @@
+// Package sandbox defines where tools act: a Provider creates Sandboxes, and a Sandbox runs
+// processes and touches files inside an isolated workspace whose root is WorkspaceRoot.
+//
+// Providers live in subpackages: local (bubblewrap on this machine). Both speak to the
+// in-sandbox agent through the envd-compatible data-plane client in package envd.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"time"
+)
+
+// WorkspaceRoot is the workspace directory as seen inside every sandbox. Relative paths
+// given to a Sandbox resolve against it.
+const WorkspaceRoot = "/home/user"
+
+// Errors callers branch on. Providers wrap them with context; test with errors.Is.
+var (
+	ErrNotFound = errors.New("no such file or directory")
+	ErrIsDir    = errors.New("is a directory")
+	ErrNotDir   = errors.New("not a directory")
+	ErrExists   = errors.New("file exists")
+	// ErrOutside: the path leaves the workspace (by .., an absolute path elsewhere, or a
+	// symbolic link that points out of it).
+	ErrOutside = errors.New("path is outside the workspace")
+	// ErrTooLarge: a file is bigger than the limit of the operation.
+	ErrTooLarge = errors.New("file too large")
+	// ErrClosed: the sandbox was closed or reached its end time.
+	ErrClosed = errors.New("sandbox is closed")
+)
+
+// Provider creates sandboxes.
+type Provider interface {
+	Create(ctx context.Context, opts CreateOptions) (Sandbox, error)
+}
+
+// Network modes.
+const (
+	NetworkNone = "none" // no network at all, not even loopback to the host
+	NetworkHost = "host" // the host's network
+)
+
+// CreateOptions configure a new sandbox.
+type CreateOptions struct {
+	// Workspace is a host directory to mount at WorkspaceRoot. Providers that cannot
+	// mount host directories (remote ones) ignore it.
+	Workspace string
+	// Timeout is how long the sandbox lives before it is killed, unless extended with
+	// SetTimeout. Zero means the provider's default.
+	Timeout time.Duration
+	// Network is NetworkNone (the default when empty) or NetworkHost.
+	Network string
+	// Env is added to the environment of every process.
+	Env map[string]string
+}
+
+// Sandbox is one isolated workspace. All methods are safe for concurrent use.
+type Sandbox interface {
+	// ID names the sandbox uniquely within its provider.
+	ID() string
+
+	// Exec runs a command in the foreground until it exits, its timeout passes or ctx ends,
+	// whichever is first; on timeout or cancellation its whole process group is killed and
+	// the partial output is returned with TimedOut set. Captured output is capped at the
+	// source: each stream keeps its head and tail within ExecRequest.MaxOutputBytes.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+	// Start runs a command in the background: it returns as soon as the process has
+	// started, and the process lives until the sandbox closes. Its stdout and stderr go to
+	// a log file inside the sandbox.
+	Start(ctx context.Context, req ExecRequest) (Process, error)
+
+	// ReadFile returns a file's contents; a file bigger than maxBytes (when > 0) gives
+	// ErrTooLarge without being read.
+	ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error)
+	// WriteFile creates or replaces a file, creating its parent directories.
+	WriteFile(ctx context.Context, path string, data []byte) error
+	// Stat describes a path without following a final symbolic link.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	// List returns the entries below a directory, sorted by path.
+	List(ctx context.Context, req ListRequest) (ListResult, error)
+
+	// StartedAt and EndsAt report the sandbox's lifetime; the sandbox is killed at EndsAt.
+	StartedAt() time.Time
+	EndsAt() time.Time
+	// SetTimeout moves the end time to now + d; providers refuse to go past their maximum
+	// lifetime.
+	SetTimeout(ctx context.Context, d time.Duration) error
+
+	// Close kills every process and releases the sandbox. It is idempotent.
+	Close(ctx context.Context) error
+}
+
+// ExecRequest describes a command to run.
+type ExecRequest struct {
+	// Argv is the program and its arguments, run without a shell.
+	Argv []string
+	// Cwd is the working directory; empty means WorkspaceRoot, relative resolves against it.
+	Cwd string
+	// Env adds to the sandbox's environment.
+	Env map[string]string
+	// Timeout bounds a foreground command (Exec). Zero means no bound beyond ctx.
+	Timeout time.Duration
+	// MaxOutputBytes bounds what Exec captures of each stream (head and tail kept,
+	// the middle dropped and counted). Zero means DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// DefaultMaxOutputBytes is the per-stream capture bound of Exec when none is given.
+const DefaultMaxOutputBytes = 256 << 10
+
+// ExecResult is how a foreground command ended.
+type ExecResult struct {
+	ExitCode int // -1 when killed by a signal
+	Stdout   []byte
+	Stderr   []byte
+	// StdoutCut and StderrCut count bytes dropped from the middle of each stream.
+	StdoutCut int64
+	StderrCut int64
+	TimedOut  bool
+	Duration  time.Duration
+}
+
+// Process is a background command.
+type Process struct {
+	ID      string // stable handle, unique within the sandbox
+	PID     int    // process id inside the sandbox
+	LogPath string // absolute path, inside the sandbox, of its combined stdout+stderr
+}
+
+// FileInfo describes one file. Path is as requested for Stat, relative to the listed
+// directory for List.
+type FileInfo struct {
+	Path    string
+	Mode    fs.FileMode
+	Size    int64
+	ModTime time.Time
+}
+
+// IsDir reports whether the entry is a directory.
+func (fi FileInfo) IsDir() bool { return fi.Mode.IsDir() }
+
+// ListRequest asks for the entries below Path.
+type ListRequest struct {
+	Path      string
+	Recursive bool
+	// Skip names directories (by base name) not to descend into.
+	Skip []string
+	// Limit stops after this many entries (0: no limit) and sets Truncated.
+	Limit int
+}
+
+// ListResult holds List's entries, sorted by path.
+type ListResult struct {
+	Entries   []FileInfo
+	Truncated bool
+}
