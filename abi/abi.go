@@ -12,11 +12,11 @@ const Version = 1
 
 // Exports every plugin provides (besides "memory").
 const (
-	ExportInitialize = "_initialize"             // WASI reactor initialisation, run once by the host
-	ExportVersion    = "toolhost_abi_version"    // () -> i32: the ABI version
-	ExportDescribe   = "toolhost_describe"       // () -> i64: packed ptr/len of the manifest JSON
-	ExportInput      = "toolhost_input_buffer"   // (size i32) -> i32: ptr of a guest buffer >= size
-	ExportCall       = "toolhost_call"           // (len i32) -> i64: packed ptr/len of the Result JSON
+	ExportInitialize = "_initialize"           // WASI reactor initialisation, run once by the host
+	ExportVersion    = "toolhost_abi_version"  // () -> i32: the ABI version
+	ExportDescribe   = "toolhost_describe"     // () -> i64: packed ptr/len of the manifest JSON
+	ExportInput      = "toolhost_input_buffer" // (size i32) -> i32: ptr of a guest buffer >= size
+	ExportCall       = "toolhost_call"         // (len i32) -> i64: packed ptr/len of the Result JSON
 	ExportMemory     = "memory"
 )
 
