@@ -1,0 +1,290 @@
+// Package host runs tool plugins: WebAssembly modules that implement the ABI in package abi.
+//
+// A Host compiles and validates plugins once (with a compilation cache on disk), keeps a
+// bounded pool of warm instances per plugin, and dispatches tool calls by name. Plugins act
+// only through the host functions they were granted; a plugin that imports more than its
+// grants is refused at load, before any of its code runs. Sessions bind a Host to a sandbox:
+// the host functions of a call act on its session's sandbox.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+// Config configures a Host. Zero values take the defaults documented on each field.
+type Config struct {
+	// DataDir holds the compilation cache (DataDir/cache). Default: DefaultDataDir().
+	DataDir string
+	// Plugins to load, in order; a tool name must be unique across them.
+	Plugins []PluginSpec
+	// MemoryLimitMiB caps each plugin instance's linear memory. Default 128.
+	MemoryLimitMiB int
+	// CallTimeout is the budget for a plugin's own work in one call; time spent inside
+	// host functions does not count (those have their own bounds). Default 10s.
+	CallTimeout time.Duration
+	// PoolSize is the most instances kept per plugin, and so the most concurrent calls
+	// into it. Default 8.
+	PoolSize int
+	// DefaultExecTimeout applies to a command run without a timeout. Default 60s.
+	DefaultExecTimeout time.Duration
+	// MaxExecTimeout caps every command's timeout. Default 600s.
+	MaxExecTimeout time.Duration
+	// MaxReadBytes is the largest file a plugin may read in one call. Default 16 MiB.
+	MaxReadBytes int64
+	// MaxExecOutputBytes bounds what a command's stdout and stderr each keep (head and
+	// tail) before the rest is dropped at the source. Default 64 KiB.
+	MaxExecOutputBytes int
+	// Logger receives the host's and the plugins' logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// PluginSpec names one plugin to load and what it may do.
+type PluginSpec struct {
+	// Path of the .wasm file; used in messages even when Wasm is set.
+	Path string
+	// Wasm is the module's bytes; when nil the host reads Path.
+	Wasm []byte
+	// Grants are the capabilities the plugin may import.
+	Grants []abi.Capability
+	// Env is the plugin's configuration, visible to it as environment variables.
+	Env map[string]string
+}
+
+// Errors a caller of Dispatch may branch on.
+var (
+	// ErrPluginTimeout: the plugin's own work took longer than its budget.
+	ErrPluginTimeout = errors.New("plugin exceeded its time budget")
+	// ErrPluginFailed: the plugin trapped, ran out of memory or broke the ABI.
+	ErrPluginFailed = errors.New("plugin failed")
+	// ErrClosed: the host was closed.
+	ErrClosed = errors.New("host is closed")
+)
+
+const (
+	maxInputBytes        = 4 << 20
+	maxResultBytes       = 64 << 20
+	maxCallsPerInstance  = 5000
+	initialInputCapacity = 64 << 10
+)
+
+// DefaultDataDir is $TOOLHOST_DATA_DIR, else $XDG_DATA_HOME/toolhost, else
+// ~/.local/share/toolhost, else a directory under the system temp dir.
+func DefaultDataDir() string {
+	if d := os.Getenv("TOOLHOST_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "toolhost")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "toolhost")
+	}
+	return filepath.Join(os.TempDir(), "toolhost")
+}
+
+func (c Config) withDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.MemoryLimitMiB <= 0 {
+		c.MemoryLimitMiB = 128
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 10 * time.Second
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = 8
+	}
+	if c.DefaultExecTimeout <= 0 {
+		c.DefaultExecTimeout = 60 * time.Second
+	}
+	if c.MaxExecTimeout <= 0 {
+		c.MaxExecTimeout = 600 * time.Second
+	}
+	if c.DefaultExecTimeout > c.MaxExecTimeout {
+		c.DefaultExecTimeout = c.MaxExecTimeout
+	}
+	if c.MaxReadBytes <= 0 {
+		c.MaxReadBytes = 16 << 20
+	}
+	if c.MaxExecOutputBytes <= 0 {
+		c.MaxExecOutputBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Host loads plugins and dispatches tool calls to them.
+type Host struct {
+	cfg     Config
+	log     *slog.Logger
+	rt      wazero.Runtime
+	plugins []*plugin
+	tools   map[string]*tool
+	order   []*tool // load order, for Tools
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+// tool is one tool of a loaded plugin, with its compiled input schema.
+type tool struct {
+	def    abi.Tool
+	plugin *plugin
+	schema *schema
+}
+
+// New creates a host and loads cfg.Plugins. It fails, naming the plugin, when a plugin
+// cannot be read or compiled, imports more than its grants, or has an invalid manifest.
+func New(ctx context.Context, cfg Config) (*Host, error) {
+	cfg = cfg.withDefaults()
+	h, err := newRuntime(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.load(ctx, cfg.Plugins); err != nil {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// newRuntime creates the wazero runtime with the host modules, but no plugins.
+func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
+	cacheDir := filepath.Join(cfg.DataDir, "cache")
+	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create compilation cache dir: %w", err)
+	}
+	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("open compilation cache %s: %w", cacheDir, err)
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(cache).
+		WithCloseOnContextDone(true). // the only way to stop a runaway guest
+		WithMemoryLimitPages(uint32(cfg.MemoryLimitMiB) * 16)
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	if err := h.instantiateHostModules(ctx); err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// load compiles and validates plugins concurrently, then registers their tools in order.
+func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
+	start := time.Now()
+	loaded := make([]*plugin, len(specs))
+	errs := make([]error, len(specs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			loaded[i], errs[i] = h.loadPlugin(ctx, spec)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	names := map[string]string{}
+	for _, p := range loaded {
+		if prev, dup := names[p.name]; dup {
+			return fmt.Errorf("plugin %s (%s): name already used by %s", p.name, p.path, prev)
+		}
+		names[p.name] = p.path
+		for _, t := range p.tools {
+			if other, dup := h.tools[t.def.Name]; dup {
+				return fmt.Errorf("plugin %s (%s): tool %q is already provided by plugin %s",
+					p.name, p.path, t.def.Name, other.plugin.name)
+			}
+			h.tools[t.def.Name] = t
+			h.order = append(h.order, t)
+		}
+		h.plugins = append(h.plugins, p)
+	}
+	h.log.Debug("plugins loaded", "count", len(loaded), "tools", len(h.order), "took", time.Since(start))
+	return nil
+}
+
+// Tools returns every tool's definition, in plugin load order.
+func (h *Host) Tools() []abi.Tool {
+	out := make([]abi.Tool, len(h.order))
+	for i, t := range h.order {
+		out[i] = t.def
+	}
+	return out
+}
+
+// PluginInfo describes a loaded plugin.
+type PluginInfo struct {
+	Name    string
+	Version string
+	Path    string
+	Tools   []string
+	Imports []Import
+	Grants  []abi.Capability
+}
+
+// Import is one function a plugin imports.
+type Import struct {
+	Module string
+	Name   string
+}
+
+// Plugins describes the loaded plugins, in load order.
+func (h *Host) Plugins() []PluginInfo {
+	out := make([]PluginInfo, len(h.plugins))
+	for i, p := range h.plugins {
+		info := PluginInfo{Name: p.name, Version: p.manifest.Version, Path: p.path,
+			Imports: p.imports, Grants: p.spec.Grants}
+		for _, t := range p.tools {
+			info.Tools = append(info.Tools, t.def.Name)
+		}
+		out[i] = info
+	}
+	return out
+}
+
+// OpenSession binds the host to a sandbox: tools dispatched through the session act in it.
+// The session does not own the sandbox; closing it is the caller's job.
+func (h *Host) OpenSession(sb sandbox.Sandbox) *Session {
+	return &Session{h: h, sb: sb}
+}
+
+// Close stops every plugin instance. Calls in flight fail; later calls return ErrClosed.
+func (h *Host) Close(ctx context.Context) error {
+	var err error
+	h.closeOnce.Do(func() {
+		h.closed.Store(true)
+		for _, p := range h.plugins {
+			p.pool.close(ctx)
+		}
+		err = h.rt.Close(ctx)
+	})
+	return err
+}

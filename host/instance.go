@@ -1,0 +1,265 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+// instance is one instantiated plugin module. Exports run one at a time per instance; the
+// pool hands an instance to one caller at a time, so the per-call fields need no lock.
+type instance struct {
+	p      *plugin
+	mod    api.Module
+	mem    api.Memory
+	stderr *boundedBuffer
+
+	fnVersion, fnDescribe, fnInput, fnCall api.Function
+	stack                                  []uint64
+	inPtr, inCap                           uint32 // the guest's input buffer, cached
+	calls                                  int
+
+	// State of the call in progress, read by host functions.
+	sb      sandbox.Sandbox
+	budget  *budget
+	parked  []byte // a reply waiting for toolhost.take
+	lastErr string // message of the last negative status
+}
+
+type instanceKey struct{}
+
+// instanceFrom returns the instance whose call is running, as host functions see it.
+func instanceFrom(ctx context.Context) *instance {
+	inst, _ := ctx.Value(instanceKey{}).(*instance)
+	return inst
+}
+
+func newInstance(ctx context.Context, p *plugin) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.h.cfg.CallTimeout)
+	defer cancel()
+	stderr := &boundedBuffer{max: 8 << 10}
+	mod, err := p.h.rt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(stderr))
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.note())
+	}
+	inst := &instance{
+		p: p, mod: mod, mem: mod.Memory(), stderr: stderr,
+		fnVersion:  mod.ExportedFunction(abi.ExportVersion),
+		fnDescribe: mod.ExportedFunction(abi.ExportDescribe),
+		fnInput:    mod.ExportedFunction(abi.ExportInput),
+		fnCall:     mod.ExportedFunction(abi.ExportCall),
+		stack:      make([]uint64, 2),
+	}
+	if err := inst.growInput(ctx, initialInputCapacity); err != nil {
+		mod.Close(context.Background())
+		return nil, err
+	}
+	return inst, nil
+}
+
+// growInput asks the guest for an input buffer of at least size bytes.
+func (inst *instance) growInput(ctx context.Context, size uint32) error {
+	inst.stack[0] = uint64(size)
+	if err := inst.fnInput.CallWithStack(ctx, inst.stack); err != nil {
+		return fmt.Errorf("%s(%d): %w", abi.ExportInput, size, err)
+	}
+	ptr := uint32(inst.stack[0])
+	if end := uint64(ptr) + uint64(size); ptr == 0 || end > uint64(inst.mem.Size()) {
+		return fmt.Errorf("%w: %s(%d) returned %#x, outside its memory", ErrPluginFailed, abi.ExportInput, size, ptr)
+	}
+	inst.inPtr, inst.inCap = ptr, size
+	return nil
+}
+
+// call runs one request through the call export and returns a copy of the result bytes.
+// Any error leaves the instance unusable: the caller must discard it.
+func (inst *instance) call(ctx context.Context, req []byte, sb sandbox.Sandbox, budgetDur time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	inst.calls++
+	if uint32(len(req)) > inst.inCap {
+		if err := inst.growInput(ctx, uint32(len(req))); err != nil {
+			return nil, err
+		}
+	}
+	if !inst.mem.Write(inst.inPtr, req) {
+		return nil, fmt.Errorf("%w: input buffer at %#x lies outside its memory", ErrPluginFailed, inst.inPtr)
+	}
+
+	b := &budget{remaining: budgetDur, cancel: cancel}
+	inst.sb, inst.budget, inst.lastErr = sb, b, ""
+	defer func() { inst.sb, inst.budget, inst.parked = nil, nil, nil }()
+
+	inst.stack[0] = uint64(len(req))
+	b.start()
+	err := inst.fnCall.CallWithStack(context.WithValue(ctx, instanceKey{}, inst), inst.stack)
+	b.stop()
+	if err != nil {
+		return nil, inst.callError(ctx, err, budgetDur)
+	}
+	return inst.readPacked(inst.stack[0])
+}
+
+func (inst *instance) callError(ctx context.Context, err error, budgetDur time.Duration) error {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errBudget):
+		return fmt.Errorf("%w: plugin %s used more than its %s of work", ErrPluginTimeout, inst.p, budgetDur)
+	case cause != nil:
+		return fmt.Errorf("plugin %s: call stopped: %w", inst.p, cause)
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n") // the wasm stack trace is for debugging, not for the model
+	inst.p.h.log.Debug("plugin trapped", "plugin", inst.p.name, "err", err)
+	return fmt.Errorf("%w: plugin %s: %s%s", ErrPluginFailed, inst.p, msg, inst.stderr.note())
+}
+
+// readPacked copies out the bytes a packed ptr/len names.
+func (inst *instance) readPacked(v uint64) ([]byte, error) {
+	ptr, n := abi.Unpack(v)
+	if n > maxResultBytes {
+		return nil, fmt.Errorf("%w: result of %d bytes is over the %d limit", ErrPluginFailed, n, maxResultBytes)
+	}
+	buf, ok := inst.mem.Read(ptr, n)
+	if !ok {
+		return nil, fmt.Errorf("%w: result at %#x+%d lies outside its memory", ErrPluginFailed, ptr, n)
+	}
+	return bytes.Clone(buf), nil
+}
+
+var errBudget = errors.New("plugin time budget used up")
+
+// budget counts the time a call spends in guest code. Host functions pause it, so a long
+// command does not eat a plugin's budget, while a guest spinning in a loop is stopped.
+type budget struct {
+	remaining time.Duration
+	resumed   time.Time
+	timer     *time.Timer
+	cancel    context.CancelCauseFunc
+}
+
+func (b *budget) start() {
+	b.resumed = time.Now()
+	b.timer = time.AfterFunc(b.remaining, func() { b.cancel(errBudget) })
+}
+
+func (b *budget) pause() {
+	if b.timer.Stop() {
+		b.remaining -= time.Since(b.resumed)
+	}
+}
+
+func (b *budget) resume() {
+	if b.remaining <= 0 {
+		b.cancel(errBudget)
+		return
+	}
+	b.resumed = time.Now()
+	b.timer.Reset(b.remaining)
+}
+
+func (b *budget) stop() { b.timer.Stop() }
+
+// pool is a bounded set of instances of one plugin. slots counts live instances.
+type pool struct {
+	p      *plugin
+	idle   chan *instance
+	slots  chan struct{}
+	closed atomic.Bool
+}
+
+func newPool(p *plugin, size int) *pool {
+	return &pool{p: p, idle: make(chan *instance, size), slots: make(chan struct{}, size)}
+}
+
+// acquire returns an idle instance, creates one while under the bound, or waits.
+func (pl *pool) acquire(ctx context.Context) (*instance, error) {
+	if pl.closed.Load() {
+		return nil, ErrClosed
+	}
+	select {
+	case inst := <-pl.idle:
+		return inst, nil
+	default:
+	}
+	select {
+	case inst := <-pl.idle:
+		return inst, nil
+	case pl.slots <- struct{}{}:
+		inst, err := newInstance(ctx, pl.p)
+		if err != nil {
+			<-pl.slots
+			return nil, err
+		}
+		return inst, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for an instance of plugin %s: %w", pl.p, ctx.Err())
+	}
+}
+
+// release returns a healthy instance, or retires one that has served long or grown large
+// (wasm memory never shrinks).
+func (pl *pool) release(ctx context.Context, inst *instance) {
+	limit := uint32(pl.p.h.cfg.MemoryLimitMiB) << 20
+	if pl.closed.Load() || inst.calls >= maxCallsPerInstance || inst.mem.Size() > limit/2 {
+		pl.discard(ctx, inst)
+		return
+	}
+	pl.idle <- inst
+}
+
+// discard closes an instance; after any error its state is undefined.
+func (pl *pool) discard(ctx context.Context, inst *instance) {
+	inst.mod.Close(context.WithoutCancel(ctx))
+	<-pl.slots
+}
+
+func (pl *pool) close(ctx context.Context) {
+	pl.closed.Store(true)
+	for {
+		select {
+		case inst := <-pl.idle:
+			pl.discard(ctx, inst)
+		default:
+			return
+		}
+	}
+}
+
+// boundedBuffer keeps the first max bytes written to a guest's stderr, where the Go
+// runtime writes the reason it died.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+// note returns the first lines of stderr for an error message, or "".
+func (b *boundedBuffer) note() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.TrimSpace(string(b.buf))
+	if s == "" {
+		return ""
+	}
+	lines := strings.SplitN(s, "\n", 4)
+	return " (plugin stderr: " + strings.Join(lines[:min(len(lines), 3)], " | ") + ")"
+}

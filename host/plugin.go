@@ -1,0 +1,306 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// plugin is a compiled, validated module and its pool of instances.
+type plugin struct {
+	name     string
+	path     string
+	spec     PluginSpec
+	manifest abi.Manifest
+	imports  []Import
+	tools    []*tool
+	compiled wazero.CompiledModule
+	modCfg   wazero.ModuleConfig
+	pool     *pool
+	h        *Host
+}
+
+var (
+	pluginNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	toolNameRE   = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+)
+
+// hostFunctions lists what the host provides, by import module.
+var hostFunctions = map[string][]string{
+	abi.ModuleCore:              {abi.FnTake, abi.FnLastError},
+	abi.CapLog.Module():         {abi.FnLog},
+	abi.CapSandboxExec.Module(): {abi.FnExec},
+	abi.CapSandboxFiles.Module(): {
+		abi.FnRead, abi.FnWrite, abi.FnStat, abi.FnList,
+	},
+}
+
+func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error) {
+	label := spec.Path
+	if label == "" {
+		label = "(in-memory module)"
+	}
+	wasm := spec.Wasm
+	if wasm == nil {
+		var err error
+		if wasm, err = os.ReadFile(spec.Path); err != nil {
+			return nil, fmt.Errorf("plugin %s: %w", label, err)
+		}
+	}
+	compiled, err := h.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: compile: %w", label, err)
+	}
+	p := &plugin{path: label, spec: spec, compiled: compiled, h: h}
+	p.imports = importsOf(compiled)
+	if err := checkGrants(label, p.imports, spec.Grants); err != nil {
+		compiled.Close(ctx)
+		return nil, err
+	}
+	if err := checkExports(compiled); err != nil {
+		compiled.Close(ctx)
+		return nil, fmt.Errorf("plugin %s: %w", label, err)
+	}
+	p.modCfg = moduleConfig(spec.Env)
+	p.pool = newPool(p, h.cfg.PoolSize)
+
+	// The first instance answers the manifest and then serves calls.
+	inst, err := p.pool.acquire(ctx)
+	if err != nil {
+		compiled.Close(ctx)
+		return nil, fmt.Errorf("plugin %s: %w", label, err)
+	}
+	manifest, err := inst.describe(ctx)
+	if err != nil {
+		p.pool.discard(ctx, inst)
+		compiled.Close(ctx)
+		return nil, fmt.Errorf("plugin %s: %w", label, err)
+	}
+	if err := p.setManifest(manifest); err != nil {
+		p.pool.discard(ctx, inst)
+		compiled.Close(ctx)
+		return nil, fmt.Errorf("plugin %s: %w", label, err)
+	}
+	// One throwaway call warms the guest's first-call costs (heap growth, caches).
+	if _, err := inst.call(ctx, []byte(`{"tool":"","input":{}}`), nil, h.cfg.CallTimeout); err != nil {
+		p.pool.discard(ctx, inst)
+	} else {
+		p.pool.release(ctx, inst)
+	}
+	return p, nil
+}
+
+func importsOf(m wazero.CompiledModule) []Import {
+	var out []Import
+	for _, f := range m.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		out = append(out, Import{Module: mod, Name: name})
+	}
+	slices.SortFunc(out, func(a, b Import) int {
+		return strings.Compare(a.Module+"."+a.Name, b.Module+"."+b.Name)
+	})
+	return slices.Compact(out)
+}
+
+// checkGrants refuses a plugin that imports a capability it was not granted, or a function
+// the host does not provide. It runs before the module is instantiated.
+func checkGrants(label string, imports []Import, grants []abi.Capability) error {
+	for _, imp := range imports {
+		switch imp.Module {
+		case abi.ModuleWASI:
+			continue
+		case abi.ModuleCore:
+		default:
+			c, ok := abi.CapabilityOfModule(imp.Module)
+			if !ok {
+				return fmt.Errorf("plugin %s: imports %s.%s from module %q, which the host does not provide",
+					label, imp.Module, imp.Name, imp.Module)
+			}
+			if !slices.Contains(grants, c) {
+				return fmt.Errorf("plugin %s: imports %s.%s but is not granted %q",
+					label, imp.Module, imp.Name, c)
+			}
+		}
+		if !slices.Contains(hostFunctions[imp.Module], imp.Name) {
+			return fmt.Errorf("plugin %s: imports %s.%s, which the host does not provide",
+				label, imp.Module, imp.Name)
+		}
+	}
+	return nil
+}
+
+// Needs returns the capabilities an import list requires, in a stable order.
+func needs(imports []Import) []abi.Capability {
+	var out []abi.Capability
+	for _, c := range abi.Capabilities() {
+		if slices.ContainsFunc(imports, func(i Import) bool { return i.Module == c.Module() }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func checkExports(m wazero.CompiledModule) error {
+	want := map[string]struct{ params, results []api.ValueType }{
+		abi.ExportVersion:  {nil, []api.ValueType{api.ValueTypeI32}},
+		abi.ExportDescribe: {nil, []api.ValueType{api.ValueTypeI64}},
+		abi.ExportInput:    {[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}},
+		abi.ExportCall:     {[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}},
+	}
+	exports := m.ExportedFunctions()
+	for name, sig := range want {
+		f, ok := exports[name]
+		if !ok {
+			return fmt.Errorf("does not export %s (not a toolhost plugin?)", name)
+		}
+		if !slices.Equal(f.ParamTypes(), sig.params) || !slices.Equal(f.ResultTypes(), sig.results) {
+			return fmt.Errorf("export %s has the wrong signature", name)
+		}
+	}
+	if _, ok := exports[abi.ExportInitialize]; !ok {
+		return errors.New("does not export _initialize (build it as a WASI reactor: -buildmode=c-shared)")
+	}
+	if _, ok := m.ExportedMemories()[abi.ExportMemory]; !ok {
+		return errors.New("does not export its memory")
+	}
+	return nil
+}
+
+// moduleConfig gives a plugin real clocks, crypto randomness, sleeps cut into short slices
+// (so a deadline interrupts a sleeping guest), its configuration as environment, and no
+// filesystem at all.
+func moduleConfig(env map[string]string) wazero.ModuleConfig {
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(abi.ExportInitialize).
+		WithSysNanotime().
+		WithSysWalltime().
+		WithNanosleep(func(ns int64) {
+			// A Go guest re-checks its timers after each slice; each return into the guest
+			// is a point where the context's deadline can close the module.
+			const slice = int64(5 * time.Millisecond)
+			time.Sleep(time.Duration(min(ns, slice)))
+		}).
+		WithRandSource(rand.Reader)
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		cfg = cfg.WithEnv(k, env[k])
+	}
+	return cfg
+}
+
+func (p *plugin) setManifest(m abi.Manifest) error {
+	if m.ABIVersion != abi.Version {
+		return fmt.Errorf("manifest: abi_version %d, this host speaks %d", m.ABIVersion, abi.Version)
+	}
+	if !pluginNameRE.MatchString(m.Name) {
+		return fmt.Errorf("manifest: plugin name %q must match %s", m.Name, pluginNameRE)
+	}
+	if len(m.Tools) == 0 {
+		return errors.New("manifest: no tools")
+	}
+	seen := map[string]bool{}
+	for _, t := range m.Tools {
+		if !toolNameRE.MatchString(t.Name) {
+			return fmt.Errorf("manifest: tool name %q must match %s", t.Name, toolNameRE)
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("manifest: tool %q listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		if strings.TrimSpace(t.Description) == "" {
+			return fmt.Errorf("manifest: tool %q has no description", t.Name)
+		}
+		s, err := compileToolSchema(t.InputSchema)
+		if err != nil {
+			return fmt.Errorf("manifest: tool %q: %w", t.Name, err)
+		}
+		p.tools = append(p.tools, &tool{def: t, plugin: p, schema: s})
+	}
+	p.name = m.Name
+	p.manifest = m
+	return nil
+}
+
+// Inspection is what Inspect learns of a module without granting it anything.
+type Inspection struct {
+	Manifest abi.Manifest
+	Imports  []Import
+	// Needs are the grants the module requires to be loaded.
+	Needs []abi.Capability
+}
+
+// Inspect compiles a module, reads its imports and its manifest. It grants the module
+// nothing: no sandbox is attached, so any host function it calls while describing itself
+// fails. The compilation cache under DefaultDataDir is used.
+func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
+	h, err := newRuntime(ctx, Config{}.withDefaults())
+	if err != nil {
+		return Inspection{}, err
+	}
+	defer h.rt.Close(ctx)
+	compiled, err := h.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("compile: %w", err)
+	}
+	in := Inspection{Imports: importsOf(compiled)}
+	in.Needs = needs(in.Imports)
+	if err := checkGrants("(inspected)", in.Imports, abi.Capabilities()); err != nil {
+		return in, err
+	}
+	if err := checkExports(compiled); err != nil {
+		return in, err
+	}
+	p := &plugin{path: "(inspected)", compiled: compiled, modCfg: moduleConfig(nil), h: h}
+	inst, err := newInstance(ctx, p)
+	if err != nil {
+		return in, err
+	}
+	defer inst.mod.Close(ctx)
+	in.Manifest, err = inst.describe(ctx)
+	return in, err
+}
+
+// describe calls the describe export and decodes the manifest.
+func (inst *instance) describe(ctx context.Context) (abi.Manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, inst.p.h.cfg.CallTimeout)
+	defer cancel()
+	inst.stack[0] = 0
+	if err := inst.fnVersion.CallWithStack(ctx, inst.stack); err != nil {
+		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportVersion, err)
+	}
+	if got := int(int32(uint32(inst.stack[0]))); got != abi.Version {
+		return abi.Manifest{}, fmt.Errorf("ABI version %d, this host speaks %d", got, abi.Version)
+	}
+	if err := inst.fnDescribe.CallWithStack(ctx, inst.stack); err != nil {
+		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
+	}
+	raw, err := inst.readPacked(inst.stack[0])
+	if err != nil {
+		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
+	}
+	var m abi.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return abi.Manifest{}, fmt.Errorf("manifest is not valid JSON: %w", err)
+	}
+	return m, nil
+}
+
+func (p *plugin) String() string { return p.name + " (" + filepath.Base(p.path) + ")" }

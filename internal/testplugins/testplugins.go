@@ -1,0 +1,70 @@
+// Package testplugins builds WebAssembly plugins from source for tests, so every test runs
+// real modules built from the tree as it is. Builds are cached per process and by the Go
+// build cache across processes.
+package testplugins
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+)
+
+var (
+	mu    sync.Mutex
+	built = map[string]string{}
+	dir   string
+)
+
+// Root returns the module's root directory.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Build compiles the plugin package at pkg (relative to the module root, e.g.
+// "plugins/editfile") for wasip1 as a reactor and returns the .wasm path.
+func Build(pkg string) (string, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p, nil
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "toolhost-testplugins-")
+		if err != nil {
+			return "", err
+		}
+		dir = d
+	}
+	out := filepath.Join(dir, filepath.Base(pkg)+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+pkg)
+	cmd.Dir = Root()
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build plugin %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out, nil
+}
+
+// MustBuild is Build for TestMain and benchmarks: it panics on failure.
+func MustBuild(pkg string) string {
+	p, err := Build(pkg)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Builtins maps each built-in plugin package to the grants it needs.
+var Builtins = []struct {
+	Pkg    string
+	Grants []string
+}{
+	{"plugins/bash", []string{"sandbox_exec", "log"}},
+	{"plugins/editfile", []string{"sandbox_files", "log"}},
+	{"plugins/grepglob", []string{"sandbox_exec", "sandbox_files", "log"}},
+}
