@@ -1,0 +1,354 @@
+package pdk
+
+import (
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// Error is a failed host function: the operation, the negative status it returned and the
+// host's message from toolhost.last_error.
+type Error struct {
+	Op     string     // "exec", "read", "write", "stat", "list"
+	Status abi.Status // the negative status
+	Msg    string     // the host's message, e.g. "read notes.txt: no such file or directory"
+}
+
+func (e *Error) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	return e.Op + ": " + e.Status.String()
+}
+
+// Is matches the sentinels of this package by status, and the io/fs ones where they mean
+// the same, so errors.Is(err, fs.ErrNotExist) works as it does with package os.
+func (e *Error) Is(target error) bool {
+	if t, ok := target.(*Error); ok {
+		return t.Op == "" && t.Msg == "" && t.Status == e.Status
+	}
+	switch target {
+	case fs.ErrNotExist:
+		return e.Status == abi.StatusNotFound
+	case fs.ErrExist:
+		return e.Status == abi.StatusExists
+	case fs.ErrPermission:
+		return e.Status == abi.StatusPermission
+	}
+	return false
+}
+
+// Sentinels for errors.Is, one per status of ABI.md section 3.1.
+var (
+	ErrPermission = &Error{Status: abi.StatusPermission}
+	ErrNotFound   = &Error{Status: abi.StatusNotFound}
+	ErrIO         = &Error{Status: abi.StatusIO}
+	ErrBadPointer = &Error{Status: abi.StatusBadPointer}
+	ErrExists     = &Error{Status: abi.StatusExists}
+	ErrOutside    = &Error{Status: abi.StatusOutside}
+	ErrNotDir     = &Error{Status: abi.StatusNotDir}
+	ErrIsDir      = &Error{Status: abi.StatusIsDir}
+	ErrInvalid    = &Error{Status: abi.StatusInvalid}
+	ErrTooLarge   = &Error{Status: abi.StatusTooLarge}
+	ErrTimeout    = &Error{Status: abi.StatusTimeout}
+)
+
+// statusError builds the Error of a negative status, fetching the host's message.
+func statusError(op string, n int64) *Error {
+	e := &Error{Op: op, Status: abi.Status(n)}
+	var small [256]byte
+	buf := small[:]
+	for range 2 { // the second round only if the message did not fit
+		m := rawLastError(buf)
+		if m <= 0 {
+			break
+		}
+		if m <= int64(len(buf)) {
+			e.Msg = string(buf[:m])
+			break
+		}
+		buf = make([]byte, m)
+	}
+	return e
+}
+
+// The reusable reply buffer of the two-call protocol: it starts at 4 KiB and grows up to
+// 64 KiB, so most replies cost one host call; bigger ones get their own allocation.
+const (
+	scratchMin = 4 << 10
+	scratchMax = 64 << 10
+)
+
+var scratch []byte
+
+// reply calls fn with the reply buffer and takes a parked reply if it was too short. The
+// result aliases scratch (owned false) unless it needed its own allocation; either way it
+// is valid only until the next host call.
+func reply(op string, fn func(out []byte) int64) (b []byte, owned bool, err error) {
+	if scratch == nil {
+		scratch = make([]byte, scratchMin)
+	}
+	n := fn(scratch)
+	if n < 0 {
+		return nil, false, statusError(op, n)
+	}
+	if n <= int64(len(scratch)) {
+		return scratch[:n], false, nil
+	}
+	if n <= scratchMax {
+		size := len(scratch)
+		for int64(size) < n {
+			size *= 2
+		}
+		scratch = make([]byte, size)
+		b = scratch[:n]
+	} else {
+		b, owned = make([]byte, n), true
+	}
+	if m := rawTake(b); m != n {
+		if m < 0 {
+			return nil, false, statusError(op, m)
+		}
+		return nil, false, &Error{Op: op, Status: abi.StatusIO, Msg: op + ": take returned " +
+			strconv.FormatInt(m, 10) + " bytes, want " + strconv.FormatInt(n, 10)}
+	}
+	return b, owned, nil
+}
+
+func decodeError(op string) error {
+	return &Error{Op: op, Status: abi.StatusInvalid, Msg: op + ": could not decode the host's reply"}
+}
+
+// Exec runs a command in the session's sandbox (capability sandbox_exec). A command that
+// runs and fails is not an error: look at ExitCode and TimedOut.
+func Exec(req abi.ExecRequest) (abi.ExecResult, error) {
+	enc := appendExecRequest(nil, req)
+	b, _, err := reply("exec", func(out []byte) int64 { return rawExec(enc, out) })
+	if err != nil {
+		return abi.ExecResult{}, err
+	}
+	res, ok := decodeExecResult(b)
+	if !ok {
+		return res, decodeError("exec")
+	}
+	return res, nil
+}
+
+// ReadFile returns the contents of a file in the workspace (capability sandbox_files).
+func ReadFile(path string) ([]byte, error) {
+	b, owned, err := reply("read", func(out []byte) int64 { return rawRead(path, out) })
+	if err != nil {
+		return nil, err
+	}
+	if !owned {
+		b = append([]byte(nil), b...)
+	}
+	return b, nil
+}
+
+// WriteFile creates or replaces a file in the workspace, creating its parent directories
+// (capability sandbox_files).
+func WriteFile(path string, data []byte) error {
+	if n := rawWrite(path, data); n < 0 {
+		return statusError("write", n)
+	}
+	return nil
+}
+
+// Stat describes a path in the workspace without following a final symbolic link
+// (capability sandbox_files).
+func Stat(path string) (abi.FileInfo, error) {
+	b, _, err := reply("stat", func(out []byte) int64 { return rawStat(path, out) })
+	if err != nil {
+		return abi.FileInfo{}, err
+	}
+	fi, ok := decodeFileInfo(b)
+	if !ok {
+		return fi, decodeError("stat")
+	}
+	return fi, nil
+}
+
+// List returns the entries below a directory of the workspace, sorted by path
+// (capability sandbox_files).
+func List(req abi.ListRequest) (abi.ListResult, error) {
+	enc := appendListRequest(nil, req)
+	b, _, err := reply("list", func(out []byte) int64 { return rawList(enc, out) })
+	if err != nil {
+		return abi.ListResult{}, err
+	}
+	res, ok := decodeListResult(b)
+	if !ok {
+		return res, decodeError("list")
+	}
+	return res, nil
+}
+
+// Log writes a message to the host's log at a level of abi.LevelDebug .. abi.LevelError
+// (capability log).
+func Log(level int32, msg string) { rawLog(level, msg) }
+
+// Config returns the plugin configuration value key (ABI.md section 6), or "".
+func Config(key string) string { return os.Getenv(key) }
+
+// Encoders and decoders of the wire types in abi/wire.go.
+
+func appendExecRequest(b []byte, r abi.ExecRequest) []byte {
+	b = append(b, `{"argv":[`...)
+	for i, a := range r.Argv {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, a)
+	}
+	b = append(b, ']')
+	if r.Cwd != "" {
+		b = append(b, `,"cwd":`...)
+		b = appendString(b, r.Cwd)
+	}
+	if len(r.Env) > 0 {
+		keys := make([]string, 0, len(r.Env))
+		for k := range r.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = append(b, `,"env":{`...)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, r.Env[k])
+		}
+		b = append(b, '}')
+	}
+	if r.TimeoutMS != 0 {
+		b = append(b, `,"timeout_ms":`...)
+		b = strconv.AppendInt(b, r.TimeoutMS, 10)
+	}
+	if r.Background {
+		b = append(b, `,"background":true`...)
+	}
+	return append(b, '}')
+}
+
+func appendListRequest(b []byte, r abi.ListRequest) []byte {
+	b = append(b, `{"path":`...)
+	b = appendString(b, r.Path)
+	if r.Recursive {
+		b = append(b, `,"recursive":true`...)
+	}
+	if len(r.Skip) > 0 {
+		b = append(b, `,"skip":[`...)
+		for i, s := range r.Skip {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, s)
+		}
+		b = append(b, ']')
+	}
+	if r.Limit != 0 {
+		b = append(b, `,"limit":`...)
+		b = strconv.AppendInt(b, int64(r.Limit), 10)
+	}
+	return append(b, '}')
+}
+
+var replyFields []field
+
+// members parses a reply object, reusing one field slice.
+func members(b []byte) ([]field, bool) {
+	f, ok := objectFields(replyFields[:0], b)
+	replyFields = f[:0]
+	return f, ok
+}
+
+func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
+	fields, ok := members(b)
+	if !ok {
+		return r, false
+	}
+	for _, f := range fields {
+		v := f.val
+		switch string(f.key) {
+		case "exit_code":
+			n, _ := jsonInt(v)
+			r.ExitCode = int(n)
+		case "stdout":
+			r.Stdout, _ = jsonString(v)
+		case "stderr":
+			r.Stderr, _ = jsonString(v)
+		case "stdout_cut":
+			r.StdoutCut, _ = jsonInt(v)
+		case "stderr_cut":
+			r.StderrCut, _ = jsonInt(v)
+		case "timed_out":
+			r.TimedOut = string(v) == "true"
+		case "duration_ms":
+			r.DurationMS, _ = jsonInt(v)
+		case "id":
+			r.ID, _ = jsonString(v)
+		case "pid":
+			n, _ := jsonInt(v)
+			r.PID = int(n)
+		case "log_path":
+			r.LogPath, _ = jsonString(v)
+		}
+	}
+	return r, true
+}
+
+func decodeFileInfo(b []byte) (fi abi.FileInfo, ok bool) {
+	fields, ok := members(b)
+	if !ok {
+		return fi, false
+	}
+	for _, f := range fields {
+		v := f.val
+		switch string(f.key) {
+		case "path":
+			fi.Path, _ = jsonString(v)
+		case "type":
+			fi.Type, _ = jsonString(v)
+		case "size":
+			fi.Size, _ = jsonInt(v)
+		case "mode":
+			n, _ := jsonInt(v)
+			fi.Mode = uint32(n)
+		case "mtime_unix_ms":
+			fi.ModTime, _ = jsonInt(v)
+		}
+	}
+	return fi, true
+}
+
+func decodeListResult(b []byte) (r abi.ListResult, ok bool) {
+	fields, ok := members(b)
+	if !ok {
+		return r, false
+	}
+	var entries []byte
+	for _, f := range fields {
+		switch string(f.key) {
+		case "entries":
+			entries = f.val
+		case "truncated":
+			r.Truncated = string(f.val) == "true"
+		}
+	}
+	if entries == nil || string(entries) == "null" {
+		return r, true
+	}
+	// Entries reuse replyFields, so iterate with a separate decode per element.
+	ok = arrayElems(entries, func(e []byte) bool {
+		fi, ok := decodeFileInfo(e)
+		r.Entries = append(r.Entries, fi)
+		return ok
+	})
+	return r, ok
+}

@@ -1,0 +1,150 @@
+//go:build !wasip1
+
+package pdk
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// Host receives the host-function calls of a plugin built natively (not for wasip1), so
+// plugin logic can be tested with go test. The calls cross the same byte-level two-call
+// protocol and JSON wire format as in wasm. Return an *Error to choose the status and the
+// message; any other error becomes abi.StatusIO. Package pdktest has a Host backed by a
+// directory.
+type Host interface {
+	Exec(req abi.ExecRequest) (abi.ExecResult, error)
+	ReadFile(path string) ([]byte, error)
+	WriteFile(path string, data []byte) error
+	Stat(path string) (abi.FileInfo, error)
+	List(req abi.ListRequest) (abi.ListResult, error)
+	Log(level int32, msg string)
+}
+
+var native struct {
+	sync.Mutex
+	host    Host
+	parked  []byte
+	lastErr string
+}
+
+// SetHost routes the host functions of a native build to h (nil: every call fails with
+// abi.StatusIO) and returns the previous Host.
+func SetHost(h Host) Host {
+	native.Lock()
+	defer native.Unlock()
+	old := native.host
+	native.host = h
+	return old
+}
+
+// hostCall runs one host function the way the real host does: it drops any parked reply,
+// turns an error into a status plus a last_error message, and parks a reply that does not
+// fit in out.
+func hostCall(out []byte, fn func(h Host) (any, error)) int64 {
+	native.Lock()
+	h := native.host
+	native.parked = nil
+	native.Unlock()
+	var v any
+	err := errors.New("pdk: no Host set (call pdk.SetHost)")
+	if h != nil {
+		v, err = fn(h)
+	}
+	native.Lock()
+	defer native.Unlock()
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			e = &Error{Status: abi.StatusIO, Msg: err.Error()}
+		}
+		native.lastErr = e.Error()
+		return int64(e.Status)
+	}
+	var b []byte
+	switch v := v.(type) {
+	case []byte:
+		b = v
+	case int:
+		return int64(v)
+	default:
+		if b, err = json.Marshal(v); err != nil {
+			native.lastErr = err.Error()
+			return int64(abi.StatusIO)
+		}
+	}
+	if len(b) <= len(out) {
+		copy(out, b)
+	} else {
+		native.parked = b
+	}
+	return int64(len(b))
+}
+
+func rawTake(out []byte) int64 {
+	native.Lock()
+	defer native.Unlock()
+	if native.parked == nil {
+		native.lastErr = "take: no parked reply"
+		return int64(abi.StatusNotFound)
+	}
+	if len(out) < len(native.parked) {
+		native.lastErr = "take: buffer too small"
+		return int64(abi.StatusTooLarge)
+	}
+	n := copy(out, native.parked)
+	native.parked = nil
+	return int64(n)
+}
+
+func rawLastError(out []byte) int64 {
+	native.Lock()
+	defer native.Unlock()
+	copy(out, native.lastErr)
+	return int64(len(native.lastErr))
+}
+
+func rawLog(level int32, msg string) {
+	hostCall(nil, func(h Host) (any, error) { h.Log(level, msg); return 0, nil })
+}
+
+func invalid(op string, err error) error {
+	return &Error{Op: op, Status: abi.StatusInvalid, Msg: op + ": " + err.Error()}
+}
+
+func rawExec(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		var r abi.ExecRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("exec", err)
+		}
+		return h.Exec(r)
+	})
+}
+
+func rawRead(path string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) { return h.ReadFile(path) })
+}
+
+func rawWrite(path string, data []byte) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		return len(data), h.WriteFile(path, append([]byte(nil), data...))
+	})
+}
+
+func rawStat(path string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) { return h.Stat(path) })
+}
+
+func rawList(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		var r abi.ListRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("list", err)
+		}
+		return h.List(r)
+	})
+}

@@ -1,0 +1,49 @@
+//go:build wasip1
+
+package pdk
+
+import "unsafe"
+
+// Host functions, ABI.md section 3. Each capability is its own import module, and Go's
+// linker drops an import nothing calls, so a plugin imports only what it uses.
+
+//go:wasmimport toolhost take
+func hostTake(out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost last_error
+func hostLastError(out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_log write
+func hostLog(level int32, msg string)
+
+//go:wasmimport toolhost_sandbox_exec run
+func hostExec(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_files read
+func hostRead(path string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_files write
+func hostWrite(path string, data unsafe.Pointer, dataLen uint32) int64
+
+//go:wasmimport toolhost_sandbox_files stat
+func hostStat(path string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_files list
+func hostList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+func rawTake(out []byte) int64      { return hostTake(ptr(out), uint32(len(out))) }
+func rawLastError(out []byte) int64 { return hostLastError(ptr(out), uint32(len(out))) }
+func rawLog(level int32, msg string) { hostLog(level, msg) }
+func rawExec(req, out []byte) int64 {
+	return hostExec(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+func rawRead(path string, out []byte) int64 { return hostRead(path, ptr(out), uint32(len(out))) }
+func rawWrite(path string, data []byte) int64 {
+	return hostWrite(path, ptr(data), uint32(len(data)))
+}
+func rawStat(path string, out []byte) int64 { return hostStat(path, ptr(out), uint32(len(out))) }
+func rawList(req, out []byte) int64 {
+	return hostList(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}

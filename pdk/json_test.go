@@ -1,0 +1,178 @@
+package pdk
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", `q"uote`, `back\slash`, "nl\ncr\rtab\tbs\bff\f", "\x00\x01\x1f\x7f",
+		"héllo wörld ✓ 😀", "bad \xff utf8 \xc3", "\u2028\u2029", "</script>&",
+	} {
+		got := string(appendString(nil, s))
+		var back string
+		if err := json.Unmarshal([]byte(got), &back); err != nil {
+			t.Fatalf("%q encodes to invalid JSON %s: %v", s, got, err)
+		}
+		if want := strings.ToValidUTF8(s, "\uFFFD"); back != want {
+			t.Errorf("%q: round trip gives %q", s, back)
+		}
+	}
+	if got := string(appendString(nil, "a\x01\"\\\xff")); got != `"a\u0001\"\\\ufffd"` {
+		t.Errorf("escapes: %s", got)
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "abc", "\"\\\n\x00", "\xff\xfe", "€😀", "\u2028", "\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		enc := appendString(nil, s)
+		var back string
+		if err := json.Unmarshal(enc, &back); err != nil {
+			t.Fatalf("%q encodes to invalid JSON %s: %v", s, enc, err)
+		}
+		// encoding/json's decoder replaces each invalid byte the way ToValidUTF8 cannot
+		// (one U+FFFD per bad byte), so compare with our own per-byte replacement.
+		var want strings.Builder
+		for i := 0; i < len(s); {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			want.WriteRune(r) // RuneError for a bad byte, with n == 1
+			i += n
+		}
+		if back != want.String() {
+			t.Fatalf("%q: round trip gives %q, want %q", s, back, want.String())
+		}
+		// Our own decoder reads it back the same.
+		got, ok := jsonString(enc)
+		if !ok || got != back {
+			t.Fatalf("%q: jsonString gives %q, %v; want %q", s, got, ok, back)
+		}
+	})
+}
+
+func FuzzDecodeString(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `"\ud83d\u0041"`, `"\/\b\f\n\r\t\"\\"`, `"\u00e9"`, `"a\u0000b"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // raw invalid bytes are kept on purpose; encoding/json replaces them
+		}
+		var want string
+		wantErr := json.Unmarshal([]byte(s), &want) != nil
+		got, ok := jsonString([]byte(s))
+		if wantErr {
+			if ok && strings.TrimSpace(s) == s {
+				t.Fatalf("%q: accepted, encoding/json refuses it", s)
+			}
+			return
+		}
+		if strings.TrimSpace(s) != s {
+			return // jsonString takes a bare token
+		}
+		if !ok || got != want {
+			t.Fatalf("%q: got %q, %v; want %q", s, got, ok, want)
+		}
+	})
+}
+
+func TestSkipValue(t *testing.T) {
+	good := []string{`0`, `-1.5e+10`, `"x"`, `true`, `null`, `[]`, `{}`, `[1, {"a": [null, "]}"]}, "x"]`, ` {"a" : {"b":[[]]} } `}
+	bad := []string{``, `01`, `1.`, `-`, `"abc`, `"\x"`, "\"a\x01\"", `[1,]`, `{"a"}`, `{"a":1,}`, `tru`, `{1:2}`, `[1 2]`, strings.Repeat("[", 2000) + strings.Repeat("]", 2000)}
+	for _, s := range good {
+		b := []byte(s)
+		if end := skipValue(b, 0); end < 0 || skipWS(b, end) != len(b) {
+			t.Errorf("skipValue(%q) = %d", s, end)
+		}
+	}
+	for _, s := range bad {
+		b := []byte(s)
+		if end := skipValue(b, 0); end >= 0 && skipWS(b, end) == len(b) {
+			t.Errorf("skipValue(%q) accepted it", s)
+		}
+	}
+}
+
+func TestInputAccessors(t *testing.T) {
+	in, err := ParseInput([]byte(`{
+		"path": "d\u00e9j\u00e0\/x \"q\" \ud83d\ude00", "offset": 10, "big": 1e3, "frac": 2.5,
+		"neg": -7, "flag": true, "off": false, "nil": null,
+		"nested": {"path": "inner", "list": [1, {"x": "}"}]},
+		"list": ["a", "b\n"], "mixed": ["a", 1],
+		"k\u0065y": "escaped key", "dup": 1, "dup": 2
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		got, want any
+	}{
+		{in.String("path"), "déjà/x \"q\" 😀"},
+		{in.String("missing"), ""},
+		{in.String("offset"), ""},
+		{in.Int("offset", 1), 10},
+		{in.Int("big", 1), 1000},
+		{in.Int("frac", 1), 1},
+		{in.Int("neg", 1), -7},
+		{in.Int("missing", 42), 42},
+		{in.Int("nil", 42), 42},
+		{in.Bool("flag"), true},
+		{in.Bool("off"), false},
+		{in.Bool("missing"), false},
+		{in.Has("nil"), false},
+		{in.Has("nested"), true},
+		{in.String("key"), "escaped key"},
+		{in.Int("dup", 0), 2},
+		{strings.Join(in.Strings("list"), "|"), "a|b\n"},
+		{in.Strings("mixed") == nil, true},
+		{string(in.Raw("nested")), `{"path": "inner", "list": [1, {"x": "}"}]}`},
+	}
+	for i, c := range checks {
+		if c.got != c.want {
+			t.Errorf("check %d: got %#v, want %#v", i, c.got, c.want)
+		}
+	}
+	var v struct {
+		Nested struct{ Path string }
+	}
+	if err := in.Decode(&v); err != nil || v.Nested.Path != "inner" {
+		t.Errorf("Decode: %v %+v", err, v)
+	}
+	for _, s := range []string{``, `null`, `  `} {
+		if in, err := ParseInput([]byte(s)); err != nil || in.Has("x") {
+			t.Errorf("ParseInput(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{`[]`, `{"a":}`, `{"a":1} x`, `"s"`} {
+		if _, err := ParseInput([]byte(s)); err == nil {
+			t.Errorf("ParseInput(%q) accepted it", s)
+		}
+	}
+}
+
+func TestAppendResult(t *testing.T) {
+	r := abi.Result{Content: []abi.Content{
+		{Type: abi.ContentText, Text: "a\"b\x00\xff"},
+		{Type: abi.ContentText},
+		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/png", Data: "AAAA"}},
+	}, IsError: true}
+	b := appendResult(nil, r)
+	var back abi.Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if !back.IsError || len(back.Content) != 3 || back.Content[0].Text != "a\"b\x00\uFFFD" ||
+		back.Content[2].Source == nil || back.Content[2].Source.Data != "AAAA" {
+		t.Errorf("round trip: %s -> %+v", b, back)
+	}
+	if !strings.Contains(string(b), `{"type":"text","text":""}`) {
+		t.Errorf("an empty text block must keep its text member: %s", b)
+	}
+}

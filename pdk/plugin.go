@@ -1,0 +1,214 @@
+package pdk
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// Tool is one tool a plugin provides.
+type Tool struct {
+	// Name is what the model calls: [a-zA-Z0-9_-]{1,64}, unique across loaded plugins.
+	Name string
+	// Description tells the model what the tool does, its defaults and its limits.
+	Description string
+	// Schema is the JSON Schema of the input: an object schema using only the keywords
+	// ABI.md section 4 allows. The host validates every input against it before Run.
+	Schema string
+	// Run does the work. Failures of the tool are results with IsError set (see Errorf),
+	// never panics; a panic is still caught and becomes an error result.
+	Run func(in Input) abi.Result
+}
+
+var (
+	pluginName    string
+	pluginVersion string
+	tools         []Tool
+	manifest      []byte
+)
+
+// Plugin names the plugin ([a-z0-9_-]{1,64}) and gives its version. Call it once, from an
+// init function, before Register.
+func Plugin(name, version string) {
+	if pluginName != "" {
+		panic("pdk: Plugin called twice")
+	}
+	if !validName(name, false) {
+		panic("pdk: plugin name " + strconv.Quote(name) + " is not [a-z0-9_-]{1,64}")
+	}
+	pluginName, pluginVersion = name, version
+	manifest = nil
+}
+
+// Register adds a tool. Call it from an init function. It panics on a bad name, a
+// duplicate, a missing Run or a schema that is not a JSON object: those are bugs in the
+// plugin, and a panic at load time makes the host refuse it with the message.
+func Register(t Tool) {
+	if !validName(t.Name, true) {
+		panic("pdk: tool name " + strconv.Quote(t.Name) + " is not [a-zA-Z0-9_-]{1,64}")
+	}
+	for _, o := range tools {
+		if o.Name == t.Name {
+			panic("pdk: tool " + t.Name + " registered twice")
+		}
+	}
+	if t.Run == nil {
+		panic("pdk: tool " + t.Name + " has no Run function")
+	}
+	if _, ok := objectFields(nil, []byte(t.Schema)); !ok {
+		panic("pdk: the schema of tool " + t.Name + " is not a valid JSON object")
+	}
+	tools = append(tools, t)
+	manifest = nil
+}
+
+func validName(s string, upper bool) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' ||
+			upper && c >= 'A' && c <= 'Z'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Errorf returns an error result (IsError set) holding the formatted text.
+func Errorf(format string, args ...any) abi.Result {
+	return abi.ErrorText(fmt.Sprintf(format, args...))
+}
+
+// Manifest returns the manifest JSON that the toolhost_describe export returns.
+func Manifest() []byte {
+	if manifest != nil {
+		return manifest
+	}
+	b := append([]byte(nil), `{"abi_version":`...)
+	b = strconv.AppendInt(b, abi.Version, 10)
+	b = append(b, `,"name":`...)
+	b = appendString(b, pluginName)
+	b = append(b, `,"version":`...)
+	b = appendString(b, pluginVersion)
+	b = append(b, `,"tools":[`...)
+	for i, t := range tools {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, t.Name)
+		b = append(b, `,"description":`...)
+		b = appendString(b, t.Description)
+		b = append(b, `,"input_schema":`...)
+		b = append(b, t.Schema...)
+		b = append(b, '}')
+	}
+	manifest = append(b, "]}"...)
+	return manifest
+}
+
+var (
+	outBuf   []byte  // the last result; must stay valid until the next export call
+	envBuf   []field // reused for every request envelope
+	fieldBuf []field // reused for every Input
+)
+
+// Handle does what the toolhost_call export does: it decodes a request
+// ({"tool": ..., "input": {...}}), runs the tool and returns the result JSON. The returned
+// bytes are reused by the next call. Exported so tests can drive tools natively.
+func Handle(request []byte) []byte {
+	if cap(outBuf) > 1<<20 {
+		outBuf = nil // do not keep a huge result's buffer for the life of the instance
+	}
+	res := handle(request)
+	outBuf = appendResult(outBuf[:0], res)
+	return outBuf
+}
+
+func handle(request []byte) abi.Result {
+	var tool, input []byte
+	fields, ok := objectFields(envBuf[:0], request)
+	envBuf = fields[:0]
+	if ok {
+		for _, f := range fields {
+			switch string(f.key) {
+			case "tool":
+				tool = f.val
+			case "input":
+				input = f.val
+			}
+		}
+	}
+	name, isStr := jsonString(tool)
+	if !ok || !isStr {
+		return abi.ErrorText(`Error: the request is not {"tool": NAME, "input": {...}}`)
+	}
+	for i := range tools {
+		t := &tools[i]
+		if t.Name != name {
+			continue
+		}
+		in, err := parseInputInto(fieldBuf, input)
+		if err != nil {
+			return abi.ErrorText("Error: " + t.Name + ": " + err.Error())
+		}
+		fieldBuf = in.fields[:0]
+		return run(t, in)
+	}
+	return abi.ErrorText("Error: plugin " + pluginName + " has no tool " + strconv.Quote(name))
+}
+
+// run calls the tool, turning a panic into an error result so the instance survives.
+func run(t *Tool, in Input) (res abi.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = abi.ErrorText("panic in " + t.Name + ": " + panicText(r))
+		}
+	}()
+	return t.Run(in)
+}
+
+func panicText(r any) string {
+	switch v := r.(type) {
+	case error:
+		return v.Error()
+	case string:
+		return v
+	case fmt.Stringer:
+		return v.String()
+	}
+	return fmt.Sprint(r)
+}
+
+// appendResult encodes r as {"content": [...], "is_error": bool}.
+func appendResult(b []byte, r abi.Result) []byte {
+	b = append(b, `{"content":[`...)
+	for i, c := range r.Content {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":`...)
+		b = appendString(b, c.Type)
+		if c.Text != "" || c.Type == abi.ContentText {
+			b = append(b, `,"text":`...)
+			b = appendString(b, c.Text)
+		}
+		if s := c.Source; s != nil {
+			b = append(b, `,"source":{"type":`...)
+			b = appendString(b, s.Type)
+			b = append(b, `,"media_type":`...)
+			b = appendString(b, s.MediaType)
+			b = append(b, `,"data":`...)
+			b = appendString(b, s.Data)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"is_error":`...)
+	b = appendBool(b, r.IsError)
+	return append(b, '}')
+}
