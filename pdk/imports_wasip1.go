@@ -33,8 +33,8 @@ func hostList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint
 
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-func rawTake(out []byte) int64      { return hostTake(ptr(out), uint32(len(out))) }
-func rawLastError(out []byte) int64 { return hostLastError(ptr(out), uint32(len(out))) }
+func rawTake(out []byte) int64       { return hostTake(ptr(out), uint32(len(out))) }
+func rawLastError(out []byte) int64  { return hostLastError(ptr(out), uint32(len(out))) }
 func rawLog(level int32, msg string) { hostLog(level, msg) }
 func rawExec(req, out []byte) int64 {
 	return hostExec(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))

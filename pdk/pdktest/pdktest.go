@@ -319,7 +319,9 @@ func (c *capture) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *capture) String() string { return strings.ToValidUTF8(string(c.head)+string(c.tail), "\uFFFD") }
+func (c *capture) String() string {
+	return strings.ToValidUTF8(string(c.head)+string(c.tail), "\uFFFD")
+}
 
 // Exec implements pdk.Host: it runs argv directly (no shell) with the workspace as the
 // working directory, killing the process group on timeout (default 60 s).
