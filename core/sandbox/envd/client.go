@@ -1,0 +1,629 @@
+package envd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+// ClientConfig says how to reach an agent.
+type ClientConfig struct {
+	// SocketPath dials a unix socket (the local provider). When set, BaseURL may be empty.
+	SocketPath string
+	// BaseURL is the agent's address, e.g. https://49983-<id>.e2b.app.
+	BaseURL string
+	// Header is added to every request (X-Access-Token, Authorization, ...).
+	Header http.Header
+	// Transport overrides the HTTP transport (tests count bytes with it).
+	Transport http.RoundTripper
+}
+
+// Client talks to one agent. It is safe for concurrent use.
+type Client struct {
+	base   string
+	header http.Header
+	hc     *http.Client
+	tr     *http.Transport // nil when the caller supplied the transport
+	closed atomic.Bool
+}
+
+// NewClient builds a client; it does not connect.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/")}
+	rt := cfg.Transport
+	if rt == nil {
+		c.tr = &http.Transport{
+			MaxIdleConns:        64,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		}
+		if cfg.SocketPath != "" {
+			sock := cfg.SocketPath
+			c.tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}
+		} else {
+			c.tr.Proxy = http.ProxyFromEnvironment
+		}
+		rt = c.tr
+	}
+	if c.base == "" {
+		if cfg.SocketPath == "" {
+			return nil, errors.New("envd client: neither SocketPath nor BaseURL given")
+		}
+		c.base = "http://sandbox"
+	}
+	if _, err := url.Parse(c.base); err != nil {
+		return nil, fmt.Errorf("envd client: parse base URL: %w", err)
+	}
+	c.hc = &http.Client{Transport: rt}
+	return c, nil
+}
+
+// Close makes every later call fail with sandbox.ErrClosed and drops idle connections.
+func (c *Client) Close() {
+	c.closed.Store(true)
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}
+
+func (c *Client) newRequest(ctx context.Context, method, p string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := c.base + p
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range c.header {
+		req.Header[k] = slices.Clone(v)
+	}
+	return req, nil
+}
+
+// do sends a request; a transport failure after Close reports ErrClosed.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.closed.Load() {
+		return nil, sandbox.ErrClosed
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if c.closed.Load() {
+			return nil, fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Health checks GET /health.
+func (c *Client) Health(ctx context.Context) error {
+	req, err := c.newRequest(ctx, http.MethodGet, PathHealth, nil, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return fmt.Errorf("envd health: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("envd health: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// readError turns a non-success response into *Error.
+func readError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &Error{Status: resp.StatusCode}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(body, &probe) == nil {
+		var msg, kind string
+		_ = json.Unmarshal(probe["message"], &msg)
+		_ = json.Unmarshal(probe["toolhostKind"], &kind)
+		var code string
+		if json.Unmarshal(probe["code"], &code) == nil {
+			e.Code = code
+		}
+		e.Message = msg
+		e.Kind = kindError(kind)
+	} else {
+		e.Message = strings.TrimSpace(string(body))
+	}
+	rpc := strings.HasPrefix(resp.Request.URL.Path, "/process.") || strings.HasPrefix(resp.Request.URL.Path, "/filesystem.")
+	if rpc && e.Code == "" {
+		e.Code = codeFromHTTP(resp.StatusCode)
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(resp.StatusCode)
+	}
+	if e.Kind == nil {
+		e.Kind = guessKind(resp.StatusCode, e.Code, e.Message)
+	}
+	return e
+}
+
+// unary calls a Connect unary procedure.
+func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, proc, nil, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentJSON)
+	req.Header.Set(HeaderProtocol, "1")
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return readError(resp)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxEnvelope))
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	return nil
+}
+
+// ---- files
+
+// ReadFile reads a workspace file; over maxBytes (when > 0) it gives ErrTooLarge.
+func (c *Client) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte, error) {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return nil, fmt.Errorf("read file: %w", err)
+	}
+	q := url.Values{"path": {abs}}
+	if maxBytes > 0 {
+		q.Set(QueryMaxBytes, strconv.FormatInt(maxBytes, 10))
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, PathFiles, q, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read file %s: %w", abs, err)
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read file %s: %w", abs, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read file %s: %w", abs, readError(resp))
+	}
+	// A real envd ignores the size query: check here too, before reading.
+	if maxBytes > 0 && resp.ContentLength > maxBytes {
+		return nil, fmt.Errorf("read file %s: %d bytes, limit %d: %w", abs, resp.ContentLength, maxBytes, sandbox.ErrTooLarge)
+	}
+	r := io.Reader(resp.Body)
+	if maxBytes > 0 {
+		r = io.LimitReader(r, maxBytes+1)
+	}
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("read file %s: %w", abs, c.streamErr(err))
+	}
+	if maxBytes > 0 && int64(buf.Len()) > maxBytes {
+		return nil, fmt.Errorf("read file %s: more than %d bytes: %w", abs, maxBytes, sandbox.ErrTooLarge)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteFile creates or replaces a workspace file, creating parent directories.
+func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return fmt.Errorf("write file: %w", err)
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, PathFiles, url.Values{"path": {abs}}, bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("write file %s: %w", abs, err)
+	}
+	req.Header.Set("Content-Type", contentOctet)
+	resp, err := c.do(req)
+	if err != nil {
+		return fmt.Errorf("write file %s: %w", abs, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("write file %s: %w", abs, readError(resp))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return nil
+}
+
+func fileInfo(e EntryInfo, name string) sandbox.FileInfo {
+	mode := fs.FileMode(e.Mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	switch e.Type {
+	case FileTypeDir, "2":
+		mode |= fs.ModeDir
+	case FileTypeSymlink, "3":
+		mode |= fs.ModeSymlink
+	case FileTypeFile, "1":
+	default:
+		mode |= fs.FileMode(e.Mode) & fs.ModeType
+	}
+	fi := sandbox.FileInfo{Path: name, Mode: mode, Size: int64(e.Size)}
+	if e.ModifiedTime != nil {
+		fi.ModTime = *e.ModifiedTime
+	}
+	return fi
+}
+
+// Stat describes a workspace path without following a final symbolic link.
+func (c *Client) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return sandbox.FileInfo{}, fmt.Errorf("stat: %w", err)
+	}
+	var out EntryResponse
+	if err := c.unary(ctx, PathFilesystemStat, PathRequest{Path: abs}, &out); err != nil {
+		return sandbox.FileInfo{}, fmt.Errorf("stat %s: %w", abs, err)
+	}
+	return fileInfo(out.Entry, p), nil
+}
+
+// MakeDir creates a workspace directory and its parents; an existing one is ErrExists.
+func (c *Client) MakeDir(ctx context.Context, p string) error {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return fmt.Errorf("make directory: %w", err)
+	}
+	var out EntryResponse
+	if err := c.unary(ctx, PathFilesystemMkd, PathRequest{Path: abs}, &out); err != nil {
+		return fmt.Errorf("make directory %s: %w", abs, err)
+	}
+	return nil
+}
+
+// Remove deletes a workspace path recursively; a missing path is not an error.
+func (c *Client) Remove(ctx context.Context, p string) error {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if abs == sandbox.WorkspaceRoot {
+		return fmt.Errorf("remove: refusing to remove the workspace root: %w", sandbox.ErrOutside)
+	}
+	var out Empty
+	if err := c.unary(ctx, PathFilesystemRm, PathRequest{Path: abs}, &out); err != nil {
+		return fmt.Errorf("remove %s: %w", abs, err)
+	}
+	return nil
+}
+
+// listDepth stands for "unbounded" in ListDir.
+const listDepth = 1 << 16
+
+// List returns the entries below a workspace directory, sorted by path, never following
+// symbolic links. Skip and Limit are applied here as well, for agents that ignore them.
+func (c *Client) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.ListResult, error) {
+	abs, err := sandbox.Resolve(lr.Path)
+	if err != nil {
+		return sandbox.ListResult{}, fmt.Errorf("list: %w", err)
+	}
+	in := ListDirRequest{Path: abs, Depth: 1, ToolhostSkip: lr.Skip}
+	if lr.Recursive {
+		in.Depth = listDepth
+	}
+	if lr.Limit > 0 {
+		in.ToolhostLimit = uint32(lr.Limit)
+	}
+	var out ListDirResponse
+	if err := c.unary(ctx, PathFilesystemList, in, &out); err != nil {
+		return sandbox.ListResult{}, fmt.Errorf("list %s: %w", abs, err)
+	}
+	res := sandbox.ListResult{Truncated: out.ToolhostTruncated}
+	prefix := abs + "/"
+	for _, e := range out.Entries {
+		rel, ok := strings.CutPrefix(e.Path, prefix)
+		if !ok || rel == "" {
+			continue
+		}
+		if skipped(rel, lr.Skip) {
+			continue
+		}
+		res.Entries = append(res.Entries, fileInfo(e, rel))
+	}
+	slices.SortFunc(res.Entries, func(a, b sandbox.FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	if lr.Limit > 0 && len(res.Entries) > lr.Limit {
+		res.Entries, res.Truncated = res.Entries[:lr.Limit], true
+	}
+	return res, nil
+}
+
+// skipped reports whether rel lies below a directory named in skip.
+func skipped(rel string, skip []string) bool {
+	if len(skip) == 0 {
+		return false
+	}
+	dir := path.Dir(rel)
+	for dir != "." {
+		if slices.Contains(skip, path.Base(dir)) {
+			return true
+		}
+		dir = path.Dir(dir)
+	}
+	return false
+}
+
+// ---- processes
+
+// ProcessInfo returns the processes the agent runs.
+func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
+	var out ListResponse
+	if err := c.unary(ctx, PathProcessList, ListRequest{}, &out); err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	return out.Processes, nil
+}
+
+// Signal sends SIGNAL_SIGKILL or SIGNAL_SIGTERM to a process (its group, on our agent).
+func (c *Client) Signal(ctx context.Context, pid uint32, signal string) error {
+	var out Empty
+	if err := c.unary(ctx, PathProcessSignal, SendSignalRequest{Process: ProcessSelector{Pid: pid}, Signal: Enum(signal)}, &out); err != nil {
+		return fmt.Errorf("signal process %d: %w", pid, err)
+	}
+	return nil
+}
+
+func startRequest(r sandbox.ExecRequest, tag string) (StartRequest, error) {
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return StartRequest{}, errors.New("empty argv")
+	}
+	no := false
+	sr := StartRequest{Process: ProcessConfig{Cmd: r.Argv[0], Args: r.Argv[1:]}, Tag: tag, Stdin: &no}
+	if len(r.Env) > 0 {
+		sr.Process.Envs = maps.Clone(r.Env)
+	}
+	if r.Cwd != "" {
+		sr.Process.Cwd = r.Cwd
+		if !path.IsAbs(r.Cwd) {
+			sr.Process.Cwd = path.Join(sandbox.WorkspaceRoot, r.Cwd)
+		}
+	}
+	return sr, nil
+}
+
+// openStream starts /process.Process/Start and checks the response is a stream.
+func (c *Client) openStream(ctx context.Context, sr StartRequest, hdr map[string]string) (*http.Response, error) {
+	b, err := json.Marshal(sr)
+	if err != nil {
+		return nil, err
+	}
+	var body bytes.Buffer
+	_ = writeEnvelope(&body, 0, b)
+	req, err := c.newRequest(ctx, http.MethodPost, PathProcessStart, nil, &body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", contentStreamJSON)
+	req.Header.Set(HeaderProtocol, "1")
+	req.Header.Set("Keepalive-Ping-Interval", "50")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/connect+") {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+func (c *Client) streamErr(err error) error {
+	if c.closed.Load() {
+		return fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+	}
+	return err
+}
+
+// Exec runs a foreground command. The agent kills its process group at the timeout (sent
+// as Connect-Timeout-Ms, the earlier of req.Timeout and ctx's deadline); when ctx is
+// canceled the client kills it with SendSignal. Either way the partial output comes back
+// with TimedOut set; a cancellation also returns ctx's error.
+func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	began := time.Now()
+	sr, err := startRequest(r, "")
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	maxOut := r.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = sandbox.DefaultMaxOutputBytes
+	}
+	timeout := r.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); timeout <= 0 || left < timeout {
+			timeout = left
+		}
+	}
+	hdr := map[string]string{HeaderMaxOutputBytes: strconv.Itoa(maxOut)}
+	if timeout > 0 {
+		ms := timeout.Milliseconds()
+		if ms < 1 {
+			ms = 1
+		}
+		hdr[HeaderTimeoutMs] = strconv.FormatInt(ms, 10)
+	}
+
+	// The stream outlives ctx a little when the agent owns the deadline, so the agent's
+	// deadline_exceeded (with the tail of the output) wins the race against our cancel.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var canceled atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		canceled.Store(true)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
+			t := time.AfterFunc(5*time.Second, cancel)
+			context.AfterFunc(sctx, func() { t.Stop() })
+			return
+		}
+		cancel()
+	})
+	defer stop()
+
+	res := sandbox.ExecResult{ExitCode: -1}
+	resp, err := c.openStream(sctx, sr, hdr)
+	if err != nil {
+		if canceled.Load() {
+			res.TimedOut, res.Duration = true, time.Since(began)
+			return res, fmt.Errorf("exec %s: %w", sr.Process.Cmd, ctx.Err())
+		}
+		return res, fmt.Errorf("exec %s: %w", sr.Process.Cmd, err)
+	}
+	defer resp.Body.Close()
+
+	out, errb := newHeadTail(maxOut), newHeadTail(maxOut)
+	var outDropped, errDropped int64
+	var pid uint32
+	sawEnd := false
+	finish := func() sandbox.ExecResult {
+		res.Stdout = append(append([]byte(nil), out.Head()...), out.Tail()...)
+		res.Stderr = append(append([]byte(nil), errb.Head()...), errb.Tail()...)
+		res.StdoutCut = outDropped + out.Dropped()
+		res.StderrCut = errDropped + errb.Dropped()
+		res.Duration = time.Since(began)
+		return res
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		flags, payload, err := readEnvelope(br)
+		if err != nil {
+			if canceled.Load() || sctx.Err() != nil {
+				// ctx ended and we cut the stream: kill what we started.
+				if pid != 0 {
+					kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					_ = c.Signal(kctx, pid, SignalKill)
+					kcancel()
+				}
+				res.TimedOut = true
+				return finish(), fmt.Errorf("exec %s: %w", sr.Process.Cmd, ctx.Err())
+			}
+			return finish(), fmt.Errorf("exec %s: stream ended without end-of-stream: %w", sr.Process.Cmd, c.streamErr(err))
+		}
+		if flags&flagEndStream != 0 {
+			var es EndStreamResponse
+			if err := json.Unmarshal(payload, &es); err != nil {
+				return finish(), fmt.Errorf("exec %s: decode end of stream: %w", sr.Process.Cmd, err)
+			}
+			if es.Error != nil {
+				if es.Error.Code == CodeDeadlineExceeded {
+					res.TimedOut, res.ExitCode = true, -1
+					return finish(), nil
+				}
+				e := &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)}
+				if e.Kind == nil {
+					e.Kind = guessKind(0, e.Code, e.Message)
+				}
+				return finish(), fmt.Errorf("exec %s: %w", sr.Process.Cmd, e)
+			}
+			if !sawEnd {
+				return finish(), fmt.Errorf("exec %s: stream ended without an end event", sr.Process.Cmd)
+			}
+			return finish(), nil
+		}
+		var ev StartResponse
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return finish(), fmt.Errorf("exec %s: decode event: %w", sr.Process.Cmd, err)
+		}
+		switch e := ev.Event; {
+		case e.Start != nil:
+			pid = e.Start.Pid
+		case e.Data != nil:
+			if len(e.Data.Stdout) > 0 {
+				outDropped += int64(e.Data.ToolhostDropped)
+				out.Write(e.Data.Stdout)
+			}
+			if len(e.Data.Stderr) > 0 {
+				errDropped += int64(e.Data.ToolhostDropped)
+				errb.Write(e.Data.Stderr)
+			}
+		case e.End != nil:
+			sawEnd = true
+			res.ExitCode = int(e.End.ExitCode)
+			if !e.End.Exited && e.End.ExitCode == 0 {
+				res.ExitCode = -1
+			}
+		}
+	}
+}
+
+// Start runs a background command whose output goes to a log file in the sandbox; it
+// returns once the process has started.
+func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Process, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tag := "bg-" + hex.EncodeToString(b[:])
+	sr, err := startRequest(r, tag)
+	if err != nil {
+		return sandbox.Process{}, fmt.Errorf("start: %w", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel() // closing the stream leaves the process running
+	resp, err := c.openStream(sctx, sr, map[string]string{HeaderBackground: "1"})
+	if err != nil {
+		return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, err)
+	}
+	defer resp.Body.Close()
+	for {
+		flags, payload, err := readEnvelope(resp.Body)
+		if err != nil {
+			return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, c.streamErr(err))
+		}
+		if flags&flagEndStream != 0 {
+			var es EndStreamResponse
+			_ = json.Unmarshal(payload, &es)
+			if es.Error != nil {
+				return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)})
+			}
+			return sandbox.Process{}, fmt.Errorf("start %s: stream ended before the start event", sr.Process.Cmd)
+		}
+		var ev StartResponse
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return sandbox.Process{}, fmt.Errorf("start %s: decode event: %w", sr.Process.Cmd, err)
+		}
+		if s := ev.Event.Start; s != nil {
+			return sandbox.Process{ID: tag, PID: int(s.Pid), LogPath: s.ToolhostLogPath}, nil
+		}
+	}
+}

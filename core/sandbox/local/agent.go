@@ -1,0 +1,69 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/toolhost/toolhost/core/sandbox/envd"
+)
+
+// Environment variables that turn a process into the in-sandbox agent.
+const (
+	envAgent   = "TOOLHOST_SANDBOX_AGENT" // "1": run the agent instead of main
+	envAgentFD = "TOOLHOST_AGENT_FD"      // descriptor of the inherited listening socket
+)
+
+// agentPath is where the host's executable is mounted inside the sandbox.
+const agentPath = "/run/toolhost/agent"
+
+// init turns any binary that imports this package into the sandbox agent when the
+// provider re-executes it inside bubblewrap (docker's "reexec" pattern). This way the
+// agent is always the exact code of the host that speaks to it — the CLI, an embedding
+// program and every test binary alike — with no second build artifact to install, find
+// or keep in version step. It runs before main (or the testing framework) gets control
+// and never returns.
+func init() {
+	if os.Getenv(envAgent) != "1" {
+		return
+	}
+	os.Exit(agentMain())
+}
+
+func agentMain() int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := runAgent(log); err != nil {
+		log.Error("sandbox agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runAgent(log *slog.Logger) error {
+	fd, err := strconv.Atoi(os.Getenv(envAgentFD))
+	if err != nil || fd < 3 {
+		return fmt.Errorf("agent: bad %s %q", envAgentFD, os.Getenv(envAgentFD))
+	}
+	// The processes the agent starts must not see how it was started.
+	os.Unsetenv(envAgent)
+	os.Unsetenv(envAgentFD)
+
+	f := os.NewFile(uintptr(fd), "agent-listener")
+	l, err := net.FileListener(f) // dups with close-on-exec
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("agent: listen on inherited socket: %w", err)
+	}
+	srv, err := envd.NewServer(envd.ServerConfig{Logger: log})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return srv.Serve(ctx, l)
+}
