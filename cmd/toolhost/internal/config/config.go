@@ -1,0 +1,513 @@
+// Package config loads the toolhost CLI's configuration: built-in defaults, then a YAML
+// file, then TOOLHOST_ environment variables, then command-line flags, each layer
+// overriding the one before. It knows nothing of the host library; cmd/toolhost turns a
+// Config into a host.Config.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// EnvPrefix prefixes every environment variable the loader reads.
+const EnvPrefix = "TOOLHOST_"
+
+// EnvConfigFile names the config file when --config is not given.
+const EnvConfigFile = "TOOLHOST_CONFIG"
+
+// DefaultFileName is the config file looked for in the working directory when neither
+// --config nor TOOLHOST_CONFIG names one.
+const DefaultFileName = "toolhost.yaml"
+
+// Config is the CLI's whole configuration. Keys are lower-case snake_case.
+type Config struct {
+	// DataDir holds the compilation cache and whatever else the host keeps. Empty means
+	// the host's default (host.DefaultDataDir).
+	DataDir string `koanf:"data_dir"`
+	// PluginsDir is where relative plugin paths resolve. Empty means "plugins" next to the
+	// executable, falling back to ./bin/plugins.
+	PluginsDir string   `koanf:"plugins_dir"`
+	Plugins    []Plugin `koanf:"plugins"`
+	Sandbox    Sandbox  `koanf:"sandbox"`
+	Limits     Limits   `koanf:"limits"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `koanf:"log_level"`
+}
+
+// Plugin is one plugin to load.
+type Plugin struct {
+	// Path of the .wasm file; relative paths resolve against PluginsDir.
+	Path string `koanf:"path"`
+	// Grants are the capabilities the plugin may import.
+	Grants []string `koanf:"grants"`
+	// Env is the plugin's configuration, passed as WASI environment variables.
+	Env map[string]string `koanf:"env"`
+}
+
+// Sandbox configures the sandboxes the CLI creates.
+type Sandbox struct {
+	// Network is "none" or "host".
+	Network string `koanf:"network"`
+	// Timeout is how long a sandbox lives unless extended.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxLifetime is the longest a sandbox may be extended to.
+	MaxLifetime time.Duration `koanf:"max_lifetime"`
+}
+
+// Limits bound what plugins and commands may use.
+type Limits struct {
+	MemoryMiB          int           `koanf:"memory_mib"`
+	CallTimeout        time.Duration `koanf:"call_timeout"`
+	PoolSize           int           `koanf:"pool_size"`
+	ExecTimeoutDefault time.Duration `koanf:"exec_timeout_default"`
+	ExecTimeoutMax     time.Duration `koanf:"exec_timeout_max"`
+	ReadMaxBytes       int64         `koanf:"read_max_bytes"`
+	ExecOutputMaxBytes int           `koanf:"exec_output_max_bytes"`
+}
+
+// Level returns the slog level of LogLevel (info if it does not parse; Load validates it).
+func (c *Config) Level() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// BuiltinPlugins are the plugins loaded when the configuration names none.
+func BuiltinPlugins() []Plugin {
+	return []Plugin{
+		{Path: "bash.wasm", Grants: []string{string(abi.CapSandboxExec), string(abi.CapLog)}},
+		{Path: "editfile.wasm", Grants: []string{string(abi.CapSandboxFiles), string(abi.CapLog)}},
+		{Path: "grepglob.wasm", Grants: []string{string(abi.CapSandboxExec), string(abi.CapSandboxFiles), string(abi.CapLog)}},
+	}
+}
+
+// Default returns the built-in defaults.
+func Default() Config {
+	return Config{
+		Plugins: BuiltinPlugins(),
+		Sandbox: Sandbox{
+			Network:     "none",
+			Timeout:     time.Hour,
+			MaxLifetime: 24 * time.Hour,
+		},
+		Limits: Limits{
+			MemoryMiB:          128,
+			CallTimeout:        10 * time.Second,
+			PoolSize:           8,
+			ExecTimeoutDefault: 60 * time.Second,
+			ExecTimeoutMax:     600 * time.Second,
+			ReadMaxBytes:       16 << 20,
+			ExecOutputMaxBytes: 64 << 10,
+		},
+		LogLevel: "info",
+	}
+}
+
+// scalar keys, the env/flag-settable ones. plugins is a list and comes from the file only.
+var scalarKeys = []string{
+	"data_dir",
+	"plugins_dir",
+	"log_level",
+	"sandbox.network",
+	"sandbox.timeout",
+	"sandbox.max_lifetime",
+	"limits.memory_mib",
+	"limits.call_timeout",
+	"limits.pool_size",
+	"limits.exec_timeout_default",
+	"limits.exec_timeout_max",
+	"limits.read_max_bytes",
+	"limits.exec_output_max_bytes",
+}
+
+// Keys lists every configuration key, in a stable order.
+func Keys() []string {
+	return append(append([]string{}, scalarKeys...), "plugins")
+}
+
+func knownKey(k string) bool {
+	for _, s := range Keys() {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// EnvName returns the environment variable that sets key, e.g. TOOLHOST_LIMITS_MEMORY_MIB.
+// A double underscore may stand for the dot as well (TOOLHOST_LIMITS__MEMORY_MIB).
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// envKeys maps both spellings of every scalar key's variable to the key.
+func envKeys() map[string]string {
+	m := make(map[string]string, 2*len(scalarKeys))
+	for _, k := range scalarKeys {
+		m[EnvName(k)] = k
+		m[EnvPrefix+strings.ToUpper(strings.ReplaceAll(k, ".", "__"))] = k
+	}
+	return m
+}
+
+// flag names of the config keys. Only these flags feed the configuration.
+var flagKeys = map[string]string{
+	"data-dir":              "data_dir",
+	"plugins-dir":           "plugins_dir",
+	"log-level":             "log_level",
+	"network":               "sandbox.network",
+	"sandbox-timeout":       "sandbox.timeout",
+	"sandbox-max-lifetime":  "sandbox.max_lifetime",
+	"memory-mib":            "limits.memory_mib",
+	"call-timeout":          "limits.call_timeout",
+	"pool-size":             "limits.pool_size",
+	"exec-timeout":          "limits.exec_timeout_default",
+	"exec-timeout-max":      "limits.exec_timeout_max",
+	"read-max-bytes":        "limits.read_max_bytes",
+	"exec-output-max-bytes": "limits.exec_output_max_bytes",
+}
+
+// RegisterFlags adds --config and one flag per scalar key to fs. The defaults shown are
+// the built-in ones; a flag only counts when it is given.
+func RegisterFlags(fs *pflag.FlagSet) {
+	d := Default()
+	fs.String("config", "", "config file (default $"+EnvConfigFile+", else ./"+DefaultFileName+" if present)")
+	fs.String("data-dir", "", "data directory: compilation cache and host state (default $TOOLHOST_DATA_DIR, else $XDG_DATA_HOME/toolhost, else ~/.local/share/toolhost)")
+	fs.String("plugins-dir", "", "where relative plugin paths resolve (default: plugins next to the executable, else ./bin/plugins)")
+	fs.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
+	fs.String("network", d.Sandbox.Network, "sandbox network: none or host")
+	fs.Duration("sandbox-timeout", d.Sandbox.Timeout, "how long a sandbox lives unless extended")
+	fs.Duration("sandbox-max-lifetime", d.Sandbox.MaxLifetime, "the longest a sandbox may be extended to")
+	fs.Int("memory-mib", d.Limits.MemoryMiB, "memory limit per plugin instance, MiB")
+	fs.Duration("call-timeout", d.Limits.CallTimeout, "deadline for a plugin's own work per call")
+	fs.Int("pool-size", d.Limits.PoolSize, "maximum instances per plugin")
+	fs.Duration("exec-timeout", d.Limits.ExecTimeoutDefault, "default timeout of a sandbox command")
+	fs.Duration("exec-timeout-max", d.Limits.ExecTimeoutMax, "maximum timeout of a sandbox command")
+	fs.Int64("read-max-bytes", d.Limits.ReadMaxBytes, "largest file a plugin may read, bytes")
+	fs.Int("exec-output-max-bytes", d.Limits.ExecOutputMaxBytes, "what a command's stdout and stderr each keep (head and tail), bytes")
+}
+
+// Sources says where Load reads from.
+type Sources struct {
+	// Flags is a parsed flag set that RegisterFlags was called on; nil for none.
+	Flags *pflag.FlagSet
+	// Environ is the environment as KEY=VALUE strings; nil means os.Environ().
+	Environ []string
+	// Dir is the directory searched for DefaultFileName; empty means the working directory.
+	Dir string
+}
+
+// Loaded is a configuration and where it came from.
+type Loaded struct {
+	Config
+	// File is the config file read, or "" when none was.
+	File string
+}
+
+// Load builds the configuration: defaults, then the YAML file, then TOOLHOST_ variables,
+// then the flags that were given. Errors name the offending key and fit on one line.
+func Load(src Sources) (*Loaded, error) {
+	environ := src.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	getenv := func(name string) (string, bool) {
+		for _, kv := range environ {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaultMap(), "."), nil); err != nil {
+		return nil, fmt.Errorf("config: loading defaults: %w", err)
+	}
+
+	// 1. The file.
+	path, explicit := "", false
+	if src.Flags != nil {
+		if f := src.Flags.Lookup("config"); f != nil && f.Changed {
+			path, explicit = f.Value.String(), true
+		}
+	}
+	if !explicit {
+		if v, ok := getenv(EnvConfigFile); ok && v != "" {
+			path, explicit = v, true
+		}
+	}
+	if !explicit {
+		cand := DefaultFileName
+		if src.Dir != "" {
+			cand = src.Dir + string(os.PathSeparator) + DefaultFileName
+		}
+		if st, err := os.Stat(cand); err == nil && st.Mode().IsRegular() {
+			path = cand
+		}
+	}
+	if path != "" {
+		if err := loadFile(k, path); err != nil {
+			return nil, err
+		}
+	}
+
+	// 2. The environment, mapped against the known keys; other TOOLHOST_ variables (the
+	// plugins' own, the sandbox agent's) are not configuration and are left alone.
+	ek := envKeys()
+	err := k.Load(env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, v string) (string, any) {
+			key, ok := ek[name]
+			if !ok || v == "" {
+				return "", nil
+			}
+			return key, v
+		},
+	}), nil)
+	if err != nil {
+		return nil, fmt.Errorf("config: reading the environment: %w", err)
+	}
+
+	// 3. The flags that were given.
+	if src.Flags != nil {
+		err := k.Load(posflag.ProviderWithFlag(src.Flags, ".", k, func(f *pflag.Flag) (string, any) {
+			key, ok := flagKeys[f.Name]
+			if !ok || !f.Changed {
+				return "", nil
+			}
+			return key, posflag.FlagVal(src.Flags, f)
+		}), nil)
+		if err != nil {
+			return nil, fmt.Errorf("config: reading flags: %w", err)
+		}
+	}
+
+	var c Config
+	if err := decode(k, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &Loaded{Config: c, File: path}, nil
+}
+
+// loadFile merges a YAML file into k after checking it names only known keys.
+func loadFile(k *koanf.Koanf, path string) error {
+	fk := koanf.New(".")
+	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
+		return fmt.Errorf("config file %s: %s", path, oneLine(err))
+	}
+	for _, key := range fk.Keys() {
+		if !knownKey(key) {
+			return fmt.Errorf("config file %s: unknown key %q (known: %s)", path, key, strings.Join(Keys(), ", "))
+		}
+	}
+	if err := k.Merge(fk); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	return nil
+}
+
+// defaultMap is Default() as a flat koanf map.
+func defaultMap() map[string]any {
+	d := Default()
+	plugins := make([]any, 0, len(d.Plugins))
+	for _, p := range d.Plugins {
+		grants := make([]any, len(p.Grants))
+		for i, g := range p.Grants {
+			grants[i] = g
+		}
+		plugins = append(plugins, map[string]any{"path": p.Path, "grants": grants})
+	}
+	return map[string]any{
+		"data_dir":                     d.DataDir,
+		"plugins_dir":                  d.PluginsDir,
+		"plugins":                      plugins,
+		"log_level":                    d.LogLevel,
+		"sandbox.network":              d.Sandbox.Network,
+		"sandbox.timeout":              d.Sandbox.Timeout,
+		"sandbox.max_lifetime":         d.Sandbox.MaxLifetime,
+		"limits.memory_mib":            d.Limits.MemoryMiB,
+		"limits.call_timeout":          d.Limits.CallTimeout,
+		"limits.pool_size":             d.Limits.PoolSize,
+		"limits.exec_timeout_default":  d.Limits.ExecTimeoutDefault,
+		"limits.exec_timeout_max":      d.Limits.ExecTimeoutMax,
+		"limits.read_max_bytes":        d.Limits.ReadMaxBytes,
+		"limits.exec_output_max_bytes": d.Limits.ExecOutputMaxBytes,
+	}
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// durationHook decodes "10s"-style strings into durations and refuses bare numbers, which
+// would otherwise silently mean nanoseconds.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.String:
+		d, err := time.ParseDuration(strings.TrimSpace(data.(string)))
+		if err != nil {
+			return nil, fmt.Errorf("not a duration: %q (write it with a unit, e.g. \"30s\", \"10m\")", data)
+		}
+		return d, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if from == durationType {
+			return data, nil
+		}
+		return nil, fmt.Errorf("a duration needs a unit: got %v (write e.g. \"%vs\")", data, data)
+	}
+	return data, nil
+}
+
+func decode(k *koanf.Koanf, c *Config) error {
+	err := k.UnmarshalWithConf("", c, koanf.UnmarshalConf{
+		Tag: "koanf",
+		DecoderConfig: &mapstructure.DecoderConfig{
+			DecodeHook:       durationHook,
+			ErrorUnused:      true,
+			WeaklyTypedInput: true,
+			TagName:          "koanf",
+			Result:           c,
+		},
+	})
+	if err == nil {
+		return nil
+	}
+	if de := firstDecodeError(err); de != nil {
+		return fmt.Errorf("config: %s: %s", de.Name(), oneLine(describeDecode(de.Unwrap())))
+	}
+	return fmt.Errorf("config: %s", oneLine(err))
+}
+
+// firstDecodeError finds the first mapstructure error that names a field.
+func firstDecodeError(err error) *mapstructure.DecodeError {
+	var de *mapstructure.DecodeError
+	if errors.As(err, &de) {
+		return de
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if d := firstDecodeError(e); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+func describeDecode(err error) error {
+	var pe *mapstructure.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("not a valid %s: %v", pe.Expected.Type(), pe.Value)
+	}
+	var ue *mapstructure.UnconvertibleTypeError
+	if errors.As(err, &ue) {
+		return fmt.Errorf("expected a %s, got %v", ue.Expected.Type(), ue.Value)
+	}
+	return err
+}
+
+// oneLine folds an error message onto one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// Validate checks every value; the error names the key.
+func (c *Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	switch c.Sandbox.Network {
+	case "none", "host":
+	default:
+		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
+	}
+	if c.Sandbox.Timeout <= 0 {
+		return bad("sandbox.timeout", "must be positive, got %s", c.Sandbox.Timeout)
+	}
+	if c.Sandbox.MaxLifetime < c.Sandbox.Timeout {
+		return bad("sandbox.max_lifetime", "must be at least sandbox.timeout (%s), got %s", c.Sandbox.Timeout, c.Sandbox.MaxLifetime)
+	}
+	if c.Limits.MemoryMiB < 1 || c.Limits.MemoryMiB > 4096 {
+		return bad("limits.memory_mib", "must be between 1 and 4096 (a wasm32 memory is at most 4 GiB), got %d", c.Limits.MemoryMiB)
+	}
+	if c.Limits.CallTimeout <= 0 {
+		return bad("limits.call_timeout", "must be positive, got %s", c.Limits.CallTimeout)
+	}
+	if c.Limits.PoolSize < 1 {
+		return bad("limits.pool_size", "must be at least 1, got %d", c.Limits.PoolSize)
+	}
+	if c.Limits.ExecTimeoutDefault <= 0 {
+		return bad("limits.exec_timeout_default", "must be positive, got %s", c.Limits.ExecTimeoutDefault)
+	}
+	if c.Limits.ExecTimeoutMax < c.Limits.ExecTimeoutDefault {
+		return bad("limits.exec_timeout_max", "must be at least limits.exec_timeout_default (%s), got %s", c.Limits.ExecTimeoutDefault, c.Limits.ExecTimeoutMax)
+	}
+	if c.Limits.ExecTimeoutMax%time.Second != 0 {
+		return bad("limits.exec_timeout_max", "must be whole seconds, got %s", c.Limits.ExecTimeoutMax)
+	}
+	if c.Limits.ReadMaxBytes < 1 {
+		return bad("limits.read_max_bytes", "must be positive, got %d", c.Limits.ReadMaxBytes)
+	}
+	if c.Limits.ExecOutputMaxBytes < 1024 {
+		return bad("limits.exec_output_max_bytes", "must be at least 1024, got %d", c.Limits.ExecOutputMaxBytes)
+	}
+	known := map[string]bool{}
+	var names []string
+	for _, cp := range abi.Capabilities() {
+		known[string(cp)] = true
+		names = append(names, string(cp))
+	}
+	for i, p := range c.Plugins {
+		key := fmt.Sprintf("plugins[%d]", i)
+		if strings.TrimSpace(p.Path) == "" {
+			return bad(key+".path", "is empty")
+		}
+		for _, g := range p.Grants {
+			if !known[g] {
+				return bad(key+".grants", "unknown capability %q (known: %s)", g, strings.Join(names, ", "))
+			}
+		}
+		envNames := make([]string, 0, len(p.Env))
+		for name := range p.Env {
+			envNames = append(envNames, name)
+		}
+		sort.Strings(envNames)
+		for _, name := range envNames {
+			if name == "" || strings.ContainsAny(name, "=\x00") {
+				return bad(key+".env", "invalid variable name %q", name)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func flags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return fs
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.File != "" {
+		t.Errorf("File = %q, want none", l.File)
+	}
+	if !reflect.DeepEqual(l.Config, Default()) {
+		t.Errorf("loaded defaults differ:\n got %+v\nwant %+v", l.Config, Default())
+	}
+}
+
+// TestPrecedence: defaults < file < environment < flags, key by key.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "c.yaml", `
+log_level: warn
+limits:
+  pool_size: 3          # file only
+  memory_mib: 64        # file, then env
+  call_timeout: 5s      # file, env, then flag
+sandbox:
+  network: host
+`)
+	env := []string{
+		"TOOLHOST_LIMITS_MEMORY_MIB=96",
+		"TOOLHOST_LIMITS__CALL_TIMEOUT=7s", // the double-underscore spelling
+		"TOOLHOST_DATA_DIR=/env/data",
+		"TOOLHOST_BASH_MAX_TIMEOUT=5", // not configuration: ignored
+		"TOOLHOST_SOMETHING_ELSE=x",   // likewise
+		"HOME=/home/nobody",
+	}
+	fs := flags(t, "--config", cfg, "--call-timeout=9s", "--plugins-dir", "/flag/plugins")
+	l, err := Load(Sources{Flags: fs, Environ: env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.Config
+	if l.File != cfg {
+		t.Errorf("File = %q, want %q", l.File, cfg)
+	}
+	checks := []struct {
+		key       string
+		got, want any
+	}{
+		{"limits.pool_size (file)", c.Limits.PoolSize, 3},
+		{"limits.memory_mib (env over file)", c.Limits.MemoryMiB, 96},
+		{"limits.call_timeout (flag over env over file)", c.Limits.CallTimeout, 9 * time.Second},
+		{"log_level (file)", c.LogLevel, "warn"},
+		{"sandbox.network (file)", c.Sandbox.Network, "host"},
+		{"data_dir (env)", c.DataDir, "/env/data"},
+		{"plugins_dir (flag)", c.PluginsDir, "/flag/plugins"},
+		{"limits.exec_timeout_max (default)", c.Limits.ExecTimeoutMax, 600 * time.Second},
+		{"plugins (default)", len(c.Plugins), 3},
+	}
+	for _, ck := range checks {
+		if !reflect.DeepEqual(ck.got, ck.want) {
+			t.Errorf("%s = %v, want %v", ck.key, ck.got, ck.want)
+		}
+	}
+
+	// Without the flag the environment wins; without the environment the file does.
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Limits.CallTimeout; got != 7*time.Second {
+		t.Errorf("call_timeout without flag = %s, want 7s (env)", got)
+	}
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Limits.CallTimeout; got != 5*time.Second {
+		t.Errorf("call_timeout from file only = %s, want 5s", got)
+	}
+	// A flag left at its default does not override the file.
+	if got := l.LogLevel; got != "warn" {
+		t.Errorf("log_level = %q, want the file's warn (unchanged flag must not win)", got)
+	}
+}
+
+func TestConfigFileLookup(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, DefaultFileName, "log_level: error\n")
+	other := writeFile(t, dir, "other.yaml", "log_level: debug\n")
+	third := writeFile(t, dir, "third.yaml", "log_level: warn\n")
+
+	// toolhost.yaml in the directory.
+	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.LogLevel != "error" {
+		t.Errorf("cwd file: log_level = %q, want error", l.LogLevel)
+	}
+	// TOOLHOST_CONFIG beats it.
+	l, err = Load(Sources{Flags: flags(t), Environ: []string{"TOOLHOST_CONFIG=" + other}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.LogLevel != "debug" || l.File != other {
+		t.Errorf("TOOLHOST_CONFIG: log_level = %q file %q, want debug from %s", l.LogLevel, l.File, other)
+	}
+	// --config beats both.
+	l, err = Load(Sources{Flags: flags(t, "--config", third), Environ: []string{"TOOLHOST_CONFIG=" + other}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.LogLevel != "warn" {
+		t.Errorf("--config: log_level = %q, want warn", l.LogLevel)
+	}
+	// A named file that does not exist is an error; the implicit one is optional.
+	if _, err := Load(Sources{Flags: flags(t, "--config", filepath.Join(dir, "nope.yaml")), Environ: []string{}}); err == nil {
+		t.Error("missing --config file: no error")
+	}
+}
+
+func TestPluginsFromFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "c.yaml", `
+plugins:
+  - path: bash.wasm
+    grants: [sandbox_exec, log]
+    env:
+      TOOLHOST_BASH_MAX_TIMEOUT: 30
+  - path: /opt/x.wasm
+`)
+	l, err := Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Plugin{
+		{Path: "bash.wasm", Grants: []string{"sandbox_exec", "log"}, Env: map[string]string{"TOOLHOST_BASH_MAX_TIMEOUT": "30"}},
+		{Path: "/opt/x.wasm"},
+	}
+	if !reflect.DeepEqual(l.Plugins, want) {
+		t.Errorf("plugins = %+v, want %+v (the file's list replaces the built-ins)", l.Plugins, want)
+	}
+}
+
+// TestBadConfig: every bad value gives one line that names the key.
+func TestBadConfig(t *testing.T) {
+	cases := []struct {
+		name    string
+		yaml    string
+		env     []string
+		args    []string
+		wantKey string
+	}{
+		{name: "unknown key", yaml: "limits:\n  memry_mib: 3\n", wantKey: "limits.memry_mib"},
+		{name: "unknown top key", yaml: "sandbx: {network: host}\n", wantKey: "sandbx.network"},
+		{name: "not an int", yaml: "limits:\n  pool_size: lots\n", wantKey: "limits.pool_size"},
+		{name: "bare duration", yaml: "limits:\n  call_timeout: 10\n", wantKey: "limits.call_timeout"},
+		{name: "bad duration", yaml: "sandbox:\n  timeout: soon\n", wantKey: "sandbox.timeout"},
+		{name: "network", env: []string{"TOOLHOST_SANDBOX_NETWORK=bridge"}, wantKey: "sandbox.network"},
+		{name: "memory", args: []string{"--memory-mib", "0"}, wantKey: "limits.memory_mib"},
+		{name: "pool", env: []string{"TOOLHOST_LIMITS_POOL_SIZE=0"}, wantKey: "limits.pool_size"},
+		{name: "log level", yaml: "log_level: loud\n", wantKey: "log_level"},
+		{name: "exec max below default", args: []string{"--exec-timeout", "2m", "--exec-timeout-max", "1m"}, wantKey: "limits.exec_timeout_max"},
+		{name: "grant", yaml: "plugins:\n  - path: a.wasm\n    grants: [root]\n", wantKey: "plugins[0].grants"},
+		{name: "plugin key", yaml: "plugins:\n  - path: a.wasm\n    grantz: [log]\n", wantKey: "plugins[0]"},
+		{name: "plugin path", yaml: "plugins:\n  - grants: [log]\n", wantKey: "plugins[0].path"},
+		{name: "yaml syntax", yaml: "limits: [\n", wantKey: "c.yaml"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := tc.args
+			if tc.yaml != "" {
+				args = append([]string{"--config", writeFile(t, dir, "c.yaml", tc.yaml)}, args...)
+			}
+			env := tc.env
+			if env == nil {
+				env = []string{}
+			}
+			_, err := Load(Sources{Flags: flags(t, args...), Environ: env, Dir: dir})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			t.Logf("%s", msg)
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			if !strings.Contains(msg, tc.wantKey) {
+				t.Errorf("error %q does not name %q", msg, tc.wantKey)
+			}
+		})
+	}
+}
+
+// TestExampleFile: the commented example at the repository root loads, and says the
+// defaults.
+func TestExampleFile(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "..", "toolhost.example.yaml")
+	l, err := Load(Sources{Flags: flags(t, "--config", path), Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(l.Config, Default()) {
+		t.Errorf("toolhost.example.yaml differs from the defaults:\n file %+v\n code %+v", l.Config, Default())
+	}
+	// Every key is in it.
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		leaf := k[strings.LastIndex(k, ".")+1:]
+		if !strings.Contains(string(body), "\n"+leaf+":") && !strings.Contains(string(body), " "+leaf+":") {
+			t.Errorf("toolhost.example.yaml does not mention %s", k)
+		}
+		if k != "plugins" && !strings.Contains(string(body), EnvName(k)) {
+			t.Errorf("toolhost.example.yaml does not name the variable %s", EnvName(k))
+		}
+	}
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# setup.sh installs what toolhost needs and is missing, and does nothing else.
+#
+#   scripts/setup.sh          what `make run` needs: bubblewrap
+#   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo)
+#
+# Packages come from apt (Debian/Ubuntu). `apt-get update` runs only when a package has no
+# install candidate, or when an install fails on stale package lists. sudo is used only
+# when not running as root. Safe to run again: when everything is present it only checks.
+set -euo pipefail
+
+want_test=false
+for arg in "$@"; do
+	case "$arg" in
+	--test) want_test=true ;;
+	-h | --help)
+		sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "setup.sh: unknown argument $arg" >&2
+		exit 2
+		;;
+	esac
+done
+
+say() { echo "setup: $*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+	say "Go is not installed. toolhost needs Go 1.26 or later: https://go.dev/dl/"
+	exit 1
+fi
+
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+if $want_test; then
+	# -race needs cgo, which needs a C compiler and the C library headers.
+	command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+	[ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
+fi
+
+if ((${#missing[@]})); then
+	say "installing ${missing[*]}"
+	if ! command -v apt-get >/dev/null 2>&1; then
+		say "apt-get not found: install ${missing[*]} with your package manager"
+		exit 1
+	fi
+	sudo=()
+	if [ "$(id -u)" -ne 0 ]; then
+		if ! command -v sudo >/dev/null 2>&1; then
+			say "not root and no sudo: install ${missing[*]} as root"
+			exit 1
+		fi
+		sudo=(sudo)
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt=("${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0)
+
+	# Update the package lists only if some package has no install candidate.
+	need_update=false
+	for p in "${missing[@]}"; do
+		policy=$(apt-cache policy "$p" 2>/dev/null || true)
+		if ! grep -q 'Candidate: [^(]' <<<"$policy"; then
+			need_update=true
+		fi
+	done
+	if $need_update; then
+		say "apt-get update"
+		"${apt[@]}" update </dev/null
+	fi
+	if ! "${apt[@]}" install --no-install-recommends "${missing[@]}" </dev/null; then
+		# Lists that are present but stale point at files the mirror no longer has.
+		$need_update && exit 1
+		say "install failed; apt-get update and retry"
+		"${apt[@]}" update </dev/null
+		"${apt[@]}" install --no-install-recommends "${missing[@]}" </dev/null
+	fi
+fi
+
+# bubblewrap may be installed yet unusable (no user namespaces in a locked-down container).
+if ! bwrap --unshare-all --die-with-parent --ro-bind / / true </dev/null >/dev/null 2>&1; then
+	say "warning: bwrap is installed but could not create a sandbox here:"
+	bwrap --unshare-all --die-with-parent --ro-bind / / true </dev/null 2>&1 | sed 's/^/setup:   /' >&2 || true
+	say "tools that need a sandbox will fail (user namespaces may be disabled)"
+fi
