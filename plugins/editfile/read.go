@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	gopath "path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -56,11 +57,13 @@ func readFile(in pdk.Input) abi.Result {
 }
 
 // reason is the host's message without its "OP PATH: " prefix, which the tool's own
-// message already says.
+// message already says. The host names the path in its workspace-relative form.
 func reason(err error, path string) string {
 	msg := err.Error()
-	if i := strings.Index(msg, path+": "); i >= 0 {
-		return msg[i+len(path)+2:]
+	for _, p := range []string{path, relPath(path)} {
+		if i := strings.Index(msg, p+": "); i >= 0 {
+			return msg[i+len(p)+2:]
+		}
 	}
 	var e *pdk.Error
 	if errors.As(err, &e) && e.Msg == "" {
@@ -68,6 +71,20 @@ func reason(err error, path string) string {
 	}
 	return msg
 }
+
+// relPath is the workspace-relative form of a path, as the host writes it in messages.
+func relPath(p string) string {
+	if !gopath.IsAbs(p) {
+		p = gopath.Join(workspace, p)
+	}
+	p = gopath.Clean(p)
+	if p == workspace {
+		return "."
+	}
+	return strings.TrimPrefix(p, workspace+"/")
+}
+
+const workspace = "/home/user"
 
 // isBinary looks at the first 8 KB: a NUL byte, or more than 10% of bytes that are
 // invalid UTF-8 or control characters no text uses, means binary. Text in a legacy

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/pdk/pdktest"
+)
+
+func text(r abi.Result) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+func TestFormat(t *testing.T) {
+	cases := []struct {
+		name string
+		res  abi.ExecResult
+		want string
+		err  bool
+	}{
+		{"plain", abi.ExecResult{Stdout: "hi\n"}, "$ cmd\nhi\n[exit 0]", false},
+		{"no newline", abi.ExecResult{Stdout: "hi", ExitCode: 3}, "$ cmd\nhi\n[exit 3]", false},
+		{"stderr", abi.ExecResult{Stdout: "out\n", Stderr: "err", ExitCode: 1}, "$ cmd\nout\n[stderr]\nerr\n[exit 1]", false},
+		{"only stderr", abi.ExecResult{Stderr: "boom\n", ExitCode: 2}, "$ cmd\n[stderr]\nboom\n[exit 2]", false},
+		{"empty", abi.ExecResult{}, "$ cmd\n[exit 0]", false},
+		{"signal", abi.ExecResult{ExitCode: -1}, "$ cmd\n[exit -1, killed by a signal]", false},
+		{"timeout", abi.ExecResult{Stdout: "partial\n", TimedOut: true, ExitCode: -1}, "$ cmd\npartial\n[timed out after 5 s]", true},
+		{"host cut", abi.ExecResult{Stdout: "head\ntail\n", StdoutCut: 1234, Stderr: "e\n", StderrCut: 7},
+			"$ cmd\nhead\ntail\n[stdout: 1234 bytes were cut from the middle by the host; what is shown is the beginning and the end]\n" +
+				"[stderr]\ne\n[stderr: 7 bytes were cut from the middle by the host; what is shown is the beginning and the end]\n[exit 0]", false},
+	}
+	for _, c := range cases {
+		r := format("cmd", 5, c.res)
+		if got := text(r); got != c.want || r.IsError != c.err {
+			t.Errorf("%s: got %v\n%q\nwant %v\n%q", c.name, r.IsError, got, c.err, c.want)
+		}
+	}
+}
+
+func TestFormatBudget(t *testing.T) {
+	var out strings.Builder
+	for i := 0; out.Len() < 100_000; i++ {
+		out.WriteString("line é€ of stdout output\n")
+	}
+	errs := strings.Repeat("warning: something\n", 2000) // 38,000 bytes
+	r := format("make", 60, abi.ExecResult{Stdout: out.String(), Stderr: errs, ExitCode: 2})
+	got := text(r)
+	if len(got) > outputBudget+500 {
+		t.Errorf("result is %d bytes", len(got))
+	}
+	if !strings.HasPrefix(got, "$ make\nline é€ of stdout output\n") || !strings.HasSuffix(got, "warning: something\n[exit 2]") {
+		t.Errorf("head or tail lost: %q ... %q", got[:60], got[len(got)-60:])
+	}
+	if strings.Count(got, " bytes cut here ...]\n") != 2 || !strings.Contains(got, "\n[stderr]\n") {
+		t.Errorf("markers missing")
+	}
+	if !strings.Contains(got, "of stdout output\n[... ") || !strings.Contains(got, " bytes cut here ...]\nline é€") {
+		t.Errorf("stdout not cut at line boundaries")
+	}
+	if s := cutMiddle(strings.Repeat("€", 100), 50); !strings.HasPrefix(s, strings.Repeat("€", 8)+"\n[... ") {
+		t.Errorf("cut inside a character: %q", s)
+	}
+}
+
+func TestBash(t *testing.T) {
+	w := pdktest.New(t)
+	w.Write("f.txt", "content\n")
+	got, isErr := w.Call("bash", `{"command":"cat f.txt; echo oops >&2; exit 4"}`)
+	if isErr || got != "$ cat f.txt; echo oops >&2; exit 4\ncontent\n[stderr]\noops\n[exit 4]" {
+		t.Errorf("got %v %q", isErr, got)
+	}
+	if r := w.Execs[0]; strings.Join(r.Argv, "|") != "bash|-c|cat f.txt; echo oops >&2; exit 4" || r.TimeoutMS != 60_000 || r.Background {
+		t.Errorf("request %+v", r)
+	}
+
+	got, isErr = w.Call("bash", `{"command":"echo start; sleep 5","timeout":1}`)
+	if !isErr || got != "$ echo start; sleep 5\nstart\n[timed out after 1 s]" {
+		t.Errorf("timeout: %v %q", isErr, got)
+	}
+
+	got, isErr = w.Call("bash", `{"command":"true","timeout":601}`)
+	if !isErr || !strings.HasPrefix(got, "Error: timeout 601 s is above the maximum of 600 s") {
+		t.Errorf("over max: %v %q", isErr, got)
+	}
+	t.Setenv("TOOLHOST_BASH_MAX_TIMEOUT", "30")
+	got, isErr = w.Call("bash", `{"command":"true","timeout":31}`)
+	if !isErr || !strings.HasPrefix(got, "Error: timeout 31 s is above the maximum of 30 s") {
+		t.Errorf("configured max: %v %q", isErr, got)
+	}
+
+	got, isErr = w.Call("bash", `{"command":"echo bg","background":true}`)
+	if isErr || !strings.HasPrefix(got, "Started in background: id bg-1, pid ") || !strings.Contains(got, ", log /") {
+		t.Errorf("background: %v %q", isErr, got)
+	}
+	if r := w.Execs[len(w.Execs)-1]; !r.Background || r.TimeoutMS != 0 {
+		t.Errorf("background request %+v", r)
+	}
+}
