@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/pflag"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/host"
+)
+
+// writeJSON writes v as JSON, indented or on one line, without escaping <, > and & (tool
+// output is full of them).
+func writeJSON(w io.Writer, v any, indent bool) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
+}
+
+func toolsCommand() *command {
+	cmd := &command{
+		words:   []string{"tools"},
+		args:    "",
+		summary: "print the tool definitions of the loaded plugins",
+		help: `--format anthropic (the default) prints a JSON array of {"name", "description",
+"input_schema"}, ready for the "tools" of an Anthropic Messages API request.
+--format json prints the plugins with their versions, grants, imports and tools.`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("format", "anthropic", "output format: anthropic or json")
+		},
+		nargs: [2]int{0, 0},
+	}
+	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		format, _ := c.flags.GetString("format")
+		if format != "anthropic" && format != "json" {
+			return usagef(cmd, "--format must be anthropic or json, got %q", format)
+		}
+		h, err := c.newHost(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.closeHost(ctx, h)
+		if format == "anthropic" {
+			tools := h.Tools()
+			if tools == nil {
+				tools = []abi.Tool{}
+			}
+			return writeJSON(c.stdout, tools, true)
+		}
+		return writeJSON(c.stdout, pluginsJSON(h), true)
+	}
+	return cmd
+}
+
+type pluginJSON struct {
+	Name    string           `json:"name"`
+	Version string           `json:"version"`
+	Path    string           `json:"path"`
+	Grants  []abi.Capability `json:"grants"`
+	Imports []string         `json:"imports"`
+	Tools   []abi.Tool       `json:"tools"`
+}
+
+func pluginsJSON(h *host.Host) []pluginJSON {
+	defs := map[string]abi.Tool{}
+	for _, t := range h.Tools() {
+		defs[t.Name] = t
+	}
+	out := []pluginJSON{}
+	for _, p := range h.Plugins() {
+		pj := pluginJSON{Name: p.Name, Version: p.Version, Path: p.Path,
+			Grants: p.Grants, Imports: importNames(p.Imports), Tools: []abi.Tool{}}
+		if pj.Grants == nil {
+			pj.Grants = []abi.Capability{}
+		}
+		for _, name := range p.Tools {
+			pj.Tools = append(pj.Tools, defs[name])
+		}
+		out = append(out, pj)
+	}
+	return out
+}
+
+func importNames(imps []host.Import) []string {
+	out := make([]string, 0, len(imps))
+	for _, im := range imps {
+		out = append(out, im.Module+"."+im.Name)
+	}
+	return out
+}
+
+func callCommand() *command {
+	cmd := &command{
+		words:   []string{"call"},
+		args:    "TOOL JSON",
+		summary: "run one tool call in a sandbox and print its result",
+		help: `Creates a local sandbox whose /home/user is the workspace directory, runs TOOL
+with the JSON input ("-" reads it from stdin), and prints the result as JSON:
+{"content":[...],"is_error":bool}.
+
+Exit status: 0 when the tool ran, even if its result is an error (is_error: true);
+1 when the host could not run it (no sandbox, a plugin failure); 2 for a usage
+mistake (bad JSON, unknown tool). Reasons go to stderr on one line.
+
+Example:
+  toolhost call write_file '{"path":"notes.txt","content":"hi\n"}' --workspace /tmp/ws`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringP("workspace", "w", "", "host directory mounted at /home/user (default: the current directory)")
+		},
+		nargs: [2]int{2, 2},
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		tool, input := args[0], []byte(args[1])
+		if args[1] == "-" {
+			b, err := io.ReadAll(c.stdin)
+			if err != nil {
+				return fmt.Errorf("reading the input from stdin: %w", err)
+			}
+			input = b
+		}
+		if err := checkJSON(input); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		ws, _ := c.flags.GetString("workspace")
+		ws, err := workspaceDir(ws)
+		if err != nil {
+			return usagef(cmd, "--workspace: %v", err)
+		}
+
+		h, err := c.newHost(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.closeHost(ctx, h)
+		if !slices.ContainsFunc(h.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
+			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(h), ", "))
+		}
+		sb, err := c.newSandbox(ctx, ws)
+		if err != nil {
+			return err
+		}
+		defer c.closeSandbox(ctx, sb)
+
+		res, err := h.OpenSession(sb).Dispatch(ctx, tool, json.RawMessage(input))
+		if err != nil {
+			return fmt.Errorf("%s: %w", tool, err)
+		}
+		if res.Content == nil {
+			res.Content = []abi.Content{}
+		}
+		return writeJSON(c.stdout, res, false)
+	}
+	return cmd
+}
+
+// checkJSON says what is wrong with a tool input, in one line.
+func checkJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("the input is not valid JSON: %v", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return fmt.Errorf("the input must be a JSON object, like '{\"path\": \"notes.txt\"}'")
+	}
+	return nil
+}
+
+// workspaceDir makes dir (default: the working directory) absolute and checks that it is
+// a directory.
+func workspaceDir(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", abs)
+	}
+	return abs, nil
+}
+
+func toolNames(h *host.Host) []string {
+	var names []string
+	for _, t := range h.Tools() {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+func inspectCommand() *command {
+	cmd := &command{
+		words:   []string{"plugin", "inspect"},
+		args:    "FILE.wasm",
+		summary: "show a plugin's manifest, imports and the grants it needs",
+		help: `Compiles the module and asks it to describe itself, granting it nothing. Prints
+its name, version and tools, the host functions it imports, and the grants it
+would need in the configuration's plugins list.`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("format", "text", "output format: text or json")
+		},
+		nargs: [2]int{1, 1},
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		format, _ := c.flags.GetString("format")
+		if format != "text" && format != "json" {
+			return usagef(cmd, "--format must be text or json, got %q", format)
+		}
+		path := args[0]
+		wasm, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// Inspect keeps its compilation cache under the host's default data dir, which
+		// reads TOOLHOST_DATA_DIR: point it at the configured one.
+		if c.cfg.DataDir != "" {
+			os.Setenv("TOOLHOST_DATA_DIR", c.cfg.DataDir)
+		}
+		in, err := host.Inspect(ctx, wasm)
+		if err != nil {
+			return fmt.Errorf("inspecting %s: %w", path, err)
+		}
+		needs := in.Needs
+		if needs == nil {
+			needs = []abi.Capability{}
+		}
+		if format == "json" {
+			m := in.Manifest
+			if m.Tools == nil {
+				m.Tools = []abi.Tool{}
+			}
+			return writeJSON(c.stdout, struct {
+				Path     string           `json:"path"`
+				Size     int              `json:"size"`
+				Manifest abi.Manifest     `json:"manifest"`
+				Imports  []string         `json:"imports"`
+				Needs    []abi.Capability `json:"needs"`
+			}{path, len(wasm), m, importNames(in.Imports), needs}, true)
+		}
+		printInspection(c.stdout, path, len(wasm), in)
+		return nil
+	}
+	return cmd
+}
+
+func printInspection(w io.Writer, path string, size int, in host.Inspection) {
+	m := in.Manifest
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "file\t%s (%s)\n", path, humanBytes(int64(size)))
+	fmt.Fprintf(tw, "plugin\t%s %s (ABI v%d)\n", m.Name, m.Version, m.ABIVersion)
+	var needs []string
+	for _, n := range in.Needs {
+		needs = append(needs, string(n))
+	}
+	if len(needs) == 0 {
+		needs = []string{"(none)"}
+	}
+	fmt.Fprintf(tw, "needs\t%s\n", strings.Join(needs, ", "))
+	tw.Flush()
+
+	fmt.Fprintf(w, "\ntools (%d):\n", len(m.Tools))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, t := range m.Tools {
+		fmt.Fprintf(tw, "  %s\t%s\n", t.Name, firstLine(t.Description, 90))
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nimports (%d):\n", len(in.Imports))
+	var modules []string
+	byModule := map[string][]string{}
+	for _, im := range in.Imports {
+		if _, ok := byModule[im.Module]; !ok {
+			modules = append(modules, im.Module)
+		}
+		byModule[im.Module] = append(byModule[im.Module], im.Name)
+	}
+	width := 0
+	for _, m := range modules {
+		width = max(width, len(m))
+	}
+	for _, m := range modules {
+		label := m
+		if c, ok := abi.CapabilityOfModule(m); ok {
+			label += " (grant " + string(c) + ")"
+		}
+		fmt.Fprintf(w, "  %s\n", label)
+		printWrapped(w, "      ", strings.Join(byModule[m], ", "), 88)
+	}
+}
+
+// printWrapped prints text after indent, wrapping at spaces before width columns.
+func printWrapped(w io.Writer, indent, text string, width int) {
+	line := indent
+	for _, word := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(word) > width {
+			fmt.Fprintln(w, line)
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += word
+	}
+	if len(line) > len(indent) {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// firstLine returns s's first line, cut at max characters.
+func firstLine(s string, max int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,313 @@
+// Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
+//
+//	toolhost tools [--format anthropic|json]       print the tool definitions
+//	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in a sandbox
+//	toolhost demo                                  run a short scripted agent session
+//	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
+//	toolhost version                               print the version
+//
+// Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
+// or ./toolhost.yaml), then TOOLHOST_ environment variables, then flags; see
+// toolhost.example.yaml at the repository root. Flags may come before or after the
+// positional arguments.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
+	// The local provider's init turns this process into the in-sandbox agent when the
+	// provider starts it that way; importing it is all that takes.
+	_ "github.com/toolhost/toolhost/core/sandbox/local"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1 // the host could not do what was asked
+	exitUsage       = 2 // the command line or the configuration is wrong
+	exitInterrupted = 130
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// command is one subcommand.
+type command struct {
+	words   []string // "tools", or "plugin", "inspect"
+	args    string   // positional arguments, for the usage line
+	summary string   // one line for the command list
+	help    string   // more, for --help
+	flags   func(fs *pflag.FlagSet)
+	nargs   [2]int // min and max positional arguments
+	// noConfig commands run without loading the configuration.
+	noConfig bool
+	run      func(ctx context.Context, c *cli, args []string) error
+}
+
+func (cmd *command) name() string { return strings.Join(cmd.words, " ") }
+
+func (cmd *command) usage() string {
+	u := "toolhost " + cmd.name()
+	if cmd.args != "" {
+		u += " " + cmd.args
+	}
+	return u
+}
+
+func commands() []*command {
+	return []*command{toolsCommand(), callCommand(), demoCommand(), inspectCommand(), versionCommand()}
+}
+
+// cli is what a command runs with.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	flags          *pflag.FlagSet
+	cfg            *config.Loaded
+	log            *slog.Logger
+}
+
+// usageError is a mistake on the command line: exit 2 and a pointer to --help.
+type usageError struct {
+	cmd string
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(cmd *command, format string, args ...any) error {
+	return &usageError{cmd: cmd.name(), msg: fmt.Sprintf(format, args...)}
+}
+
+// run is main without the process: it returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmds := commands()
+
+	// First pass: a flag set that knows every flag of every command, only to tell flags
+	// and their values from the positional arguments that name the command.
+	all := pflag.NewFlagSet("toolhost", pflag.ContinueOnError)
+	all.SetOutput(io.Discard)
+	all.Usage = func() {}
+	globalFlags(all)
+	for _, cmd := range cmds {
+		if cmd.flags != nil {
+			fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+			cmd.flags(fs)
+			fs.VisitAll(func(f *pflag.Flag) {
+				if all.Lookup(f.Name) == nil {
+					all.AddFlag(f)
+				}
+			})
+		}
+	}
+	if err := all.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "toolhost: %v (see toolhost --help)\n", err)
+		return exitUsage
+	}
+	pos := all.Args()
+	wantHelp, _ := all.GetBool("help")
+
+	if len(pos) == 0 {
+		if wantHelp {
+			mainUsage(stdout, cmds)
+			return exitOK
+		}
+		mainUsage(stderr, cmds)
+		return exitUsage
+	}
+	if pos[0] == "help" {
+		if len(pos) == 1 {
+			mainUsage(stdout, cmds)
+			return exitOK
+		}
+		pos, wantHelp = pos[1:], true
+	}
+	cmd, err := findCommand(cmds, pos)
+	if err != nil {
+		fmt.Fprintf(stderr, "toolhost: %v (see toolhost --help)\n", err)
+		return exitUsage
+	}
+
+	// Second pass: only this command's flags and the global ones.
+	fs := pflag.NewFlagSet("toolhost "+cmd.name(), pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	globalFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "toolhost %s: %v (see toolhost %s --help)\n", cmd.name(), err, cmd.name())
+		return exitUsage
+	}
+	if h, _ := fs.GetBool("help"); h || wantHelp {
+		commandUsage(stdout, cmd)
+		return exitOK
+	}
+	rest := fs.Args()
+	if rest[0] == "help" {
+		rest = rest[1:]
+	}
+	rest = rest[len(cmd.words):]
+	if len(rest) < cmd.nargs[0] || len(rest) > cmd.nargs[1] {
+		fmt.Fprintf(stderr, "toolhost %s: %s (usage: %s)\n", cmd.name(), argCountMessage(cmd, rest), cmd.usage())
+		return exitUsage
+	}
+
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, flags: fs}
+	if !cmd.noConfig {
+		l, err := config.Load(config.Sources{Flags: fs})
+		if err != nil {
+			fmt.Fprintf(stderr, "toolhost: %s\n", oneLine(err))
+			return exitUsage
+		}
+		c.cfg = l
+		c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l.Level()}))
+		slog.SetDefault(c.log)
+		if l.File != "" {
+			c.log.Debug("config file", "path", l.File)
+		}
+	} else {
+		c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = cmd.run(ctx, c, rest)
+	switch {
+	case err == nil:
+		return exitOK
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "toolhost %s: interrupted\n", cmd.name())
+		return exitInterrupted
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "toolhost %s: %s (see toolhost %s --help)\n", ue.cmd, oneLine(ue), ue.cmd)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "toolhost %s: %s\n", cmd.name(), oneLine(err))
+	return exitFailure
+}
+
+func argCountMessage(cmd *command, rest []string) string {
+	if len(rest) > cmd.nargs[1] {
+		return fmt.Sprintf("unexpected argument %q", rest[cmd.nargs[1]])
+	}
+	if cmd.args != "" {
+		return "missing arguments"
+	}
+	return "missing argument"
+}
+
+// findCommand picks the command named by the leading positional arguments.
+func findCommand(cmds []*command, pos []string) (*command, error) {
+	var names []string
+	for _, cmd := range cmds {
+		if len(pos) >= len(cmd.words) && equalWords(cmd.words, pos[:len(cmd.words)]) {
+			return cmd, nil
+		}
+		if cmd.words[0] == pos[0] { // "plugin" alone, or "plugin frobnicate"
+			if len(pos) == 1 {
+				return nil, fmt.Errorf("%q needs a subcommand: %s", pos[0], cmd.name())
+			}
+			return nil, fmt.Errorf("unknown command %q (did you mean %q?)", strings.Join(pos[:2], " "), cmd.name())
+		}
+		names = append(names, cmd.name())
+	}
+	return nil, fmt.Errorf("unknown command %q (commands: %s)", pos[0], strings.Join(names, ", "))
+}
+
+func equalWords(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// globalFlags are accepted by every command: --help and the configuration's flags.
+func globalFlags(fs *pflag.FlagSet) {
+	fs.BoolP("help", "h", false, "show help")
+	config.RegisterFlags(fs)
+}
+
+func mainUsage(w io.Writer, cmds []*command) {
+	fmt.Fprintf(w, `toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
+
+Usage:
+  toolhost COMMAND [ARGS] [FLAGS]
+
+Commands:
+`)
+	for _, cmd := range cmds {
+		fmt.Fprintf(w, "  %-42s %s\n", strings.TrimPrefix(cmd.usage(), "toolhost "), cmd.summary)
+	}
+	fmt.Fprintf(w, `
+Flags may come before or after the arguments. "toolhost COMMAND --help" shows a
+command's flags.
+
+Global flags:
+%s
+Configuration: defaults < YAML file (--config, $TOOLHOST_CONFIG, ./toolhost.yaml)
+< TOOLHOST_ environment variables < flags. Every key is described in
+toolhost.example.yaml.
+`, globalUsage())
+}
+
+func globalUsage() string {
+	fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+	globalFlags(fs)
+	return fs.FlagUsages()
+}
+
+func commandUsage(w io.Writer, cmd *command) {
+	fmt.Fprintf(w, "Usage: %s [FLAGS]\n\n%s\n", cmd.usage(), cmd.summary)
+	if cmd.help != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.help))
+	}
+	if cmd.flags != nil {
+		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+		cmd.flags(fs)
+		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
+	}
+	if !cmd.noConfig {
+		fmt.Fprintf(w, "\nGlobal flags (configuration; see toolhost.example.yaml):\n%s", globalUsage())
+	}
+}
+
+// oneLine folds a message onto one line, for errors on stderr.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+func versionCommand() *command {
+	return &command{
+		words:    []string{"version"},
+		summary:  "print the version",
+		noConfig: true,
+		run: func(_ context.Context, c *cli, _ []string) error {
+			fmt.Fprintf(c.stdout, "toolhost %s (plugin ABI v%d, %s %s/%s)\n",
+				version, abi.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}

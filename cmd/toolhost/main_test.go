@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// The real binary and the real plugins, built once by TestMain: bin/toolhost with
+// bin/plugins next to it, the layout `make build` produces.
+var (
+	binDir      string
+	toolBin     string
+	testDataDir string // compilation cache shared by every run
+)
+
+var builtinPlugins = []string{"bash", "editfile", "grepglob"}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "toolhost-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	binDir = filepath.Join(tmp, "bin")
+	toolBin = filepath.Join(binDir, "toolhost")
+	testDataDir = filepath.Join(tmp, "data")
+
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	build := func(env []string, args ...string) error {
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := build(nil, "-o", toolBin, "./cmd/toolhost"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, p := range builtinPlugins {
+		out := filepath.Join(binDir, "plugins", p+".wasm")
+		if err := build([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", out, "./plugins/"+p); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+type runResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// toolhost runs the binary in a scratch directory with a clean TOOLHOST_ environment plus
+// env, and returns its exit code and output.
+func toolhost(t *testing.T, env []string, args ...string) runResult {
+	t.Helper()
+	cmd := exec.Command(toolBin, args...)
+	cmd.Dir = t.TempDir()
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TOOLHOST_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("running toolhost %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return runResult{code, stdout.String(), stderr.String()}
+}
+
+func (r runResult) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", r.code, r.stdout, r.stderr)
+}
+
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bubblewrap (bwrap) is not installed; `make test` installs it")
+	}
+}
+
+// oneLineError checks a failure: the wanted exit code, nothing on stdout, and one line on
+// stderr that contains want.
+func oneLineError(t *testing.T, r runResult, code int, want string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit code %d, want %d\n%s", r.code, code, r)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout not empty on failure:\n%s", r)
+	}
+	msg := strings.TrimSuffix(r.stderr, "\n")
+	if msg == "" || strings.Contains(msg, "\n") {
+		t.Errorf("stderr is not one line:\n%s", r)
+	}
+	if !strings.Contains(msg, want) {
+		t.Errorf("stderr %q does not contain %q", msg, want)
+	}
+}
+
+func TestToolsAnthropic(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"tools"}, {"tools", "--format", "anthropic"}, {"--format=anthropic", "tools"}} {
+		r := toolhost(t, nil, args...)
+		if r.code != 0 {
+			t.Fatalf("toolhost %v:\n%s", args, r)
+		}
+		var tools []map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(r.stdout), &tools); err != nil {
+			t.Fatalf("toolhost %v: stdout is not a JSON array of objects: %v\n%s", args, err, r.stdout)
+		}
+		var names []string
+		for _, tool := range tools {
+			var keys []string
+			for k := range tool {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, []string{"description", "input_schema", "name"}) {
+				t.Errorf("tool has keys %v, want exactly name, description, input_schema", keys)
+			}
+			var name, desc string
+			var schema struct {
+				Type string `json:"type"`
+			}
+			json.Unmarshal(tool["name"], &name)
+			json.Unmarshal(tool["description"], &desc)
+			json.Unmarshal(tool["input_schema"], &schema)
+			if desc == "" || schema.Type != "object" {
+				t.Errorf("tool %s: description %q, schema type %q", name, desc, schema.Type)
+			}
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		want := []string{"bash", "edit_file", "glob", "grep", "read_file", "write_file"}
+		if !slices.Equal(names, want) {
+			t.Errorf("toolhost %v: tools %v, want %v", args, names, want)
+		}
+	}
+}
+
+func TestToolsJSON(t *testing.T) {
+	t.Parallel()
+	r := toolhost(t, nil, "tools", "--format", "json")
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	var plugins []struct {
+		Name    string           `json:"name"`
+		Version string           `json:"version"`
+		Grants  []abi.Capability `json:"grants"`
+		Imports []string         `json:"imports"`
+		Tools   []abi.Tool       `json:"tools"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &plugins); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if len(plugins) != 3 {
+		t.Fatalf("%d plugins, want 3:\n%s", len(plugins), r.stdout)
+	}
+	tools := 0
+	for _, p := range plugins {
+		if p.Name == "" || p.Version == "" || len(p.Grants) == 0 || len(p.Imports) == 0 || len(p.Tools) == 0 {
+			t.Errorf("plugin described incompletely: %+v", p)
+		}
+		tools += len(p.Tools)
+	}
+	if tools != 6 {
+		t.Errorf("%d tools across the plugins, want 6", tools)
+	}
+}
+
+func TestCallWriteThenRead(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	ws := t.TempDir()
+	content := "line one <b> & \"quoted\"\nline two\n"
+	input, _ := json.Marshal(map[string]string{"path": "notes/a.txt", "content": content})
+
+	// Flags before the positional arguments.
+	r := toolhost(t, nil, "--workspace", ws, "call", "write_file", string(input))
+	if r.code != 0 {
+		t.Fatalf("write_file:\n%s", r)
+	}
+	res := decodeResult(t, r)
+	if res.IsError || !strings.Contains(res.Content[0].Text, "notes/a.txt") {
+		t.Errorf("write_file result: %+v", res)
+	}
+	got, err := os.ReadFile(filepath.Join(ws, "notes", "a.txt"))
+	if err != nil || string(got) != content {
+		t.Fatalf("file on disk: %q, %v; want %q", got, err, content)
+	}
+
+	// Flags after the positional arguments.
+	r = toolhost(t, nil, "call", "read_file", `{"path":"notes/a.txt"}`, "--workspace", ws)
+	if r.code != 0 {
+		t.Fatalf("read_file:\n%s", r)
+	}
+	res = decodeResult(t, r)
+	if res.IsError || !strings.Contains(res.Content[0].Text, `line one <b> & "quoted"`) || !strings.Contains(res.Content[0].Text, "line two") {
+		t.Errorf("read_file result: %+v", res)
+	}
+	// One line of JSON, with <, > and & as they are.
+	if strings.Count(strings.TrimSuffix(r.stdout, "\n"), "\n") != 0 || strings.Contains(r.stdout, `\u003c`) {
+		t.Errorf("stdout is not one readable line of JSON: %q", r.stdout)
+	}
+
+	// Flags between them, the short spelling, and the input from stdin.
+	cmd := exec.Command(toolBin, "call", "-w", ws, "read_file", "-")
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Stdin = strings.NewReader(`{"path": "notes/a.txt", "offset": 2}`)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("read_file from stdin: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "line two") || strings.Contains(string(out), "line one") {
+		t.Errorf("read_file offset 2: %s", out)
+	}
+}
+
+// TestCallToolError: a tool that ran and reported an error exits 0 with is_error.
+func TestCallToolError(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	ws := t.TempDir()
+	r := toolhost(t, nil, "call", "read_file", `{"path":"missing.txt"}`, "--workspace", ws)
+	if r.code != 0 {
+		t.Fatalf("exit %d for a tool error, want 0\n%s", r.code, r)
+	}
+	res := decodeResult(t, r)
+	if !res.IsError || !strings.Contains(res.Content[0].Text, "missing.txt") {
+		t.Errorf("result: %+v", res)
+	}
+	// The workspace is the current directory by default.
+	r = toolhost(t, nil, "call", "bash", `{"command":"pwd; echo hi > made-here.txt"}`)
+	if r.code != 0 || !strings.Contains(decodeResult(t, r).Content[0].Text, "/home/user") {
+		t.Errorf("bash in the default workspace:\n%s", r)
+	}
+}
+
+func decodeResult(t *testing.T, r runResult) abi.Result {
+	t.Helper()
+	var res abi.Result
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("stdout is not a result {content, is_error}: %v\n%s", err, r)
+	}
+	if len(res.Content) == 0 {
+		t.Fatalf("result has no content:\n%s", r)
+	}
+	return res
+}
+
+// TestCallFailures: what the host cannot run exits non-zero with one line on stderr.
+func TestCallFailures(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"bad JSON", nil, []string{"call", "read_file", `{"path": "a.txt"`, "--workspace", ws}, 2, "not valid JSON"},
+		{"not an object", nil, []string{"call", "read_file", `["a.txt"]`, "--workspace", ws}, 2, "JSON object"},
+		{"unknown tool", nil, []string{"call", "deploy", `{}`, "--workspace", ws}, 2, `unknown tool "deploy"`},
+		{"missing input", nil, []string{"call", "read_file", "--workspace", ws}, 2, "missing"},
+		{"workspace missing", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", filepath.Join(ws, "nope")}, 2, "--workspace"},
+		{"no plugins", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(ws, "nope")}, 1, "make plugins"},
+		{"bad config value", []string{"TOOLHOST_LIMITS_POOL_SIZE=many"}, []string{"call", "read_file", `{"path":"a"}`}, 2, "limits.pool_size"},
+		{"unknown flag", nil, []string{"call", "read_file", `{"path":"a"}`, "--format", "json"}, 2, "unknown flag: --format"},
+		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"unknown subcommand", nil, []string{"plugin", "remove", "x"}, 2, `unknown command "plugin remove"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			oneLineError(t, toolhost(t, tc.env, tc.args...), tc.code, tc.want)
+		})
+	}
+}
+
+func TestPluginInspect(t *testing.T) {
+	t.Parallel()
+	wasm := filepath.Join(binDir, "plugins", "grepglob.wasm")
+	r := toolhost(t, nil, "plugin", "inspect", wasm)
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	for _, want := range []string{"grepglob", "grep", "glob", "toolhost_sandbox_exec", "toolhost_sandbox_files", "needs"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = toolhost(t, nil, "plugin", "inspect", "--format", "json", filepath.Join(binDir, "plugins", "bash.wasm"))
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	var in struct {
+		Manifest abi.Manifest     `json:"manifest"`
+		Imports  []string         `json:"imports"`
+		Needs    []abi.Capability `json:"needs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if in.Manifest.Name != "bash" || len(in.Manifest.Tools) != 1 || !slices.Contains(in.Needs, abi.CapSandboxExec) {
+		t.Errorf("inspect bash.wasm: %+v", in)
+	}
+	if !slices.Contains(in.Imports, "toolhost_sandbox_exec.run") {
+		t.Errorf("imports %v lack toolhost_sandbox_exec.run", in.Imports)
+	}
+
+	oneLineError(t, toolhost(t, nil, "plugin", "inspect", filepath.Join(t.TempDir(), "none.wasm")), 1, "none.wasm")
+	notWasm := filepath.Join(t.TempDir(), "x.wasm")
+	os.WriteFile(notWasm, []byte("not wasm"), 0o644)
+	oneLineError(t, toolhost(t, nil, "plugin", "inspect", notWasm), 1, "x.wasm")
+}
+
+// TestConfigLayers goes through the binary: a file's plugins_dir is overridden by the
+// environment, which is overridden by a flag.
+func TestConfigLayers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(binDir, "plugins")
+	bad1, bad2 := filepath.Join(dir, "from-file"), filepath.Join(dir, "from-flag")
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("plugins_dir: "+bad1+"\n"), 0o644)
+
+	r := toolhost(t, nil, "tools", "--config", cfg)
+	oneLineError(t, r, 1, bad1) // the file's directory has no plugins
+	r = toolhost(t, []string{"TOOLHOST_CONFIG=" + cfg}, "tools")
+	oneLineError(t, r, 1, bad1) // found through TOOLHOST_CONFIG too
+	r = toolhost(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg)
+	if r.code != 0 {
+		t.Errorf("env over file: %s", r)
+	}
+	r = toolhost(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg, "--plugins-dir", bad2)
+	oneLineError(t, r, 1, bad2)
+	oneLineError(t, toolhost(t, nil, "tools", "--config", filepath.Join(dir, "none.yaml")), 2, "none.yaml")
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
+	r := toolhost(t, nil, "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "plugin inspect") || !strings.Contains(r.stdout, "--config") {
+		t.Errorf("--help:\n%s", r)
+	}
+	for _, args := range [][]string{{"call", "--help"}, {"help", "call"}, {"call", "-h"}} {
+		r = toolhost(t, nil, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "toolhost call TOOL JSON") || !strings.Contains(r.stdout, "--workspace") {
+			t.Errorf("%v:\n%s", args, r)
+		}
+	}
+	r = toolhost(t, nil, "plugin", "inspect", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "FILE.wasm") {
+		t.Errorf("plugin inspect --help:\n%s", r)
+	}
+	r = toolhost(t, nil)
+	if r.code != 2 || !strings.Contains(r.stderr, "Commands:") {
+		t.Errorf("no arguments: want usage on stderr and exit 2\n%s", r)
+	}
+	r = toolhost(t, nil, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") || !strings.Contains(r.stdout, "ABI v1") {
+		t.Errorf("version:\n%s", r)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	r := toolhost(t, nil, "demo")
+	if r.code != 0 {
+		t.Fatalf("demo failed:\n%s", r)
+	}
+	for _, want := range []string{"write_file", "read_file", "edit_file", "grep", "glob", "bash", "background", "every result as expected"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if testing.Verbose() {
+		t.Log("\n" + r.stdout)
+	}
+}
