@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox/local"
 )
 
 // The real binary and the real plugins, built once by TestMain: bin/toolhost with
@@ -20,6 +21,8 @@ var (
 	binDir      string
 	toolBin     string
 	testDataDir string // compilation cache shared by every run
+
+	wordcountWasm string // testdata/wordcount, the README's example plugin
 )
 
 var builtinPlugins = []string{"bash", "editfile", "grepglob"}
@@ -65,6 +68,12 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 	}
+	// The README's example plugin, outside the plugins directory.
+	if err := build([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", filepath.Join(tmp, "wordcount.wasm"), "./cmd/toolhost/testdata/wordcount"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	wordcountWasm = filepath.Join(tmp, "wordcount.wasm")
 	return m.Run()
 }
 
@@ -106,7 +115,7 @@ func (r runResult) String() string {
 
 func requireBwrap(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
+	if _, err := os.Stat(local.BwrapPath); err != nil {
 		t.Skip("bubblewrap (bwrap) is not installed; `make test` installs it")
 	}
 }
@@ -414,5 +423,42 @@ func TestDemo(t *testing.T) {
 	}
 	if testing.Verbose() {
 		t.Log("\n" + r.stdout)
+	}
+}
+
+// TestThirdPartyPlugin: the README's example plugin, added through a config file next to a
+// built-in, works with its grant and is refused at load without it.
+func TestThirdPartyPlugin(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	dir, ws := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ws, "words.txt"), []byte("one two\nthree\n"), 0o644)
+	write := func(name, grants string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(`plugins:
+  - path: editfile.wasm
+    grants: [sandbox_files, log]
+  - path: `+wordcountWasm+`
+    grants: [`+grants+`]
+`), 0o644)
+		return p
+	}
+	granted, ungranted := write("ok.yaml", "sandbox_files"), write("no.yaml", "log")
+
+	r := toolhost(t, nil, "call", "word_count", `{"path":"words.txt"}`, "--workspace", ws, "--config", granted)
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	if res := decodeResult(t, r); res.IsError || res.Content[0].Text != "3 words" {
+		t.Errorf("word_count: %+v", res)
+	}
+	r = toolhost(t, nil, "tools", "--config", granted)
+	if r.code != 0 || !strings.Contains(r.stdout, `"word_count"`) || !strings.Contains(r.stdout, `"read_file"`) {
+		t.Errorf("tools with the extra plugin:\n%s", r)
+	}
+	r = toolhost(t, nil, "tools", "--config", ungranted)
+	oneLineError(t, r, 1, "toolhost_sandbox_files.read")
+	if !strings.Contains(r.stderr, "wordcount") || !strings.Contains(r.stderr, "sandbox_files") {
+		t.Errorf("the refusal does not name the plugin and the grant: %s", r.stderr)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -144,8 +143,8 @@ func (c *cli) newSandbox(ctx context.Context, workspace string) (sandbox.Sandbox
 }
 
 func bwrapHint() string {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		return " (bubblewrap is not installed: run 'make setup' or 'apt-get install bubblewrap')"
+	if _, err := os.Stat(local.BwrapPath); err != nil {
+		return " (install bubblewrap: make setup, or apt-get install bubblewrap)"
 	}
 	return ""
 }
