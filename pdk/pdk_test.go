@@ -1,0 +1,216 @@
+package pdk
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// fakeHost answers with canned replies and records requests.
+type fakeHost struct {
+	files map[string][]byte
+	execs []abi.ExecRequest
+	lists []abi.ListRequest
+	logs  []string
+}
+
+func (h *fakeHost) Exec(r abi.ExecRequest) (abi.ExecResult, error) {
+	h.execs = append(h.execs, r)
+	return abi.ExecResult{ExitCode: 3, Stdout: strings.Repeat("o\"\\\n", 5000), Stderr: "e\u2028\u00e9\U0001F600", StdoutCut: 9, TimedOut: true, DurationMS: 12, ID: "i", PID: 7, LogPath: "/tmp/l"}, nil
+}
+
+func (h *fakeHost) ReadFile(p string) ([]byte, error) {
+	if b, ok := h.files[p]; ok {
+		return b, nil
+	}
+	return nil, &Error{Op: "read", Status: abi.StatusNotFound, Msg: "read " + p + ": no such file or directory"}
+}
+
+func (h *fakeHost) WriteFile(p string, data []byte) error {
+	if p == "dir" {
+		return errors.New("plain error")
+	}
+	h.files[p] = data
+	return nil
+}
+
+func (h *fakeHost) Stat(p string) (abi.FileInfo, error) {
+	return abi.FileInfo{Path: p, Type: abi.TypeFile, Size: 42, Mode: 0o644, ModTime: 1700000000000}, nil
+}
+
+func (h *fakeHost) List(r abi.ListRequest) (abi.ListResult, error) {
+	h.lists = append(h.lists, r)
+	var res abi.ListResult
+	for i := range 3000 { // about 270 KB of JSON: parked and taken
+		res.Entries = append(res.Entries, abi.FileInfo{Path: "d/f" + string(rune('a'+i%26)), Type: abi.TypeFile, Size: int64(i)})
+	}
+	res.Truncated = true
+	return res, nil
+}
+
+func (h *fakeHost) Log(level int32, msg string) { h.logs = append(h.logs, msg) }
+
+func withHost(t *testing.T) *fakeHost {
+	h := &fakeHost{files: map[string][]byte{}}
+	old := SetHost(h)
+	t.Cleanup(func() { SetHost(old); scratch = nil })
+	return h
+}
+
+func TestHostFunctions(t *testing.T) {
+	h := withHost(t)
+	big := []byte(strings.Repeat("x", 100_000))
+	h.files["small"] = []byte("hello")
+	h.files["mid"] = []byte(strings.Repeat("m", 10_000))
+	h.files["big"] = big
+	h.files["empty"] = []byte{}
+
+	for name, want := range h.files {
+		got, err := ReadFile(name)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("ReadFile(%s): %d bytes, %v", name, len(got), err)
+		}
+	}
+	if len(scratch) != 16<<10 {
+		t.Errorf("the scratch buffer grew to %d, want 16 KiB for a 10,000-byte reply", len(scratch))
+	}
+	// A returned slice must not alias the scratch buffer.
+	a, _ := ReadFile("small")
+	_, _ = ReadFile("mid")
+	if string(a) != "hello" {
+		t.Errorf("ReadFile result was overwritten: %q", a)
+	}
+
+	_, err := ReadFile("missing")
+	var e *Error
+	if !errors.As(err, &e) || e.Status != abi.StatusNotFound || e.Msg != "read missing: no such file or directory" {
+		t.Fatalf("missing: %#v", err)
+	}
+	if !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrIsDir) || errors.Is(err, fs.ErrExist) {
+		t.Errorf("errors.Is on %v", err)
+	}
+	if err.Error() != "read missing: no such file or directory" {
+		t.Errorf("message %q", err)
+	}
+
+	if err := WriteFile("new", []byte("data")); err != nil || string(h.files["new"]) != "data" {
+		t.Errorf("WriteFile: %v", err)
+	}
+	if err := WriteFile("dir", nil); !errors.Is(err, ErrIO) || err.Error() != "plain error" {
+		t.Errorf("WriteFile error: %#v", err)
+	}
+
+	res, err := Exec(abi.ExecRequest{Argv: []string{"bash", "-c", "echo \"hi\"\n"}, Cwd: "src", Env: map[string]string{"B": "2", "A": "1"}, TimeoutMS: 5000, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := h.Exec(abi.ExecRequest{})
+	if res != want {
+		t.Errorf("Exec result differs:\n got %+v\nwant %+v", res, want)
+	}
+	if r := h.execs[0]; r.Argv[2] != "echo \"hi\"\n" || r.Cwd != "src" || r.Env["A"] != "1" || r.TimeoutMS != 5000 || !r.Background {
+		t.Errorf("Exec request arrived as %+v", r)
+	}
+
+	fi, err := Stat("a/b")
+	if err != nil || fi != (abi.FileInfo{Path: "a/b", Type: "file", Size: 42, Mode: 0o644, ModTime: 1700000000000}) {
+		t.Errorf("Stat: %+v %v", fi, err)
+	}
+
+	lr, err := List(abi.ListRequest{Path: ".", Recursive: true, Skip: []string{".git"}, Limit: 10})
+	if err != nil || len(lr.Entries) != 3000 || !lr.Truncated || lr.Entries[2999].Size != 2999 || lr.Entries[1].Path != "d/fb" {
+		t.Errorf("List: %d entries, %v", len(lr.Entries), err)
+	}
+	if r := h.lists[0]; r.Path != "." || !r.Recursive || r.Skip[0] != ".git" || r.Limit != 10 {
+		t.Errorf("List request arrived as %+v", r)
+	}
+
+	Log(abi.LevelInfo, "hello log")
+	if len(h.logs) != 1 || h.logs[0] != "hello log" {
+		t.Errorf("Log: %q", h.logs)
+	}
+
+	t.Setenv("TOOLHOST_X", "v")
+	if Config("TOOLHOST_X") != "v" || Config("TOOLHOST_NOPE") != "" {
+		t.Errorf("Config")
+	}
+}
+
+func TestNoHost(t *testing.T) {
+	old := SetHost(nil)
+	defer SetHost(old)
+	if _, err := ReadFile("x"); !errors.Is(err, ErrIO) || !strings.Contains(err.Error(), "no Host set") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestHandle(t *testing.T) {
+	saved := tools
+	savedName := pluginName
+	t.Cleanup(func() { tools, pluginName, manifest = saved, savedName, nil })
+	tools, pluginName, manifest = nil, "", nil
+	Plugin("demo", "0.1.0")
+	Register(Tool{Name: "echo", Description: "Echoes \"path\".", Schema: `{"type":"object","properties":{"path":{"type":"string"}}}`,
+		Run: func(in Input) abi.Result { return abi.Text(in.String("path") + "|" + string(in.JSON())) }})
+	Register(Tool{Name: "boom", Schema: `{"type":"object"}`, Run: func(in Input) abi.Result {
+		var m map[string]int
+		m["x"] = 1 // nil map write: a runtime error panic
+		return abi.Text("unreachable")
+	}})
+	Register(Tool{Name: "boom2", Schema: `{"type":"object"}`, Run: func(in Input) abi.Result { panic(42) }})
+
+	var m abi.Manifest
+	if err := json.Unmarshal(Manifest(), &m); err != nil {
+		t.Fatalf("manifest %s: %v", Manifest(), err)
+	}
+	if m.ABIVersion != 1 || m.Name != "demo" || m.Version != "0.1.0" || len(m.Tools) != 3 || m.Tools[0].Description != `Echoes "path".` {
+		t.Errorf("manifest %+v", m)
+	}
+
+	cases := []struct {
+		req, text string
+		isErr     bool
+	}{
+		{`{"tool":"echo","input":{"path":"a\"b"}}`, `a"b|{"path":"a\"b"}`, false},
+		{` { "input" : { "path" : "x" } , "tool" : "echo" } `, `x|{ "path" : "x" }`, false},
+		{`{"tool":"echo"}`, `|{}`, false},
+		{`{"tool":"echo","input":null}`, `|{}`, false},
+		{`{"tool":"nope","input":{}}`, `Error: plugin demo has no tool "nope"`, true},
+		{`{"tool":"echo","input":[1]}`, `Error: echo: input is not a valid JSON object`, true},
+		{`not json`, `Error: the request is not {"tool": NAME, "input": {...}}`, true},
+		{`{"tool":1}`, `Error: the request is not {"tool": NAME, "input": {...}}`, true},
+		{`{"tool":"boom","input":{}}`, `panic in boom: assignment to entry in nil map`, true},
+		{`{"tool":"boom2","input":{}}`, `panic in boom2: 42`, true},
+	}
+	for _, c := range cases {
+		out := Handle([]byte(c.req))
+		var r abi.Result
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: result %s: %v", c.req, out, err)
+		}
+		if len(r.Content) != 1 || r.Content[0].Text != c.text || r.IsError != c.isErr {
+			t.Errorf("%s: got %s", c.req, out)
+		}
+	}
+
+	for _, bad := range []func(){
+		func() { Register(Tool{Name: "echo", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }}) },
+		func() { Register(Tool{Name: "bad name", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }}) },
+		func() { Register(Tool{Name: "noschema", Schema: `{"type":`, Run: func(Input) abi.Result { return abi.Result{} }}) },
+		func() { Register(Tool{Name: "norun", Schema: `{}`}) },
+		func() { Plugin("again", "1") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("no panic")
+				}
+			}()
+			bad()
+		}()
+	}
+}
