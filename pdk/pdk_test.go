@@ -198,9 +198,15 @@ func TestHandle(t *testing.T) {
 	}
 
 	for _, bad := range []func(){
-		func() { Register(Tool{Name: "echo", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }}) },
-		func() { Register(Tool{Name: "bad name", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }}) },
-		func() { Register(Tool{Name: "noschema", Schema: `{"type":`, Run: func(Input) abi.Result { return abi.Result{} }}) },
+		func() {
+			Register(Tool{Name: "echo", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }})
+		},
+		func() {
+			Register(Tool{Name: "bad name", Schema: `{}`, Run: func(Input) abi.Result { return abi.Result{} }})
+		},
+		func() {
+			Register(Tool{Name: "noschema", Schema: `{"type":`, Run: func(Input) abi.Result { return abi.Result{} }})
+		},
 		func() { Register(Tool{Name: "norun", Schema: `{}`}) },
 		func() { Plugin("again", "1") },
 	} {
