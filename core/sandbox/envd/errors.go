@@ -77,8 +77,7 @@ const errPathEscapes = "path escapes from parent"
 
 // classify maps an agent-side Go error to a Connect code and a kind name.
 func classify(err error) (code, kind string) {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == errPathEscapes {
+	if strings.Contains(err.Error(), errPathEscapes) {
 		return CodePermissionDenied, "outside"
 	}
 	switch {

@@ -301,6 +301,9 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.mkdirAll(wh.parent()); err != nil {
+		if errors.Is(err, fs.ErrExist) { // a file where a directory should be
+			err = fmt.Errorf("%w: %w", err, sandbox.ErrNotDir)
+		}
 		s.filesError(w, http.StatusBadRequest, fmt.Errorf("create parents of %s: %w", wh.abs, err))
 		return
 	}
@@ -453,6 +456,9 @@ func (s *Server) makeDir(_ context.Context, req *PathRequest) (*EntryResponse, e
 		return nil, fmt.Errorf("make directory %s: a file is in the way: %w", w.abs, sandbox.ErrNotDir)
 	}
 	if err := s.mkdirAll(w); err != nil {
+		if errors.Is(err, fs.ErrExist) { // a file where a parent directory should be
+			err = fmt.Errorf("%w: %w", err, sandbox.ErrNotDir)
+		}
 		return nil, fmt.Errorf("make directory %s: %w", w.abs, err)
 	}
 	fi, err := s.lstat(w)

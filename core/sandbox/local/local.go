@@ -156,6 +156,7 @@ func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []st
 		"--ro-bind", filepath.Join(runDir, "group"), "/etc/group",
 		"--proc", "/proc",
 		"--dev", "/dev",
+		"--tmpfs", "/dev/shm", // private, like /tmp; shared-memory users need it
 		"--tmpfs", "/tmp",
 		"--bind", ws, sandbox.WorkspaceRoot,
 		"--ro-bind", p.exe, agentPath,
@@ -173,7 +174,9 @@ func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []st
 	a = append(a,
 		"--setenv", envAgent, "1",
 		"--setenv", envAgentFD, "3",
-		// Everything not mounted read-write above (the workspace, /tmp) stays read-only.
+		// Everything not mounted read-write above (the workspace, /tmp, /dev/shm) is
+		// read-only; the device nodes in /dev are their own mounts and stay usable.
+		"--remount-ro", "/dev",
 		"--remount-ro", "/",
 		"--", agentPath,
 	)

@@ -1,0 +1,60 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+// BenchmarkCreateToFirstCommand: Create → Exec true → result; Close is outside the timer.
+func BenchmarkCreateToFirstCommand(b *testing.B) {
+	p := newProvider(b, Config{})
+	ctx := context.Background()
+	ws := b.TempDir()
+	for b.Loop() {
+		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		b.StopTimer()
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkExecTrue: one foreground command in a warm sandbox.
+func BenchmarkExecTrue(b *testing.B) {
+	p := newProvider(b, Config{})
+	sb := newSandbox(b, p, sandbox.CreateOptions{})
+	ctx := context.Background()
+	for b.Loop() {
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+}
+
+// BenchmarkReadFile4K: GET /files of a 4 KiB workspace file through the client.
+func BenchmarkReadFile4K(b *testing.B) {
+	p := newProvider(b, Config{})
+	sb := newSandbox(b, p, sandbox.CreateOptions{})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256)
+	if err := sb.WriteFile(ctx, "f4k", data); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		got, err := sb.ReadFile(ctx, "f4k", 1<<20)
+		if err != nil || len(got) != len(data) {
+			b.Fatalf("%d %v", len(got), err)
+		}
+	}
+}
