@@ -6,6 +6,9 @@
 //	package main
 //
 //	import (
+//		"bytes"
+//		"strconv"
+//
 //		"github.com/toolhost/toolhost/abi"
 //		"github.com/toolhost/toolhost/pdk"
 //	)

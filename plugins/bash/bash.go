@@ -15,7 +15,7 @@ const description = `Runs a bash command in the sandbox and returns its output.
 - The output shows the command, its stdout, its stderr under a [stderr] line, and [exit CODE]. A non-zero exit code is reported, not treated as a failure of the tool.
 - timeout is in seconds (default 60; the maximum is set by the host, 600 unless configured). A command that runs out of time is killed with its whole process group, and you get its output so far.
 - Long output keeps its beginning and end; the middle is cut, and the result says how much.
-- background: true starts a long-running process (a dev server, a watcher) and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes. Read the log with read_file or bash (tail -n 50 LOG), stop it with kill PID.
+- background: true starts a long-running process (a dev server, a watcher) and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes. Read the log with bash (tail -n 50 LOG), stop it with kill PID.
 - Prefer the dedicated tools for files: read_file, write_file and edit_file to read and change files, grep and glob to search.`
 
 const schema = `{
@@ -81,8 +81,8 @@ func background(res abi.ExecResult) abi.Result {
 	}
 	pid := strconv.Itoa(res.PID)
 	return abi.Text("Started in background: id " + res.ID + ", pid " + pid + ", log " + res.LogPath +
-		"\nIt runs until the sandbox closes. Read its output with read_file on " + res.LogPath +
-		" or bash `tail -n 50 " + res.LogPath + "`; stop it with `kill " + pid + "`.")
+		"\nIt runs until the sandbox closes. Read its output with bash `tail -n 50 " + res.LogPath +
+		"`; stop it with `kill " + pid + "`.")
 }
 
 // format renders a finished command: "$ COMMAND", stdout, "[stderr]" and stderr when there

@@ -56,18 +56,24 @@ func readFile(in pdk.Input) abi.Result {
 	return formatRead(path, data, in.Int("offset", 1), in.Int("limit", defaultLimit))
 }
 
-// reason is the host's message without its "OP PATH: " prefix, which the tool's own
-// message already says. The host names the path in its workspace-relative form.
+// reason says why a host function failed, without the "OP PATH: " the tool's own message
+// already says. Statuses with a fixed meaning use their plain name (the host's message
+// for them carries sandbox internals); the others keep the host's message.
 func reason(err error, path string) string {
-	msg := err.Error()
+	var e *pdk.Error
+	if !errors.As(err, &e) {
+		return err.Error()
+	}
+	switch e.Status {
+	case abi.StatusNotFound, abi.StatusIsDir, abi.StatusNotDir, abi.StatusOutside,
+		abi.StatusPermission, abi.StatusExists:
+		return e.Status.String()
+	}
+	msg := e.Error()
 	for _, p := range []string{path, relPath(path)} {
 		if i := strings.Index(msg, p+": "); i >= 0 {
 			return msg[i+len(p)+2:]
 		}
-	}
-	var e *pdk.Error
-	if errors.As(err, &e) && e.Msg == "" {
-		return e.Status.String()
 	}
 	return msg
 }

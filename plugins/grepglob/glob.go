@@ -114,14 +114,16 @@ func glob(in pdk.Input) abi.Result {
 }
 
 func listError(base string, err error) abi.Result {
-	if errors.Is(err, pdk.ErrNotDir) {
-		return abi.ErrorText("Error: " + base + " is not a directory; path must be a directory to search")
-	}
+	var e *pdk.Error
 	msg := err.Error()
-	if i := strings.Index(msg, base+": "); i >= 0 {
-		msg = msg[i+len(base)+2:]
-	} else if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, "list") {
-		msg = msg[i+2:]
+	if errors.As(err, &e) {
+		switch e.Status {
+		case abi.StatusNotDir:
+			return abi.ErrorText("Error: " + base + " is not a directory; path must be a directory to search")
+		case abi.StatusNotFound, abi.StatusOutside, abi.StatusPermission:
+			// The host's message for these carries sandbox internals.
+			msg = e.Status.String()
+		}
 	}
 	return abi.ErrorText("Error: could not list " + base + ": " + msg)
 }
