@@ -1,0 +1,558 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/pgzip"
+)
+
+// Limits Extract applies when ExtractOptions leaves them zero.
+const (
+	DefaultMaxBytes   = 16 << 30 // 16 GiB of file contents
+	DefaultMaxEntries = 1_000_000
+	DefaultMaxNameLen = 4096 // bytes, for entry names and link targets (PATH_MAX)
+)
+
+// Errors callers branch on; test with errors.Is.
+var (
+	// ErrUnsafe: the archive holds an entry that could reach outside the destination or
+	// that Extract does not create (device, fifo); the message names the entry.
+	ErrUnsafe = errors.New("unsafe archive entry")
+	// ErrTooLarge: the archive exceeds ExtractOptions.MaxBytes or MaxEntries.
+	ErrTooLarge = errors.New("archive exceeds the extraction limit")
+	// ErrNotEmpty: Extract's destination already holds files.
+	ErrNotEmpty = errors.New("destination directory is not empty")
+)
+
+// ExtractOptions configure Extract. The zero value is ready to use.
+type ExtractOptions struct {
+	// MaxBytes bounds the total size of the file contents written; 0 means
+	// DefaultMaxBytes. An archive that declares more is refused before its bytes land.
+	MaxBytes int64
+	// MaxEntries bounds the number of entries; 0 means DefaultMaxEntries.
+	MaxEntries int
+	// MaxNameLen bounds the length of entry names and link targets; 0 means
+	// DefaultMaxNameLen.
+	MaxNameLen int
+	// Progress, when set, is called from Extract's goroutine after each chunk with the
+	// uncompressed bytes written so far.
+	Progress func(bytesOut int64)
+}
+
+// ExtractStats describe what Extract created.
+type ExtractStats struct {
+	Files     int
+	Dirs      int
+	Symlinks  int
+	Hardlinks int
+	Bytes     int64 // file contents written
+	Duration  time.Duration
+	// Backup is set by ExtractReplace when it moved a non-empty destination aside:
+	// the path the previous contents now live at.
+	Backup string
+}
+
+// Extract reads a gzip-compressed tar stream from r and recreates it under dir.
+//
+// dir must be empty or not exist yet (its parent must); Extract never merges an archive
+// into existing files, so nothing already there can be lost or reached through a link.
+// A non-empty dir gives ErrNotEmpty: use ExtractReplace to restore over existing work.
+//
+// Every filesystem call goes through os.Root on dir, and each entry is checked first. An
+// entry is refused (ErrUnsafe, the message names it) when its name is absolute, has a ..
+// component, is longer than MaxNameLen or lies below a symbolic link; when it is a
+// symbolic link whose target is absolute, leaves dir, or has a .. after a normal
+// component; when it is a hard link to anything but a regular file extracted earlier from
+// the same archive; when it would replace a directory; or when it is a device, fifo or
+// any other special type. Permission bits are kept (masked to 0777, so no setuid), as are
+// modification times of files and directories; owners are not restored.
+//
+// On error, what was extracted so far stays in dir (never outside it); the caller
+// discards dir. Nothing outside dir is created or changed.
+func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) (ExtractStats, error) {
+	start := time.Now()
+	if err := prepareDest(dir); err != nil {
+		return ExtractStats{}, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	defer root.Close()
+	x := newExtractor(ctx, root, opts)
+	err = x.run(r)
+	x.st.Duration = time.Since(start)
+	if err != nil {
+		return x.st, fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	return x.st, nil
+}
+
+// ExtractReplace extracts like Extract, but dir may hold files: the archive is extracted
+// into a new sibling directory first, and only when that succeeds is it swapped in. A
+// non-empty dir is renamed to "<dir>.before-restore-<UTC time>" (reported in
+// ExtractStats.Backup), never deleted, so nothing is lost; an empty dir is replaced. On
+// error dir is untouched and the partial extraction is removed.
+//
+// The swap is two renames in dir's parent; a process holding dir open (or a bind mount of
+// it) keeps seeing the old tree.
+func ExtractReplace(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) (ExtractStats, error) {
+	dir = filepath.Clean(dir)
+	parent, base := filepath.Split(dir)
+	if parent == "" {
+		parent = "."
+	}
+	tmp, err := os.MkdirTemp(parent, "."+base+".restore-")
+	if err != nil {
+		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	st, err := Extract(ctx, r, tmp, opts)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return st, err
+	}
+	// Extract made tmp 0700 (MkdirTemp); give it the archive's root mode if it had one,
+	// else the usual 0755.
+	if fi, serr := os.Stat(tmp); serr == nil && fi.Mode().Perm() == 0o700 {
+		os.Chmod(tmp, 0o755)
+	}
+	if fi, serr := os.Lstat(dir); serr == nil {
+		if !fi.IsDir() {
+			os.RemoveAll(tmp)
+			return st, fmt.Errorf("archive: extract into %s: not a directory", dir)
+		}
+		if rerr := os.Remove(dir); rerr != nil { // fails unless dir is empty
+			backup := fmt.Sprintf("%s.before-restore-%s", dir, time.Now().UTC().Format("20060102T150405.000000000Z"))
+			if err := os.Rename(dir, backup); err != nil {
+				os.RemoveAll(tmp)
+				return st, fmt.Errorf("archive: extract into %s: move the old tree aside: %w", dir, err)
+			}
+			st.Backup = backup
+		}
+	} else if !errors.Is(serr, fs.ErrNotExist) {
+		os.RemoveAll(tmp)
+		return st, fmt.Errorf("archive: extract into %s: %w", dir, serr)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if st.Backup != "" {
+			os.Rename(st.Backup, dir)
+			st.Backup = ""
+		}
+		os.RemoveAll(tmp)
+		return st, fmt.Errorf("archive: extract into %s: swap in the restored tree: %w", dir, err)
+	}
+	return st, nil
+}
+
+func prepareDest(dir string) error {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("archive: extract into %s: %w", dir, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("archive: extract into %s: %w", dir, ErrNotEmpty)
+	}
+	return nil
+}
+
+type dirMeta struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+type extractor struct {
+	ctx  context.Context
+	root *os.Root
+	opts ExtractOptions
+	st   ExtractStats
+	// realDirs are directories this extraction created or checked: real directories, not
+	// links, which are never removed or replaced afterwards.
+	realDirs map[string]bool
+	// files are regular files extracted so far, the only valid hard link targets.
+	files map[string]bool
+	dirs  []dirMeta
+	buf   []byte
+}
+
+func newExtractor(ctx context.Context, root *os.Root, opts ExtractOptions) *extractor {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.MaxNameLen <= 0 {
+		opts.MaxNameLen = DefaultMaxNameLen
+	}
+	return &extractor{
+		ctx: ctx, root: root, opts: opts,
+		realDirs: map[string]bool{".": true},
+		files:    map[string]bool{},
+		buf:      make([]byte, 256<<10),
+	}
+}
+
+func (x *extractor) run(r io.Reader) error {
+	zr, err := pgzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("read gzip header: %w", err)
+	}
+	defer zr.Close() // stops pgzip's read-ahead goroutine
+	tr := tar.NewReader(zr)
+	entries := 0
+	for {
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read archive after %d entries: %w", entries, err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		entries++
+		if entries > x.opts.MaxEntries {
+			return fmt.Errorf("entry %q: more than %d entries: %w", hdr.Name, x.opts.MaxEntries, ErrTooLarge)
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			return err
+		}
+	}
+	// Read what follows the tar end marker so gzip verifies its CRC and length; a little
+	// padding is normal, more is not.
+	n, err := io.CopyN(io.Discard, zr, 1<<20+1)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("read archive trailer: %w", err)
+	}
+	if n > 1<<20 {
+		return fmt.Errorf("%w: more than 1 MiB of data after the end of the archive", ErrUnsafe)
+	}
+	return x.finishDirs()
+}
+
+// checkName validates an entry name and returns it cleaned ("." for the root).
+func (x *extractor) checkName(name string) (string, error) {
+	if len(name) > x.opts.MaxNameLen {
+		return "", fmt.Errorf("entry %.64q...: name longer than %d bytes: %w", name, x.opts.MaxNameLen, ErrUnsafe)
+	}
+	if name == "" || strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("entry %q: absolute or empty name: %w", name, ErrUnsafe)
+	}
+	if strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("entry %q: NUL in name: %w", name, ErrUnsafe)
+	}
+	if slices.Contains(strings.Split(name, "/"), "..") {
+		return "", fmt.Errorf("entry %q: name has a .. component: %w", name, ErrUnsafe)
+	}
+	clean := path.Clean(name)
+	if !filepath.IsLocal(clean) {
+		return "", fmt.Errorf("entry %q: name is not local: %w", name, ErrUnsafe)
+	}
+	return clean, nil
+}
+
+// checkParents makes sure every directory above name exists as a real directory,
+// creating missing ones; an existing link or file on the way is refused.
+func (x *extractor) checkParents(entry, name string) error {
+	dir := path.Dir(name)
+	if x.realDirs[dir] {
+		return nil
+	}
+	if err := x.checkParents(entry, dir); err != nil {
+		return err
+	}
+	fi, err := x.root.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := x.root.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("entry %q: create directory %s: %w", entry, dir, err)
+		}
+	case err != nil:
+		return fmt.Errorf("entry %q: %w", entry, err)
+	case !fi.IsDir():
+		return fmt.Errorf("entry %q: %s is not a directory (a link or file), refusing to write below it: %w", entry, dir, ErrUnsafe)
+	}
+	x.realDirs[dir] = true
+	return nil
+}
+
+// clearSpot removes a non-directory already at name, so that the new entry is created
+// with O_EXCL and never written through an existing link. A directory is not replaced.
+func (x *extractor) clearSpot(entry, name string) error {
+	fi, err := x.root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("entry %q: would replace a directory: %w", entry, ErrUnsafe)
+	}
+	delete(x.files, name)
+	if err := x.root.Remove(name); err != nil {
+		return fmt.Errorf("entry %q: remove the existing file: %w", entry, err)
+	}
+	return nil
+}
+
+func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	name, err := x.checkName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if name != "." {
+			if err := x.checkParents(hdr.Name, name); err != nil {
+				return err
+			}
+			if !x.realDirs[name] {
+				fi, err := x.root.Lstat(name)
+				switch {
+				case errors.Is(err, fs.ErrNotExist):
+					if err := x.root.Mkdir(name, 0o700); err != nil {
+						return fmt.Errorf("entry %q: %w", hdr.Name, err)
+					}
+				case err != nil:
+					return fmt.Errorf("entry %q: %w", hdr.Name, err)
+				case !fi.IsDir():
+					return fmt.Errorf("entry %q: a link or file of that name exists: %w", hdr.Name, ErrUnsafe)
+				}
+				x.realDirs[name] = true
+			}
+		}
+		// Keep the owner able to fill the directory; the real mode is set at the end.
+		if err := x.root.Chmod(name, 0o700); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		x.dirs = append(x.dirs, dirMeta{name: name, mode: mode, mtime: hdr.ModTime})
+		x.st.Dirs++
+		return nil
+
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+		if name == "." {
+			return fmt.Errorf("entry %q: a file cannot be the root: %w", hdr.Name, ErrUnsafe)
+		}
+		if hdr.Size < 0 || hdr.Size > x.opts.MaxBytes-x.st.Bytes {
+			return fmt.Errorf("entry %q: %d bytes would pass the limit of %d: %w", hdr.Name, hdr.Size, x.opts.MaxBytes, ErrTooLarge)
+		}
+		if err := x.checkParents(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.clearSpot(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.writeFile(hdr, name, mode, r); err != nil {
+			return err
+		}
+		x.files[name] = true
+		x.st.Files++
+		return nil
+
+	case tar.TypeSymlink:
+		if name == "." {
+			return fmt.Errorf("entry %q: a link cannot be the root: %w", hdr.Name, ErrUnsafe)
+		}
+		if err := x.checkLinkTarget(hdr, name); err != nil {
+			return err
+		}
+		if err := x.checkParents(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.clearSpot(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.root.Symlink(hdr.Linkname, name); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		x.st.Symlinks++
+		return nil
+
+	case tar.TypeLink:
+		if name == "." {
+			return fmt.Errorf("entry %q: a link cannot be the root: %w", hdr.Name, ErrUnsafe)
+		}
+		target, err := x.checkName(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("entry %q: hard link target %q refused: %w", hdr.Name, hdr.Linkname, ErrUnsafe)
+		}
+		if !x.files[target] {
+			return fmt.Errorf("entry %q: hard link to %q, which is not a regular file extracted earlier from this archive: %w", hdr.Name, hdr.Linkname, ErrUnsafe)
+		}
+		if err := x.checkParents(hdr.Name, name); err != nil {
+			return err
+		}
+		if name == target {
+			return nil
+		}
+		if err := x.clearSpot(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.root.Link(target, name); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		x.files[name] = true
+		x.st.Hardlinks++
+		return nil
+
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return fmt.Errorf("entry %q: device or fifo entries are not extracted: %w", hdr.Name, ErrUnsafe)
+	default:
+		return fmt.Errorf("entry %q: unsupported entry type %q: %w", hdr.Name, hdr.Typeflag, ErrUnsafe)
+	}
+}
+
+// checkLinkTarget accepts a relative target made of leading .. components followed by
+// normal ones, that stays inside the root when resolved from the link's directory. With
+// the link's parents being real directories (checkParents) and every other link held to
+// the same rule, such a target cannot resolve outside the root, whatever order the
+// entries come in.
+func (x *extractor) checkLinkTarget(hdr *tar.Header, name string) error {
+	t := hdr.Linkname
+	if t == "" || len(t) > x.opts.MaxNameLen || strings.ContainsRune(t, 0) {
+		return fmt.Errorf("entry %q: symbolic link target %.64q is empty or too long: %w", hdr.Name, t, ErrUnsafe)
+	}
+	if path.IsAbs(t) {
+		return fmt.Errorf("entry %q: symbolic link to absolute path %q: %w", hdr.Name, t, ErrUnsafe)
+	}
+	seenNormal := false
+	for _, c := range strings.Split(t, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if seenNormal {
+				return fmt.Errorf("entry %q: symbolic link target %q has .. after a name: %w", hdr.Name, t, ErrUnsafe)
+			}
+		default:
+			seenNormal = true
+		}
+	}
+	if !filepath.IsLocal(path.Join(path.Dir(name), t)) {
+		return fmt.Errorf("entry %q: symbolic link to %q points outside the destination: %w", hdr.Name, t, ErrUnsafe)
+	}
+	return nil
+}
+
+func (x *extractor) writeFile(hdr *tar.Header, name string, mode fs.FileMode, r io.Reader) error {
+	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	werr := x.copy(f, r, hdr)
+	if werr == nil {
+		werr = f.Chmod(mode)
+	}
+	if werr == nil && !hdr.ModTime.IsZero() {
+		werr = futimes(f, hdr.ModTime)
+	}
+	if cerr := f.Close(); werr == nil && cerr != nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("entry %q: %w", hdr.Name, werr)
+	}
+	return nil
+}
+
+func (x *extractor) copy(f *os.File, r io.Reader, hdr *tar.Header) error {
+	var written int64
+	for {
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
+		n, rerr := r.Read(x.buf)
+		if n > 0 {
+			written += int64(n)
+			if written > hdr.Size { // the tar reader never does this; belt and braces
+				return fmt.Errorf("more data than the declared %d bytes: %w", hdr.Size, ErrTooLarge)
+			}
+			if _, err := f.Write(x.buf[:n]); err != nil {
+				return err
+			}
+			x.st.Bytes += int64(n)
+			if x.opts.Progress != nil {
+				x.opts.Progress(x.st.Bytes)
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// futimes sets a file's access and modification times through its descriptor, so a
+// swapped link cannot redirect it.
+func futimes(f *os.File, mtime time.Time) error {
+	tv := syscall.NsecToTimeval(mtime.UnixNano())
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := sc.Control(func(fd uintptr) {
+		serr = syscall.Futimes(int(fd), []syscall.Timeval{tv, tv})
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// finishDirs applies directory modes and times, deepest first, so that setting a parent's
+// time is not undone by creating its children.
+func (x *extractor) finishDirs() error {
+	slices.SortStableFunc(x.dirs, func(a, b dirMeta) int { return strings.Compare(b.name, a.name) })
+	for _, d := range x.dirs {
+		f, err := x.root.Open(d.name)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", d.name, err)
+		}
+		fi, err := f.Stat()
+		if err == nil && !fi.IsDir() {
+			err = fmt.Errorf("no longer a directory: %w", ErrUnsafe)
+		}
+		if err == nil {
+			err = f.Chmod(d.mode)
+		}
+		if err == nil && !d.mtime.IsZero() {
+			err = futimes(f, d.mtime)
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", d.name, err)
+		}
+	}
+	return nil
+}
