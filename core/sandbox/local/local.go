@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,6 +246,9 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	// The host creates the listening socket and hands it over as fd 3: the agent needs no
 	// writable mount outside the workspace, and connections queue until it accepts.
 	sock := filepath.Join(runDir, "agent.sock")
+	if len(sock) >= 108 { // sun_path
+		return nil, fmt.Errorf("agent socket path %s is too long for a unix socket; use a shorter RunDir", sock)
+	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen on agent socket: %w", err)
@@ -257,6 +261,10 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	}
 	defer lf.Close()
 
+	client, err := envd.NewClient(envd.ClientConfig{SocketPath: sock})
+	if err != nil {
+		return nil, err
+	}
 	log := p.log.With("sandbox", id)
 	stderr := &tailLog{log: log}
 	cmd := exec.Command(BwrapPath, p.bwrapArgs(ws, runDir, opts)...)
@@ -265,28 +273,31 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	// If the host dies, take the sandbox with it (bwrap --die-with-parent covers the inside).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	startedAt := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start bwrap: %w", err)
-	}
-	lf.Close()
-
-	client, err := envd.NewClient(envd.ClientConfig{SocketPath: sock})
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, err
-	}
 	s := &Sandbox{
 		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, stderr: stderr,
-		startedAt: startedAt, endsAt: startedAt.Add(timeout),
 		dead: make(chan struct{}), closeDone: make(chan struct{}),
 	}
-	go func() { // owner of the bwrap process: reaps it; shutdown waits for it
+	s.startedAt = time.Now()
+	s.endsAt = s.startedAt.Add(timeout)
+	started := make(chan error, 1)
+	go func() { // owner of the bwrap process: starts and reaps it; shutdown waits for it
+		// Pdeathsig fires when the *thread* that forked bwrap exits, and Go may retire a
+		// thread; pinning this goroutine keeps that thread alive exactly as long as bwrap.
+		runtime.LockOSThread()
+		defer close(s.dead)
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start bwrap: %w", err)
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
 		log.Debug("bwrap exited", "err", err)
-		close(s.dead)
 	}()
+	err = <-started
+	lf.Close()
+	if err != nil {
+		return nil, err
+	}
 	if err := s.waitReady(ctx); err != nil {
 		s.shutdown("failed to start")
 		return nil, err
@@ -294,7 +305,7 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	s.mu.Lock()
 	s.timer = time.AfterFunc(time.Until(s.endsAt), s.expire)
 	s.mu.Unlock()
-	log.Debug("sandbox ready", "workspace", ws, "network", opts.Network, "took", time.Since(startedAt))
+	log.Debug("sandbox ready", "workspace", ws, "network", opts.Network, "took", time.Since(s.startedAt))
 	return s, nil
 }
 
@@ -450,6 +461,11 @@ func (s *Sandbox) shutdown(reason string) {
 // kill every process in it; the outer bwrap then reaps init and exits, so nothing is left
 // to be reparented. Killing the outer bwrap is the fallback.
 func (s *Sandbox) kill() {
+	select {
+	case <-s.dead: // reaped already: its pid may belong to someone else now
+		return
+	default:
+	}
 	pid := s.cmd.Process.Pid
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
 		for _, f := range strings.Fields(string(b)) {

@@ -519,6 +519,8 @@ func TestOutputIsCappedAtTheSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	agentPID := agentHostPID(t, sb)
+	agentBefore := vmHWM(t, agentPID)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -548,6 +550,12 @@ func TestOutputIsCappedAtTheSource(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
 		t.Errorf("host allocated %d bytes in total", alloc)
+	}
+	// The agent's peak resident set barely moves either.
+	agentAfter := vmHWM(t, agentPID)
+	t.Logf("agent VmHWM %d kB before, %d kB after the flood", agentBefore, agentAfter)
+	if agentAfter-agentBefore > 8<<10 {
+		t.Errorf("agent peak memory grew by %d kB", agentAfter-agentBefore)
 	}
 
 	// yes never ends: the timeout does, and the output is still capped head+tail.
@@ -590,6 +598,41 @@ func (w *agentWatch) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// agentHostPID finds the agent's pid as the host sees it: outer bwrap → init → agent.
+func agentHostPID(t *testing.T, sb *Sandbox) int {
+	t.Helper()
+	pid := sb.cmd.Process.Pid
+	for range 2 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		f := strings.Fields(string(b))
+		if err != nil || len(f) == 0 {
+			t.Fatalf("children of %d: %q %v", pid, b, err)
+		}
+		pid, _ = strconv.Atoi(f[0])
+	}
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !bytes.HasPrefix(b, []byte(agentPath)) {
+		t.Fatalf("pid %d is not the agent: %q", pid, b)
+	}
+	return pid
+}
+
+// vmHWM is a process's peak resident set in kB.
+func vmHWM(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	t.Fatalf("no VmHWM for %d", pid)
+	return 0
 }
 
 type countConn struct {
@@ -675,6 +718,12 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 	if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", marker}}); err != nil {
 		t.Fatal(err)
 	}
+	// A command still running when the sandbox is killed fails with ErrClosed.
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", marker}})
+		inflight <- err
+	}()
 	var err error
 	if !eventually(func() bool {
 		_, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
@@ -686,6 +735,9 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 		t.Fatalf("Exec after the end time: %v, want ErrClosed", err)
 	}
 	t.Logf("after the end time: %v", err)
+	if err := <-inflight; !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("in-flight Exec at the end time: %v, want ErrClosed", err)
+	}
 	if pids := hostProcs(marker); len(pids) != 0 {
 		t.Fatalf("processes left after the TTL kill: %v", pids)
 	}
