@@ -52,9 +52,10 @@ build: plugins binary
 run: setup build
 	$(BIN)/toolhost demo
 
+# The wasip1-only files of pdk/ and plugins/ are compiled by `make plugins`; vetting them
+# with GOOS=wasip1 would also vet their tests, which run natively.
 vet:
 	$(GO) vet ./...
-	$(WASM_ENV) $(GO) vet ./pdk/... ./plugins/...
 
 test: setup-test build vet
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
