@@ -176,3 +176,57 @@ func TestAppendResult(t *testing.T) {
 		t.Errorf("an empty text block must keep its text member: %s", b)
 	}
 }
+
+// FuzzParseInput checks the scanner against encoding/json: the same objects are valid, and
+// string and integer members read the same.
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":"b"}`, `{"a":1,"b":[1,2,{"c":null}],"d":true}`, `{"a":"\ud83d\ude00\n"}`,
+		`{"a":-0.5e3,"b":12345678901}`, `{"a" : "x" , }`, `{"a":01}`, `[{}]`, `{"a":"\u00"}`, ` {"k\"ey":"v"} `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		trimmed := strings.TrimLeft(s, " \t\r\n")
+		if trimmed == "" || strings.TrimRight(trimmed, " \t\r\n") == "null" {
+			return // both mean an empty input here, on purpose
+		}
+		in, err := ParseInput([]byte(s))
+		isObj := json.Valid([]byte(s)) && strings.HasPrefix(trimmed, "{")
+		if (err == nil) != isObj {
+			t.Fatalf("%q: ParseInput err %v, json.Valid %v", s, err, json.Valid([]byte(s)))
+		}
+		if !isObj {
+			return
+		}
+		var m map[string]any
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber() // 1e700 is valid JSON but no float64
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		for k, v := range m {
+			switch v := v.(type) {
+			case string:
+				if got := in.String(k); got != v {
+					t.Fatalf("%q: String(%q) = %q, want %q", s, k, got, v)
+				}
+			case json.Number:
+				if n, err := v.Int64(); err == nil && n < 1<<53 && n > -(1<<53) {
+					if got := in.Int(k, -999); got != int(n) {
+						t.Fatalf("%q: Int(%q) = %d, want %v", s, k, got, n)
+					}
+				}
+			case bool:
+				if got := in.Bool(k); got != v {
+					t.Fatalf("%q: Bool(%q) = %v, want %v", s, k, got, v)
+				}
+			case nil:
+				if in.Has(k) {
+					t.Fatalf("%q: Has(%q) for null", s, k)
+				}
+			}
+		}
+	})
+}
