@@ -21,9 +21,14 @@ import (
 // agent serves a Server over a unix socket for a temp workspace; wrap may alter requests
 // (to play a real envd that ignores the toolhost extensions).
 func agent(t *testing.T, wrap func(http.Handler) http.Handler) (ws string, c *Client, sock string) {
+	return agentWith(t, ServerConfig{}, wrap)
+}
+
+func agentWith(t *testing.T, cfg ServerConfig, wrap func(http.Handler) http.Handler) (ws string, c *Client, sock string) {
 	t.Helper()
 	ws = t.TempDir()
-	srv, err := NewServer(ServerConfig{Workspace: ws, LogDir: filepath.Join(t.TempDir(), "logs")})
+	cfg.Workspace, cfg.LogDir = ws, filepath.Join(t.TempDir(), "logs")
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,5 +284,17 @@ func TestClientErrorsAndClose(t *testing.T) {
 	c.Close()
 	if _, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestDrainKeepsBufferedOutput: even when the drain deadline has passed before a reader
+// ran, what the process wrote before exiting is delivered.
+func TestDrainKeepsBufferedOutput(t *testing.T) {
+	_, c, _ := agentWith(t, ServerConfig{DrainTimeout: time.Nanosecond}, nil)
+	for i := range 20 {
+		res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "seq 1 5000; seq 1 3000 >&2"}})
+		if err != nil || len(res.Stdout) != 23893 || len(res.Stderr) != 13893 {
+			t.Fatalf("run %d: %d/%d bytes, %v", i, len(res.Stdout), len(res.Stderr), err)
+		}
 	}
 }

@@ -809,16 +809,24 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	pump := func(i int, r *os.File) {
 		defer readers.Done()
 		buf := make([]byte, readChunk)
+		forward := func(chunk []byte) {
+			if caps[i] != nil {
+				chunk = caps[i].Write(chunk)
+			}
+			if len(chunk) > 0 {
+				sw.event(ProcessEvent{Data: dataEvent(i, chunk, 0)})
+			}
+		}
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				chunk := buf[:n]
-				if caps[i] != nil {
-					chunk = caps[i].Write(chunk)
-				}
-				if len(chunk) > 0 {
-					sw.event(ProcessEvent{Data: dataEvent(i, chunk, 0)})
-				}
+				forward(buf[:n])
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A busy machine may not have scheduled this reader before the drain
+				// deadline; what the process wrote before exiting is still in the pipe.
+				drainNow(r, buf, forward)
+				return
 			}
 			if err != nil {
 				return
@@ -833,7 +841,8 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	go pump(1, errR)
 
 	waitErr := cmd.Wait()
-	// A leftover `cmd &` may hold the pipes: read what is already there, briefly.
+	// A leftover `cmd &` may hold the pipes: read what is already there, briefly. Such a
+	// child keeps running; once we close the pipes its next write gets SIGPIPE.
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
 	_ = outR.SetReadDeadline(deadline)
 	_ = errR.SetReadDeadline(deadline)
@@ -861,6 +870,25 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	}
 	sw.event(ProcessEvent{End: end})
 	sw.end(nil)
+}
+
+// drainNow reads what a (non-blocking) pipe holds right now, bounded so that a leftover
+// writer cannot keep it going.
+func drainNow(f *os.File, buf []byte, fn func([]byte)) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for total := 0; total < 1<<20; {
+			n, err := syscall.Read(int(fd), buf)
+			if n <= 0 || err != nil {
+				return
+			}
+			total += n
+			fn(buf[:n])
+		}
+	})
 }
 
 func dataEvent(stream int, b []byte, dropped int64) *DataEvent {

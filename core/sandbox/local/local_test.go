@@ -805,7 +805,7 @@ func TestConcurrency(t *testing.T) {
 		wg.Go(func() {
 			res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", fmt.Sprintf("echo %d; echo e%d >&2", i, i)}})
 			if err != nil || string(res.Stdout) != fmt.Sprintf("%d\n", i) || string(res.Stderr) != fmt.Sprintf("e%d\n", i) {
-				t.Errorf("exec %d: %q %q %v", i, res.Stdout, res.Stderr, err)
+				t.Errorf("exec %d: %q %q %+v %v", i, res.Stdout, res.Stderr, res, err)
 			}
 			name := fmt.Sprintf("c/%d.txt", i)
 			if err := sb.WriteFile(ctx, name, []byte(name)); err != nil {
