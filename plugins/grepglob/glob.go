@@ -135,7 +135,11 @@ func formatGlob(files []string, truncated bool) abi.Result {
 	sort.Strings(files)
 	var b strings.Builder
 	shown := files[:min(len(files), maxGlobFiles)]
-	for _, f := range shown {
+	for i, f := range shown {
+		if b.Len()+len(f) > outputBudget { // long paths: stay under the host's cut
+			shown = shown[:i]
+			break
+		}
 		b.WriteString(f)
 		b.WriteByte('\n')
 	}

@@ -40,6 +40,9 @@ const (
 	defaultHeadLimit = 250
 	maxLineLen       = 500
 	grepTimeoutMS    = 30_000
+	// outputBudget keeps a result under the host's 50,000-character cut, which would
+	// drop entries from the middle instead of the end.
+	outputBudget = 45_000
 )
 
 // grepArgs are the parsed inputs of the grep tool.
@@ -223,7 +226,12 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 		entries = entries[:a.headLimit]
 	}
 	prev := ""
+	full := false
 	for i, e := range entries {
+		if b.Len() > outputBudget {
+			entries, full = entries[:i], true
+			break
+		}
 		switch a.mode {
 		case "files_with_matches":
 			b.WriteString(e.file)
@@ -244,7 +252,11 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 		}
 		b.WriteByte('\n')
 	}
-	if len(entries) < n {
+	switch {
+	case full:
+		b.WriteString("[showing first " + strconv.Itoa(len(entries)) + " of " + strconv.Itoa(n) +
+			" entries (output size limit); narrow the pattern, path or glob, or use files_with_matches]\n")
+	case len(entries) < n:
 		b.WriteString("[showing first " + strconv.Itoa(len(entries)) + " of " + strconv.Itoa(n) +
 			" entries; narrow the pattern or raise head_limit]\n")
 	}
@@ -301,7 +313,7 @@ func (a *grepArgs) parse(out string) []entry {
 					continue
 				}
 				e.line, _ = strconv.Atoi(rest[:i])
-				e.sep, e.text = rest[i], rest[i+1:]
+				e.sep, e.text = rest[i], strings.TrimSuffix(rest[i+1:], "\r")
 			}
 			entries = append(entries, e)
 		}

@@ -242,3 +242,19 @@ func TestFormatGlobLimit(t *testing.T) {
 		t.Errorf("got ...%q", got[len(got)-100:])
 	}
 }
+
+func TestGrepOutputBudget(t *testing.T) {
+	var out strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&out, "f%03d\x001:%s\r\n", i, strings.Repeat("x", 400))
+	}
+	a := grepArgs{path: ".", mode: "content", headLimit: 0}
+	got := text(a.format(abi.ExecResult{Stdout: out.String()}))
+	if len(got) > 50_000 || strings.Contains(got, "\r") {
+		t.Errorf("%d bytes, CR kept: %v", len(got), strings.Contains(got, "\r"))
+	}
+	// Each line is 409 bytes: 111 lines pass 45,000.
+	if !strings.HasSuffix(got, "[showing first 111 of 400 entries (output size limit); narrow the pattern, path or glob, or use files_with_matches]\n") {
+		t.Errorf("got ...%q", got[len(got)-150:])
+	}
+}
