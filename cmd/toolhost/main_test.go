@@ -74,6 +74,16 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	wordcountWasm = filepath.Join(tmp, "wordcount.wasm")
+
+	// Fill the compilation cache once, so that the parallel tests do not all compile the
+	// plugins at the same time.
+	warm := exec.Command(toolBin, "tools", "--log-level", "warn")
+	warm.Dir = tmp
+	warm.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	if out, err := warm.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "toolhost tools: %v\n%s", err, out)
+		return 1
+	}
 	return m.Run()
 }
 
