@@ -52,6 +52,7 @@ func runAgent(log *slog.Logger) error {
 	// The processes the agent starts must not see how it was started.
 	os.Unsetenv(envAgent)
 	os.Unsetenv(envAgentFD)
+	closeInheritedFDs(fd)
 
 	f := os.NewFile(uintptr(fd), "agent-listener")
 	l, err := net.FileListener(f) // dups with close-on-exec
@@ -66,4 +67,25 @@ func runAgent(log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return srv.Serve(ctx, l)
+}
+
+// closeInheritedFDs closes descriptors the host process leaked through bwrap (any fd the
+// host itself inherited without close-on-exec, such as one from its own parent), so that
+// neither the agent nor the processes it starts hold anything of the host's. Inherited
+// descriptors are exactly those without FD_CLOEXEC: everything Go opened has it.
+func closeInheritedFDs(keep int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 || fd == keep {
+			continue
+		}
+		flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if errno == 0 && flags&syscall.FD_CLOEXEC == 0 {
+			syscall.Close(fd)
+		}
+	}
 }

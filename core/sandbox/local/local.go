@@ -123,6 +123,9 @@ var etcNetFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "
 func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []string {
 	a := []string{
 		"--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
+		// No nested user namespaces: they would hand the sandbox capabilities over new
+		// namespaces and with them much more kernel surface (bwrap >= 0.8).
+		"--disable-userns",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--clearenv",
@@ -267,7 +270,9 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	}
 	log := p.log.With("sandbox", id)
 	stderr := &tailLog{log: log}
-	cmd := exec.Command(BwrapPath, p.bwrapArgs(ws, runDir, opts)...)
+	args := p.bwrapArgs(ws, runDir, opts)
+	log.Debug("starting bwrap", "args", args)
+	cmd := exec.Command(BwrapPath, args...)
 	cmd.Env = []string{} // bwrap --clearenv anyway; nothing of ours leaks through argv either
 	cmd.ExtraFiles = []*os.File{lf}
 	cmd.Stdout, cmd.Stderr = stderr, stderr

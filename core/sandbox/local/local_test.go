@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,7 +181,17 @@ func secretDir(t *testing.T) (dir, file, content string) {
 func TestHostIsInvisible(t *testing.T) {
 	p := newProvider(t, Config{})
 	dataDir, secretFile, _ := secretDir(t)
+	// A descriptor the host holds without close-on-exec (as one inherited from its own
+	// parent would be) must not reach the sandbox.
+	leak, err := syscall.Open(secretFile, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sb := newSandbox(t, p, sandbox.CreateOptions{})
+	syscall.Close(leak)
+	if res := sh(t, sb, "ls -l /proc/[0-9]*/fd/ 2>/dev/null"); strings.Contains(string(res.Stdout), secretFile) {
+		t.Errorf("a host descriptor leaked into the sandbox:\n%s", res.Stdout)
+	}
 	other := newSandbox(t, p, sandbox.CreateOptions{})
 
 	hostHome, _ := os.UserHomeDir()
@@ -211,6 +222,15 @@ func TestHostIsInvisible(t *testing.T) {
 	}
 	if res := sh(t, sb, "cat /etc/passwd"); strings.Contains(string(res.Stdout), "/root:/bin/bash") || !strings.Contains(string(res.Stdout), "user:x:1000:1000") {
 		t.Errorf("/etc/passwd is not the synthetic one: %q", res.Stdout)
+	}
+	// Only the sandbox's own processes are visible: bwrap's init, the agent, this shell.
+	// (bwrap's argv, like /proc/self/mountinfo, names the host paths it mounted.)
+	res := sh(t, sb, `for p in /proc/[0-9]*; do echo "$(basename $p) $(tr '\0' ' ' < $p/cmdline)"; done`)
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		_, cmdline, _ := strings.Cut(line, " ")
+		if !strings.HasPrefix(cmdline, "/usr/bin/bwrap ") && !strings.HasPrefix(cmdline, agentPath) && !strings.HasPrefix(cmdline, "bash -c") && cmdline != "" {
+			t.Errorf("a foreign process is visible in the sandbox: %q", line)
+		}
 	}
 	// The host's environment does not leak.
 	t.Setenv("TOOLHOST_TEST_HOST_SECRET", "leak")
@@ -271,6 +291,10 @@ func TestUnprivilegedUser(t *testing.T) {
 		if !strings.Contains(out, c+":\t0000000000000000") {
 			t.Errorf("%s is not zero: %q", c, out)
 		}
+	}
+	// No way to regain capabilities in a nested user namespace.
+	if res := sh(t, sb, "unshare -U -r true"); res.ExitCode == 0 {
+		t.Error("the sandbox can create a user namespace")
 	}
 	// The agent itself has no capabilities either.
 	res = sh(t, sb, "for p in /proc/[0-9]*; do if [ \"$(cat $p/comm 2>/dev/null)\" = agent ]; then grep CapEff $p/status; fi; done")
