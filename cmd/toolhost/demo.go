@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,8 +44,10 @@ type demoStep struct {
 	run func(ctx context.Context, st *demoState) (string, error)
 }
 
-// demoState is what the steps share.
+// demoState is what the steps share. A step that replaces the sandbox sets both sandbox
+// and session; the demo closes the sandbox that is current when it ends.
 type demoState struct {
+	cli       *cli // configuration, logger, output
 	host      *host.Host
 	sandbox   sandbox.Sandbox
 	session   *host.Session
@@ -107,7 +111,28 @@ func demoSteps() []demoStep {
 			input: in("command", "echo started; sleep 30; echo never printed", "timeout", 1)},
 		{title: "a tool that does not exist", tool: "deploy", expect: expectError,
 			input: in()},
+		{title: "the workspace, seen from the host", run: listWorkspace},
 	}
+}
+
+// listWorkspace is a step that is not a tool call: what the sandbox left in the host
+// directory mounted at /home/user.
+func listWorkspace(_ context.Context, st *demoState) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:\n", st.workspace)
+	err := filepath.WalkDir(st.workspace, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(st.workspace, p)
+		fmt.Fprintf(&b, "  %-16s %6d bytes\n", rel, info.Size())
+		return nil
+	})
+	return b.String(), err
 }
 
 // obj is a JSON object that keeps its keys in the order given: key, value, key, value...
@@ -203,10 +228,11 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	if err != nil {
 		return err
 	}
-	defer c.closeSandbox(ctx, sb)
 	fmt.Fprintf(out, "sandbox %s ready in %s (network: %s)\n", sb.ID(), ms(time.Since(t0)), c.cfg.Sandbox.Network)
 
-	st := &demoState{host: h, sandbox: sb, session: h.OpenSession(sb), workspace: ws, vars: map[string]string{}}
+	st := &demoState{cli: c, host: h, sandbox: sb, session: h.OpenSession(sb), workspace: ws, vars: map[string]string{}}
+	// A step may replace the sandbox (a rotation): close whichever is current at the end.
+	defer func() { c.closeSandbox(ctx, st.sandbox) }()
 	steps := demoSteps()
 	var unexpected []string
 	var latencies []time.Duration
@@ -313,7 +339,8 @@ func printIndented(w io.Writer, text string, maxLines int) {
 		fmt.Fprintf(w, "    %s\n", clip(l, 160))
 	}
 	if len(shown) < len(lines) {
-		fmt.Fprintf(w, "    … %d more lines\n", len(lines)-len(shown))
+		n := len(lines) - len(shown)
+		fmt.Fprintf(w, "    … %d more %s\n", n, plural(n, "line", "lines"))
 	}
 }
 
@@ -343,4 +370,11 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
