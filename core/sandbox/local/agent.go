@@ -53,6 +53,11 @@ func runAgent(log *slog.Logger) error {
 	os.Unsetenv(envAgent)
 	os.Unsetenv(envAgentFD)
 	closeInheritedFDs(fd)
+	// Sandbox processes run as the same uid: without this they could ptrace the agent or
+	// take its descriptors (pidfd_getfd). Children get their own dumpable flag at exec.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
 
 	f := os.NewFile(uintptr(fd), "agent-listener")
 	l, err := net.FileListener(f) // dups with close-on-exec

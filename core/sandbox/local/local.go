@@ -289,14 +289,18 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 		// Pdeathsig fires when the *thread* that forked bwrap exits, and Go may retire a
 		// thread; pinning this goroutine keeps that thread alive exactly as long as bwrap.
 		runtime.LockOSThread()
-		defer close(s.dead)
 		if err := cmd.Start(); err != nil {
+			close(s.dead)
 			started <- fmt.Errorf("start bwrap: %w", err)
 			return
 		}
 		started <- nil
 		err := cmd.Wait()
+		close(s.dead)
 		log.Debug("bwrap exited", "err", err)
+		// Died on its own (OOM killer, someone's kill): release it like a Close. When we
+		// killed it, shutdown is already under way and this just waits for it.
+		s.shutdown(fmt.Sprintf("exited unexpectedly (%v)", err))
 	}()
 	err = <-started
 	lf.Close()

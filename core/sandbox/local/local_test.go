@@ -296,6 +296,10 @@ func TestUnprivilegedUser(t *testing.T) {
 	if res := sh(t, sb, "unshare -U -r true"); res.ExitCode == 0 {
 		t.Error("the sandbox can create a user namespace")
 	}
+	// The agent cannot be inspected or traced by the sandbox's processes.
+	if res := sh(t, sb, `for p in /proc/[0-9]*; do if [ "$(cat $p/comm 2>/dev/null)" = agent ]; then readlink $p/fd/0 >/dev/null 2>&1 && echo "fds of $p open to the sandbox"; readlink $p/exe >/dev/null 2>&1 && echo "exe of $p readable"; cat $p/environ >/dev/null 2>&1 && echo "environ of $p readable"; fi; done`); len(res.Stdout) != 0 {
+		t.Errorf("agent is open to the sandbox: %s", res.Stdout)
+	}
 	// The agent itself has no capabilities either.
 	res = sh(t, sb, "for p in /proc/[0-9]*; do if [ \"$(cat $p/comm 2>/dev/null)\" = agent ]; then grep CapEff $p/status; fi; done")
 	if !strings.Contains(string(res.Stdout), "CapEff:\t0000000000000000") {
@@ -768,6 +772,24 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 	if _, err := os.Stat(sb.runDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("run dir left: %v", err)
 	}
+}
+
+// TestSandboxDiesOnItsOwn: when bwrap dies without Close (OOM killer, a stray kill), calls
+// fail with ErrClosed and the sandbox is released.
+func TestSandboxDiesOnItsOwn(t *testing.T) {
+	p := newProvider(t, Config{})
+	sb := newSandbox(t, p, sandbox.CreateOptions{})
+	if err := syscall.Kill(agentHostPID(t, sb), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if !eventually(func() bool { _, err = sb.Stat(context.Background(), "."); return errors.Is(err, sandbox.ErrClosed) }) {
+		t.Fatalf("Stat after the agent died: %v", err)
+	}
+	if !eventually(func() bool { _, err := os.Stat(sb.runDir); return errors.Is(err, fs.ErrNotExist) }) {
+		t.Fatal("run dir not removed")
+	}
+	t.Logf("after the agent died: %v", err)
 }
 
 func TestSetTimeout(t *testing.T) {
