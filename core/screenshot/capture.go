@@ -1,0 +1,391 @@
+package screenshot
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image/png"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/HugoSmits86/nativewebp"
+	"github.com/playwright-community/playwright-go"
+)
+
+// grace is how long a capture may take to wind down after its context ends before the
+// browser is killed (which makes every pending browser call fail).
+const grace = 5 * time.Second
+
+// CapturePair shoots the page at path on the preview origin base in the [Desktop] and
+// [Mobile] viewports, concurrently, each in a fresh browser context pinned to base's origin
+// (see the package documentation). path is checked with [Target] before anything starts.
+//
+// On success both shots are filled in. A page that answers with HTTP >= 400 is captured
+// anyway; see [Pair.PageError]. On failure the error wraps one of the package's sentinel
+// errors; a shot that succeeded is still filled in.
+func (c *Capturer) CapturePair(ctx context.Context, base *url.URL, path string) (*Pair, error) {
+	t0 := time.Now()
+	shots, err := c.capture(ctx, base, path, []Viewport{Desktop, Mobile})
+	p := &Pair{Elapsed: time.Since(t0)}
+	if len(shots) == 2 {
+		p.Desktop, p.Mobile = shots[0], shots[1]
+		p.URL = p.Desktop.URL
+	}
+	return p, err
+}
+
+// Capture shoots one viewport; see [Capturer.CapturePair].
+func (c *Capturer) Capture(ctx context.Context, base *url.URL, path string, vp Viewport) (*Shot, error) {
+	shots, err := c.capture(ctx, base, path, []Viewport{vp})
+	if len(shots) == 1 {
+		return &shots[0], err
+	}
+	return nil, err
+}
+
+func (c *Capturer) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.work.Add(1)
+	return true
+}
+
+func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps []Viewport) ([]Shot, error) {
+	target, err := Target(base, path)
+	if err != nil {
+		return nil, err
+	}
+	for _, vp := range vps {
+		if vp.Width <= 0 || vp.Height <= 0 || vp.Width > 4096 || vp.Height > 4096 {
+			return nil, fmt.Errorf("screenshot: viewport %s: %dx%d is out of range", vp.Name, vp.Width, vp.Height)
+		}
+	}
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.work.Done()
+
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CaptureTimeout)
+	defer cancel()
+	go func() { // owned by capture: ends when ctx (cancelled on return) or closing fires
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	// Fail fast, before starting a browser, when nothing listens on the port.
+	if err := probe(ctx, hostPort(target)); err != nil {
+		return nil, fmt.Errorf("capturing %s: %w", target.Redacted(), err)
+	}
+
+	select {
+	case c.sem <- struct{}{}:
+		defer func() { <-c.sem }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a capture slot for %s: %w", ErrTimeout, target.Redacted(), context.Cause(ctx))
+	}
+
+	for attempt := 0; ; attempt++ {
+		rt, err := c.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		shots, errs, navigated := c.runShots(ctx, rt, target, vps)
+		err = errors.Join(errs...)
+		if err == nil || attempt > 0 || ctx.Err() != nil || slices.Contains(navigated, true) {
+			return shots, err
+		}
+		// No shot got as far as navigating: the browser died under us (a crash, or killed).
+		// Nothing reached the page yet, so start a new browser and try once more.
+		c.log.Warn("screenshot: browser failed before navigation; restarting it", "err", err)
+		rt.dead.Store(true)
+	}
+}
+
+// runShots shoots each viewport concurrently; navigated[i] reports whether shot i got as far
+// as navigating.
+func (c *Capturer) runShots(ctx context.Context, rt *runtime, target *url.URL, vps []Viewport) (shots []Shot, errs []error, navigated []bool) {
+	shots = make([]Shot, len(vps))
+	errs = make([]error, len(vps))
+	navigated = make([]bool, len(vps))
+	var wg sync.WaitGroup
+	contexts := make([]*ctxSlot, len(vps))
+	for i, vp := range vps {
+		contexts[i] = &ctxSlot{}
+		wg.Add(1)
+		go func() { // owned by runShots, which waits on wg below
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("%w: %s: panic in playwright-go: %v", ErrBrowser, vp.Name, r)
+				}
+			}()
+			shots[i], errs[i] = c.shoot(ctx, rt, target, vp, contexts[i], &navigated[i])
+		}()
+	}
+	waited := make(chan struct{})
+	go func() { // owned by runShots: ends when the shots have returned
+		wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		// Closing the browser contexts fails their pending calls; if even that hangs,
+		// kill the browser (the next capture starts a new one).
+		var closers sync.WaitGroup
+		for _, s := range contexts {
+			closers.Go(s.close)
+		}
+		select {
+		case <-waited:
+		case <-time.After(grace):
+			c.log.Error("screenshot: capture did not wind down; killing the browser", "browser_pid", rt.browserPID)
+			rt.dead.Store(true)
+			killTree(rt.browserPID)
+			<-waited
+		}
+		closers.Wait() // the browser answered, or is dead
+	}
+	return shots, errs, navigated
+}
+
+// probe dials hostPort once so a closed port fails fast with [ErrConnectionRefused].
+func probe(ctx context.Context, hostPort string) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", hostPort)
+	if err != nil {
+		if isRefused(err) {
+			return fmt.Errorf("%w: %w", ErrConnectionRefused, err)
+		}
+		if ctx.Err() != nil || isNetTimeout(err) {
+			return fmt.Errorf("%w: connecting to %s: %w", ErrTimeout, hostPort, err)
+		}
+		return fmt.Errorf("%w: connecting to %s: %w", ErrNavigation, hostPort, err)
+	}
+	return conn.Close()
+}
+
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ctxSlot holds a browser context so another goroutine can close it.
+type ctxSlot struct {
+	mu     sync.Mutex
+	bc     playwright.BrowserContext
+	closed bool
+}
+
+func (s *ctxSlot) set(bc playwright.BrowserContext) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.bc = bc
+	return true
+}
+
+func (s *ctxSlot) close() {
+	s.mu.Lock()
+	bc := s.bc
+	s.closed = true
+	s.mu.Unlock()
+	if bc != nil {
+		_ = bc.Close() // returns when the browser answers or dies
+	}
+}
+
+func msUntil(ctx context.Context, d time.Duration) float64 {
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return float64(max(d, time.Millisecond).Milliseconds())
+}
+
+func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp Viewport, slot *ctxSlot, navigated *bool) (Shot, error) {
+	t0 := time.Now()
+	s := Shot{Viewport: vp, URL: target.String()}
+	fail := func(kind error, what string, err error) (Shot, error) {
+		s.Elapsed = time.Since(t0)
+		return s, fmt.Errorf("%w: %s (%s): %s: %w", kind, target.Redacted(), vp.Name, what, err)
+	}
+	px, err := newPinProxy(originOf(target), hostPort(target), c.log)
+	if err != nil {
+		return fail(ErrBrowser, "starting the origin pin", err)
+	}
+	defer px.close() // after the browser context is closed (defers run last-in first-out)
+	opts := playwright.BrowserNewContextOptions{
+		Viewport:          &playwright.Size{Width: vp.Width, Height: vp.Height},
+		DeviceScaleFactor: playwright.Float(1),
+		IsMobile:          playwright.Bool(vp.Mobile),
+		HasTouch:          playwright.Bool(vp.Mobile),
+		ServiceWorkers:    playwright.ServiceWorkerPolicyBlock,
+		AcceptDownloads:   playwright.Bool(false),
+		Proxy: &playwright.Proxy{
+			Server: px.addr(),
+			// Chromium never proxies loopback unless told; the pin must see everything.
+			Bypass: playwright.String("<-loopback>"),
+		},
+	}
+	if vp.Mobile {
+		opts.UserAgent = playwright.String(mobileUA(rt.version))
+	}
+	bc, err := rt.browser.NewContext(opts)
+	if err != nil {
+		return fail(browserKind(ctx, err), "new browser context", err)
+	}
+	defer func() { _ = bc.Close() }()
+	if !slot.set(bc) {
+		return fail(ErrTimeout, "capture cancelled", context.Cause(ctx))
+	}
+	bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
+
+	page, err := bc.NewPage()
+	if err != nil {
+		return fail(browserKind(ctx, err), "new page", err)
+	}
+	var pmu sync.Mutex
+	page.OnPageError(func(e error) {
+		pmu.Lock()
+		defer pmu.Unlock()
+		if len(s.PageErrors) < maxPageErrors {
+			s.PageErrors = append(s.PageErrors, e.Error())
+		}
+	})
+
+	*navigated = true
+	resp, err := page.Goto(target.String(), playwright.PageGotoOptions{
+		WaitUntil: playwright.WaitUntilStateCommit,
+		Timeout:   playwright.Float(msUntil(ctx, c.cfg.NavigationTimeout)),
+	})
+	if err != nil {
+		return fail(c.navKind(ctx, px, err), "navigation", err)
+	}
+	if resp != nil {
+		s.Status = resp.Status()
+		if h, _ := resp.HeaderValue(strings.ToLower(proxyErrHeader)); h != "" {
+			// The pin proxy answered, not the preview server.
+			if derr := px.firstDialErr(); derr != nil {
+				return fail(dialKind(derr), "connecting to the preview server", derr)
+			}
+			return fail(ErrOffOrigin, "navigation", fmt.Errorf("the pin refused the request (%d)", s.Status))
+		}
+	}
+
+	// Wait for load, then network idle, within the idle bound from commit.
+	idleCtx, cancelIdle := context.WithTimeout(ctx, c.cfg.IdleBound)
+	err = page.WaitForLoadState(playwright.PageWaitForLoadStateOptions{
+		State: playwright.LoadStateLoad, Timeout: playwright.Float(msUntil(idleCtx, c.cfg.IdleBound)),
+	})
+	s.Loaded = err == nil
+	if err == nil {
+		err = page.WaitForLoadState(playwright.PageWaitForLoadStateOptions{
+			State: playwright.LoadStateNetworkidle, Timeout: playwright.Float(msUntil(idleCtx, c.cfg.IdleBound)),
+		})
+		s.Idle = err == nil
+	}
+	cancelIdle()
+	if err != nil && !errIsTimeout(err) {
+		return fail(browserKind(ctx, err), "waiting for network idle", err)
+	}
+	if ctx.Err() != nil {
+		return fail(ErrTimeout, "waiting for network idle", context.Cause(ctx))
+	}
+
+	s.FinalURL = page.URL()
+	if !sameOrigin(s.FinalURL, originOf(target)) {
+		return fail(ErrOffOrigin, "after navigation", fmt.Errorf("the page is at %s", s.FinalURL))
+	}
+	pngBytes, err := page.Screenshot(playwright.PageScreenshotOptions{
+		Type:    playwright.ScreenshotTypePng,
+		Timeout: playwright.Float(msUntil(ctx, 10*time.Second)),
+	})
+	if err != nil {
+		return fail(browserKind(ctx, err), "screenshot", err)
+	}
+	s.Blocked, s.BlockedCount = px.blockedList()
+	s.PNGBytes = len(pngBytes)
+	s.WebP, err = pngToWebP(pngBytes)
+	if err != nil {
+		return fail(ErrBrowser, "encoding WebP", err)
+	}
+	pmu.Lock()
+	s.PageErrors = append([]string(nil), s.PageErrors...)
+	pmu.Unlock()
+	s.Elapsed = time.Since(t0)
+	return s, nil
+}
+
+// pngToWebP re-encodes Chromium's PNG as lossless WebP.
+func pngToWebP(b []byte) ([]byte, error) {
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("decoding the browser's PNG: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := nativewebp.Encode(&buf, img, nil); err != nil {
+		return nil, fmt.Errorf("encoding WebP: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func mobileUA(version string) string {
+	if version == "" {
+		version = "136.0.0.0"
+	}
+	return "Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/" + version + " Mobile Safari/537.36"
+}
+
+func browserKind(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errIsTimeout(err) {
+		return ErrTimeout
+	}
+	return ErrBrowser
+}
+
+func dialKind(err error) error {
+	if isRefused(err) {
+		return ErrConnectionRefused
+	}
+	if isNetTimeout(err) {
+		return ErrTimeout
+	}
+	return ErrNavigation
+}
+
+// navKind classifies a failed page.Goto.
+func (c *Capturer) navKind(ctx context.Context, px *pinProxy, err error) error {
+	msg := err.Error()
+	switch {
+	case ctx.Err() != nil || errIsTimeout(err):
+		return ErrTimeout
+	case strings.Contains(msg, "ERR_CONNECTION_REFUSED"):
+		return ErrConnectionRefused
+	case strings.Contains(msg, "ERR_TIMED_OUT"), strings.Contains(msg, "ERR_CONNECTION_TIMED_OUT"):
+		return ErrTimeout
+	case strings.Contains(msg, "net::ERR_"):
+		if derr := px.firstDialErr(); derr != nil {
+			return dialKind(derr)
+		}
+		if _, n := px.blockedList(); n > 0 {
+			return ErrOffOrigin
+		}
+		return ErrNavigation
+	case errors.Is(err, playwright.ErrTargetClosed):
+		return browserKind(ctx, err)
+	}
+	return ErrBrowser
+}

@@ -1,0 +1,162 @@
+// Package screenshot captures a sandbox's preview in a real browser: playwright-go driving
+// Debian's Chromium, with the Playwright driver installed offline (scripts/setup-browser.sh).
+//
+// One [Capturer] per process holds one driver and one browser, started on first use and
+// reused; every capture gets a fresh browser context. [Capturer.CapturePair] shoots the
+// desktop (1280x800) and mobile (390x844) viewports concurrently after network idle, with a
+// bounded wait, and returns lossless WebP images.
+//
+// # Where the browser may go
+//
+// The caller never hands this package a URL built by a plugin. It passes the preview origin
+// it got from the sandbox (scheme://host:port) and the plugin's path; [Target] validates the
+// path and joins it so the result can only be on that origin. The page itself is untrusted
+// too (the agent wrote it), and the browser runs on the host's network, so every browser
+// context is pinned to the origin at the network level: its proxy is a small HTTP proxy in
+// this process that forwards requests and tunnels to the preview's host:port only and answers
+// everything else with 403. That covers what request interception cannot: redirects,
+// subresources, iframes, popups, fetch/XHR, WebSockets and workers. Service workers are
+// blocked and WebRTC may not use UDP outside the proxy. A top-level navigation that ends
+// off the origin is an error ([ErrOffOrigin]); blocked subrequests are listed in
+// [Shot.Blocked].
+package screenshot
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Errors a caller branches on (with errors.Is). Each error returned by a capture wraps one of
+// them and says what was being done with which URL; the message is written for the model that
+// reads the tool result.
+var (
+	// ErrNoBrowser: Chromium or the Playwright driver is not installed where expected.
+	ErrNoBrowser = errors.New("screenshot: browser not installed (run scripts/setup-browser.sh, or make test / make run, which run it)")
+	// ErrBadPath: the plugin-supplied path was refused before any navigation.
+	ErrBadPath = errors.New("screenshot: path refused")
+	// ErrBadBase: the host-built preview origin is not scheme://host:port.
+	ErrBadBase = errors.New("screenshot: invalid preview origin")
+	// ErrConnectionRefused: nothing listens on the preview port.
+	ErrConnectionRefused = errors.New("screenshot: connection refused (nothing is listening on the preview port; is the dev server running?)")
+	// ErrTimeout: the page did not answer in time, or the context's deadline passed.
+	ErrTimeout = errors.New("screenshot: timed out")
+	// ErrNavigation: the navigation failed for another network reason.
+	ErrNavigation = errors.New("screenshot: navigation failed")
+	// ErrOffOrigin: the page redirected or navigated off the preview origin.
+	ErrOffOrigin = errors.New("screenshot: page left the preview origin")
+	// ErrPageStatus: returned by [Pair.PageError] when the page answered with HTTP >= 400.
+	ErrPageStatus = errors.New("screenshot: page answered with an HTTP error")
+	// ErrBrowser: the browser or driver failed or crashed during the capture.
+	ErrBrowser = errors.New("screenshot: browser failed")
+	// ErrClosed: the Capturer was closed.
+	ErrClosed = errors.New("screenshot: capturer closed")
+)
+
+// Viewport is one emulated screen. The image is exactly Width x Height pixels (device scale
+// factor 1).
+type Viewport struct {
+	Name   string // "desktop", "mobile"
+	Width  int
+	Height int
+	Mobile bool // isMobile + hasTouch + a mobile user agent
+}
+
+// The two viewports of a pair.
+var (
+	Desktop = Viewport{Name: "desktop", Width: 1280, Height: 800}
+	Mobile  = Viewport{Name: "mobile", Width: 390, Height: 844, Mobile: true}
+)
+
+// Shot is one captured viewport.
+type Shot struct {
+	Viewport Viewport
+	URL      string // the URL navigated to
+	FinalURL string // the page's URL when shot (same origin, by construction)
+	// Status is the HTTP status of the main document. A status >= 400 is still captured
+	// (the error page is what the agent needs to see); see [Pair.PageError].
+	Status int
+	// Idle is true when the network went idle (no request for 500 ms) within the idle bound;
+	// false means the page was shot at the bound while still busy (e.g. a long poll).
+	Idle bool
+	// Loaded is true when the load event fired before the shot.
+	Loaded bool
+	WebP   []byte // lossless WebP (VP8L), Width x Height
+	// PNGBytes is the size of the PNG Chromium returned for the same pixels.
+	PNGBytes int
+	// Blocked lists requests to other origins that the origin pin refused (at most
+	// maxBlocked, first first); BlockedCount counts them all.
+	Blocked      []string
+	BlockedCount int
+	// PageErrors are uncaught JavaScript errors seen on the page (at most maxPageErrors).
+	PageErrors []string
+	Elapsed    time.Duration
+}
+
+// Pair is the desktop and mobile shots of one page.
+type Pair struct {
+	URL     string
+	Desktop Shot
+	Mobile  Shot
+	Elapsed time.Duration
+}
+
+// PageError returns an error wrapping [ErrPageStatus] when the page answered with an HTTP
+// status >= 400 in either viewport, else nil. The images are valid either way.
+func (p *Pair) PageError() error {
+	for _, s := range []*Shot{&p.Desktop, &p.Mobile} {
+		if s.Status >= 400 {
+			return fmt.Errorf("%w: %s answered %d", ErrPageStatus, s.URL, s.Status)
+		}
+	}
+	return nil
+}
+
+// Config configures a [Capturer]. The zero value works on a machine set up by
+// scripts/setup-browser.sh.
+type Config struct {
+	// ExecutablePath is the Chromium binary. Default: the first present of
+	// /usr/lib/chromium/chromium-headless-shell, /usr/lib/chromium/chromium,
+	// /usr/bin/chromium-headless-shell, /usr/bin/chromium.
+	ExecutablePath string
+	// DriverDir holds the Playwright driver (package/cli.js and node). Default:
+	// $PLAYWRIGHT_DRIVER_PATH, else ~/.cache/ms-playwright-go/<version>.
+	DriverDir string
+	// IdleBound is the longest wait for network idle after the page commits. Default 3 s.
+	IdleBound time.Duration
+	// NavigationTimeout bounds the wait for the main document's response. Default 10 s.
+	NavigationTimeout time.Duration
+	// CaptureTimeout bounds one CapturePair or Capture call on top of its context. Default 30 s.
+	CaptureTimeout time.Duration
+	// StartTimeout bounds starting the driver and the browser. Default 30 s.
+	StartTimeout time.Duration
+	// MaxConcurrent is how many captures (pairs count as one) run at once. Default 2.
+	MaxConcurrent int
+	// Args are extra Chromium flags, after the built-in ones.
+	Args []string
+	// Logger receives the package's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.IdleBound <= 0 {
+		c.IdleBound = 3 * time.Second
+	}
+	if c.NavigationTimeout <= 0 {
+		c.NavigationTimeout = 10 * time.Second
+	}
+	if c.CaptureTimeout <= 0 {
+		c.CaptureTimeout = 30 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
