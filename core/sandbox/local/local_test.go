@@ -705,8 +705,13 @@ func TestBackgroundProcess(t *testing.T) {
 	if !found {
 		t.Fatalf("process %+v not listed in %+v", pr, procs)
 	}
-	if res := sh(t, sb, fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline", pr.PID)); !strings.Contains(string(res.Stdout), marker) {
-		t.Fatalf("pid %d is not the process: %q", pr.PID, res.Stdout)
+	// The log is written before bash execs sleep: wait for the exec to show.
+	var cmdline string
+	if !eventually(func() bool {
+		cmdline = string(sh(t, sb, fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline", pr.PID)).Stdout)
+		return strings.Contains(cmdline, marker)
+	}) {
+		t.Fatalf("pid %d is not the process: %q", pr.PID, cmdline)
 	}
 	if len(hostProcs(marker)) == 0 {
 		t.Fatal("the background process is not visible from the host; the check below would prove nothing")
