@@ -477,7 +477,9 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			timeout = left
 		}
 	}
-	hdr := map[string]string{HeaderMaxOutputBytes: strconv.Itoa(maxOut)}
+	// Kill-on-disconnect covers a cancel that lands before the start event told us the pid
+	// (and a host that dies mid-call); SendSignal below covers a real envd.
+	hdr := map[string]string{HeaderMaxOutputBytes: strconv.Itoa(maxOut), HeaderKillOnClose: "1"}
 	if timeout > 0 {
 		ms := timeout.Milliseconds()
 		if ms < 1 {

@@ -260,6 +260,27 @@ func TestDisconnectDoesNotKill(t *testing.T) {
 	}
 }
 
+// TestExecCancelBeforeStart: a cancel that lands before the start event still kills the
+// process (the agent kills it with the dropped stream).
+func TestExecCancelBeforeStart(t *testing.T) {
+	_, c, _ := agent(t, nil)
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(time.Millisecond); cancel() }()
+		res, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
+		if !res.TimedOut || !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled exec: %+v %v", res, err)
+		}
+	}
+	var procs []ProcessInfo
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if procs, _ = c.Processes(context.Background()); len(procs) == 0 {
+			return
+		}
+	}
+	t.Fatalf("processes left after canceled execs: %+v", procs)
+}
+
 func TestClientErrorsAndClose(t *testing.T) {
 	ws, c, _ := agent(t, nil)
 	ctx := context.Background()

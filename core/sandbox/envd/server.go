@@ -613,6 +613,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	background := r.Header.Get(HeaderBackground) != ""
+	killOnClose := r.Header.Get(HeaderKillOnClose) != ""
 
 	cmd, err := s.command(req)
 	if err != nil {
@@ -623,7 +624,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 		s.startBackground(sw, cmd, req)
 		return
 	}
-	s.runForeground(r.Context(), sw, cmd, req, timeout, maxOut)
+	s.runForeground(r.Context(), sw, cmd, req, timeout, maxOut, killOnClose)
 }
 
 // command builds the process from its config: argv as given (no shell added), the base
@@ -751,7 +752,7 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req StartReque
 	sw.end(nil)
 }
 
-func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req StartRequest, timeout time.Duration, maxOut int) {
+func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req StartRequest, timeout time.Duration, maxOut int, killOnClose bool) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		sw.end(&ConnectError{Code: CodeInternal, Message: "create pipe: " + err.Error()})
@@ -784,8 +785,12 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	defer s.untrack(pid)
 	sw.event(ProcessEvent{Start: &StartEvent{Pid: uint32(pid)}})
 
-	// Once the client is gone nobody reads the stream: stop writing (the process lives on).
+	// Once the client is gone nobody reads the stream: stop writing. The process lives on
+	// (envd's semantics) unless the client asked for it to die with the stream.
 	stopWatch := context.AfterFunc(reqCtx, func() {
+		if killOnClose {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
 		sw.mu.Lock()
 		sw.dead = true
 		sw.mu.Unlock()

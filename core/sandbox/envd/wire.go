@@ -7,6 +7,8 @@
 // that a real envd ignores and that an unknown-field-tolerant client skips:
 //   - header Toolhost-Max-Output-Bytes caps each output stream at the source (head, then
 //     the tail with a DataEvent.ToolhostDropped count before it);
+//   - header Toolhost-Kill-On-Disconnect kills a foreground process's group when its
+//     stream is dropped (the client's Exec sends it; envd's default keeps it running);
 //   - header Toolhost-Background sends a process's output to a log file (StartEvent
 //     .ToolhostLogPath) and ends the stream right after the start event;
 //   - query toolhost_max_bytes on GET /files refuses larger files with 413;
@@ -44,6 +46,7 @@ const (
 	HeaderProtocol       = "Connect-Protocol-Version"
 	HeaderMaxOutputBytes = "Toolhost-Max-Output-Bytes"
 	HeaderBackground     = "Toolhost-Background"
+	HeaderKillOnClose    = "Toolhost-Kill-On-Disconnect"
 	QueryMaxBytes        = "toolhost_max_bytes"
 
 	contentJSON       = "application/json"
