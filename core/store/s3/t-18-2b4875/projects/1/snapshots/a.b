@@ -1,0 +1,1 @@
+projects/1/snapshots/a.b
