@@ -190,6 +190,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal, cleanup runs (bounded); a second one kills the process.
+	context.AfterFunc(ctx, stop)
 	err = cmd.run(ctx, c, rest)
 	switch {
 	case err == nil:

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox/local"
@@ -470,5 +471,48 @@ func TestThirdPartyPlugin(t *testing.T) {
 	oneLineError(t, r, 1, "toolhost_sandbox_files.read")
 	if !strings.Contains(r.stderr, "wordcount") || !strings.Contains(r.stderr, "sandbox_files") {
 		t.Errorf("the refusal does not name the plugin and the grant: %s", r.stderr)
+	}
+}
+
+// TestInterrupt: SIGINT during a call stops it promptly, cleans up, and exits 130.
+func TestInterrupt(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	ws := t.TempDir()
+	cmd := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws)
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the command runs in the sandbox.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the command never started\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("took %s to stop after SIGINT", took)
+	}
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != exitInterrupted {
+		t.Errorf("exit: %v, want code %d\n%s", err, exitInterrupted, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "toolhost call: interrupted") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout: %q", stdout.String())
 	}
 }
