@@ -320,9 +320,19 @@ func loadFile(k *koanf.Koanf, path string) error {
 		return fmt.Errorf("config file %s: %s", path, oneLine(err))
 	}
 	for _, key := range fk.Keys() {
-		if !knownKey(key) {
-			return fmt.Errorf("config file %s: unknown key %q (known: %s)", path, key, strings.Join(Keys(), ", "))
+		if knownKey(key) {
+			continue
 		}
+		var section []string
+		for _, k := range Keys() {
+			if strings.HasPrefix(k, key+".") {
+				section = append(section, strings.TrimPrefix(k, key+"."))
+			}
+		}
+		if len(section) > 0 {
+			return fmt.Errorf("config file %s: %s: must be a mapping of %s, got %v", path, key, strings.Join(section, ", "), fk.Get(key))
+		}
+		return fmt.Errorf("config file %s: unknown key %q (known: %s)", path, key, strings.Join(Keys(), ", "))
 	}
 	if err := k.Merge(fk); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)

@@ -195,6 +195,7 @@ func TestBadConfig(t *testing.T) {
 		{name: "plugin key", yaml: "plugins:\n  - path: a.wasm\n    grantz: [log]\n", wantKey: "plugins[0]"},
 		{name: "plugin path", yaml: "plugins:\n  - grants: [log]\n", wantKey: "plugins[0].path"},
 		{name: "yaml syntax", yaml: "limits: [\n", wantKey: "c.yaml"},
+		{name: "section not a map", yaml: "limits: 5\n", wantKey: "limits: must be a mapping of memory_mib"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
