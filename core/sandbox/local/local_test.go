@@ -897,6 +897,39 @@ func TestConcurrency(t *testing.T) {
 	}
 }
 
+// TestNoGoroutineLeft: everything a sandbox starts on the host side ends with Close.
+func TestNoGoroutineLeft(t *testing.T) {
+	p := newProvider(t, Config{})
+	ctx := context.Background()
+	before := runtime.NumGoroutine()
+	ws := filepath.Join(t.TempDir(), "not", "yet")
+	for range 3 {
+		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "600"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "600"}, Timeout: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.WriteFile(ctx, "f", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		t.Fatalf("a missing workspace was not created: %v", err)
+	}
+	if !eventually(func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	}
+}
+
 // TestCreateLatency reports Create→first result; the figure is logged, not asserted.
 func TestCreateLatency(t *testing.T) {
 	p := newProvider(t, Config{})
