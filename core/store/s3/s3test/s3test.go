@@ -178,6 +178,10 @@ const (
 	Hang
 	// Drop closes the client's connection without an answer.
 	Drop
+	// DropAnswer forwards the request to the server, then closes the client's
+	// connection instead of relaying the answer: the request took effect, the client
+	// cannot know.
+	DropAnswer
 )
 
 func (f Fault) String() string {
@@ -188,6 +192,8 @@ func (f Fault) String() string {
 		return "hang"
 	case Drop:
 		return "drop"
+	case DropAnswer:
+		return "drop-answer"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -223,6 +229,12 @@ func NewFaultProxy(target string) (*FaultProxy, error) {
 			rp.ServeHTTP(w, r)
 			return
 		}
+		if fault == DropAnswer {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			dropConn(w)
+			return
+		}
 		io.Copy(io.Discard, io.LimitReader(r.Body, 256<<20))
 		switch fault {
 		case Error500:
@@ -236,17 +248,22 @@ func NewFaultProxy(target string) (*FaultProxy, error) {
 			case <-time.After(time.Minute):
 			}
 		case Drop:
-			if hj, ok := w.(http.Hijacker); ok {
-				if conn, _, err := hj.Hijack(); err == nil {
-					conn.Close()
-					return
-				}
-			}
-			panic(http.ErrAbortHandler)
+			dropConn(w)
 		}
 	}))
 	p.URL = p.srv.URL
 	return p, nil
+}
+
+// dropConn closes the client's connection without writing a response.
+func dropConn(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
 }
 
 func (p *FaultProxy) take(method string) (Fault, bool, chan struct{}) {

@@ -1,1 +1,0 @@
-projects/1/snapshots/a.b
