@@ -592,6 +592,9 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 		fail(CodeInvalidArgument, "read request envelope: "+err.Error())
 		return
 	}
+	// Reading the body to its end lets net/http watch the connection, so a client that
+	// goes away cancels r.Context() even while nothing is being written.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10))
 	var req StartRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
 		fail(CodeInvalidArgument, "decode StartRequest: "+err.Error())
