@@ -227,11 +227,8 @@ func (w where) join(name string) where {
 }
 
 func (w where) parent() where {
-	if w.rel == "." {
-		return where{abs: path.Dir(w.abs)}
-	}
 	n := where{abs: path.Dir(w.abs)}
-	if w.rel != "" {
+	if w.rel != "" && w.rel != "." {
 		n.rel = path.Dir(w.rel)
 	}
 	return n
@@ -707,8 +704,10 @@ func (s *Server) untrack(pid int) {
 	s.mu.Unlock()
 }
 
-var validTag = func(t string) bool {
-	return t != "" && len(t) <= 64 && strings.Trim(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" && t[0] != '.'
+// validTag: tags name log files, so no separators and no leading dot.
+func validTag(t string) bool {
+	return t != "" && len(t) <= 64 && t[0] != '.' &&
+		strings.Trim(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
 }
 
 func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req StartRequest) {
