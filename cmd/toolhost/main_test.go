@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	moduleRoot = root
 	build := func(env []string, args ...string) error {
 		cmd := exec.Command("go", append([]string{"build"}, args...)...)
 		cmd.Dir = root
@@ -88,6 +90,31 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
+var (
+	moduleRoot string
+	trackOnce  sync.Once
+)
+
+// trackSources stats every source file the plugins are built from. TestMain builds them
+// with a go build subprocess, which go test does not see; statting their sources from a
+// test (TestMain is too early: go test logs file access only once m.Run starts) puts them
+// in the test cache's key, so a change to a plugin reruns these tests instead of reusing a
+// stale result.
+func trackSources() {
+	trackOnce.Do(func() {
+		for _, dir := range []string{"abi", "pdk", "plugins", "cmd/toolhost/testdata"} {
+			filepath.WalkDir(filepath.Join(moduleRoot, dir), func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					os.Stat(p)
+				}
+				return nil
+			})
+		}
+		os.Stat(filepath.Join(moduleRoot, "go.mod"))
+		os.Stat(filepath.Join(moduleRoot, "go.sum"))
+	})
+}
+
 type runResult struct {
 	code           int
 	stdout, stderr string
@@ -97,6 +124,7 @@ type runResult struct {
 // env, and returns its exit code and output.
 func toolhost(t *testing.T, env []string, args ...string) runResult {
 	t.Helper()
+	trackSources()
 	cmd := exec.Command(toolBin, args...)
 	cmd.Dir = t.TempDir()
 	for _, kv := range os.Environ() {
@@ -478,6 +506,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 func TestInterrupt(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
+	trackSources()
 	ws := t.TempDir()
 	cmd := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws)
 	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
