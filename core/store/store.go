@@ -26,6 +26,9 @@ var (
 	ErrExists = errors.New("object already exists")
 	// ErrInvalidKey: the key breaks ValidKey's rules (or a backend's own).
 	ErrInvalidKey = errors.New("invalid object key")
+	// ErrChecksum: the bytes read do not match the checksum the store holds for the
+	// object (reported by reads from Get, when the backend validates).
+	ErrChecksum = errors.New("object checksum mismatch")
 )
 
 // MaxListKeys is the largest page List returns, as in S3.

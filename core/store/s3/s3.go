@@ -311,11 +311,25 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Objec
 	if err != nil {
 		return nil, store.ObjectInfo{}, s.wrap("get", key, err)
 	}
-	return out.Body, store.ObjectInfo{
+	return checksumBody{out.Body, key}, store.ObjectInfo{
 		Key: key, Size: aws.ToInt64(out.ContentLength), LastModified: aws.ToTime(out.LastModified).UTC(),
 		ETag: strings.Trim(aws.ToString(out.ETag), `"`), ContentType: aws.ToString(out.ContentType),
 		Metadata: nonNil(out.Metadata),
 	}, nil
+}
+
+// checksumBody reports the SDK's response checksum failure as store.ErrChecksum.
+type checksumBody struct {
+	io.ReadCloser
+	key string
+}
+
+func (b checksumBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && strings.Contains(err.Error(), "checksum did not match") {
+		err = fmt.Errorf("get %s: %w: %w", b.key, store.ErrChecksum, err)
+	}
+	return n, err
 }
 
 // Head describes an object.

@@ -57,8 +57,9 @@ type Server struct {
 }
 
 // Start runs a gateway over a new directory under parent (a temp dir when empty) and
-// waits until it answers. Call Close when done. The process's working directory is
-// restored after the backend changes it.
+// waits until it answers. Call Close when done. The process's working directory becomes
+// the gateway's directory (the posix backend resolves buckets relative to it), so tests
+// in the same binary must not rely on relative paths.
 func Start(parent string) (*Server, error) {
 	dir, err := os.MkdirTemp(parent, "versitygw-")
 	if err != nil {
@@ -71,11 +72,9 @@ func Start(parent string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	wd, _ := os.Getwd()
+	// posix.New changes the working directory to dir and keeps bucket paths relative to
+	// it, so the working directory must stay there while the gateway runs.
 	be, err := posix.New(dir, meta.XattrMeta{}, posix.PosixOpts{})
-	if wd != "" {
-		os.Chdir(wd)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("s3test: posix backend: %w", err)
 	}
@@ -90,7 +89,6 @@ func Start(parent string) (*Server, error) {
 		MaxRequests:       100,
 		MultipartMaxParts: 10000,
 		Quiet:             true,
-		KeepAlive:         true,
 	}
 	go func() { s.done <- embedgw.RunVersityGW(ctx, be, cfg) }()
 
@@ -207,8 +205,8 @@ type FaultProxy struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	fault  Fault
-	method string // "" matches every method
-	left   int    // faults still to inject; < 0 means until Heal
+	match  func(*http.Request) bool
+	left   int // faults still to inject; < 0 means until Heal
 	healed chan struct{}
 	counts map[string]int // requests seen, by method
 	faults int
@@ -224,7 +222,7 @@ func NewFaultProxy(target string) (*FaultProxy, error) {
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ErrorLog = nil
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fault, inject, healed := p.take(r.Method)
+		fault, inject, healed := p.take(r)
 		if !inject {
 			rp.ServeHTTP(w, r)
 			return
@@ -266,11 +264,11 @@ func dropConn(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-func (p *FaultProxy) take(method string) (Fault, bool, chan struct{}) {
+func (p *FaultProxy) take(r *http.Request) (Fault, bool, chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.counts[method]++
-	if p.left == 0 || (p.method != "" && p.method != method) {
+	p.counts[r.Method]++
+	if p.left == 0 || (p.match != nil && !p.match(r)) {
 		return 0, false, p.healed
 	}
 	if p.left > 0 {
@@ -283,9 +281,15 @@ func (p *FaultProxy) take(method string) (Fault, bool, chan struct{}) {
 // Inject makes the next n requests with the given method ("" for any) fail with f;
 // n < 0 means every such request until Heal.
 func (p *FaultProxy) Inject(f Fault, method string, n int) {
+	p.InjectMatch(f, func(r *http.Request) bool { return method == "" || r.Method == method }, n)
+}
+
+// InjectMatch makes the next n requests for which match returns true fail with f;
+// n < 0 means every such request until Heal.
+func (p *FaultProxy) InjectMatch(f Fault, match func(*http.Request) bool, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.fault, p.method, p.left = f, method, n
+	p.fault, p.match, p.left = f, match, n
 }
 
 // Heal stops injecting faults and releases hanging requests.
