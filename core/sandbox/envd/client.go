@@ -384,7 +384,7 @@ func skipped(rel string, skip []string) bool {
 
 // ---- processes
 
-// ProcessInfo returns the processes the agent runs.
+// Processes returns the processes the agent runs.
 func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
 	var out ListResponse
 	if err := c.unary(ctx, PathProcessList, ListRequest{}, &out); err != nil {

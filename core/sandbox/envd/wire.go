@@ -9,8 +9,8 @@
 //     the tail with a DataEvent.ToolhostDropped count before it);
 //   - header Toolhost-Kill-On-Disconnect kills a foreground process's group when its
 //     stream is dropped (the client's Exec sends it; envd's default keeps it running);
-//   - header Toolhost-Background sends a process's output to a log file (StartEvent
-//     .ToolhostLogPath) and ends the stream right after the start event;
+//   - header Toolhost-Background sends a process's output to a log file, named in
+//     StartEvent.ToolhostLogPath, and ends the stream right after the start event;
 //   - query toolhost_max_bytes on GET /files refuses larger files with 413;
 //   - ListDirRequest.ToolhostSkip/ToolhostLimit and ListDirResponse.ToolhostTruncated;
 //   - error bodies carry toolhostKind naming the sandbox sentinel error.
