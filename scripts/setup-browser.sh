@@ -67,18 +67,30 @@ if ((${#apt_missing[@]})); then
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt=("${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0)
+	apt_log=$(mktemp)
+	trap 'rm -f "$apt_log"' EXIT
+	run_apt() { # quiet unless it fails
+		if ! "${apt[@]}" "$@" </dev/null >>"$apt_log" 2>&1; then
+			return 1
+		fi
+	}
 	need_update=false
 	for p in "${apt_missing[@]}"; do
 		grep -q 'Candidate: [^(]' <<<"$(apt-cache policy "$p" 2>/dev/null || true)" || need_update=true
 	done
 	if $need_update; then
-		"${apt[@]}" update </dev/null >/dev/null
+		run_apt update || { cat "$apt_log" >&2; say "apt-get update failed"; exit 1; }
 	fi
-	if ! "${apt[@]}" install --no-install-recommends "${apt_missing[@]}" </dev/null >/dev/null; then
-		$need_update && { say "apt-get install ${apt_missing[*]} failed"; exit 1; }
-		"${apt[@]}" update </dev/null >/dev/null
-		"${apt[@]}" install --no-install-recommends "${apt_missing[@]}" </dev/null >/dev/null
+	if ! run_apt install --no-install-recommends "${apt_missing[@]}"; then
+		# Lists that are present but stale point at files the mirror no longer has.
+		if $need_update || ! run_apt update || ! run_apt install --no-install-recommends "${apt_missing[@]}"; then
+			cat "$apt_log" >&2
+			say "apt-get install ${apt_missing[*]} failed"
+			exit 1
+		fi
 	fi
+	rm -f "$apt_log"
+	trap - EXIT
 	for p in "${apt_missing[@]}"; do
 		say "installed $p $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true) (apt)"
 	done

@@ -243,6 +243,8 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	if vp.Mobile {
 		opts.UserAgent = playwright.String(mobileUA(rt.version))
 	}
+	var marks []any // phase timings for the debug log
+	mark := func(name string) { marks = append(marks, name, time.Since(t0).Round(time.Millisecond)) }
 	bc, err := rt.browser.NewContext(opts)
 	if err != nil {
 		return fail(browserKind(ctx, err), "new browser context", err)
@@ -253,6 +255,7 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	}
 	bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
 
+	mark("context")
 	page, err := bc.NewPage()
 	if err != nil {
 		return fail(browserKind(ctx, err), "new page", err)
@@ -266,6 +269,7 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 		}
 	})
 
+	mark("page")
 	*navigated = true
 	resp, err := page.Goto(target.String(), playwright.PageGotoOptions{
 		WaitUntil: playwright.WaitUntilStateCommit,
@@ -286,6 +290,7 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	}
 
 	// Wait for load, then network idle, within the idle bound from commit.
+	mark("commit")
 	idleCtx, cancelIdle := context.WithTimeout(ctx, c.cfg.IdleBound)
 	err = page.WaitForLoadState(playwright.PageWaitForLoadStateOptions{
 		State: playwright.LoadStateLoad, Timeout: playwright.Float(msUntil(idleCtx, c.cfg.IdleBound)),
@@ -309,6 +314,7 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	if !sameOrigin(s.FinalURL, originOf(target)) {
 		return fail(ErrOffOrigin, "after navigation", fmt.Errorf("the page is at %s", s.FinalURL))
 	}
+	mark("idle")
 	pngBytes, err := page.Screenshot(playwright.PageScreenshotOptions{
 		Type:    playwright.ScreenshotTypePng,
 		Timeout: playwright.Float(msUntil(ctx, 10*time.Second)),
@@ -318,6 +324,10 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	}
 	s.Blocked, s.BlockedCount = px.blockedList()
 	s.PNGBytes = len(pngBytes)
+	if keepPNG {
+		s.png = pngBytes
+	}
+	mark("png")
 	s.WebP, err = pngToWebP(pngBytes)
 	if err != nil {
 		return fail(ErrBrowser, "encoding WebP", err)
@@ -325,6 +335,8 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	pmu.Lock()
 	s.PageErrors = append([]string(nil), s.PageErrors...)
 	pmu.Unlock()
+	mark("webp")
+	c.log.Debug("screenshot: shot", append([]any{"viewport", vp.Name, "url", s.URL, "status", s.Status, "idle", s.Idle}, marks...)...)
 	s.Elapsed = time.Since(t0)
 	return s, nil
 }

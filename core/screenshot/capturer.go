@@ -37,9 +37,26 @@ var defaultExecutables = []string{
 // startMu serialises driver starts in this process, so the new driver child can be told
 // apart from another Capturer's; claimed holds the driver pids already taken.
 var (
-	startMu sync.Mutex
-	claimed = map[int]bool{}
+	startMu   sync.Mutex
+	claimedMu sync.Mutex
+	claimed   = map[int]bool{}
 )
+
+func claim(pid int, on bool) {
+	claimedMu.Lock()
+	defer claimedMu.Unlock()
+	if on {
+		claimed[pid] = true
+	} else {
+		delete(claimed, pid)
+	}
+}
+
+func isClaimed(pid int) bool {
+	claimedMu.Lock()
+	defer claimedMu.Unlock()
+	return claimed[pid]
+}
 
 // Capturer captures pages in one shared browser. It is safe for concurrent use. The driver
 // and the browser start on the first capture and are restarted when they die; Close stops
@@ -272,20 +289,10 @@ func (c *Capturer) launch() (*runtime, error) {
 		return nil, fmt.Errorf("%w: starting the Playwright driver in %s: %w", ErrBrowser, dir, err)
 	}
 	pid := findDriver()
-	claimed[pid] = true
+	claim(pid, true)
 	rt := &runtime{pw: pw, driverPID: pid}
 
-	args := append(append([]string(nil), baseArgs...), c.cfg.Args...)
-	b, err := pw.Chromium.Launch(playwright.BrowserTypeLaunchOptions{
-		ExecutablePath:  playwright.String(exe),
-		Headless:        playwright.Bool(true),
-		Args:            args,
-		Timeout:         playwright.Float(float64(c.cfg.StartTimeout.Milliseconds())),
-		HandleSIGINT:    playwright.Bool(false),
-		HandleSIGTERM:   playwright.Bool(false),
-		HandleSIGHUP:    playwright.Bool(false),
-		ChromiumSandbox: playwright.Bool(false),
-	})
+	b, err := pw.Chromium.Launch(launchOptions(exe, c.cfg))
 	wmu.Lock()
 	finished = true
 	wmu.Unlock()
@@ -305,6 +312,19 @@ func (c *Capturer) launch() (*runtime, error) {
 		c.log.Debug("screenshot: browser disconnected", "browser_pid", rt.browserPID)
 	})
 	return rt, nil
+}
+
+func launchOptions(exe string, cfg Config) playwright.BrowserTypeLaunchOptions {
+	return playwright.BrowserTypeLaunchOptions{
+		ExecutablePath:  playwright.String(exe),
+		Headless:        playwright.Bool(true),
+		Args:            append(append([]string(nil), baseArgs...), cfg.Args...),
+		Timeout:         playwright.Float(float64(cfg.StartTimeout.Milliseconds())),
+		HandleSIGINT:    playwright.Bool(false),
+		HandleSIGTERM:   playwright.Bool(false),
+		HandleSIGHUP:    playwright.Bool(false),
+		ChromiumSandbox: playwright.Bool(false),
+	}
 }
 
 // runDriver starts the driver with neither Stderr nor Logger set: setting Stderr alone
@@ -328,7 +348,7 @@ func findDriverChild(dir string) int {
 	self := os.Getpid()
 	cli := filepath.Join(dir, "package", "cli.js")
 	for _, p := range procs() {
-		if p.ppid == self && !claimed[p.pid] && strings.Contains(p.cmdline, cli) && strings.HasSuffix(p.cmdline, "run-driver") {
+		if p.ppid == self && !isClaimed(p.pid) && strings.Contains(p.cmdline, cli) && strings.HasSuffix(p.cmdline, "run-driver") {
 			return p.pid
 		}
 	}
@@ -393,9 +413,7 @@ func (c *Capturer) stopRuntime(rt *runtime, bound time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	startMu.Lock()
-	delete(claimed, rt.driverPID)
-	startMu.Unlock()
+	claim(rt.driverPID, false)
 }
 
 // Close stops in-flight captures, then the browser and the driver, and waits until no
@@ -431,6 +449,14 @@ func (c *Capturer) Close(ctx context.Context) error {
 	if err != nil {
 		<-waited // in-flight work fails fast once the browser is gone
 	}
+	return err
+}
+
+// Start starts the driver and the browser now rather than on the first capture (to take
+// the start-up cost off that capture). Waiting is bounded by ctx; the start goes on if ctx
+// ends first.
+func (c *Capturer) Start(ctx context.Context) error {
+	_, err := c.acquire(ctx)
 	return err
 }
 

@@ -92,7 +92,12 @@ type Shot struct {
 	// PageErrors are uncaught JavaScript errors seen on the page (at most maxPageErrors).
 	PageErrors []string
 	Elapsed    time.Duration
+
+	png []byte // Chromium's PNG, kept only when keepPNG is set (benchmarks)
 }
+
+// keepPNG makes shots keep Chromium's PNG; set only by benchmarks, before any capture.
+var keepPNG bool
 
 // Pair is the desktop and mobile shots of one page.
 type Pair struct {
