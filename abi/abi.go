@@ -72,10 +72,11 @@ const (
 
 	FnExec = "run" // toolhost_sandbox_exec.run(req_ptr, req_len, out_ptr, out_cap) -> i64
 
-	FnRead  = "read"  // toolhost_sandbox_files.read(path_ptr, path_len, out_ptr, out_cap) -> i64
-	FnWrite = "write" // toolhost_sandbox_files.write(path_ptr, path_len, data_ptr, data_len) -> i64
-	FnStat  = "stat"  // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
-	FnList  = "list"  // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnRead     = "read"      // toolhost_sandbox_files.read(path_ptr, path_len, out_ptr, out_cap) -> i64
+	FnReadText = "read_text" // toolhost_sandbox_files.read_text(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnWrite    = "write"     // toolhost_sandbox_files.write(path_ptr, path_len, data_ptr, data_len) -> i64
+	FnStat     = "stat"      // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
+	FnList     = "list"      // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
 )
 
 // Status is a negative i64 a host function returns instead of a length. The values are

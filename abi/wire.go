@@ -52,6 +52,10 @@ type ImageSource struct {
 	Data      string `json:"data"`
 }
 
+// FramedMagic starts a framed result: the binary form of a Result that needs no JSON
+// escaping (ABI.md section 5). A JSON result never starts with a NUL byte.
+const FramedMagic = "\x00thr1"
+
 // Text returns a result holding one text block.
 func Text(s string) Result { return Result{Content: []Content{{Type: ContentText, Text: s}}} }
 
@@ -81,11 +85,15 @@ type ExecRequest struct {
 	Background bool `json:"background,omitempty"`
 }
 
-// ExecResult is the JSON reply of toolhost_sandbox_exec.run.
+// ExecResult is the reply of toolhost_sandbox_exec.run. On the wire it is a one-line JSON
+// header (this struct without Stdout and Stderr, with StdoutLen and StderrLen set), a
+// newline, then the raw stdout bytes and the raw stderr bytes, so no output is escaped.
 type ExecResult struct {
-	ExitCode int    `json:"exit_code"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"-"`
+	Stderr    string `json:"-"`
+	StdoutLen int    `json:"stdout_len"`
+	StderrLen int    `json:"stderr_len"`
 	// StdoutCut and StderrCut count the bytes dropped from the middle of each stream to
 	// keep the captured output within the host's limit.
 	StdoutCut  int64 `json:"stdout_cut,omitempty"`
@@ -96,6 +104,34 @@ type ExecResult struct {
 	ID      string `json:"id,omitempty"`
 	PID     int    `json:"pid,omitempty"`
 	LogPath string `json:"log_path,omitempty"`
+}
+
+// ReadTextRequest is the JSON request of toolhost_sandbox_files.read_text: a window of
+// the lines of a text file, cut by the host so the file never has to enter the plugin.
+type ReadTextRequest struct {
+	Path string `json:"path"`
+	// Offset is the 1-based first line (default 1); Limit the most lines (default 2000).
+	Offset int `json:"offset,omitempty"`
+	Limit  int `json:"limit,omitempty"`
+	// MaxLineChars cuts longer lines (default 2000 characters), marking the cut.
+	MaxLineChars int `json:"max_line_chars,omitempty"`
+	// MaxBytes stops the window early, after at least one line, once the text passes it
+	// (default 48,000).
+	MaxBytes int `json:"max_bytes,omitempty"`
+	// Number prefixes each line with its number right-aligned in 6 columns and a tab.
+	Number bool `json:"number,omitempty"`
+}
+
+// ReadTextHeader is the first line of a read_text reply; the window's text follows it,
+// after a newline. When Binary is set, or Offset is past the end, the text is empty.
+type ReadTextHeader struct {
+	Size       int64 `json:"size"`
+	TotalLines int   `json:"total_lines"`
+	First      int   `json:"first"`     // first line in the window (0 when none)
+	Last       int   `json:"last"`      // last line in the window (0 when none)
+	Binary     bool  `json:"binary"`    // the file looks binary: NUL bytes or not text
+	CutLines   int   `json:"cut_lines"` // lines cut at MaxLineChars
+	Full       bool  `json:"full"`      // the window stopped at MaxBytes before Limit
 }
 
 // FileInfo is one entry of toolhost_sandbox_files.stat and .list replies.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -13,7 +14,7 @@ import (
 // work: validate the input, take an instance, call, parse and post-process the result.
 func BenchmarkOverheadProbeEcho(b *testing.B) {
 	h := newProbeHost(b, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 	in := json.RawMessage(`{"text":"hello"}`)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -27,8 +28,8 @@ func BenchmarkOverheadProbeEcho(b *testing.B) {
 // BenchmarkOverheadProbeRead4K adds one host function call returning 4 KiB.
 func BenchmarkOverheadProbeRead4K(b *testing.B) {
 	h := newProbeHost(b, nil)
-	sb := newMemSandbox()
-	sb.put("f.txt", strings.Repeat("abcdefghijklmno\n", 256))
+	sb := memsandbox.New()
+	sb.Put("f.txt", strings.Repeat("abcdefghijklmno\n", 256))
 	s := h.OpenSession(sb)
 	in := json.RawMessage(`{"path":"f.txt"}`)
 	ctx := context.Background()

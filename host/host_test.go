@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -106,7 +107,7 @@ func TestLoadRefusesNonPlugin(t *testing.T) {
 
 func TestDispatch(t *testing.T) {
 	h := newProbeHost(t, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 
 	res, err := dispatch(t, s, "echo", `{"text":"hello"}`)
 	if err != nil || res.IsError || text(res) != "hello" {
@@ -134,7 +135,7 @@ func TestDispatch(t *testing.T) {
 
 func TestRunawayPluginStoppedWhileHostServes(t *testing.T) {
 	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 300 * time.Millisecond })
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -162,7 +163,7 @@ func TestRunawayPluginStoppedWhileHostServes(t *testing.T) {
 
 func TestCallerContextStopsPlugin(t *testing.T) {
 	h := newProbeHost(t, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := s.Dispatch(ctx, "spin", json.RawMessage(`{}`))
@@ -173,7 +174,7 @@ func TestCallerContextStopsPlugin(t *testing.T) {
 
 func TestTimeInHostFunctionsIsNotBudget(t *testing.T) {
 	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 200 * time.Millisecond })
-	sb := &slowSandbox{memSandbox: newMemSandbox(), delay: 600 * time.Millisecond}
+	sb := &slowSandbox{Sandbox: memsandbox.New(), delay: 600 * time.Millisecond}
 	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["true"]}`)
 	if err != nil || res.IsError {
 		t.Fatalf("a command longer than the plugin budget: %+v, %v; want success", res, err)
@@ -181,18 +182,18 @@ func TestTimeInHostFunctionsIsNotBudget(t *testing.T) {
 }
 
 type slowSandbox struct {
-	*memSandbox
+	*memsandbox.Sandbox
 	delay time.Duration
 }
 
 func (s *slowSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	time.Sleep(s.delay)
-	return s.memSandbox.Exec(ctx, req)
+	return s.Sandbox.Exec(ctx, req)
 }
 
 func TestPluginFailuresDiscardInstance(t *testing.T) {
 	h := newProbeHost(t, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 	for _, tool := range []string{"trap", "bad_result"} {
 		res, err := dispatch(t, s, tool, `{}`)
 		if !errors.Is(err, ErrPluginFailed) || !res.IsError {
@@ -214,7 +215,7 @@ func TestPluginFailuresDiscardInstance(t *testing.T) {
 
 func TestOutOfBoundsPointersGetStatus(t *testing.T) {
 	h := newProbeHost(t, nil)
-	res, err := dispatch(t, h.OpenSession(newMemSandbox()), "oob", `{}`)
+	res, err := dispatch(t, h.OpenSession(memsandbox.New()), "oob", `{}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,10 +227,10 @@ func TestOutOfBoundsPointersGetStatus(t *testing.T) {
 
 func TestFilePolicyAndTwoCallReplies(t *testing.T) {
 	h := newProbeHost(t, nil)
-	sb := newMemSandbox()
+	sb := memsandbox.New()
 	big := strings.Repeat("0123456789", 1000) // over the probe's 64-byte buffer: goes through take
-	sb.put("notes/big.txt", big)
-	sb.put("small.txt", "hi")
+	sb.Put("notes/big.txt", big)
+	sb.Put("small.txt", "hi")
 	s := h.OpenSession(sb)
 
 	for path, want := range map[string]string{
@@ -258,23 +259,25 @@ func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func TestExecRequestReachesSandbox(t *testing.T) {
 	h := newProbeHost(t, nil)
-	sb := newMemSandbox()
+	sb := memsandbox.New()
 	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["grep","-e","$(touch x); 'q'","--","."]}`)
 	if err != nil || res.IsError {
 		t.Fatalf("exec = %+v, %v", res, err)
 	}
-	if len(sb.argvs) != 1 || strings.Join(sb.argvs[0], "|") != "grep|-e|$(touch x); 'q'|--|." {
-		t.Fatalf("argv reached the sandbox as %q", sb.argvs)
+	if len(sb.Argvs) != 1 || strings.Join(sb.Argvs[0], "|") != "grep|-e|$(touch x); 'q'|--|." {
+		t.Fatalf("argv reached the sandbox as %q", sb.Argvs)
 	}
+	// The reply is a JSON header line, then the raw stdout and stderr.
+	head, body, _ := strings.Cut(text(res), "\n")
 	var er abi.ExecResult
-	if err := json.Unmarshal([]byte(text(res)), &er); err != nil || er.Stdout != "grep -e $(touch x); 'q' -- .\n" {
+	if err := json.Unmarshal([]byte(head), &er); err != nil || body[:er.StdoutLen] != "grep -e $(touch x); 'q' -- .\n" || er.StderrLen != 0 {
 		t.Fatalf("exec reply %q: %v", text(res), err)
 	}
 }
 
 func TestOutputCappedAndANSIStripped(t *testing.T) {
 	h := newProbeHost(t, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 	res, err := dispatch(t, s, "huge", `{"n":40000,"s":"é-"}`) // 80,000 characters
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +299,7 @@ func TestConcurrentSessions(t *testing.T) {
 	h := newProbeHost(t, func(c *Config) { c.PoolSize = 4 })
 	var wg sync.WaitGroup
 	for i := range 16 {
-		s := h.OpenSession(newMemSandbox())
+		s := h.OpenSession(memsandbox.New())
 		wg.Go(func() {
 			for j := range 20 {
 				want := strings.Repeat("x", i*10+j)
@@ -313,7 +316,7 @@ func TestConcurrentSessions(t *testing.T) {
 
 func TestClosedHost(t *testing.T) {
 	h := newProbeHost(t, nil)
-	s := h.OpenSession(newMemSandbox())
+	s := h.OpenSession(memsandbox.New())
 	h.Close(context.Background())
 	if _, err := dispatch(t, s, "echo", `{"text":"x"}`); !errors.Is(err, ErrClosed) {
 		t.Fatalf("dispatch after Close: %v, want ErrClosed", err)

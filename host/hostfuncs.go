@@ -47,6 +47,7 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 		},
 		abi.CapSandboxFiles.Module(): {
 			{abi.FnRead, h.readFile, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnReadText, h.readText, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnWrite, h.writeFile, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnStat, h.stat, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnList, h.list, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
@@ -210,7 +211,7 @@ func (h *Host) doExec(ctx context.Context, inst *instance, reqPtr, reqLen, outPt
 			return inst.execStatus(err)
 		}
 		out, _ := json.Marshal(abi.ExecResult{ID: proc.ID, PID: proc.PID, LogPath: proc.LogPath})
-		return inst.reply(outPtr, outCap, out)
+		return inst.reply(outPtr, outCap, append(out, '\n'))
 	}
 	sreq.Timeout = h.cfg.DefaultExecTimeout
 	if req.TimeoutMS > 0 {
@@ -220,10 +221,10 @@ func (h *Host) doExec(ctx context.Context, inst *instance, reqPtr, reqLen, outPt
 	if err != nil {
 		return inst.execStatus(err)
 	}
-	out, err := json.Marshal(abi.ExecResult{
+	header, err := json.Marshal(abi.ExecResult{
 		ExitCode:   res.ExitCode,
-		Stdout:     strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-		Stderr:     strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+		StdoutLen:  len(res.Stdout),
+		StderrLen:  len(res.Stderr),
 		StdoutCut:  res.StdoutCut,
 		StderrCut:  res.StderrCut,
 		TimedOut:   res.TimedOut,
@@ -232,6 +233,9 @@ func (h *Host) doExec(ctx context.Context, inst *instance, reqPtr, reqLen, outPt
 	if err != nil {
 		return inst.status(abi.StatusIO, "exec: encode reply: %v", err)
 	}
+	// Header line, then the raw streams: the guest never unescapes output byte by byte.
+	out := make([]byte, 0, len(header)+1+len(res.Stdout)+len(res.Stderr))
+	out = append(append(append(append(out, header...), '\n'), res.Stdout...), res.Stderr...)
 	return inst.reply(outPtr, outCap, out)
 }
 

@@ -44,7 +44,7 @@ var hostFunctions = map[string][]string{
 	abi.CapLog.Module():         {abi.FnLog},
 	abi.CapSandboxExec.Module(): {abi.FnExec},
 	abi.CapSandboxFiles.Module(): {
-		abi.FnRead, abi.FnWrite, abi.FnStat, abi.FnList,
+		abi.FnRead, abi.FnReadText, abi.FnWrite, abi.FnStat, abi.FnList,
 	},
 }
 

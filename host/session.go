@@ -68,7 +68,11 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	pool.release(ctx, inst)
 
 	var res abi.Result
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if bytes.HasPrefix(raw, []byte(abi.FramedMagic)) {
+		if res, err = parseFramed(raw); err != nil {
+			return hostFailure(name, fmt.Errorf("%w: plugin %s: %v", ErrPluginFailed, t.plugin, err))
+		}
+	} else if err := json.Unmarshal(raw, &res); err != nil {
 		return hostFailure(name, fmt.Errorf("%w: plugin %s returned a result that is not valid JSON: %v", ErrPluginFailed, t.plugin, err))
 	}
 	if err := checkResult(&res); err != nil {

@@ -1,0 +1,65 @@
+package host
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// parseFramed decodes a framed result (ABI.md section 5): the magic, a flags byte (bit 0:
+// is_error), then blocks until the end: 't' + u32le length + UTF-8 text, or 'i' + u8 media
+// type length + media type + u32le length + raw image bytes. The host does the escaping
+// and base64 a guest would otherwise do byte by byte.
+func parseFramed(raw []byte) (abi.Result, error) {
+	b := raw[len(abi.FramedMagic):]
+	if len(b) < 1 {
+		return abi.Result{}, errors.New("framed result: no flags byte")
+	}
+	res := abi.Result{IsError: b[0]&1 != 0, Content: []abi.Content{}}
+	b = b[1:]
+	u32 := func(what string) (int, error) {
+		if len(b) < 4 {
+			return 0, fmt.Errorf("framed result: block %d: %s length cut short", len(res.Content), what)
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) {
+			return 0, fmt.Errorf("framed result: block %d: %s of %d bytes runs past the end", len(res.Content), what, n)
+		}
+		return n, nil
+	}
+	for len(b) > 0 {
+		kind := b[0]
+		b = b[1:]
+		switch kind {
+		case 't':
+			n, err := u32("text")
+			if err != nil {
+				return res, err
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: strings.ToValidUTF8(string(b[:n]), "\uFFFD")})
+			b = b[n:]
+		case 'i':
+			if len(b) < 1 || int(b[0]) > len(b)-1 {
+				return res, fmt.Errorf("framed result: block %d: media type cut short", len(res.Content))
+			}
+			mt := string(b[1 : 1+int(b[0])])
+			b = b[1+int(b[0]):]
+			n, err := u32("image")
+			if err != nil {
+				return res, err
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentImage, Source: &abi.ImageSource{
+				Type: "base64", MediaType: mt, Data: base64.StdEncoding.EncodeToString(b[:n]),
+			}})
+			b = b[n:]
+		default:
+			return res, fmt.Errorf("framed result: block %d: unknown kind %q", len(res.Content), kind)
+		}
+	}
+	return res, nil
+}
