@@ -43,7 +43,7 @@ func exportInputBuffer(size uint32) uint32 {
 func exportCall(n uint32) uint64 {
 	var out []byte
 	if uint64(n) > uint64(len(inBuf)) {
-		outBuf = appendResult(outBuf[:0], abi.ErrorText("Error: the request is longer than the input buffer"))
+		outBuf = appendFramed(outBuf[:0], abi.ErrorText("Error: the request is longer than the input buffer"))
 		out = outBuf
 	} else {
 		out = Handle(inBuf[:n])

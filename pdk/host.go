@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"unsafe"
 
 	"github.com/toolhost/toolhost/abi"
 )
@@ -123,7 +124,8 @@ func decodeError(op string) error {
 }
 
 // Exec runs a command in the session's sandbox (capability sandbox_exec). A command that
-// runs and fails is not an error: look at ExitCode and TimedOut.
+// runs and fails is not an error: look at ExitCode and TimedOut. Stdout and Stderr hold the
+// bytes the command wrote, which need not be UTF-8.
 func Exec(req abi.ExecRequest) (abi.ExecResult, error) {
 	enc := appendExecRequest(nil, req)
 	b, _, err := reply("exec", func(out []byte) int64 { return rawExec(enc, out) })
@@ -135,6 +137,22 @@ func Exec(req abi.ExecRequest) (abi.ExecResult, error) {
 		return res, decodeError("exec")
 	}
 	return res, nil
+}
+
+// ReadText returns a window of the lines of a text file (capability sandbox_files): the
+// host counts lines, sniffs for binary data, cuts long lines and numbers them, so a large
+// file never has to enter the plugin. See abi.ReadTextRequest for the options.
+func ReadText(req abi.ReadTextRequest) (abi.ReadTextHeader, string, error) {
+	enc := appendReadTextRequest(nil, req)
+	b, _, err := reply("read_text", func(out []byte) int64 { return rawReadText(enc, out) })
+	if err != nil {
+		return abi.ReadTextHeader{}, "", err
+	}
+	h, text, ok := decodeReadText(b)
+	if !ok {
+		return h, "", decodeError("read_text")
+	}
+	return h, text, nil
 }
 
 // ReadFile returns the contents of a file in the workspace (capability sandbox_files).
@@ -268,8 +286,16 @@ func members(b []byte) ([]field, bool) {
 	return f, ok
 }
 
+// decodeExecResult reads a JSON header line, then stdout_len bytes of stdout and
+// stderr_len bytes of stderr, raw. A reply without a newline is the whole-JSON form of
+// earlier hosts, with the streams as JSON strings.
 func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
-	fields, ok := members(b)
+	header, rest := b, []byte(nil)
+	framed := false
+	if i := indexNewline(b); i >= 0 {
+		header, rest, framed = b[:i], b[i+1:], true
+	}
+	fields, ok := members(header)
 	if !ok {
 		return r, false
 	}
@@ -283,6 +309,12 @@ func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
 			r.Stdout, _ = jsonString(v)
 		case "stderr":
 			r.Stderr, _ = jsonString(v)
+		case "stdout_len":
+			n, _ := jsonInt(v)
+			r.StdoutLen = int(n)
+		case "stderr_len":
+			n, _ := jsonInt(v)
+			r.StderrLen = int(n)
 		case "stdout_cut":
 			r.StdoutCut, _ = jsonInt(v)
 		case "stderr_cut":
@@ -300,7 +332,86 @@ func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
 			r.LogPath, _ = jsonString(v)
 		}
 	}
+	if framed {
+		if r.StdoutLen < 0 || r.StderrLen < 0 || r.StdoutLen+r.StderrLen != len(rest) {
+			return r, false
+		}
+		r.Stdout = string(rest[:r.StdoutLen])
+		r.Stderr = string(rest[r.StdoutLen:])
+	} else {
+		r.StdoutLen, r.StderrLen = len(r.Stdout), len(r.Stderr)
+	}
 	return r, true
+}
+
+// indexNewline finds the end of a JSON header line: JSON text holds no raw newline outside
+// whitespace, and the hosts write none.
+func indexNewline(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		if i+8 <= len(b) && !hasZero8(load8(unsafe.Pointer(&b[i]))^(lo8*'\n')) {
+			i += 7 // no newline in these eight bytes
+			continue
+		}
+		if b[i] == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+func decodeReadText(b []byte) (h abi.ReadTextHeader, text string, ok bool) {
+	i := indexNewline(b)
+	if i < 0 {
+		return h, "", false
+	}
+	fields, ok := members(b[:i])
+	if !ok {
+		return h, "", false
+	}
+	for _, f := range fields {
+		v := f.val
+		switch string(f.key) {
+		case "size":
+			h.Size, _ = jsonInt(v)
+		case "total_lines":
+			n, _ := jsonInt(v)
+			h.TotalLines = int(n)
+		case "first":
+			n, _ := jsonInt(v)
+			h.First = int(n)
+		case "last":
+			n, _ := jsonInt(v)
+			h.Last = int(n)
+		case "binary":
+			h.Binary = string(v) == "true"
+		case "cut_lines":
+			n, _ := jsonInt(v)
+			h.CutLines = int(n)
+		case "full":
+			h.Full = string(v) == "true"
+		}
+	}
+	return h, string(b[i+1:]), true
+}
+
+func appendReadTextRequest(b []byte, r abi.ReadTextRequest) []byte {
+	b = append(b, `{"path":`...)
+	b = appendString(b, r.Path)
+	for _, kv := range [...]struct {
+		k string
+		v int
+	}{{"offset", r.Offset}, {"limit", r.Limit}, {"max_line_chars", r.MaxLineChars}, {"max_bytes", r.MaxBytes}} {
+		if kv.v != 0 {
+			b = append(b, ',', '"')
+			b = append(b, kv.k...)
+			b = append(b, '"', ':')
+			b = strconv.AppendInt(b, int64(kv.v), 10)
+		}
+	}
+	if r.Number {
+		b = append(b, `,"number":true`...)
+	}
+	return append(b, '}')
 }
 
 func decodeFileInfo(b []byte) (fi abi.FileInfo, ok bool) {

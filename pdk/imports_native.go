@@ -70,6 +70,13 @@ func hostCall(out []byte, fn func(h Host) (any, error)) int64 {
 		b = v
 	case int:
 		return int64(v)
+	case abi.ExecResult: // a JSON header line, then the raw streams
+		v.StdoutLen, v.StderrLen = len(v.Stdout), len(v.Stderr)
+		if b, err = json.Marshal(v); err != nil {
+			native.lastErr = err.Error()
+			return int64(abi.StatusIO)
+		}
+		b = append(append(append(b, '\n'), v.Stdout...), v.Stderr...)
 	default:
 		if b, err = json.Marshal(v); err != nil {
 			native.lastErr = err.Error()
@@ -127,6 +134,22 @@ func rawExec(req, out []byte) int64 {
 
 func rawRead(path string, out []byte) int64 {
 	return hostCall(out, func(h Host) (any, error) { return h.ReadFile(path) })
+}
+
+func rawReadText(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		var r abi.ReadTextRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("read_text", err)
+		}
+		data, err := h.ReadFile(r.Path)
+		if err != nil {
+			return nil, err
+		}
+		header, text := textWindow(data, r)
+		hb, err := json.Marshal(header)
+		return append(append(hb, '\n'), text...), err
+	})
 }
 
 func rawWrite(path string, data []byte) int64 {

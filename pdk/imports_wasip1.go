@@ -22,6 +22,9 @@ func hostExec(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint
 //go:wasmimport toolhost_sandbox_files read
 func hostRead(path string, out unsafe.Pointer, outCap uint32) int64
 
+//go:wasmimport toolhost_sandbox_files read_text
+func hostReadText(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
 //go:wasmimport toolhost_sandbox_files write
 func hostWrite(path string, data unsafe.Pointer, dataLen uint32) int64
 
@@ -40,6 +43,9 @@ func rawExec(req, out []byte) int64 {
 	return hostExec(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
 }
 func rawRead(path string, out []byte) int64 { return hostRead(path, ptr(out), uint32(len(out))) }
+func rawReadText(req, out []byte) int64 {
+	return hostReadText(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
 func rawWrite(path string, data []byte) int64 {
 	return hostWrite(path, ptr(data), uint32(len(data)))
 }

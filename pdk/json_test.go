@@ -1,7 +1,10 @@
 package pdk
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -157,24 +160,54 @@ func TestInputAccessors(t *testing.T) {
 	}
 }
 
-func TestAppendResult(t *testing.T) {
+func TestAppendFramed(t *testing.T) {
 	r := abi.Result{Content: []abi.Content{
 		{Type: abi.ContentText, Text: "a\"b\x00\xff"},
 		{Type: abi.ContentText},
-		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/png", Data: "AAAA"}},
+		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/png", Data: "AAECAw=="}},
 	}, IsError: true}
-	b := appendResult(nil, r)
-	var back abi.Result
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatalf("%s: %v", b, err)
+	b := appendFramed(nil, r)
+	want := "\x00thr1\x01" + "t\x05\x00\x00\x00a\"b\x00\xff" + "t\x00\x00\x00\x00" + "i\x09image/png\x04\x00\x00\x00\x00\x01\x02\x03"
+	if string(b) != want {
+		t.Errorf("framed\n got %q\nwant %q", b, want)
 	}
-	if !back.IsError || len(back.Content) != 3 || back.Content[0].Text != "a\"b\x00\uFFFD" ||
-		back.Content[2].Source == nil || back.Content[2].Source.Data != "AAAA" {
-		t.Errorf("round trip: %s -> %+v", b, back)
+	back, err := decodeFramed(b)
+	if err != nil || !back.IsError || len(back.Content) != 3 || back.Content[0].Text != "a\"b\x00\xff" || back.Content[2].Source.Data != "AAECAw==" {
+		t.Errorf("round trip: %+v %v", back, err)
 	}
-	if !strings.Contains(string(b), `{"type":"text","text":""}`) {
-		t.Errorf("an empty text block must keep its text member: %s", b)
+	bad := appendFramed(nil, abi.Result{Content: []abi.Content{{Type: abi.ContentImage, Source: &abi.ImageSource{Data: "!!"}}}})
+	if back, _ := decodeFramed(bad); !back.IsError || !strings.Contains(back.Content[0].Text, "not valid base64") {
+		t.Errorf("bad image: %q", bad)
 	}
+}
+
+// decodeFramed is a test-side reader of the framed form (pdktest has the full one).
+func decodeFramed(b []byte) (abi.Result, error) {
+	if !strings.HasPrefix(string(b), abi.FramedMagic) || len(b) < 6 {
+		return abi.Result{}, errors.New("not framed")
+	}
+	r := abi.Result{IsError: b[5]&1 != 0}
+	b = b[6:]
+	for len(b) > 0 {
+		kind := b[0]
+		var mt string
+		b = b[1:]
+		if kind == 'i' {
+			mt, b = string(b[1:1+int(b[0])]), b[1+int(b[0]):]
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		d := b[4 : 4+n]
+		b = b[4+n:]
+		switch kind {
+		case 't':
+			r.Content = append(r.Content, abi.Content{Type: abi.ContentText, Text: string(d)})
+		case 'i':
+			r.Content = append(r.Content, abi.Content{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: mt, Data: base64.StdEncoding.EncodeToString(d)}})
+		default:
+			return r, errors.New("unknown block kind")
+		}
+	}
+	return r, nil
 }
 
 // FuzzParseInput checks the scanner against encoding/json: the same objects are valid, and

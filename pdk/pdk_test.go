@@ -20,7 +20,7 @@ type fakeHost struct {
 
 func (h *fakeHost) Exec(r abi.ExecRequest) (abi.ExecResult, error) {
 	h.execs = append(h.execs, r)
-	return abi.ExecResult{ExitCode: 3, Stdout: strings.Repeat("o\"\\\n", 5000), Stderr: "e\u2028\u00e9\U0001F600", StdoutCut: 9, TimedOut: true, DurationMS: 12, ID: "i", PID: 7, LogPath: "/tmp/l"}, nil
+	return abi.ExecResult{ExitCode: 3, Stdout: strings.Repeat("o\"\\\n", 5000), Stderr: "e\u2028\u00e9\U0001F600\xff\n", StdoutCut: 9, TimedOut: true, DurationMS: 12, ID: "i", PID: 7, LogPath: "/tmp/l"}, nil
 }
 
 func (h *fakeHost) ReadFile(p string) ([]byte, error) {
@@ -109,11 +109,32 @@ func TestHostFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := h.Exec(abi.ExecRequest{})
+	want.StdoutLen, want.StderrLen = len(want.Stdout), len(want.Stderr)
 	if res != want {
-		t.Errorf("Exec result differs:\n got %+v\nwant %+v", res, want)
+		t.Errorf("Exec result differs: got stdout %d bytes, stderr %q, %+v", len(res.Stdout), res.Stderr, res.StdoutCut)
 	}
 	if r := h.execs[0]; r.Argv[2] != "echo \"hi\"\n" || r.Cwd != "src" || r.Env["A"] != "1" || r.TimeoutMS != 5000 || !r.Background {
 		t.Errorf("Exec request arrived as %+v", r)
+	}
+
+	// The whole-JSON exec reply of earlier hosts still decodes.
+	if r, ok := decodeExecResult([]byte(`{"exit_code":2,"stdout":"a\nb","stderr":"c","timed_out":true}`)); !ok ||
+		r.ExitCode != 2 || r.Stdout != "a\nb" || r.Stderr != "c" || r.StdoutLen != 3 || !r.TimedOut {
+		t.Errorf("legacy exec reply: %+v %v", r, ok)
+	}
+	for _, bad := range []string{"{\"stdout_len\":5}\nabc", "{\"stdout_len\":-1,\"stderr_len\":4}\nabc", "not json\n"} {
+		if _, ok := decodeExecResult([]byte(bad)); ok {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+
+	h.files["lines.txt"] = []byte("one\r\ntwo\nthree")
+	hdr, text, err := ReadText(abi.ReadTextRequest{Path: "lines.txt", Offset: 2, Limit: 5, Number: true})
+	if err != nil || text != "     2\ttwo\n     3\tthree\n" || hdr != (abi.ReadTextHeader{Size: 14, TotalLines: 3, First: 2, Last: 3}) {
+		t.Errorf("ReadText: %+v %q %v", hdr, text, err)
+	}
+	if _, _, err := ReadText(abi.ReadTextRequest{Path: "missing"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ReadText missing: %v", err)
 	}
 
 	fi, err := Stat("a/b")
@@ -188,12 +209,12 @@ func TestHandle(t *testing.T) {
 	}
 	for _, c := range cases {
 		out := Handle([]byte(c.req))
-		var r abi.Result
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("%s: result %s: %v", c.req, out, err)
+		r, err := decodeFramed(out)
+		if err != nil {
+			t.Fatalf("%s: result %q: %v", c.req, out, err)
 		}
 		if len(r.Content) != 1 || r.Content[0].Text != c.text || r.IsError != c.isErr {
-			t.Errorf("%s: got %s", c.req, out)
+			t.Errorf("%s: got %q", c.req, out)
 		}
 	}
 

@@ -1,6 +1,8 @@
 package pdk
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 
@@ -118,14 +120,15 @@ var (
 )
 
 // Handle does what the toolhost_call export does: it decodes a request
-// ({"tool": ..., "input": {...}}), runs the tool and returns the result JSON. The returned
-// bytes are reused by the next call. Exported so tests can drive tools natively.
+// ({"tool": ..., "input": {...}}), runs the tool and returns the result in the framed form
+// of ABI.md section 5. The returned bytes are reused by the next call. Exported so tests
+// can drive tools natively (package pdktest decodes the result).
 func Handle(request []byte) []byte {
 	if cap(outBuf) > 1<<20 {
 		outBuf = nil // do not keep a huge result's buffer for the life of the instance
 	}
 	res := handle(request)
-	outBuf = appendResult(outBuf[:0], res)
+	outBuf = appendFramed(outBuf[:0], res)
 	return outBuf
 }
 
@@ -184,31 +187,32 @@ func panicText(r any) string {
 	return fmt.Sprint(r)
 }
 
-// appendResult encodes r as {"content": [...], "is_error": bool}.
-func appendResult(b []byte, r abi.Result) []byte {
-	b = append(b, `{"content":[`...)
-	for i, c := range r.Content {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"type":`...)
-		b = appendString(b, c.Type)
-		if c.Text != "" || c.Type == abi.ContentText {
-			b = append(b, `,"text":`...)
-			b = appendString(b, c.Text)
-		}
-		if s := c.Source; s != nil {
-			b = append(b, `,"source":{"type":`...)
-			b = appendString(b, s.Type)
-			b = append(b, `,"media_type":`...)
-			b = appendString(b, s.MediaType)
-			b = append(b, `,"data":`...)
-			b = appendString(b, s.Data)
-			b = append(b, '}')
-		}
-		b = append(b, '}')
+// appendFramed encodes r in the framed form of ABI.md section 5: the magic, a flags byte,
+// then each block as a kind byte and u32le-length-prefixed raw bytes. The host escapes the
+// text and base64-encodes images, which it does far faster than a guest.
+func appendFramed(b []byte, r abi.Result) []byte {
+	b = append(b, abi.FramedMagic...)
+	var flags byte
+	if r.IsError {
+		flags |= 1
 	}
-	b = append(b, `],"is_error":`...)
-	b = appendBool(b, r.IsError)
-	return append(b, '}')
+	b = append(b, flags)
+	for _, c := range r.Content {
+		switch {
+		case c.Type == abi.ContentImage && c.Source != nil:
+			data, err := base64.StdEncoding.DecodeString(c.Source.Data)
+			if err != nil || len(c.Source.MediaType) > 255 {
+				return appendFramed(b[:0], abi.ErrorText("Error: the tool returned an image that is not valid base64 with a media type"))
+			}
+			b = append(b, 'i', byte(len(c.Source.MediaType)))
+			b = append(b, c.Source.MediaType...)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
+			b = append(b, data...)
+		default:
+			b = append(b, 't')
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(c.Text)))
+			b = append(b, c.Text...)
+		}
+	}
+	return b
 }

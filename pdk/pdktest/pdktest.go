@@ -15,8 +15,11 @@ package pdktest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -106,14 +109,70 @@ func (h *Host) Result(tool, input string) abi.Result {
 	if err != nil {
 		h.t.Fatalf("bad test input %s: %v", input, err)
 	}
-	out := pdk.Handle(req)
-	var res abi.Result
-	dec := json.NewDecoder(bytes.NewReader(out))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&res); err != nil {
-		h.t.Fatalf("result of %s is not valid JSON: %v\n%s", tool, err, out)
+	res, err := DecodeResult(pdk.Handle(req))
+	if err != nil {
+		h.t.Fatalf("result of %s: %v", tool, err)
 	}
 	return res
+}
+
+// DecodeResult decodes a result as the host does: the framed form of ABI.md section 5
+// (what pdk returns), or JSON. Invalid UTF-8 in text becomes U+FFFD, images base64.
+func DecodeResult(raw []byte) (abi.Result, error) {
+	if !bytes.HasPrefix(raw, []byte(abi.FramedMagic)) {
+		var res abi.Result
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&res); err != nil {
+			return res, fmt.Errorf("result is neither framed nor valid JSON: %v\n%s", err, raw)
+		}
+		return res, nil
+	}
+	b := raw[len(abi.FramedMagic):]
+	if len(b) == 0 {
+		return abi.Result{}, errors.New("framed result without a flags byte")
+	}
+	res := abi.Result{IsError: b[0]&1 != 0, Content: []abi.Content{}}
+	if b[0]&^1 != 0 {
+		return res, fmt.Errorf("framed result: unknown flags %#x", b[0])
+	}
+	b = b[1:]
+	data := func() ([]byte, error) {
+		if len(b) < 4 || int(binary.LittleEndian.Uint32(b)) > len(b)-4 {
+			return nil, fmt.Errorf("framed result: block %d is cut short", len(res.Content))
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		d := b[4 : 4+n]
+		b = b[4+n:]
+		return d, nil
+	}
+	for len(b) > 0 {
+		kind := b[0]
+		b = b[1:]
+		switch kind {
+		case 't':
+			d, err := data()
+			if err != nil {
+				return res, err
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: strings.ToValidUTF8(string(d), "\uFFFD")})
+		case 'i':
+			if len(b) < 1 || int(b[0]) > len(b)-1 {
+				return res, fmt.Errorf("framed result: block %d: media type cut short", len(res.Content))
+			}
+			mt := string(b[1 : 1+int(b[0])])
+			b = b[1+int(b[0]):]
+			d, err := data()
+			if err != nil {
+				return res, err
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentImage, Source: &abi.ImageSource{
+				Type: "base64", MediaType: mt, Data: base64.StdEncoding.EncodeToString(d)}})
+		default:
+			return res, fmt.Errorf("framed result: block %d: unknown kind %q", len(res.Content), kind)
+		}
+	}
+	return res, nil
 }
 
 // Call calls a tool and returns the text of its result and whether it is an error.
@@ -319,9 +378,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *capture) String() string {
-	return strings.ToValidUTF8(string(c.head)+string(c.tail), "\uFFFD")
-}
+func (c *capture) String() string { return string(c.head) + string(c.tail) }
 
 // Exec implements pdk.Host: it runs argv directly (no shell) with the workspace as the
 // working directory, killing the process group on timeout (default 60 s).
