@@ -3,9 +3,11 @@ package main
 import (
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/pdk"
+	"github.com/toolhost/toolhost/plugins/internal/scan"
 )
 
 const editDescription = `Edits a file in the workspace by replacing an exact string with another.
@@ -41,11 +43,14 @@ func editFile(in pdk.Input) abi.Result {
 	if err != nil {
 		return abi.ErrorText("Error: could not read " + path + ": " + reason(err, path))
 	}
-	out, n, errText := applyEdit(string(data), oldS, newS, in.Bool("replace_all"))
+	// data is ours and never written again, so it can back the string without a copy of
+	// the whole file.
+	content := unsafe.String(unsafe.SliceData(data), len(data))
+	out, n, errText := applyEdit(content, oldS, newS, in.Bool("replace_all"))
 	if errText != "" {
 		return abi.ErrorText(strings.ReplaceAll(errText, "PATH", path))
 	}
-	if err := pdk.WriteFile(path, []byte(out)); err != nil {
+	if err := pdk.WriteFile(path, out); err != nil {
 		return abi.ErrorText("Error: could not write " + path + ": " + reason(err, path))
 	}
 	if in.Bool("replace_all") {
@@ -61,11 +66,11 @@ func editFile(in pdk.Input) abi.Result {
 // mean CRLF, which is the same as normalising the file to LF for matching and restoring
 // CRLF on write, without touching any other byte. A file that mixes both is matched as is
 // first, and with CRLF only if that finds nothing.
-func applyEdit(content, oldS, newS string, all bool) (string, int, string) {
+func applyEdit(content, oldS, newS string, all bool) ([]byte, int, string) {
 	candidates := [][2]string{{oldS, newS}}
-	if crlf := strings.Count(content, "\r\n"); crlf > 0 {
+	if crlf := scan.CountString(content, "\r\n"); crlf > 0 {
 		conv := [2]string{toCRLF(oldS), toCRLF(newS)}
-		if crlf == strings.Count(content, "\n") {
+		if crlf == scan.Count(content, '\n') {
 			candidates = [][2]string{conv}
 		} else if conv[0] != oldS {
 			candidates = append(candidates, conv)
@@ -74,21 +79,21 @@ func applyEdit(content, oldS, newS string, all bool) (string, int, string) {
 	var o, nw string
 	count := 0
 	for _, c := range candidates {
-		if count = strings.Count(content, c[0]); count > 0 {
+		if count = scan.CountString(content, c[0]); count > 0 {
 			o, nw = c[0], c[1]
 			break
 		}
 	}
 	switch {
 	case count == 0:
-		return "", 0, "Error: old_string not found in PATH" + notFoundHint(content, oldS)
+		return nil, 0, "Error: old_string not found in PATH" + notFoundHint(content, oldS)
 	case count > 1 && !all:
-		return "", 0, "Error: old_string found " + strconv.Itoa(count) + " times in PATH; add surrounding context or set replace_all"
+		return nil, 0, "Error: old_string found " + strconv.Itoa(count) + " times in PATH; add surrounding context or set replace_all"
 	}
 	if !all {
-		return strings.Replace(content, o, nw, 1), 1, ""
+		return scan.Replace(content, o, nw, 1), 1, ""
 	}
-	return strings.ReplaceAll(content, o, nw), count, ""
+	return scan.Replace(content, o, nw, -1), count, ""
 }
 
 // toCRLF turns every line ending of s into CRLF.
@@ -102,11 +107,14 @@ func notFoundHint(content, oldS string) string {
 	if stripped, ok := stripLineNumbers(oldS); ok && strings.Contains(normLF(content), stripped) {
 		return "; old_string seems to include read_file's line-number prefixes (number and tab): leave them out"
 	}
-	if len(squash(oldS)) >= 8 && strings.Contains(squash(content), squash(oldS)) {
+	if len(content) <= hintMaxBytes && len(squash(oldS)) >= 8 && strings.Contains(squash(content), squash(oldS)) {
 		return "; a match exists that differs only in whitespace (tabs against spaces, indentation or trailing blanks): read the file again and copy the text exactly"
 	}
 	return "; read the file again and copy the text exactly, including whitespace"
 }
+
+// hintMaxBytes bounds the files the whitespace hint looks at: it is a byte loop.
+const hintMaxBytes = 256 << 10
 
 func normLF(s string) string { return strings.ReplaceAll(s, "\r\n", "\n") }
 

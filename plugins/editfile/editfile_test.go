@@ -135,9 +135,9 @@ func TestApplyEdit(t *testing.T) {
 		{"overlap", "aaa", "aa", "b", true, "ba", 1, ""},
 	}
 	for _, c := range cases {
-		got, n, err := applyEdit(c.content, c.old, c.new, c.all)
-		if got != c.want || n != c.n || err != c.err {
-			t.Errorf("%s: got %q, %d, %q; want %q, %d, %q", c.name, got, n, err, c.want, c.n, c.err)
+		b, n, err := applyEdit(c.content, c.old, c.new, c.all)
+		if got := string(b); got != c.want || n != c.n || err != c.err {
+			t.Errorf("%s: got %q, %d, %q; want %q, %d, %q", c.name, b, n, err, c.want, c.n, c.err)
 		}
 	}
 }

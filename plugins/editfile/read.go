@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	gopath "path"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/pdk"
@@ -37,12 +35,18 @@ const (
 	// maxOutput keeps a result below the host's 50,000-character cut, so the host never
 	// drops lines from the middle; bytes >= characters, so counting bytes is safe.
 	maxOutput = 48_000
-	sniffLen  = 8 << 10
 )
 
 func readFile(in pdk.Input) abi.Result {
 	path := in.String("path")
-	data, err := pdk.ReadFile(path)
+	offset, limit := max(in.Int("offset", 1), 1), in.Int("limit", defaultLimit)
+	if limit < 1 {
+		limit = defaultLimit
+	}
+	// The host cuts the window, so a large file never enters the plugin: byte loops are
+	// slow in a guest under wazero's CloseOnContextDone.
+	h, text, err := pdk.ReadText(abi.ReadTextRequest{Path: path, Offset: offset, Limit: limit,
+		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true})
 	if err != nil {
 		if errors.Is(err, pdk.ErrIsDir) {
 			return abi.ErrorText("Error: " + path + " is a directory; use glob or bash ls to list it")
@@ -53,7 +57,36 @@ func readFile(in pdk.Input) abi.Result {
 		}
 		return abi.ErrorText(msg)
 	}
-	return formatRead(path, data, in.Int("offset", 1), in.Int("limit", defaultLimit))
+	return formatRead(path, h, text, offset)
+}
+
+// formatRead turns the host's window into the result: the numbered lines, then a note when
+// they are not the whole file.
+func formatRead(path string, h abi.ReadTextHeader, text string, offset int) abi.Result {
+	switch {
+	case h.Size == 0:
+		return abi.Text("[read_file: " + path + " is empty (0 bytes)]")
+	case h.Binary:
+		return abi.ErrorText("Error: " + path + " is a binary file; read_file shows text only")
+	case h.First == 0:
+		return abi.ErrorText("Error: offset " + strconv.Itoa(offset) + " is past the end of " + path +
+			", which has " + plural(h.TotalLines, "line") + "; use an offset from 1 to " + strconv.Itoa(h.TotalLines))
+	}
+	if h.First == 1 && h.Last >= h.TotalLines {
+		return abi.Text(text)
+	}
+	var b strings.Builder
+	b.Grow(len(text) + 100)
+	b.WriteString(text)
+	b.WriteString("[showing lines " + strconv.Itoa(h.First) + "-" + strconv.Itoa(h.Last) + " of " + strconv.Itoa(h.TotalLines))
+	if h.Full {
+		b.WriteString(" (output limit reached)")
+	}
+	if h.Last < h.TotalLines {
+		b.WriteString("; continue with offset " + strconv.Itoa(h.Last+1))
+	}
+	b.WriteString("]\n")
+	return abi.Text(b.String())
 }
 
 // reason says why a host function failed, without the "OP PATH: " the tool's own message
@@ -91,135 +124,6 @@ func relPath(p string) string {
 }
 
 const workspace = "/home/user"
-
-// isBinary looks at the first 8 KB: a NUL byte, or more than 10% of bytes that are
-// invalid UTF-8 or control characters no text uses, means binary. Text in a legacy
-// encoding (Latin-1 accents here and there) stays readable.
-func isBinary(data []byte) bool {
-	sample := data[:min(len(data), sniffLen)]
-	if bytes.IndexByte(sample, 0) >= 0 {
-		return true
-	}
-	odd := 0
-	for i := 0; i < len(sample); {
-		c := sample[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' && c != '\b' && c != 0x1b {
-				odd++
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(sample[i:])
-		if r == utf8.RuneError && n == 1 {
-			if len(sample) < len(data) && len(sample)-i < utf8.UTFMax && !utf8.FullRune(sample[i:]) {
-				break // a character cut by the end of the sample
-			}
-			odd++
-		}
-		i += n
-	}
-	return odd*10 > len(sample)
-}
-
-// formatRead numbers the lines [offset, offset+limit) of data.
-func formatRead(path string, data []byte, offset, limit int) abi.Result {
-	if len(data) == 0 {
-		return abi.Text("[read_file: " + path + " is empty (0 bytes)]")
-	}
-	if isBinary(data) {
-		return abi.ErrorText("Error: " + path + " is a binary file; read_file shows text only")
-	}
-	total := bytes.Count(data, []byte{'\n'})
-	if data[len(data)-1] != '\n' {
-		total++
-	}
-	if offset < 1 {
-		offset = 1
-	}
-	if limit < 1 {
-		limit = defaultLimit
-	}
-	if offset > total {
-		return abi.ErrorText("Error: offset " + strconv.Itoa(offset) + " is past the end of " + path +
-			", which has " + plural(total, "line") + "; use an offset from 1 to " + strconv.Itoa(total))
-	}
-	// Skip to the first line wanted.
-	rest := data
-	for n := 1; n < offset; n++ {
-		rest = rest[bytes.IndexByte(rest, '\n')+1:]
-	}
-	out := make([]byte, 0, min(len(rest)+len(rest)/8+64, maxOutput+4096))
-	line := offset
-	full := false
-	for ; line < offset+limit && len(rest) > 0; line++ {
-		var text []byte
-		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
-			text, rest = rest[:i], rest[i+1:]
-		} else {
-			text, rest = rest, nil
-		}
-		text = bytes.TrimSuffix(text, []byte{'\r'})
-		start := len(out)
-		out = appendNumber(out, line)
-		out = append(out, '\t')
-		out = appendLine(out, text)
-		out = append(out, '\n')
-		if len(out) > maxOutput && line > offset {
-			out, full = out[:start], true // keep at least one line
-			break
-		}
-	}
-	last := line - 1
-	if offset > 1 || last < total {
-		out = append(out, "[showing lines "...)
-		out = strconv.AppendInt(out, int64(offset), 10)
-		out = append(out, '-')
-		out = strconv.AppendInt(out, int64(last), 10)
-		out = append(out, " of "...)
-		out = strconv.AppendInt(out, int64(total), 10)
-		if full {
-			out = append(out, " (output limit reached)"...)
-		}
-		if last < total {
-			out = append(out, "; continue with offset "...)
-			out = strconv.AppendInt(out, int64(last+1), 10)
-		}
-		out = append(out, "]\n"...)
-	}
-	return abi.Text(string(out))
-}
-
-// appendNumber right-aligns n in six columns, as cat -n does.
-func appendNumber(b []byte, n int) []byte {
-	var digits [20]byte
-	d := strconv.AppendInt(digits[:0], int64(n), 10)
-	for i := len(d); i < 6; i++ {
-		b = append(b, ' ')
-	}
-	return append(b, d...)
-}
-
-// appendLine appends a line, cut after maxLineChars characters with a marker.
-func appendLine(b, text []byte) []byte {
-	if len(text) <= maxLineChars { // bytes >= characters: nothing to cut
-		return append(b, text...)
-	}
-	chars, cutAt := 0, -1
-	for i := range string(text) {
-		if chars == maxLineChars {
-			cutAt = i
-		}
-		chars++
-	}
-	if cutAt < 0 {
-		return append(b, text...)
-	}
-	b = append(b, text[:cutAt]...)
-	b = append(b, " [... line cut: "...)
-	b = strconv.AppendInt(b, int64(chars-maxLineChars), 10)
-	return append(b, " more characters]"...)
-}
 
 func plural(n int, word string) string {
 	s := strconv.Itoa(n) + " " + word
