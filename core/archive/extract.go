@@ -118,15 +118,15 @@ func ExtractReplace(ctx context.Context, r io.Reader, dir string, opts ExtractOp
 	if err != nil {
 		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
 	}
+	// MkdirTemp made tmp 0700; an archive with a root entry ("./") sets its own mode.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
 	st, err := Extract(ctx, r, tmp, opts)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return st, err
-	}
-	// Extract made tmp 0700 (MkdirTemp); give it the archive's root mode if it had one,
-	// else the usual 0755.
-	if fi, serr := os.Stat(tmp); serr == nil && fi.Mode().Perm() == 0o700 {
-		os.Chmod(tmp, 0o755)
 	}
 	if fi, serr := os.Lstat(dir); serr == nil {
 		if !fi.IsDir() {
