@@ -256,6 +256,48 @@ func TestSameSecond(t *testing.T) {
 	}
 }
 
+// Concurrent saves racing for the same second never overwrite each other: the
+// conditional PUT sends the losers to the next sequence number.
+func TestConcurrentSavesSameSecond(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m, _, _ := newManager(t, b.s, func(c *snapshot.Config) { c.Keep = -1 })
+			const n = 6
+			var wg sync.WaitGroup
+			infos := make([]snapshot.Info, n)
+			errs := make([]error, n)
+			for i := range n {
+				wg.Go(func() {
+					data := tarGz(t, "note.txt", fmt.Sprintf("writer %d", i))
+					infos[i], errs[i] = m.Save(context.Background(), "race", func(w io.Writer) error { _, err := w.Write(data); return err })
+				})
+			}
+			wg.Wait()
+			seen := map[string]bool{}
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("save %d: %v", i, errs[i])
+				}
+				if seen[infos[i].Key] {
+					t.Errorf("two saves got key %s", infos[i].Key)
+				}
+				seen[infos[i].Key] = true
+			}
+			list, _ := m.List(context.Background(), "race")
+			if len(list) != n {
+				t.Errorf("%d snapshots stored, want %d: %q", len(list), n, keysOf(list))
+			}
+			// Every stored snapshot is the one its saver meant (nothing overwritten).
+			for _, in := range infos {
+				oi, err := b.s.Head(context.Background(), in.Key)
+				if err != nil || oi.Metadata[snapshot.MetaSHA256] != in.SHA256 {
+					t.Errorf("%s: stored sha %q, saver's %q (%v)", in.Key, oi.Metadata[snapshot.MetaSHA256], in.SHA256, err)
+				}
+			}
+		})
+	}
+}
+
 func TestRetention7To5AndPrefixIsolation(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
