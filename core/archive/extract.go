@@ -23,6 +23,8 @@ const (
 	DefaultMaxBytes   = 16 << 30 // 16 GiB of file contents
 	DefaultMaxEntries = 1_000_000
 	DefaultMaxNameLen = 4096 // bytes, for entry names and link targets (PATH_MAX)
+
+	freeReserve = 64 << 20 // left free on the destination's file system by default
 )
 
 // Errors callers branch on; test with errors.Is.
@@ -39,7 +41,9 @@ var (
 // ExtractOptions configure Extract. The zero value is ready to use.
 type ExtractOptions struct {
 	// MaxBytes bounds the total size of the file contents written; 0 means
-	// DefaultMaxBytes. An archive that declares more is refused before its bytes land.
+	// DefaultMaxBytes or the free space of the destination's file system (less a 64 MiB
+	// reserve), whichever is smaller. An entry that would pass the bound is refused
+	// before its bytes land, so a gzip bomb cannot fill the disk.
 	MaxBytes int64
 	// MaxEntries bounds the number of entries; 0 means DefaultMaxEntries.
 	MaxEntries int
@@ -91,6 +95,14 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
 	}
 	defer root.Close()
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(dir, &fs); err == nil {
+			free := int64(fs.Bavail) * int64(fs.Bsize)
+			opts.MaxBytes = min(opts.MaxBytes, max(free-freeReserve, 0))
+		}
+	}
 	x := newExtractor(ctx, root, opts)
 	err = x.run(r)
 	x.st.Duration = time.Since(start)
