@@ -3,6 +3,8 @@ package screenshot
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"image"
@@ -482,6 +484,13 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	if !alive(pid) {
 		t.Fatalf("browser pid %d is not alive", pid)
 	}
+	var profiles []string
+	c.mu.Lock()
+	profiles = append(profiles, c.rt.profileDir)
+	c.mu.Unlock()
+	if profiles[0] == "" {
+		t.Error("no profile directory found on the browser's command line")
+	}
 	c.mu.Lock()
 	driver := c.rt.driverPID
 	c.mu.Unlock()
@@ -510,6 +519,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	c.mu.Lock()
 	newDriver := c.rt.driverPID
+	profiles = append(profiles, c.rt.profileDir)
 	c.mu.Unlock()
 
 	mine := map[int]bool{driver: true, newDriver: true}
@@ -537,6 +547,11 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	if c.BrowserPID() != 0 {
 		t.Error("BrowserPID after Close")
+	}
+	for _, dir := range profiles {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("browser profile %s left behind", dir)
+		}
 	}
 	if _, err := c.CapturePair(t.Context(), base, "/"); !errors.Is(err, ErrClosed) {
 		t.Errorf("capture after Close: %v, want ErrClosed", err)
@@ -608,5 +623,71 @@ func TestCloseDuringCapture(t *testing.T) {
 		if alive(p.pid) {
 			t.Errorf("process %d (%s) is alive after Close", p.pid, p.cmdline)
 		}
+	}
+}
+
+// TestSameOriginWebSocket: a WebSocket to the preview origin (a dev server's hot reload) goes
+// through the origin pin's CONNECT tunnel.
+func TestSameOriginWebSocket(t *testing.T) {
+	c := newCapturer(t, Config{})
+	var conns sync.WaitGroup
+	stop := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		html(w, 200, page("rgb(255, 0, 0)", `<script>
+const ws = new WebSocket('ws://' + location.host + '/ws');
+ws.onmessage = e => { if (e.data === 'hi') document.documentElement.style.background = document.body.style.background = 'rgb(0, 0, 255)' };
+</script>`))
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		// Just enough of RFC 6455: the handshake and one unmasked text frame.
+		h := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		defer conns.Done()
+		defer conn.Close()
+		fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(h[:]))
+		rw.Write([]byte{0x81, 2, 'h', 'i'})
+		rw.Flush()
+		go func() { <-stop; conn.Close() }()
+		_, _ = io.Copy(io.Discard, conn) // until the browser goes
+	})
+	base := serve(t, mux)
+	t.Cleanup(func() { close(stop); conns.Wait() })
+	s, err := c.Capture(t.Context(), base, "/", Desktop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShot(t, *s, Desktop, color.RGBA{0, 0, 255, 255})
+	if s.BlockedCount != 0 {
+		t.Errorf("blocked: %v", s.Blocked)
+	}
+}
+
+// TestDriverDeath: the driver (and with it the browser) is killed; the next capture starts
+// both again.
+func TestDriverDeath(t *testing.T) {
+	c := newCapturer(t, Config{})
+	base := serve(t, appHandler())
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	driver, browser := c.rt.driverPID, c.rt.browserPID
+	c.mu.Unlock()
+	killTree(driver)
+	p, err := c.CapturePair(t.Context(), base, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShot(t, p.Mobile, Mobile, color.RGBA{12, 200, 34, 255})
+	if pid := c.BrowserPID(); pid == browser || !alive(pid) {
+		t.Errorf("browser pid %d after the driver's death (before: %d)", pid, browser)
+	}
+	if alive(driver) || alive(browser) {
+		t.Errorf("killed driver %d or browser %d still alive", driver, browser)
 	}
 }

@@ -84,6 +84,7 @@ type runtime struct {
 	driverPID  int
 	browserPID int
 	version    string
+	profileDir string      // Chromium's --user-data-dir (a temporary directory of Playwright's)
 	dead       atomic.Bool // set when a capture saw the browser fail; acquire replaces it
 }
 
@@ -305,6 +306,7 @@ func (c *Capturer) launch() (*runtime, error) {
 	for _, p := range descendants(pid) {
 		if p.ppid == pid {
 			rt.browserPID = p.pid
+			rt.profileDir = profileDirOf(p.cmdline)
 			break
 		}
 	}
@@ -341,6 +343,18 @@ func runDriver(dir string) (pw *playwright.Playwright, err error) {
 		SkipInstallBrowsers: true,
 		Verbose:             false,
 	})
+}
+
+// profileDirOf returns the --user-data-dir of a Chromium command line when it is one of
+// Playwright's temporary profiles, else "".
+func profileDirOf(cmdline string) string {
+	for _, a := range strings.Fields(cmdline) {
+		if dir, ok := strings.CutPrefix(a, "--user-data-dir="); ok &&
+			strings.HasPrefix(filepath.Base(dir), "playwright_chromiumdev_profile-") {
+			return dir
+		}
+	}
+	return ""
 }
 
 // findDriverChild finds this process's unclaimed child running the driver from dir.
@@ -414,6 +428,13 @@ func (c *Capturer) stopRuntime(rt *runtime, bound time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	claim(rt.driverPID, false)
+	// Playwright removes the profile when the browser exits, unless the driver exits first
+	// (a browser that was killed, or a driver stopped right after its browser died).
+	if rt.profileDir != "" {
+		if err := os.RemoveAll(rt.profileDir); err != nil {
+			c.log.Warn("screenshot: removing the browser profile", "dir", rt.profileDir, "err", err)
+		}
+	}
 }
 
 // Close stops in-flight captures, then the browser and the driver, and waits until no
