@@ -33,8 +33,11 @@ help:
 setup:
 	@scripts/setup.sh
 
+# Tests also need what core/screenshot drives: Chromium and the Playwright driver (its
+# tests skip, saying so, without them).
 setup-test:
 	@scripts/setup.sh --test
+	@scripts/setup-browser.sh
 
 # The plugins are WASI reactors: one go build per plugin (c-shared takes one main package).
 plugins:
