@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"io"
 	"net"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/HugoSmits86/nativewebp"
@@ -218,7 +220,17 @@ func msUntil(ctx context.Context, d time.Duration) float64 {
 func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp Viewport, slot *ctxSlot, navigated *bool) (Shot, error) {
 	t0 := time.Now()
 	s := Shot{Viewport: vp, URL: target.String()}
+	var (
+		pmu      sync.Mutex
+		pageErrs []string
+	)
+	pageErrors := func() []string {
+		pmu.Lock()
+		defer pmu.Unlock()
+		return append([]string(nil), pageErrs...)
+	}
 	fail := func(kind error, what string, err error) (Shot, error) {
+		s.PageErrors = pageErrors()
 		s.Elapsed = time.Since(t0)
 		return s, fmt.Errorf("%w: %s (%s): %s: %w", kind, target.Redacted(), vp.Name, what, err)
 	}
@@ -260,12 +272,11 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	if err != nil {
 		return fail(browserKind(ctx, err), "new page", err)
 	}
-	var pmu sync.Mutex
-	page.OnPageError(func(e error) {
+	page.OnPageError(func(e error) { // called on playwright-go's dispatch goroutine
 		pmu.Lock()
 		defer pmu.Unlock()
-		if len(s.PageErrors) < maxPageErrors {
-			s.PageErrors = append(s.PageErrors, e.Error())
+		if len(pageErrs) < maxPageErrors {
+			pageErrs = append(pageErrs, e.Error())
 		}
 	})
 
@@ -280,12 +291,16 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	}
 	if resp != nil {
 		s.Status = resp.Status()
-		if h, _ := resp.HeaderValue(strings.ToLower(proxyErrHeader)); h != "" {
-			// The pin proxy answered, not the preview server.
-			if derr := px.firstDialErr(); derr != nil {
-				return fail(dialKind(derr), "connecting to the preview server", derr)
+		switch h, _ := resp.HeaderValue(strings.ToLower(proxyErrHeader)); h {
+		case "": // the preview server answered
+		case "blocked":
+			return fail(ErrOffOrigin, "navigation", fmt.Errorf("redirected off the origin; the pin refused it (%d)", s.Status))
+		default: // the pin could not get an answer from the preview server
+			uerr := px.upstreamErr()
+			if uerr == nil {
+				uerr = fmt.Errorf("no answer (%d from the pin)", s.Status)
 			}
-			return fail(ErrOffOrigin, "navigation", fmt.Errorf("the pin refused the request (%d)", s.Status))
+			return fail(upstreamKind(uerr), "fetching the page from the preview server", uerr)
 		}
 	}
 
@@ -332,9 +347,7 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	if err != nil {
 		return fail(ErrBrowser, "encoding WebP", err)
 	}
-	pmu.Lock()
-	s.PageErrors = append([]string(nil), s.PageErrors...)
-	pmu.Unlock()
+	s.PageErrors = pageErrors()
 	mark("webp")
 	c.log.Debug("screenshot: shot", append([]any{"viewport", vp.Name, "url", s.URL, "status", s.Status, "idle", s.Idle}, marks...)...)
 	s.Elapsed = time.Since(t0)
@@ -368,12 +381,18 @@ func browserKind(ctx context.Context, err error) error {
 	return ErrBrowser
 }
 
-func dialKind(err error) error {
-	if isRefused(err) {
+// upstreamKind classifies the pin's failure to get a response from the preview server.
+func upstreamKind(err error) error {
+	switch {
+	case isRefused(err):
 		return ErrConnectionRefused
-	}
-	if isNetTimeout(err) {
+	case isNetTimeout(err):
 		return ErrTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		strings.Contains(err.Error(), "server closed idle connection"): // net/http's errServerClosedIdle
+		// A port forwarder (a sandbox preview) accepts the connection and drops it when
+		// nothing listens behind it.
+		return ErrEmptyResponse
 	}
 	return ErrNavigation
 }
@@ -389,8 +408,8 @@ func (c *Capturer) navKind(ctx context.Context, px *pinProxy, err error) error {
 	case strings.Contains(msg, "ERR_TIMED_OUT"), strings.Contains(msg, "ERR_CONNECTION_TIMED_OUT"):
 		return ErrTimeout
 	case strings.Contains(msg, "net::ERR_"):
-		if derr := px.firstDialErr(); derr != nil {
-			return dialKind(derr)
+		if uerr := px.upstreamErr(); uerr != nil {
+			return upstreamKind(uerr)
 		}
 		if _, n := px.blockedList(); n > 0 {
 			return ErrOffOrigin

@@ -371,7 +371,7 @@ func TestPreviewServerGoesAway(t *testing.T) {
 func TestHTTPErrorStatusCaptured(t *testing.T) {
 	c := newCapturer(t, Config{})
 	base := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		html(w, 500, page("rgb(255, 0, 0)", "<h1>Internal Server Error</h1>"))
+		html(w, 500, page("rgb(255, 0, 0)", `<h1>Internal Server Error</h1><script>throw new Error("boom")</script>`))
 	}))
 	p, err := c.CapturePair(t.Context(), base, "/broken")
 	if err != nil {
@@ -381,6 +381,9 @@ func TestHTTPErrorStatusCaptured(t *testing.T) {
 		t.Errorf("status %d/%d, want 500", p.Desktop.Status, p.Mobile.Status)
 	}
 	checkShot(t, p.Desktop, Desktop, color.RGBA{255, 0, 0, 255})
+	if len(p.Mobile.PageErrors) != 1 || !strings.Contains(p.Mobile.PageErrors[0], "boom") {
+		t.Errorf("PageErrors = %q, want the uncaught boom", p.Mobile.PageErrors)
+	}
 	if err := p.PageError(); !errors.Is(err, ErrPageStatus) {
 		t.Errorf("PageError = %v, want ErrPageStatus", err)
 	} else {
@@ -690,4 +693,31 @@ func TestDriverDeath(t *testing.T) {
 	if alive(driver) || alive(browser) {
 		t.Errorf("killed driver %d or browser %d still alive", driver, browser)
 	}
+}
+
+// TestEmptyResponse: the port accepts and drops every connection, as a sandbox's port
+// forwarder does when nothing listens behind it.
+func TestEmptyResponse(t *testing.T) {
+	c := newCapturer(t, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	_, err = c.CapturePair(t.Context(), mustURL(t, "http://"+ln.Addr().String()), "/")
+	if !errors.Is(err, ErrEmptyResponse) {
+		t.Fatalf("err = %v, want ErrEmptyResponse", err)
+	}
+	t.Log(err)
 }

@@ -42,7 +42,7 @@ type pinProxy struct {
 	closed    bool
 	blocked   []string
 	nBlocked  int
-	dialErr   error // first failed dial to the origin
+	upErr     error // first failed exchange with the origin (dial, or no response)
 	serveDone chan struct{}
 }
 
@@ -62,11 +62,7 @@ func newPinProxy(origin, hostPort string, log *slog.Logger) (*pinProxy, error) {
 	p.tr = &http.Transport{
 		Proxy: nil, // never chain to an environment proxy
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, p.hostPort) // only ever the origin
-			if err != nil {
-				p.noteDialErr(err)
-			}
-			return c, err
+			return dialer.DialContext(ctx, network, p.hostPort) // only ever the origin
 		},
 		ForceAttemptHTTP2:     false,
 		MaxIdleConnsPerHost:   8,
@@ -84,6 +80,9 @@ func newPinProxy(origin, hostPort string, log *slog.Logger) (*pinProxy, error) {
 		FlushInterval: -1, // stream (long polls, server-sent events)
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil { // not the browser going away
+				p.noteUpErr(err)
+			}
 			w.Header().Set(proxyErrHeader, "upstream")
 			http.Error(w, "toolhost: the preview server could not be reached: "+err.Error(), http.StatusBadGateway)
 		},
@@ -126,7 +125,7 @@ func (p *pinProxy) connect(w http.ResponseWriter, r *http.Request) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	up, err := d.DialContext(r.Context(), "tcp", p.hostPort)
 	if err != nil {
-		p.noteDialErr(err)
+		p.noteUpErr(err)
 		w.Header().Set(proxyErrHeader, "upstream")
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -207,18 +206,19 @@ func (p *pinProxy) block(w http.ResponseWriter, what string) {
 	http.Error(w, "toolhost: blocked; a preview may load only "+p.origin, http.StatusForbidden)
 }
 
-func (p *pinProxy) noteDialErr(err error) {
+func (p *pinProxy) noteUpErr(err error) {
 	p.mu.Lock()
-	if p.dialErr == nil {
-		p.dialErr = err
+	if p.upErr == nil {
+		p.upErr = err
 	}
 	p.mu.Unlock()
 }
 
-func (p *pinProxy) firstDialErr() error {
+// upstreamErr returns the first failed exchange with the preview server, or nil.
+func (p *pinProxy) upstreamErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.dialErr
+	return p.upErr
 }
 
 func (p *pinProxy) blockedList() ([]string, int) {

@@ -40,6 +40,10 @@ var (
 	ErrBadBase = errors.New("screenshot: invalid preview origin")
 	// ErrConnectionRefused: nothing listens on the preview port.
 	ErrConnectionRefused = errors.New("screenshot: connection refused (nothing is listening on the preview port; is the dev server running?)")
+	// ErrEmptyResponse: the preview port accepted the connection and closed it without an
+	// answer. Behind a port forwarder (a sandbox preview) this is usually what "nothing is
+	// listening on that port inside the sandbox" looks like.
+	ErrEmptyResponse = errors.New("screenshot: the preview server closed the connection without answering (is the dev server listening on that port inside the sandbox?)")
 	// ErrTimeout: the page did not answer in time, or the context's deadline passed.
 	ErrTimeout = errors.New("screenshot: timed out")
 	// ErrNavigation: the navigation failed for another network reason.
