@@ -29,6 +29,8 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed: the sandbox was closed or reached its end time.
 	ErrClosed = errors.New("sandbox is closed")
+	// ErrPortClosed: nothing in the sandbox listens on the port asked for.
+	ErrPortClosed = errors.New("nothing in the sandbox listens on that port")
 )
 
 // Provider creates sandboxes.

@@ -41,6 +41,7 @@ type ClientConfig struct {
 // Client talks to one agent. It is safe for concurrent use.
 type Client struct {
 	base   string
+	sock   string // unix socket of the agent, "" for BaseURL agents
 	header http.Header
 	hc     *http.Client
 	tr     *http.Transport // nil when the caller supplied the transport
@@ -49,7 +50,7 @@ type Client struct {
 
 // NewClient builds a client; it does not connect.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/")}
+	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/"), sock: cfg.SocketPath}
 	rt := cfg.Transport
 	if rt == nil {
 		c.tr = &http.Transport{
@@ -628,4 +629,115 @@ func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Proc
 			return sandbox.Process{ID: tag, PID: int(s.Pid), LogPath: s.ToolhostLogPath}, nil
 		}
 	}
+}
+
+// ---- ports (toolhost extensions)
+
+// Ports lists the TCP ports that processes of the sandbox listen on, sorted by port (GET
+// /toolhost/ports). With the host network the host's own listeners are not among them.
+func (c *Client) Ports(ctx context.Context) ([]ListeningPort, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, PathPorts, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list listening ports: %w", err)
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list listening ports: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list listening ports: %w", readError(resp))
+	}
+	var out PortsResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxEnvelope)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("list listening ports: decode: %w", c.streamErr(err))
+	}
+	return out.Ports, nil
+}
+
+// DialPort opens a connection to port inside the sandbox through the agent (GET
+// /toolhost/dial, upgraded to a raw byte stream): it works whatever the sandbox's
+// network, and reaches only a port that a process of the sandbox listens on — otherwise
+// the error wraps sandbox.ErrPortClosed. ctx bounds the handshake, not the connection.
+// Only agents on a unix socket are supported.
+func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("dial port %d: not in 1..65535", port)
+	}
+	if c.closed.Load() {
+		return nil, fmt.Errorf("dial port %d: %w", port, sandbox.ErrClosed)
+	}
+	if c.sock == "" {
+		return nil, fmt.Errorf("dial port %d: %w: only an agent on a unix socket has the dial extension", port, errors.ErrUnsupported)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.sock)
+	if err != nil {
+		return nil, fmt.Errorf("dial port %d: connect to the agent: %w", port, c.streamErr(err))
+	}
+	tc, err := c.dialHandshake(ctx, conn, port)
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("dial port %d: %w (%v)", port, ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("dial port %d: %w", port, c.streamErr(err))
+	}
+	return tc, nil
+}
+
+func (c *Client) dialHandshake(ctx context.Context, conn net.Conn, port int) (net.Conn, error) {
+	// A canceled ctx interrupts the handshake through the deadline.
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req, err := c.newRequest(ctx, http.MethodGet, PathDial, url.Values{QueryPort: {strconv.Itoa(port)}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", UpgradeTCP)
+	if err := req.Write(conn); err != nil {
+		return nil, fmt.Errorf("send request: %w", err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	if !strings.EqualFold(resp.Header.Get("Upgrade"), UpgradeTCP) {
+		return nil, fmt.Errorf("agent switched to %q, not %s", resp.Header.Get("Upgrade"), UpgradeTCP)
+	}
+	if !stop() {
+		return nil, ctx.Err()
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	if br.Buffered() == 0 {
+		return conn, nil // the bare socket: io.Copy may splice(2) it
+	}
+	return &bufferedConn{Conn: conn, r: br}, nil
+}
+
+// bufferedConn is a connection whose first bytes were already read into r.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// CloseWrite passes a half-close on (see Splice).
+func (b *bufferedConn) CloseWrite() error {
+	if cw, ok := b.Conn.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return b.Conn.Close()
 }

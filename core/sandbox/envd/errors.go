@@ -22,6 +22,7 @@ var kinds = []struct {
 	{"outside", sandbox.ErrOutside},
 	{"too_large", sandbox.ErrTooLarge},
 	{"closed", sandbox.ErrClosed},
+	{"port_closed", sandbox.ErrPortClosed},
 }
 
 func kindError(name string) error {
@@ -83,6 +84,8 @@ func classify(err error) (code, kind string) {
 	switch {
 	case errors.Is(err, sandbox.ErrOutside):
 		return CodePermissionDenied, "outside"
+	case errors.Is(err, sandbox.ErrPortClosed):
+		return CodeNotFound, "port_closed"
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return CodeOutOfRange, "too_large"
 	case errors.Is(err, sandbox.ErrIsDir), errors.Is(err, syscall.EISDIR):

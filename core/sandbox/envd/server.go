@@ -39,7 +39,10 @@ type ServerConfig struct {
 	// DrainTimeout bounds how long output is still read after the main process exited
 	// (a leftover `cmd &` may hold the pipes open); default 250ms.
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
+	// ProcDir is the proc filesystem the port extensions read (default /proc). Inside a
+	// sandbox it shows the sandbox's own pid namespace and network namespace.
+	ProcDir string
+	Logger  *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -55,10 +58,11 @@ type Server struct {
 	mux  *http.ServeMux
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	procs  map[uint32]*proc
-	closed bool
-	wg     sync.WaitGroup // background process waiters
+	mu      sync.Mutex
+	procs   map[uint32]*proc
+	tunnels map[net.Conn]struct{} // both ends of every open port tunnel
+	closed  bool
+	wg      sync.WaitGroup // background process waiters and port tunnels
 }
 
 type proc struct {
@@ -81,6 +85,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 250 * time.Millisecond
 	}
+	if cfg.ProcDir == "" {
+		cfg.ProcDir = "/proc"
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -88,7 +95,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
-	s := &Server{cfg: cfg, root: root, log: cfg.Logger, procs: map[uint32]*proc{}}
+	s := &Server{cfg: cfg, root: root, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}}
 	m := http.NewServeMux()
 	m.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -103,6 +110,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	m.Handle("POST "+PathFilesystemList, unary(s.listDir))
 	m.Handle("POST "+PathFilesystemMkd, unary(s.makeDir))
 	m.Handle("POST "+PathFilesystemRm, unary(s.remove))
+	m.HandleFunc("GET "+PathPorts, s.handlePorts)
+	m.HandleFunc("GET "+PathDial, s.handleDial)
 	s.mux = m
 	return s, nil
 }
@@ -124,12 +133,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return fmt.Errorf("serve envd: %w", err)
 }
 
-// Close kills every process group the server started and waits for their waiters.
+// Close kills every process group the server started, closes every port tunnel, and
+// waits for their goroutines.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	for _, p := range s.procs {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	for c := range s.tunnels {
+		_ = c.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

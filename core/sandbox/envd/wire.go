@@ -14,6 +14,17 @@
 //   - query toolhost_max_bytes on GET /files refuses larger files with 413;
 //   - ListDirRequest.ToolhostSkip/ToolhostLimit and ListDirResponse.ToolhostTruncated;
 //   - error bodies carry toolhostKind naming the sandbox sentinel error.
+//
+// And two endpoints of its own, under /toolhost/, that a real envd answers with 404:
+//   - GET /toolhost/ports lists the TCP ports that processes of the sandbox listen on
+//     (PortsResponse): LISTEN sockets of /proc/net/tcp{,6} whose inode is held open by a
+//     process visible in the sandbox's pid namespace, so that with the host's network the
+//     host's own listeners, which share the table, are left out;
+//   - GET /toolhost/dial?port=N with "Connection: Upgrade" and "Upgrade: toolhost-tcp"
+//     reaches such a port: the agent checks that a sandbox process listens on N (else 404
+//     with toolhostKind port_closed), connects from inside the sandbox to 127.0.0.1:N or
+//     [::1]:N and nothing else, answers "101 Switching Protocols" and from then on the
+//     connection carries the raw TCP byte stream both ways (see ListeningPort.Dial).
 package envd
 
 import (
@@ -38,6 +49,10 @@ const (
 	PathFilesystemList = "/filesystem.Filesystem/ListDir"
 	PathFilesystemMkd  = "/filesystem.Filesystem/MakeDir"
 	PathFilesystemRm   = "/filesystem.Filesystem/Remove"
+
+	// Toolhost extensions (no envd counterpart).
+	PathPorts = "/toolhost/ports"
+	PathDial  = "/toolhost/dial"
 )
 
 // Headers and query parameters.
@@ -48,6 +63,8 @@ const (
 	HeaderBackground     = "Toolhost-Background"
 	HeaderKillOnClose    = "Toolhost-Kill-On-Disconnect"
 	QueryMaxBytes        = "toolhost_max_bytes"
+	QueryPort            = "port"         // of PathDial
+	UpgradeTCP           = "toolhost-tcp" // the Upgrade protocol of PathDial
 
 	contentJSON       = "application/json"
 	contentStreamJSON = "application/connect+json"
@@ -180,6 +197,26 @@ type ProcessInfo struct {
 	Config ProcessConfig `json:"config"`
 	Pid    uint32        `json:"pid"`
 	Tag    string        `json:"tag,omitempty"`
+}
+
+// PortsResponse is the answer of GET /toolhost/ports (extension).
+type PortsResponse struct {
+	Ports []ListeningPort `json:"ports"`
+}
+
+// ListeningPort is one TCP port in LISTEN state held by a process of the sandbox.
+type ListeningPort struct {
+	Port int `json:"port"`
+	// PID (in the sandbox's pid namespace) and Cmd (its comm) of the lowest-numbered
+	// process holding one of the port's listening sockets.
+	PID int    `json:"pid"`
+	Cmd string `json:"cmd"`
+	// Addrs are the local addresses the port is bound on, e.g. "0.0.0.0", "::", "127.0.0.1".
+	Addrs []string `json:"addrs,omitempty"`
+	// Dial is the address GET /toolhost/dial connects to, "127.0.0.1:N" or "[::1]:N"; empty
+	// when none can be used: the port is bound only on other addresses, or a socket outside
+	// the sandbox (the host's, with the host network) would also accept on that address.
+	Dial string `json:"dial,omitempty"`
 }
 
 // File types of EntryInfo.

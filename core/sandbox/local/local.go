@@ -346,6 +346,7 @@ type Sandbox struct {
 	client    *envd.Client
 	runDir    string
 	stderr    *tailLog
+	previews  previews // host listeners of PreviewURL
 	startedAt time.Time
 
 	mu     sync.Mutex
@@ -457,6 +458,7 @@ func (s *Sandbox) shutdown(reason string) {
 			s.timer.Stop()
 		}
 		s.mu.Unlock()
+		s.previews.close() // no new preview connections; the open ones end
 		s.client.Close()
 		s.kill()
 		if err := os.RemoveAll(s.runDir); err != nil {
