@@ -77,6 +77,13 @@ const (
 	FnWrite    = "write"     // toolhost_sandbox_files.write(path_ptr, path_len, data_ptr, data_len) -> i64
 	FnStat     = "stat"      // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
 	FnList     = "list"      // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
+
+	FnCapture = "capture" // toolhost_capture.capture(req_ptr, req_len, out_ptr, out_cap) -> i64
+
+	FnStorePut    = "put"    // toolhost_store.put(key_ptr, key_len, data_ptr, data_len) -> i64
+	FnStoreGet    = "get"    // toolhost_store.get(key_ptr, key_len, out_ptr, out_cap) -> i64
+	FnStoreList   = "list"   // toolhost_store.list(prefix_ptr, prefix_len, out_ptr, out_cap) -> i64
+	FnStoreDelete = "delete" // toolhost_store.delete(key_ptr, key_len) -> i64
 )
 
 // Status is a negative i64 a host function returns instead of a length. The values are

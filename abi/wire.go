@@ -168,3 +168,41 @@ type ListResult struct {
 	Entries   []FileInfo `json:"entries"`
 	Truncated bool       `json:"truncated,omitempty"`
 }
+
+// CaptureRequest is the JSON request of toolhost_capture.capture. It names a port in the
+// sandbox and a path, never a URL: the host builds the URL from the sandbox's preview.
+type CaptureRequest struct {
+	// Port in the sandbox; 0 means the session's default (the dev server it last saw
+	// start, or the configured port).
+	Port int    `json:"port,omitempty"`
+	Path string `json:"path,omitempty"` // default "/"
+}
+
+// CaptureReply is the header line of a capture reply; the desktop image's bytes and then
+// the mobile image's bytes (WebP) follow it, after a newline.
+type CaptureReply struct {
+	Port       int      `json:"port"`
+	Page       string   `json:"page"` // the path captured, as the browser saw it
+	Desktop    Shot     `json:"desktop"`
+	Mobile     Shot     `json:"mobile"`
+	Blocked    []string `json:"blocked,omitempty"`     // requests to other origins refused
+	PageErrors []string `json:"page_errors,omitempty"` // uncaught JavaScript errors
+	StoreError string   `json:"store_error,omitempty"` // why the images could not be stored
+}
+
+// Shot describes one captured viewport in a CaptureReply.
+type Shot struct {
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	Bytes  int    `json:"bytes"`  // length of its WebP image in the reply
+	Status int    `json:"status"` // HTTP status of the page
+	Idle   bool   `json:"idle"`   // the network went idle before the shot
+	Key    string `json:"key,omitempty"`
+	URL    string `json:"url,omitempty"` // where the stored image can be fetched
+}
+
+// StoreObject is one entry of a toolhost_store.list reply.
+type StoreObject struct {
+	Key  string `json:"key"` // relative to the plugin's own prefix
+	Size int64  `json:"size"`
+}

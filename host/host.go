@@ -24,6 +24,8 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/core/store"
 )
 
 // Config configures a Host. Zero values take the defaults documented on each field.
@@ -51,6 +53,11 @@ type Config struct {
 	MaxExecOutputBytes int
 	// Logger receives the host's and the plugins' logs. Default slog.Default().
 	Logger *slog.Logger
+	// Screenshots serves the capture capability; without it captures fail with a message
+	// that says so.
+	Screenshots *screenshot.Recorder
+	// Store serves the store capability: each plugin gets plugins/{name}/ of it.
+	Store store.Store
 }
 
 // PluginSpec names one plugin to load and what it may do.
@@ -272,9 +279,24 @@ func (h *Host) Plugins() []PluginInfo {
 
 // OpenSession binds the host to a sandbox: tools dispatched through the session act in it.
 // The session does not own the sandbox; closing it is the caller's job.
-func (h *Host) OpenSession(sb sandbox.Sandbox) *Session {
-	return &Session{h: h, sb: sb}
+func (h *Host) OpenSession(sb sandbox.Sandbox, opts ...SessionOption) *Session {
+	s := &Session{h: h, sb: sb, project: "default"}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
+
+// SessionOption configures a Session.
+type SessionOption func(*Session)
+
+// WithProject names the project a session's screenshots are stored under (default
+// "default").
+func WithProject(id string) SessionOption { return func(s *Session) { s.project = id } }
+
+// WithDefaultPort is the port take_screenshot captures when none is given and the sandbox
+// has not seen a dev server start.
+func WithDefaultPort(port int) SessionOption { return func(s *Session) { s.defaultPort = port } }
 
 // Close stops every plugin instance. Calls in flight fail; later calls return ErrClosed.
 func (h *Host) Close(ctx context.Context) error {

@@ -52,6 +52,15 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 			{abi.FnStat, h.stat, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnList, h.list, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 		},
+		abi.CapCapture.Module(): {
+			{abi.FnCapture, h.capture, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+		},
+		abi.CapStore.Module(): {
+			{abi.FnStorePut, h.storePut, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreGet, h.storeGet, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreList, h.storeList, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreDelete, h.storeDelete, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		},
 	}
 	for module, fns := range modules {
 		b := h.rt.NewHostModuleBuilder(module)

@@ -30,6 +30,7 @@ type instance struct {
 	calls                                  int
 
 	// State of the call in progress, read by host functions.
+	session *Session
 	sb      sandbox.Sandbox
 	budget  *budget
 	parked  []byte // a reply waiting for toolhost.take
@@ -83,7 +84,7 @@ func (inst *instance) growInput(ctx context.Context, size uint32) error {
 
 // call runs one request through the call export and returns a copy of the result bytes.
 // Any error leaves the instance unusable: the caller must discard it.
-func (inst *instance) call(ctx context.Context, req []byte, sb sandbox.Sandbox, budgetDur time.Duration) ([]byte, error) {
+func (inst *instance) call(ctx context.Context, req []byte, sess *Session, budgetDur time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	inst.calls++
@@ -97,8 +98,11 @@ func (inst *instance) call(ctx context.Context, req []byte, sb sandbox.Sandbox, 
 	}
 
 	b := &budget{remaining: budgetDur, cancel: cancel}
-	inst.sb, inst.budget, inst.lastErr = sb, b, ""
-	defer func() { inst.sb, inst.budget, inst.parked = nil, nil, nil }()
+	inst.session, inst.budget, inst.lastErr = sess, b, ""
+	if sess != nil {
+		inst.sb = sess.sb
+	}
+	defer func() { inst.session, inst.sb, inst.budget, inst.parked = nil, nil, nil, nil }()
 
 	inst.stack[0] = uint64(len(req))
 	b.start()

@@ -46,6 +46,8 @@ var hostFunctions = map[string][]string{
 	abi.CapSandboxFiles.Module(): {
 		abi.FnRead, abi.FnReadText, abi.FnWrite, abi.FnStat, abi.FnList,
 	},
+	abi.CapCapture.Module(): {abi.FnCapture},
+	abi.CapStore.Module():   {abi.FnStorePut, abi.FnStoreGet, abi.FnStoreList, abi.FnStoreDelete},
 }
 
 func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error) {

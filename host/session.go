@@ -14,8 +14,10 @@ import (
 // Session dispatches tool calls into one sandbox. It is safe for concurrent use; calls
 // run in parallel up to each plugin's pool size.
 type Session struct {
-	h  *Host
-	sb sandbox.Sandbox
+	h           *Host
+	sb          sandbox.Sandbox
+	project     string
+	defaultPort int
 }
 
 // Sandbox returns the sandbox the session's tools act in.
@@ -59,7 +61,7 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	if err != nil {
 		return hostFailure(name, err)
 	}
-	raw, err := inst.call(ctx, req, s.sb, s.h.cfg.CallTimeout)
+	raw, err := inst.call(ctx, req, s, s.h.cfg.CallTimeout)
 	if err != nil {
 		pool.discard(ctx, inst)
 		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", err)

@@ -8,7 +8,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"net/url"
 	"time"
 )
 
@@ -46,8 +48,9 @@ const (
 
 // CreateOptions configure a new sandbox.
 type CreateOptions struct {
-	// Workspace is a host directory to mount at WorkspaceRoot. Providers that cannot
-	// mount host directories (remote ones) ignore it.
+	// Workspace is a host directory to mount at WorkspaceRoot. Empty means a fresh, empty
+	// workspace that lives and dies with the sandbox. Providers that cannot mount host
+	// directories (remote ones) ignore it.
 	Workspace string
 	// Timeout is how long the sandbox lives before it is killed, unless extended with
 	// SetTimeout. Zero means the provider's default.
@@ -82,6 +85,18 @@ type Sandbox interface {
 	Stat(ctx context.Context, path string) (FileInfo, error)
 	// List returns the entries below a directory, sorted by path.
 	List(ctx context.Context, req ListRequest) (ListResult, error)
+
+	// Archive writes the workspace to w as one tar.gz stream, leaving out files and
+	// directories whose base name is in excludes (nil: the provider's defaults, those of
+	// package archive). Symbolic links are stored, never followed.
+	Archive(ctx context.Context, w io.Writer, excludes []string) error
+	// Extract unpacks a tar.gz stream into the workspace, which must be empty. Entries
+	// that would land outside it (.., absolute names, links out, devices) are refused.
+	Extract(ctx context.Context, r io.Reader) error
+
+	// PreviewURL returns an http URL, reachable from the host, that serves what listens
+	// on port inside the sandbox. It fails when nothing in the sandbox listens there.
+	PreviewURL(ctx context.Context, port int) (*url.URL, error)
 
 	// StartedAt and EndsAt report the sandbox's lifetime; the sandbox is killed at EndsAt.
 	StartedAt() time.Time

@@ -5,7 +5,10 @@ package memsandbox
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
@@ -104,4 +107,15 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 
 func (m *Sandbox) Put(rel, content string) {
 	m.files[path.Join(sandbox.WorkspaceRoot, rel)] = []byte(content)
+}
+
+// ErrUnsupported is what the operations a memory sandbox cannot do return.
+var ErrUnsupported = errors.New("memsandbox: not supported")
+
+func (m *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) error {
+	return ErrUnsupported
+}
+func (m *Sandbox) Extract(ctx context.Context, r io.Reader) error { return ErrUnsupported }
+func (m *Sandbox) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
+	return nil, ErrUnsupported
 }

@@ -195,9 +195,6 @@ func newID() string {
 
 // Create starts a sandbox and returns once its agent answers.
 func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
-	if opts.Workspace == "" {
-		return nil, errors.New("create local sandbox: CreateOptions.Workspace is required")
-	}
 	switch opts.Network {
 	case "", sandbox.NetworkNone, sandbox.NetworkHost:
 	default:
@@ -215,21 +212,21 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if timeout > p.cfg.MaxLifetime {
 		return nil, fmt.Errorf("create local sandbox: timeout %s exceeds the maximum lifetime %s", timeout, p.cfg.MaxLifetime)
 	}
-	ws, err := filepath.Abs(opts.Workspace)
-	if err != nil {
-		return nil, fmt.Errorf("create local sandbox: workspace: %w", err)
-	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return nil, fmt.Errorf("create local sandbox: create workspace: %w", err)
-	}
-	if ws, err = filepath.EvalSymlinks(ws); err != nil {
-		return nil, fmt.Errorf("create local sandbox: resolve workspace: %w", err)
-	}
-
 	id := newID()
 	runDir := filepath.Join(p.cfg.RunDir, id)
 	if err := os.Mkdir(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create local sandbox %s: run dir: %w", id, err)
+	}
+	// Without a workspace of its own the sandbox gets a private, empty one that lives and
+	// dies with it: what a session restores snapshots into.
+	ws := opts.Workspace
+	if ws == "" {
+		ws = filepath.Join(runDir, "workspace")
+	}
+	ws, err := prepareWorkspace(ws)
+	if err != nil {
+		_ = os.RemoveAll(runDir)
+		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
 	s, err := p.start(ctx, id, ws, runDir, timeout, opts)
 	if err != nil {
@@ -237,6 +234,20 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
 	return s, nil
+}
+
+func prepareWorkspace(dir string) (string, error) {
+	ws, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("workspace: %w", err)
+	}
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return "", fmt.Errorf("create workspace: %w", err)
+	}
+	if ws, err = filepath.EvalSymlinks(ws); err != nil {
+		return "", fmt.Errorf("resolve workspace: %w", err)
+	}
+	return ws, nil
 }
 
 func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
@@ -279,7 +290,7 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	// If the host dies, take the sandbox with it (bwrap --die-with-parent covers the inside).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s := &Sandbox{
-		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, stderr: stderr,
+		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, workspace: ws, stderr: stderr,
 		dead: make(chan struct{}), closeDone: make(chan struct{}),
 	}
 	s.startedAt = time.Now()
@@ -345,6 +356,7 @@ type Sandbox struct {
 	cmd       *exec.Cmd
 	client    *envd.Client
 	runDir    string
+	workspace string // host directory mounted at /home/user
 	stderr    *tailLog
 	previews  previews // host listeners of PreviewURL
 	startedAt time.Time
@@ -399,8 +411,18 @@ func (s *Sandbox) wrap(err error) error {
 		}
 		return fmt.Errorf("sandbox %s died: %w (%v)", s.id, sandbox.ErrClosed, err)
 	default:
-		return err
 	}
+	// A connection the agent refused or dropped may mean it is gone (killed from inside,
+	// say); then nothing can be done in the sandbox any more: end it and say so.
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if s.client.Health(ctx) != nil {
+			s.shutdown("lost its agent")
+			return fmt.Errorf("sandbox %s lost its agent: %w (%v)", s.id, sandbox.ErrClosed, err)
+		}
+	}
+	return err
 }
 
 // SetTimeout moves the end time to now+d, within the provider's maximum lifetime.

@@ -1,0 +1,113 @@
+package session
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/screenshot"
+)
+
+// portLister is what a sandbox offers that can tell which ports its own processes listen
+// on (the local provider asks its agent).
+type portLister interface {
+	ListeningPorts(ctx context.Context) ([]int, error)
+}
+
+const (
+	devServerWatch = 60 * time.Second       // how long after a background start to look
+	devServerPoll  = 200 * time.Millisecond // how often
+)
+
+// DevServerPort is the port the session last saw a background process start listening
+// on, or 0: take_screenshot's default.
+func (s *Session) DevServerPort() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.devPort
+}
+
+// Start runs a background process and, when it starts listening on a new port (a dev
+// server), remembers the port and captures the page on its own.
+func (s *Session) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	before, _ := s.listening(ctx)
+	proc, err := do(ctx, s, func(sb sandbox.Sandbox) (sandbox.Process, error) { return sb.Start(ctx, req) })
+	if err != nil {
+		return proc, err
+	}
+	// Launched under the read lock: Close sets closed under the write lock before it
+	// waits, so no goroutine is added once it waits.
+	s.mu.RLock()
+	if !s.closed {
+		s.wg.Go(func() { s.watchDevServer(s.loopCtx, before) })
+	}
+	s.mu.RUnlock()
+	return proc, nil
+}
+
+func (s *Session) listening(ctx context.Context) ([]int, error) {
+	sb, release, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	pl, ok := sb.(portLister)
+	if !ok {
+		return nil, nil
+	}
+	return pl.ListeningPorts(ctx)
+}
+
+func (s *Session) watchDevServer(ctx context.Context, before []int) {
+	ctx, cancel := context.WithTimeout(ctx, devServerWatch)
+	defer cancel()
+	t := time.NewTicker(devServerPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ports, err := s.listening(ctx)
+		if err != nil {
+			continue
+		}
+		for _, p := range ports {
+			if slices.Contains(before, p) {
+				continue
+			}
+			s.mu.Lock()
+			s.devPort = p
+			s.mu.Unlock()
+			s.log.Info("session: dev server listening", "port", p)
+			s.autoCapture(ctx, p, "dev server started")
+			return
+		}
+	}
+}
+
+// autoCapture shoots both viewports of the dev server's root and stores them under
+// auto/. Failures are logged, never returned: nobody asked for this capture.
+func (s *Session) autoCapture(ctx context.Context, port int, why string) {
+	rec := s.cfg.Screenshots
+	if rec == nil || port == 0 {
+		return
+	}
+	base, err := s.PreviewURL(ctx, port)
+	if err != nil {
+		s.log.Warn("session: auto-capture skipped", "why", why, "port", port, "err", err)
+		return
+	}
+	_, stored, err := rec.Shoot(ctx, base, "/", s.cfg.ProjectID, screenshot.KindAuto)
+	if err != nil {
+		s.log.Warn("session: auto-capture failed", "why", why, "port", port, "err", err)
+		return
+	}
+	keys := make([]string, len(stored))
+	for i, st := range stored {
+		keys[i] = st.Key
+	}
+	s.log.Info("session: auto-captured", "why", why, "port", port, "keys", keys)
+}

@@ -1,0 +1,106 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+var _ sandbox.Sandbox = (*Session)(nil)
+
+// do runs op on the current sandbox. If the sandbox turns out to be gone (a sign of
+// trouble: it died before its cached end), the session recovers and op runs once more.
+func do[T any](ctx context.Context, s *Session, op func(sandbox.Sandbox) (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		sb, release, err := s.current(ctx)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := op(sb)
+		release()
+		if attempt == 0 && errors.Is(err, sandbox.ErrClosed) && ctx.Err() == nil {
+			s.log.Warn("session: sandbox reported closed; recovering", "sandbox", sb.ID())
+			s.maintain(ctx, true)
+			continue
+		}
+		return v, err
+	}
+}
+
+// ID names the session; the sandbox under it changes with each rotation.
+func (s *Session) ID() string { return "session-" + s.cfg.ProjectID }
+
+// SandboxID names the sandbox currently under the session.
+func (s *Session) SandboxID() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sb.ID()
+}
+
+func (s *Session) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
+}
+
+func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) ([]byte, error) { return sb.ReadFile(ctx, path, maxBytes) })
+}
+
+func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.WriteFile(ctx, path, data) })
+	return err
+}
+
+func (s *Session) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.FileInfo, error) { return sb.Stat(ctx, path) })
+}
+
+func (s *Session) List(ctx context.Context, req sandbox.ListRequest) (sandbox.ListResult, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ListResult, error) { return sb.List(ctx, req) })
+}
+
+func (s *Session) Archive(ctx context.Context, w io.Writer, excludes []string) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Archive(ctx, w, excludes) })
+	return err
+}
+
+func (s *Session) Extract(ctx context.Context, r io.Reader) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
+	return err
+}
+
+func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (*url.URL, error) { return sb.PreviewURL(ctx, port) })
+}
+
+// StartedAt is when the current sandbox started.
+func (s *Session) StartedAt() time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sb.StartedAt()
+}
+
+// EndsAt is the cached end of the current sandbox; the session acts before it.
+func (s *Session) EndsAt() time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.endsAt
+}
+
+// SetTimeout extends the current sandbox.
+func (s *Session) SetTimeout(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.sb.SetTimeout(ctx, d); err != nil {
+		return err
+	}
+	s.noteEnd(s.sb.EndsAt())
+	return nil
+}
