@@ -283,11 +283,7 @@ func TestPreviewEndsWithSandbox(t *testing.T) {
 	before := runtime.NumGoroutine()
 
 	for _, ttl := range []bool{false, true} {
-		opts := sandbox.CreateOptions{Workspace: t.TempDir(), Timeout: time.Minute}
-		if ttl {
-			opts.Timeout = 4 * time.Second
-		}
-		sbi, err := p.Create(ctx, opts)
+		sbi, err := p.Create(ctx, sandbox.CreateOptions{Workspace: t.TempDir(), Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,6 +308,10 @@ func TestPreviewEndsWithSandbox(t *testing.T) {
 		}
 
 		if ttl {
+			// The end time comes now that everything is set up, however slow that was.
+			if err := sb.SetTimeout(ctx, 200*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 			waitClosed(t, sb)
 		} else if err := sb.Close(ctx); err != nil {
 			t.Fatal(err)
