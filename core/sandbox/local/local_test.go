@@ -848,8 +848,23 @@ func TestSetTimeout(t *testing.T) {
 	if got := d.EndsAt().Sub(d.StartedAt()); got != time.Minute {
 		t.Fatalf("default timeout %s", got)
 	}
-	if _, err := p.Create(ctx, sandbox.CreateOptions{}); err == nil {
-		t.Fatal("Create without a workspace accepted")
+	// Without a workspace the sandbox gets a private, empty one that goes with it.
+	sbi, err := p.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create without a workspace: %v", err)
+	}
+	priv := sbi.(*Sandbox)
+	if res := sh(t, priv, "ls -A; echo x > f"); len(res.Stdout) != 0 || res.ExitCode != 0 {
+		t.Fatalf("private workspace: %+v %q", res, res.Stdout)
+	}
+	if !strings.HasPrefix(priv.workspace, priv.runDir+"/") {
+		t.Fatalf("private workspace %s is not in the run dir %s", priv.workspace, priv.runDir)
+	}
+	if err := priv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(priv.workspace); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("private workspace left after Close: %v", err)
 	}
 }
 
