@@ -50,6 +50,9 @@ type ImageSource struct {
 	Type      string `json:"type"` // always "base64"
 	MediaType string `json:"media_type"`
 	Data      string `json:"data"`
+	// Raw holds the image's bytes instead of Data inside a plugin: the framed result
+	// carries them as they are and the host does the base64. Never on the JSON wire.
+	Raw []byte `json:"-"`
 }
 
 // FramedMagic starts a framed result: the binary form of a Result that needs no JSON

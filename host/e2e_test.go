@@ -155,7 +155,7 @@ func TestToolsList(t *testing.T) {
 	for _, tl := range newHost(t).Tools() {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "bash,read_file,write_file,edit_file,grep,glob" {
+	if got := strings.Join(names, ","); got != "bash,read_file,write_file,edit_file,grep,glob,take_screenshot" {
 		t.Fatalf("tools = %s", got)
 	}
 }

@@ -171,3 +171,92 @@ func rawList(req, out []byte) int64 {
 		return h.List(r)
 	})
 }
+
+// CaptureHost is a native Host that can also take screenshots (capability capture).
+type CaptureHost interface {
+	Capture(req abi.CaptureRequest) (reply abi.CaptureReply, desktop, mobile []byte, err error)
+}
+
+// StoreHost is a native Host with an object store (capability store).
+type StoreHost interface {
+	StorePut(key string, data []byte) error
+	StoreGet(key string) ([]byte, error)
+	StoreList(prefix string) ([]abi.StoreObject, error)
+	StoreDelete(key string) error
+}
+
+var errNativeUnsupported = errors.New("pdk: the native Host does not provide this capability")
+
+func rawCapture(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		ch, ok := h.(CaptureHost)
+		if !ok {
+			return nil, errNativeUnsupported
+		}
+		var r abi.CaptureRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("capture", err)
+		}
+		reply, d, m, err := ch.Capture(r)
+		if err != nil {
+			return nil, err
+		}
+		reply.Desktop.Bytes, reply.Mobile.Bytes = len(d), len(m)
+		hb, _ := json.Marshal(reply)
+		return append(append(append(hb, '\n'), d...), m...), nil
+	})
+}
+
+func storeHost(h Host) (StoreHost, error) {
+	sh, ok := h.(StoreHost)
+	if !ok {
+		return nil, errNativeUnsupported
+	}
+	return sh, nil
+}
+
+func rawStorePut(key string, data []byte) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		sh, err := storeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		return len(data), sh.StorePut(key, data)
+	})
+}
+
+func rawStoreGet(key string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		sh, err := storeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		return sh.StoreGet(key)
+	})
+}
+
+func rawStoreList(prefix string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		sh, err := storeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := sh.StoreList(prefix)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(struct {
+			Objects []abi.StoreObject `json:"objects"`
+		}{objs})
+	})
+}
+
+func rawStoreDelete(key string) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		sh, err := storeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		return 0, sh.StoreDelete(key)
+	})
+}

@@ -34,6 +34,21 @@ func hostStat(path string, out unsafe.Pointer, outCap uint32) int64
 //go:wasmimport toolhost_sandbox_files list
 func hostList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
 
+//go:wasmimport toolhost_capture capture
+func hostCapture(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_store put
+func hostStorePut(key string, data unsafe.Pointer, dataLen uint32) int64
+
+//go:wasmimport toolhost_store get
+func hostStoreGet(key string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_store list
+func hostStoreList(prefix string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_store delete
+func hostStoreDelete(key string) int64
+
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
 func rawTake(out []byte) int64       { return hostTake(ptr(out), uint32(len(out))) }
@@ -53,3 +68,16 @@ func rawStat(path string, out []byte) int64 { return hostStat(path, ptr(out), ui
 func rawList(req, out []byte) int64 {
 	return hostList(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
 }
+func rawCapture(req, out []byte) int64 {
+	return hostCapture(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+func rawStorePut(key string, data []byte) int64 {
+	return hostStorePut(key, ptr(data), uint32(len(data)))
+}
+func rawStoreGet(key string, out []byte) int64 {
+	return hostStoreGet(key, ptr(out), uint32(len(out)))
+}
+func rawStoreList(prefix string, out []byte) int64 {
+	return hostStoreList(prefix, ptr(out), uint32(len(out)))
+}
+func rawStoreDelete(key string) int64 { return hostStoreDelete(key) }

@@ -200,7 +200,10 @@ func appendFramed(b []byte, r abi.Result) []byte {
 	for _, c := range r.Content {
 		switch {
 		case c.Type == abi.ContentImage && c.Source != nil:
-			data, err := base64.StdEncoding.DecodeString(c.Source.Data)
+			data, err := c.Source.Raw, error(nil)
+			if data == nil {
+				data, err = base64.StdEncoding.DecodeString(c.Source.Data)
+			}
 			if err != nil || len(c.Source.MediaType) > 255 {
 				return appendFramed(b[:0], abi.ErrorText("Error: the tool returned an image that is not valid base64 with a media type"))
 			}

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/sandbox/envd"
 	"github.com/toolhost/toolhost/core/screenshot"
 )
 
 // portLister is what a sandbox offers that can tell which ports its own processes listen
 // on (the local provider asks its agent).
 type portLister interface {
-	ListeningPorts(ctx context.Context) ([]int, error)
+	Ports(ctx context.Context) ([]envd.ListeningPort, error)
 }
 
 const (
@@ -56,7 +57,12 @@ func (s *Session) listening(ctx context.Context) ([]int, error) {
 	if !ok {
 		return nil, nil
 	}
-	return pl.ListeningPorts(ctx)
+	ps, err := pl.Ports(ctx)
+	ports := make([]int, len(ps))
+	for i, p := range ps {
+		ports[i] = p.Port
+	}
+	return ports, err
 }
 
 func (s *Session) watchDevServer(ctx context.Context, before []int) {

@@ -67,4 +67,5 @@ var Builtins = []struct {
 	{"plugins/bash", []string{"sandbox_exec", "log"}},
 	{"plugins/editfile", []string{"sandbox_files", "log"}},
 	{"plugins/grepglob", []string{"sandbox_exec", "sandbox_files", "log"}},
+	{"plugins/screenshot", []string{"capture", "log"}},
 }
