@@ -12,11 +12,13 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/core/store/dir"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
-var allGrants = []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxFiles}
+var allGrants = []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapStore}
 
 // dataDir is shared by the tests of this package so the compilation cache stays warm.
 var dataDir string
@@ -335,7 +337,7 @@ func TestInspect(t *testing.T) {
 	if in.Manifest.Name != "probe" || len(in.Manifest.Tools) < 5 {
 		t.Errorf("manifest = %+v", in.Manifest)
 	}
-	want := []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxFiles}
+	want := []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapStore}
 	if len(in.Needs) != len(want) {
 		t.Fatalf("needs = %v, want %v", in.Needs, want)
 	}
@@ -343,5 +345,34 @@ func TestInspect(t *testing.T) {
 		if in.Needs[i] != want[i] {
 			t.Fatalf("needs = %v, want %v", in.Needs, want)
 		}
+	}
+}
+
+func TestStoreCapability(t *testing.T) {
+	st, err := dir.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newProbeHost(t, func(c *Config) { c.Store = st })
+	s := h.OpenSession(memsandbox.New())
+	for _, c := range []struct{ input, want string }{
+		{`{"op":"put","key":"notes/a.txt","text":"hello store"}`, "stored 11"},
+		{`{"op":"get","key":"notes/a.txt"}`, "hello store"},
+		{`{"op":"get","key":"notes/missing"}`, "status -2"},
+		{`{"op":"list","key":""}`, `{"objects":[{"key":"notes/a.txt","size":11}]}`},
+		{`{"op":"put","key":"../escape","text":"x"}`, "status -22"},
+		{`{"op":"put","key":"/abs","text":"x"}`, "status -22"},
+		{`{"op":"put","key":"a/../../b","text":"x"}`, "status -22"},
+		{`{"op":"get","key":"a//b"}`, "status -22"},
+	} {
+		res, err := dispatch(t, s, "store", c.input)
+		if err != nil || !strings.HasPrefix(text(res), c.want) {
+			t.Errorf("store %s = %q, %v; want %q", c.input, text(res), err, c.want)
+		}
+	}
+	// The plugin's corner is plugins/probe/: nothing lands anywhere else.
+	objs, err := store.ListAll(context.Background(), st, "")
+	if err != nil || len(objs) != 1 || objs[0].Key != "plugins/probe/notes/a.txt" {
+		t.Fatalf("store holds %+v, %v", objs, err)
 	}
 }

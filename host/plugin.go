@@ -156,14 +156,18 @@ func needs(imports []Import) []abi.Capability {
 }
 
 func checkExports(m wazero.CompiledModule) error {
-	want := map[string]struct{ params, results []api.ValueType }{
-		abi.ExportVersion:  {nil, []api.ValueType{api.ValueTypeI32}},
-		abi.ExportDescribe: {nil, []api.ValueType{api.ValueTypeI64}},
-		abi.ExportInput:    {[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}},
-		abi.ExportCall:     {[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}},
+	want := []struct {
+		name            string
+		params, results []api.ValueType
+	}{ // in a fixed order, so the error names the same missing export every time
+		{abi.ExportVersion, nil, []api.ValueType{api.ValueTypeI32}},
+		{abi.ExportDescribe, nil, []api.ValueType{api.ValueTypeI64}},
+		{abi.ExportInput, []api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}},
+		{abi.ExportCall, []api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}},
 	}
 	exports := m.ExportedFunctions()
-	for name, sig := range want {
+	for _, sig := range want {
+		name := sig.name
 		f, ok := exports[name]
 		if !ok {
 			return fmt.Errorf("does not export %s (not a toolhost plugin?)", name)

@@ -30,6 +30,15 @@ func execRun(reqPtr, reqLen, outPtr, outCap uint32) int64
 //go:wasmimport toolhost_log write
 func logWrite(level int32, ptr, n uint32)
 
+//go:wasmimport toolhost_store put
+func storePut(keyPtr, keyLen, dataPtr, dataLen uint32) int64
+
+//go:wasmimport toolhost_store get
+func storeGet(keyPtr, keyLen, outPtr, outCap uint32) int64
+
+//go:wasmimport toolhost_store list
+func storeList(prefixPtr, prefixLen, outPtr, outCap uint32) int64
+
 func main() {}
 
 var (
@@ -65,7 +74,8 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"huge","description":"Returns n copies of s.","input_schema":{"type":"object","properties":{"n":{"type":"integer"},"s":{"type":"string"}}}},
 {"name":"ansi","description":"Returns coloured text.","input_schema":{"type":"object"}},
 {"name":"image","description":"Returns an image with the given media type.","input_schema":{"type":"object","properties":{"media_type":{"type":"string"}}}},
-{"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}}
+{"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}},
+{"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}}
 ]}`
 
 //go:wasmexport toolhost_describe
@@ -95,6 +105,8 @@ type request struct {
 		S         string   `json:"s"`
 		MediaType string   `json:"media_type"`
 		MB        int      `json:"mb"`
+		Op        string   `json:"op"`
+		Key       string   `json:"key"`
 	} `json:"input"`
 }
 
@@ -169,6 +181,26 @@ func call(n uint32) uint64 {
 		b, _ := json.Marshal(map[string]any{"content": []any{map[string]any{"type": "image",
 			"source": map[string]string{"type": "base64", "media_type": req.Input.MediaType, "data": "AAAA"}}}})
 		return ret(b)
+	case "store":
+		k, buf := []byte(req.Input.Key), make([]byte, 64)
+		var n int64
+		switch req.Input.Op {
+		case "put":
+			d := []byte(req.Input.Text)
+			n = storePut(addr(k), uint32(len(k)), addr(d), uint32(len(d)))
+		case "get":
+			n = storeGet(addr(k), uint32(len(k)), addr(buf), uint32(len(buf)))
+		case "list":
+			n = storeList(addr(k), uint32(len(k)), addr(buf), uint32(len(buf)))
+		}
+		if req.Input.Op == "put" && n >= 0 {
+			return text(fmt.Sprintf("stored %d", n), false)
+		}
+		s, err := hostReply(n, buf)
+		if err != nil {
+			return text(err.Error(), true)
+		}
+		return text(s, false)
 	case "garbage":
 		keep = make([]byte, req.Input.MB<<20)
 		keep = nil
