@@ -75,12 +75,14 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 	}
 	defer c.work.Done()
 
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CaptureTimeout)
-	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, c.cfg.CaptureTimeout)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() { // owned by capture: ends when ctx (cancelled on return) or closing fires
 		select {
 		case <-c.closing:
-			cancel()
+			cancel(ErrClosed)
 		case <-ctx.Done():
 		}
 	}()
@@ -94,6 +96,9 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 	case c.sem <- struct{}{}:
 		defer func() { <-c.sem }()
 	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+			return nil, cause
+		}
 		return nil, fmt.Errorf("%w: waiting for a capture slot for %s: %w", ErrTimeout, target.Redacted(), context.Cause(ctx))
 	}
 
@@ -104,7 +109,10 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 		}
 		shots, errs, navigated := c.runShots(ctx, rt, target, vps)
 		err = errors.Join(errs...)
-		if err == nil || attempt > 0 || ctx.Err() != nil || slices.Contains(navigated, true) {
+		if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+			return shots, fmt.Errorf("%w during the capture: %w", ErrClosed, err)
+		}
+		if err == nil || attempt > 0 || ctx.Err() != nil || !errors.Is(err, ErrBrowser) || slices.Contains(navigated, true) {
 			return shots, err
 		}
 		// No shot got as far as navigating: the browser died under us (a crash, or killed).

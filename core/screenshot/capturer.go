@@ -196,6 +196,9 @@ func (c *Capturer) acquire(ctx context.Context) (*runtime, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+				return nil, cause
+			}
 			return nil, fmt.Errorf("%w: starting the browser: %w", ErrTimeout, ctx.Err())
 		case <-c.closing:
 			return nil, ErrClosed
