@@ -206,6 +206,9 @@ type extractor struct {
 	realDirs map[string]bool
 	// files are regular files extracted so far, the only valid hard link targets.
 	files map[string]bool
+	// taken are the non-directories created so far. The destination starts empty, so any
+	// other spot is free and needs no Lstat (O_EXCL still refuses a planted file).
+	taken map[string]bool
 	dirs  []dirMeta
 	buf   []byte
 }
@@ -224,6 +227,7 @@ func newExtractor(ctx context.Context, root *os.Root, opts ExtractOptions) *extr
 		ctx: ctx, root: root, opts: opts,
 		realDirs: map[string]bool{".": true},
 		files:    map[string]bool{},
+		taken:    map[string]bool{},
 		buf:      make([]byte, 256<<10),
 	}
 }
@@ -319,6 +323,10 @@ func (x *extractor) checkParents(entry, name string) error {
 // clearSpot removes a non-directory already at name, so that the new entry is created
 // with O_EXCL and never written through an existing link. A directory is not replaced.
 func (x *extractor) clearSpot(entry, name string) error {
+	if !x.taken[name] && !x.realDirs[name] {
+		x.taken[name] = true
+		return nil
+	}
 	fi, err := x.root.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
