@@ -415,51 +415,279 @@ func appendReadTextRequest(b []byte, r abi.ReadTextRequest) []byte {
 }
 
 func decodeFileInfo(b []byte) (fi abi.FileInfo, ok bool) {
-	fields, ok := members(b)
-	if !ok {
-		return fi, false
+	d := cursor{b: b}
+	fi, ok = d.fileInfo()
+	return fi, ok && d.end()
+}
+
+// decodeListResult decodes a list reply in one pass: a listing of a large tree is megabytes
+// of JSON, and every extra pass over it costs tens of milliseconds in a guest.
+func decodeListResult(b []byte) (r abi.ListResult, ok bool) {
+	d := cursor{b: b}
+	ok = d.object(func(key []byte) bool {
+		switch string(key) {
+		case "entries":
+			if d.null() {
+				return true
+			}
+			return d.array(func() bool {
+				fi, ok := d.fileInfo()
+				r.Entries = append(r.Entries, fi)
+				return ok
+			})
+		case "truncated":
+			r.Truncated = d.boolean()
+			return true
+		}
+		return d.skip()
+	})
+	return r, ok && d.end()
+}
+
+// cursor is a one-pass reader of a JSON value, for the replies that can be large.
+type cursor struct {
+	b []byte
+	i int
+}
+
+func (d *cursor) peek() byte {
+	d.i = skipWS(d.b, d.i)
+	if d.i < len(d.b) {
+		return d.b[d.i]
 	}
-	for _, f := range fields {
-		v := f.val
-		switch string(f.key) {
-		case "path":
-			fi.Path, _ = jsonString(v)
-		case "type":
-			fi.Type, _ = jsonString(v)
-		case "size":
-			fi.Size, _ = jsonInt(v)
-		case "mode":
-			n, _ := jsonInt(v)
-			fi.Mode = uint32(n)
-		case "mtime_unix_ms":
-			fi.ModTime, _ = jsonInt(v)
+	return 0
+}
+
+func (d *cursor) end() bool { return skipWS(d.b, d.i) == len(d.b) }
+
+func (d *cursor) skip() bool {
+	d.i = skipValue(d.b, d.i)
+	return d.i >= 0
+}
+
+func (d *cursor) null() bool {
+	if d.peek() == 'n' && literal(d.b, d.i, "null") > 0 {
+		d.i += 4
+		return true
+	}
+	return false
+}
+
+func (d *cursor) boolean() bool {
+	switch d.peek() {
+	case 't':
+		d.i = literal(d.b, d.i, "true")
+		return d.i > 0
+	case 'f':
+		d.i = literal(d.b, d.i, "false")
+	default:
+		d.skip()
+	}
+	return false
+}
+
+// object calls member with each key (raw, unescaped only when needed); member must
+// consume the value.
+func (d *cursor) object(member func(key []byte) bool) bool {
+	if d.peek() != '{' {
+		return false
+	}
+	d.i++
+	if d.peek() == '}' {
+		d.i++
+		return true
+	}
+	for {
+		if d.peek() != '"' {
+			return false
+		}
+		end, esc := scanString(d.b, d.i)
+		if end < 0 {
+			return false
+		}
+		key := d.b[d.i+1 : end-1]
+		if esc {
+			key = unescape(nil, key)
+		}
+		d.i = end
+		if d.peek() != ':' {
+			return false
+		}
+		d.i++
+		if !member(key) || d.i < 0 {
+			return false
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return true
+		default:
+			return false
 		}
 	}
+}
+
+func (d *cursor) array(elem func() bool) bool {
+	if d.peek() != '[' {
+		return false
+	}
+	d.i++
+	if d.peek() == ']' {
+		d.i++
+		return true
+	}
+	for {
+		if !elem() || d.i < 0 {
+			return false
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (d *cursor) str() string {
+	if d.peek() != '"' {
+		d.skip()
+		return ""
+	}
+	end, esc := scanString(d.b, d.i)
+	if end < 0 {
+		d.i = -1
+		return ""
+	}
+	tok := d.b[d.i:end]
+	d.i = end
+	return unquote(tok, esc)
+}
+
+func (d *cursor) int() int64 {
+	start := skipWS(d.b, d.i)
+	if !d.skip() {
+		return 0
+	}
+	n, _ := jsonInt(d.b[start:d.i])
+	return n
+}
+
+// fileInfo reads one FileInfo object; the type names are interned, not allocated.
+func (d *cursor) fileInfo() (fi abi.FileInfo, ok bool) {
+	if fi, ok := d.fastFileInfo(); ok {
+		return fi, true
+	}
+	ok = d.object(func(key []byte) bool {
+		switch string(key) {
+		case "path":
+			fi.Path = d.str()
+		case "type":
+			if d.peek() == '"' {
+				if end, esc := scanString(d.b, d.i); end > 0 && !esc {
+					switch string(d.b[d.i+1 : end-1]) {
+					case abi.TypeFile:
+						fi.Type, d.i = abi.TypeFile, end
+						return true
+					case abi.TypeDir:
+						fi.Type, d.i = abi.TypeDir, end
+						return true
+					}
+				}
+			}
+			fi.Type = d.str()
+		case "size":
+			fi.Size = d.int()
+		case "mode":
+			fi.Mode = uint32(d.int())
+		case "mtime_unix_ms":
+			fi.ModTime = d.int()
+		default:
+			return d.skip()
+		}
+		return d.i >= 0
+	})
+	return fi, ok
+}
+
+// fastFileInfo reads a FileInfo in exactly the shape encoding/json gives it (the host's):
+// its keys in order, no whitespace, a path without escapes. Function calls are costly in a
+// guest, and a listing holds thousands of these; anything else is left to the generic
+// reader (ok false, cursor unmoved).
+func (d *cursor) fastFileInfo() (fi abi.FileInfo, ok bool) {
+	b, i := d.b, d.i
+	if i = lit(b, i, `{"path":`); i < 0 || i >= len(b) || b[i] != '"' {
+		return fi, false
+	}
+	end, esc := scanString(b, i)
+	if end < 0 || esc {
+		return fi, false
+	}
+	fi.Path = string(b[i+1 : end-1])
+	if i = lit(b, end, `,"type":"`); i < 0 {
+		return fi, false
+	}
+	switch {
+	case lit(b, i, `file"`) > 0:
+		fi.Type, i = abi.TypeFile, i+5
+	case lit(b, i, `dir"`) > 0:
+		fi.Type, i = abi.TypeDir, i+4
+	case lit(b, i, `symlink"`) > 0:
+		fi.Type, i = abi.TypeSymlink, i+8
+	case lit(b, i, `other"`) > 0:
+		fi.Type, i = abi.TypeOther, i+6
+	default:
+		return fi, false
+	}
+	var mode int64
+	if fi.Size, i = digits(b, lit(b, i, `,"size":`)); i < 0 {
+		return fi, false
+	}
+	if mode, i = digits(b, lit(b, i, `,"mode":`)); i < 0 {
+		return fi, false
+	}
+	fi.Mode = uint32(mode)
+	if fi.ModTime, i = digits(b, lit(b, i, `,"mtime_unix_ms":`)); i < 0 || i >= len(b) || b[i] != '}' {
+		return fi, false
+	}
+	d.i = i + 1
 	return fi, true
 }
 
-func decodeListResult(b []byte) (r abi.ListResult, ok bool) {
-	fields, ok := members(b)
-	if !ok {
-		return r, false
+// lit returns the index after s if b holds s at i, else -1 (also for i < 0).
+func lit(b []byte, i int, s string) int {
+	if i < 0 || len(b)-i < len(s) || string(b[i:i+len(s)]) != s {
+		return -1
 	}
-	var entries []byte
-	for _, f := range fields {
-		switch string(f.key) {
-		case "entries":
-			entries = f.val
-		case "truncated":
-			r.Truncated = string(f.val) == "true"
-		}
+	return i + len(s)
+}
+
+// digits reads an optionally negative decimal integer that ends at ',' or '}'; -1 if
+// there is none (a fraction or an exponent is left to the generic reader).
+func digits(b []byte, i int) (int64, int) {
+	if i < 0 || i >= len(b) {
+		return 0, -1
 	}
-	if entries == nil || string(entries) == "null" {
-		return r, true
+	neg := b[i] == '-'
+	if neg {
+		i++
 	}
-	// Entries reuse replyFields, so iterate with a separate decode per element.
-	ok = arrayElems(entries, func(e []byte) bool {
-		fi, ok := decodeFileInfo(e)
-		r.Entries = append(r.Entries, fi)
-		return ok
-	})
-	return r, ok
+	start := i
+	var n int64
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' && i-start < 18 {
+		n = n*10 + int64(b[i]-'0')
+		i++
+	}
+	if i == start || i >= len(b) || (b[i] != ',' && b[i] != '}') || (b[start] == '0' && i-start > 1) {
+		return 0, -1
+	}
+	if neg {
+		n = -n
+	}
+	return n, i
 }

@@ -161,6 +161,45 @@ func TestHostFunctions(t *testing.T) {
 	}
 }
 
+func TestDecodeListResult(t *testing.T) {
+	r, ok := decodeListResult([]byte(` { "truncated" : true , "x": [1, {"y": null}], "entries" : [ {"path":"a\"b\u00e9","type":"file","size":1,"mode":420,"mtime_unix_ms":7,"new":{"z":[]}},
+		{"type":"symlink","path":"l"}, {"\u0074ype":"dir","path":"d"} ] } `))
+	want := []abi.FileInfo{{Path: "a\"bé", Type: "file", Size: 1, Mode: 420, ModTime: 7}, {Path: "l", Type: "symlink"}, {Path: "d", Type: "dir"}}
+	if !ok || !r.Truncated || len(r.Entries) != 3 || r.Entries[0] != want[0] || r.Entries[1] != want[1] || r.Entries[2] != want[2] {
+		t.Errorf("got %+v %v", r, ok)
+	}
+	// The fast path (the host's exact shape) and its fallbacks agree with encoding/json.
+	for _, e := range []string{
+		`{"path":"a/b c","type":"file","size":12,"mode":420,"mtime_unix_ms":1763700000000}`,
+		`{"path":"x","type":"symlink","size":0,"mode":511,"mtime_unix_ms":-5}`,
+		`{"path":"e\u00e9","type":"dir","size":4096,"mode":493,"mtime_unix_ms":1}`,
+		`{"path":"x","type":"weird","size":1,"mode":2,"mtime_unix_ms":3}`,
+		`{"path":"x","type":"file","size":01,"mode":2,"mtime_unix_ms":3}`,
+		`{"type":"file","path":"x","size":1,"mode":2,"mtime_unix_ms":3,"extra":true}`,
+	} {
+		var want abi.FileInfo
+		werr := json.Unmarshal([]byte(e), &want)
+		got, ok := decodeFileInfo([]byte(e))
+		if (werr == nil) != ok || (ok && got != want) {
+			t.Errorf("%s: got %+v %v, encoding/json %+v %v", e, got, ok, want, werr)
+		}
+	}
+	// The generic reader is lenient where encoding/json is strict: 1e3 is the integer 1000.
+	if got, ok := decodeFileInfo([]byte(`{"path":"x","type":"file","size":1e3,"mode":2,"mtime_unix_ms":3}`)); !ok || got.Size != 1000 {
+		t.Errorf("1e3: %+v %v", got, ok)
+	}
+	for _, s := range []string{`{"entries":null}`, `{}`, `{"entries":[]}`} {
+		if r, ok := decodeListResult([]byte(s)); !ok || len(r.Entries) != 0 {
+			t.Errorf("%s: %+v %v", s, r, ok)
+		}
+	}
+	for _, s := range []string{`{"entries":[{"path":1}]`, `{"entries":[{"path":"a"},]}`, `{"entries":{}}`, `[]`, `{"entries":[]} x`, `{"entries":[{"size":1.}]}`} {
+		if _, ok := decodeListResult([]byte(s)); ok {
+			t.Errorf("%s: accepted", s)
+		}
+	}
+}
+
 func TestNoHost(t *testing.T) {
 	old := SetHost(nil)
 	defer SetHost(old)
