@@ -9,8 +9,28 @@ import (
 // A globMatcher matches slash-separated relative paths against a glob: * and ? within a
 // segment, [...] classes ([!...] or [^...] negated, \ escapes), {a,b} alternatives (nested
 // allowed), and ** as a whole segment for zero or more directories. * matches dot files too.
+//
+// Matching runs once per listed file, in a guest where every branch is costly, so segments
+// are classified when compiled (literal, *suffix, prefix*, or general) and paths are walked
+// in place, without splitting.
 type globMatcher struct {
-	alts [][]string // brace-expanded alternatives, split into segments
+	alts [][]segment // brace-expanded alternatives
+}
+
+type segKind uint8
+
+const (
+	segLiteral  segKind = iota // no wildcard: equality
+	segSuffix                  // "*" + literal: HasSuffix
+	segPrefix                  // literal + "*": HasPrefix
+	segAny                     // "*": any non-empty name
+	segGeneral                 // anything else: path.Match
+	segDoubleStar              // "**": zero or more segments
+)
+
+type segment struct {
+	kind segKind
+	lit  string // the literal part, or the path.Match pattern for segGeneral
 }
 
 const maxAlternatives = 1024
@@ -24,58 +44,112 @@ func compileGlob(pattern string) (*globMatcher, error) {
 	}
 	m := &globMatcher{}
 	for _, a := range alts {
-		segs := strings.Split(strings.Trim(a, "/"), "/")
-		for i, s := range segs {
-			if s == "**" {
-				continue
+		var segs []segment
+		for _, s := range strings.Split(strings.Trim(a, "/"), "/") {
+			seg, err := compileSegment(s)
+			if err != nil {
+				return nil, err
 			}
-			s = bangToCaret(s)
-			if _, err := path.Match(s, ""); err != nil {
-				return nil, errors.New("bad pattern segment " + s + ": unclosed [ or trailing \\")
-			}
-			segs[i] = s
+			segs = append(segs, seg)
 		}
 		m.alts = append(m.alts, segs)
 	}
 	return m, nil
 }
 
+func compileSegment(s string) (segment, error) {
+	if s == "**" {
+		return segment{kind: segDoubleStar}, nil
+	}
+	if !strings.ContainsAny(s, "*?[\\") {
+		return segment{kind: segLiteral, lit: s}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "*"); ok && !strings.ContainsAny(rest, "*?[\\") {
+		if rest == "" {
+			return segment{kind: segAny}, nil
+		}
+		return segment{kind: segSuffix, lit: rest}, nil
+	}
+	if rest, ok := strings.CutSuffix(s, "*"); ok && !strings.ContainsAny(rest, "*?[\\") {
+		return segment{kind: segPrefix, lit: rest}, nil
+	}
+	s = bangToCaret(s)
+	if _, err := path.Match(s, ""); err != nil {
+		return segment{}, errors.New("bad pattern segment " + s + ": unclosed [ or trailing \\")
+	}
+	return segment{kind: segGeneral, lit: s}, nil
+}
+
+func (s segment) match(name string) bool {
+	switch s.kind {
+	case segLiteral:
+		return name == s.lit
+	case segSuffix:
+		return strings.HasSuffix(name, s.lit)
+	case segPrefix:
+		return strings.HasPrefix(name, s.lit)
+	case segAny:
+		return name != ""
+	}
+	ok, _ := path.Match(s.lit, name)
+	return ok
+}
+
 // match reports whether the relative path p matches any alternative.
 func (m *globMatcher) match(p string) bool {
-	segs := strings.Split(p, "/")
 	for _, a := range m.alts {
-		if matchSegs(a, segs) {
+		if matchSegs(a, p) {
 			return true
 		}
 	}
 	return false
 }
 
-func matchSegs(pat, segs []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for len(pat) > 0 && pat[0] == "**" {
+// matchSegs matches the segments of a pattern against the whole path p, walking it in
+// place.
+func matchSegs(pat []segment, p string) bool {
+	for {
+		if len(pat) == 0 {
+			return p == ""
+		}
+		if pat[0].kind == segDoubleStar {
+			for len(pat) > 0 && pat[0].kind == segDoubleStar {
 				pat = pat[1:]
 			}
-			if len(pat) == 0 {
+			switch len(pat) {
+			case 0:
 				return true
+			case 1: // "**/x": only the base name can match
+				return pat[0].match(p[strings.LastIndexByte(p, '/')+1:])
 			}
-			for i := 0; i < len(segs); i++ {
-				if matchSegs(pat, segs[i:]) {
+			for {
+				if matchSegs(pat, p) {
 					return true
 				}
+				i := strings.IndexByte(p, '/')
+				if i < 0 {
+					return false
+				}
+				p = p[i+1:]
 			}
+		}
+		name, rest, more := p, "", false
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			name, rest, more = p[:i], p[i+1:], true
+		}
+		if !pat[0].match(name) {
 			return false
 		}
-		if len(segs) == 0 {
-			return false
+		pat, p = pat[1:], rest
+		if !more { // the path is used up: what is left of the pattern must match nothing
+			for _, s := range pat {
+				if s.kind != segDoubleStar {
+					return false
+				}
+			}
+			return true
 		}
-		if ok, _ := path.Match(pat[0], segs[0]); !ok {
-			return false
-		}
-		pat, segs = pat[1:], segs[1:]
 	}
-	return len(segs) == 0
 }
 
 // bangToCaret writes a class negated with ! the way path.Match spells it, with ^.
