@@ -20,12 +20,12 @@ type globMatcher struct {
 type segKind uint8
 
 const (
-	segLiteral  segKind = iota // no wildcard: equality
-	segSuffix                  // "*" + literal: HasSuffix
-	segPrefix                  // literal + "*": HasPrefix
-	segAny                     // "*": any non-empty name
-	segGeneral                 // anything else: path.Match
-	segDoubleStar              // "**": zero or more segments
+	segLiteral    segKind = iota // no wildcard: equality
+	segSuffix                    // "*" + literal: HasSuffix
+	segPrefix                    // literal + "*": HasPrefix
+	segAny                       // "*": any non-empty name
+	segGeneral                   // anything else: path.Match
+	segDoubleStar                // "**": zero or more segments
 )
 
 type segment struct {
