@@ -39,24 +39,28 @@
 // # What the kit does
 //
 // It implements the exports (toolhost_abi_version, toolhost_describe,
-// toolhost_input_buffer, toolhost_call), decodes requests and encodes results, turns a
-// panic in a tool into an error result ("panic in TOOL: ..."), and ends every export with
-// runtime.Gosched(), without which the guest's garbage collector stalls across calls.
+// toolhost_input_buffer, toolhost_call), decodes requests, returns results in the framed
+// form of ABI.md section 5 (raw text and image bytes: the host escapes and base64-encodes
+// them), turns a panic in a tool into an error result ("panic in TOOL: ..."), and ends
+// every export with runtime.Gosched(), without which the guest's garbage collector stalls
+// across calls.
 //
-// The per-call path uses a small hand-written JSON scanner and encoder rather than
-// encoding/json: under wazero's CloseOnContextDone, branchy Go guest code runs several
-// times slower, and reflection is branchy. Input's accessors (String, Int, Bool, Strings,
-// Has) read the tool input from one pass over it; Input.Decode is there for complex
-// inputs and costs reflection.
+// The guest is slow at byte-by-byte work: under wazero's CloseOnContextDone every branch
+// of Go-compiled wasm passes an interrupt check, so a plain byte loop costs about 30 ns a
+// byte and reflection far more. Hence the request envelope and the tool input go through a
+// small hand-written JSON scanner (word-at-a-time over string bodies), results are framed,
+// exec replies carry their output raw, and ReadText leaves line counting to the host.
+// Input's accessors (String, Int, Bool, Strings, Has, Raw) read the tool input from one
+// pass over it; Input.Decode is there for complex inputs and costs reflection.
 //
 // # Host functions
 //
-// Exec, ReadFile, WriteFile, Stat, List and Log call the host functions of ABI.md section 3
-// with the two-call protocol and a reusable buffer (4 KiB, growing to 64 KiB), so most
-// replies take one host call. Each belongs to a capability (sandbox_exec, sandbox_files,
-// log) that the plugin must be granted; Go's linker drops the imports of functions a
-// plugin never calls, so a plugin imports exactly the capabilities it uses. Config reads
-// the plugin's configuration (WASI environment variables).
+// Exec, ReadFile, ReadText, WriteFile, Stat, List and Log call the host functions of
+// ABI.md section 3 with the two-call protocol and a reusable buffer (4 KiB, growing to
+// 64 KiB), so most replies take one host call. Each belongs to a capability (sandbox_exec,
+// sandbox_files, log) that the plugin must be granted; Go's linker drops the imports of
+// functions a plugin never calls, so a plugin imports exactly the capabilities it uses.
+// Config reads the plugin's configuration (WASI environment variables).
 //
 // A failed host function returns an *Error carrying the abi.Status and the host's message
 // (from toolhost.last_error). Test it with errors.Is against ErrNotFound, ErrIsDir, ... or
