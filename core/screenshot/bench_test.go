@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +52,35 @@ func BenchmarkPairWarm(b *testing.B) {
 		ds = append(ds, time.Since(t0))
 	}
 	reportMedian(b, ds)
+	c.mu.Lock()
+	driver, browser := c.rt.driverPID, c.rt.browserPID
+	c.mu.Unlock()
+	b.ReportMetric(pssMB(browser, true), "browser-pss-MB")
+	b.ReportMetric(pssMB(driver, false), "driver-pss-MB")
+}
+
+// pssMB sums the proportional set size of pid (and its descendants) in MB.
+func pssMB(pid int, tree bool) float64 {
+	pids := []int{pid}
+	if tree {
+		for _, p := range descendants(pid) {
+			pids = append(pids, p.pid)
+		}
+	}
+	var kb int
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/smaps_rollup")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				n, _ := strconv.Atoi(f[1])
+				kb += n
+			}
+		}
+	}
+	return float64(kb) / 1024
 }
 
 // BenchmarkPairCold: the first pair of a fresh Capturer, including starting the driver and
