@@ -2,13 +2,14 @@ package main
 
 import (
 	gopath "path"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/pdk"
+	"github.com/toolhost/toolhost/plugins/internal/scan"
 )
 
 const grepDescription = `Searches file contents with a regular expression (GNU grep -P: Perl-compatible syntax, close to ripgrep's) and returns matches with paths relative to the workspace root, sorted by path.
@@ -271,33 +272,61 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 }
 
 // parse reads grep -Z output: NUL ends every file name, so names with ':' or spaces are
-// unambiguous. Entries come back sorted by path, each file's lines in file order.
+// unambiguous. Entries come back sorted by path, each file's lines in file order. grep
+// prints a file's lines together, so the work per line is small: one NUL search, the line
+// number, and a comparison with the previous line's file name; names are cleaned and
+// filtered once per file, and files (not lines) are sorted.
 func (a *grepArgs) parse(out string) []entry {
 	var entries []entry
-	if a.mode == "files_with_matches" {
-		for _, f := range strings.Split(out, "\x00") {
-			f = strings.TrimPrefix(f, "\n") // robust to a newline-terminated variant
-			if f != "" && a.keep(f) {
-				entries = append(entries, entry{file: wsRel(f)})
+	type group struct {
+		file       string
+		start, end int // entries[start:end]
+	}
+	var groups []group
+	rawPrev, prevKept := "\x00", false // no file name contains NUL
+	add := func(raw string, e entry) {
+		if raw != rawPrev {
+			rawPrev, prevKept = raw, a.keep(raw)
+			if prevKept {
+				groups = append(groups, group{file: grepRel(raw), start: len(entries), end: len(entries)})
 			}
+		}
+		if prevKept {
+			e.file = groups[len(groups)-1].file
+			entries = append(entries, e)
+			groups[len(groups)-1].end = len(entries)
+		}
+	}
+	if a.mode == "files_with_matches" {
+		for len(out) > 0 {
+			i := scan.IndexByte(out, 0)
+			if i < 0 {
+				i = len(out)
+			}
+			if f := strings.TrimPrefix(out[:i], "\n"); f != "" {
+				add(f, entry{})
+			}
+			out = out[min(i+1, len(out)):]
 		}
 	} else {
 		brk := false
-		for _, line := range strings.Split(out, "\n") {
+		for len(out) > 0 {
+			i := scan.IndexByte(out, '\n')
+			if i < 0 {
+				i = len(out)
+			}
+			line := out[:i]
+			out = out[min(i+1, len(out)):]
 			if line == "--" {
 				brk = true
 				continue
 			}
-			nul := strings.IndexByte(line, 0)
+			nul := scan.IndexByte(line, 0)
 			if nul < 0 {
 				continue // a name holding a newline, or a record cut by the host
 			}
-			f, rest := line[:nul], line[nul+1:]
-			if !a.keep(f) {
-				continue
-			}
-			e := entry{file: wsRel(f), brk: brk}
-			brk = false
+			raw, rest := line[:nul], line[nul+1:]
+			e := entry{brk: brk}
 			if a.mode == "count" {
 				c, err := strconv.Atoi(rest)
 				if err != nil || c == 0 {
@@ -305,21 +334,42 @@ func (a *grepArgs) parse(out string) []entry {
 				}
 				e.count = c
 			} else {
-				i := 0
-				for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-					i++
+				n := 0
+				for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+					e.line = e.line*10 + int(rest[n]-'0')
+					n++
 				}
-				if i == 0 || i == len(rest) || (rest[i] != ':' && rest[i] != '-') {
+				if n == 0 || n == len(rest) || (rest[n] != ':' && rest[n] != '-') {
 					continue
 				}
-				e.line, _ = strconv.Atoi(rest[:i])
-				e.sep, e.text = rest[i], strings.TrimSuffix(rest[i+1:], "\r")
+				e.sep, e.text = rest[n], strings.TrimSuffix(rest[n+1:], "\r")
 			}
-			entries = append(entries, e)
+			brk = false
+			add(raw, e)
 		}
 	}
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].file < entries[j].file })
-	return entries
+	if len(groups) <= 1 {
+		return entries
+	}
+	slices.SortStableFunc(groups, func(x, y group) int { return strings.Compare(x.file, y.file) })
+	sorted := make([]entry, 0, len(entries))
+	for _, g := range groups {
+		sorted = append(sorted, entries[g.start:g.end]...)
+	}
+	return sorted
+}
+
+// grepRel turns a path as grep printed it into the workspace-relative form. grep joins
+// the (already clean) operand and the names it finds, so only "./" and the workspace
+// prefix need removing.
+func grepRel(p string) string {
+	if rest, ok := strings.CutPrefix(p, "./"); ok {
+		return rest
+	}
+	if rest, ok := strings.CutPrefix(p, workspace+"/"); ok {
+		return rest
+	}
+	return p
 }
 
 // keep applies the plugin-side glob filter to a path as grep printed it.
