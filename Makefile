@@ -4,7 +4,7 @@
 
 GO           ?= go
 BIN          ?= bin
-PLUGINS      ?= bash editfile grepglob
+PLUGINS      ?= bash editfile grepglob screenshot
 VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 20m
 TESTFLAGS    ?=
@@ -30,8 +30,10 @@ help:
 	@echo "make plugins  build only the plugins"
 	@echo "make clean    remove bin/"
 
+# The demo takes a screenshot, so it needs the browser as well.
 setup:
 	@scripts/setup.sh
+	@scripts/setup-browser.sh
 
 # Tests also need what core/screenshot drives: Chromium and the Playwright driver (its
 # tests skip, saying so, without them).

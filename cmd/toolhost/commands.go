@@ -46,7 +46,7 @@ func toolsCommand() *command {
 		if format != "anthropic" && format != "json" {
 			return usagef(cmd, "--format must be anthropic or json, got %q", format)
 		}
-		h, err := c.newHost(ctx)
+		h, err := c.newHost(ctx, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -105,9 +105,11 @@ func callCommand() *command {
 		words:   []string{"call"},
 		args:    "TOOL JSON",
 		summary: "run one tool call in a sandbox and print its result",
-		help: `Creates a local sandbox whose /home/user is the workspace directory, runs TOOL
-with the JSON input ("-" reads it from stdin), and prints the result as JSON:
-{"content":[...],"is_error":bool}.
+		help: `Opens a session for the configured project on a local sandbox whose /home/user
+is the workspace directory (used as it is: no snapshot is restored into it), runs
+TOOL with the JSON input ("-" reads it from stdin), and prints the result as JSON:
+{"content":[...],"is_error":bool}. take_screenshot stores its images under the
+project (see toolhost screenshot list).
 
 Exit status: 0 when the tool ran, even if its result is an error (is_error: true);
 1 when the host could not run it (no sandbox, a plugin failure); 2 for a usage
@@ -138,7 +140,12 @@ Example:
 			return usagef(cmd, "--workspace: %v", err)
 		}
 
-		h, err := c.newHost(ctx)
+		env, err := c.newProjectEnv(ctx, envOptions{browser: true})
+		if err != nil {
+			return err
+		}
+		defer env.close(ctx)
+		h, err := c.newHost(ctx, env.store, env.rec)
 		if err != nil {
 			return err
 		}
@@ -146,13 +153,22 @@ Example:
 		if !slices.ContainsFunc(h.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
 			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(h), ", "))
 		}
-		sb, err := c.newSandbox(ctx, ws)
+		p, err := c.newProvider()
 		if err != nil {
 			return err
 		}
-		defer c.closeSandbox(ctx, sb)
+		// The session's sandboxes use the directory itself as their workspace: the call acts
+		// on it, and nothing is restored into it. (A one-shot call never lives long enough
+		// to rotate.)
+		sess, err := c.openSession(ctx, env, sessionOptions{provider: p, workspace: ws,
+			snaps: noWake{env.snaps}, log: c.quietLog()})
+		if err != nil {
+			return err
+		}
+		defer c.closeSession(ctx, sess)
 
-		res, err := h.OpenSession(sb).Dispatch(ctx, tool, json.RawMessage(input))
+		hs := h.OpenSession(sess, host.WithProject(c.cfg.Project), host.WithDefaultPort(c.cfg.Screenshot.Port))
+		res, err := hs.Dispatch(ctx, tool, json.RawMessage(input))
 		if err != nil {
 			return fmt.Errorf("%s: %w", tool, err)
 		}

@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/session"
 	"github.com/toolhost/toolhost/host"
 )
 
@@ -38,21 +36,24 @@ type demoStep struct {
 	tool   string
 	input  func(st *demoState) any
 	expect expect
-	// after sees the result of a tool call, e.g. to remember a background process's log.
-	after func(st *demoState, res abi.Result)
+	// after sees the result of a tool call, e.g. to remember a background process's log or
+	// to check an image. Its text is printed; an error makes the step unexpected.
+	after func(st *demoState, res abi.Result) (string, error)
 	// run is a step that is not a tool call: it returns what to print.
 	run func(ctx context.Context, st *demoState) (string, error)
 }
 
-// demoState is what the steps share. A step that replaces the sandbox sets both sandbox
-// and session; the demo closes the sandbox that is current when it ends.
+// demoState is what the steps share. The tools run in sess, a core/session whose
+// sandboxes have private workspaces, so a rotation really moves the work.
 type demoState struct {
-	cli       *cli // configuration, logger, output
-	host      *host.Host
-	sandbox   sandbox.Sandbox
-	session   *host.Session
-	workspace string            // host directory mounted at /home/user
-	vars      map[string]string // values steps hand to later steps
+	cli      *cli // configuration, logger, output
+	host     *host.Host
+	env      *projectEnv
+	provider *agingProvider
+	snaps    *recordingSnaps
+	sess     *session.Session
+	session  *host.Session     // the host's view of sess
+	vars     map[string]string // values steps hand to later steps
 }
 
 const demoScript = `#!/usr/bin/env bash
@@ -68,8 +69,7 @@ done
 
 // demoSteps is the scripted session.
 func demoSteps() []demoStep {
-	in := func(kv ...any) func(*demoState) any { return func(*demoState) any { return obj(kv) } }
-	return []demoStep{
+	steps := []demoStep{
 		{title: "write a small script", tool: "write_file",
 			input: in("path", "src/greet.sh", "content", demoScript)},
 		{title: "write a README", tool: "write_file",
@@ -92,10 +92,11 @@ func demoSteps() []demoStep {
 			input: in("command", `echo "user: $(id -un) ($(id -u)), cwd: $PWD"; echo "/: $(ls / | tr '\n' ' ')"; ls /root 2>&1 | head -1; true`)},
 		{title: "start a background process", tool: "bash",
 			input: in("command", `for i in $(seq 1 5); do echo "tick $i"; echo $i > ticks.txt; sleep 0.1; done; echo finished`, "background", true),
-			after: func(st *demoState, res abi.Result) {
+			after: func(st *demoState, res abi.Result) (string, error) {
 				if m := logPathRE.FindString(resultText(res)); m != "" {
 					st.vars["bg_log"] = strings.TrimRight(m, ".")
 				}
+				return "", nil
 			}},
 		{title: "wait for it, then read the file it wrote", tool: "bash",
 			input: in("command", `sleep 1; echo "ticks.txt: $(cat ticks.txt)"`)},
@@ -111,29 +112,15 @@ func demoSteps() []demoStep {
 			input: in("command", "echo started; sleep 30; echo never printed", "timeout", 1)},
 		{title: "a tool that does not exist", tool: "deploy", expect: expectError,
 			input: in()},
-		{title: "the workspace, seen from the host", run: listWorkspace},
+		{title: "the workspace, as a snapshot packs it", run: func(ctx context.Context, st *demoState) (string, error) {
+			return listArchive(ctx, st.sess, st.cli.cfg.Snapshot.Excludes)
+		}},
 	}
+	return append(steps, projectSteps()...)
 }
 
-// listWorkspace is a step that is not a tool call: what the sandbox left in the host
-// directory mounted at /home/user.
-func listWorkspace(_ context.Context, st *demoState) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s:\n", st.workspace)
-	err := filepath.WalkDir(st.workspace, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(st.workspace, p)
-		fmt.Fprintf(&b, "  %-16s %6d bytes\n", rel, info.Size())
-		return nil
-	})
-	return b.String(), err
-}
+// in is a step's fixed input: key, value, key, value...
+func in(kv ...any) func(*demoState) any { return func(*demoState) any { return obj(kv) } }
 
 // obj is a JSON object that keeps its keys in the order given: key, value, key, value...
 type obj []any
@@ -179,13 +166,18 @@ func demoCommand() *command {
 	cmd := &command{
 		words:   []string{"demo"},
 		summary: "run a short scripted agent session in a fresh workspace",
-		help: `Loads the configured plugins, creates a local sandbox on a new temporary
-workspace and makes the calls an agent would: write, read and edit files, grep,
-glob, run commands in the foreground and in the background, and a few mistakes.
-Prints every call, its result (shortened for display) and its latency. Exits 1
-if any step's result is not what the demo expects.`,
+		help: `Loads the configured plugins, opens a session for the configured project (a
+local sandbox with a private workspace, restored from the project's newest
+snapshot if it has one) and makes the calls an agent would: write, read and edit
+files, grep, glob, run commands in the foreground and in the background, and a few
+mistakes. Then the session's own work: a dev server in the sandbox and
+take_screenshot of its page, a phase commit (a snapshot), the screenshots the
+session took on its own, a sandbox rotation under a tool call, and a fresh session
+that wakes from the newest snapshot. Prints every step, its result (shortened for
+display; images as their size) and its latency. Exits 1 if any step's result is
+not what the demo expects, a missing browser included.`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.Bool("keep", false, "keep the workspace directory instead of removing it")
+			fs.Bool("keep", false, "at the end, restore the newest snapshot into a new directory and keep it")
 			fs.Int("lines", 12, "result lines to show per call (0: all)")
 		},
 		nargs: [2]int{0, 0},
@@ -198,20 +190,16 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	keep, _ := c.flags.GetBool("keep")
 	maxLines, _ := c.flags.GetInt("lines")
 	out := c.stdout
+	project := c.cfg.Project
 
-	ws, err := os.MkdirTemp("", "toolhost-demo-")
+	env, err := c.newProjectEnv(ctx, envOptions{browser: true})
 	if err != nil {
-		return fmt.Errorf("creating the demo workspace: %w", err)
+		return err
 	}
-	if keep {
-		defer fmt.Fprintf(out, "\nworkspace kept: %s\n", ws)
-	} else {
-		defer os.RemoveAll(ws)
-	}
-
-	fmt.Fprintf(out, "toolhost demo: workspace %s, mounted at %s in the sandbox\n", ws, sandbox.WorkspaceRoot)
+	defer env.close(ctx)
+	fmt.Fprintf(out, "toolhost demo: project %s, store %s; each sandbox has a private workspace at %s\n", project, env.where, sandbox.WorkspaceRoot)
 	t0 := time.Now()
-	h, err := c.newHost(ctx)
+	h, err := c.newHost(ctx, env.store, env.rec)
 	if err != nil {
 		return err
 	}
@@ -223,16 +211,30 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	}
 	fmt.Fprintf(out, "loaded %d plugins (%s), %d tools, in %s\n", len(names), strings.Join(names, ", "), len(h.Tools()), ms(loadTime))
 
-	t0 = time.Now()
-	sb, err := c.newSandbox(ctx, ws)
+	p, err := c.newProvider()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "sandbox %s ready in %s (network: %s)\n", sb.ID(), ms(time.Since(t0)), c.cfg.Sandbox.Network)
+	st := &demoState{cli: c, host: h, env: env, provider: &agingProvider{Provider: p},
+		snaps: &recordingSnaps{Manager: env.snaps},
+		vars:  map[string]string{"started": time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)}}
+	t0 = time.Now()
+	sess, err := c.openSession(ctx, env, sessionOptions{provider: st.provider, snaps: st.snaps})
+	if err != nil {
+		return err
+	}
+	defer c.closeSession(ctx, sess)
+	st.sess = sess
+	st.session = h.OpenSession(sess, host.WithProject(project), host.WithDefaultPort(c.cfg.Screenshot.Port))
+	woke := "a new project: the workspace starts empty"
+	if in, ok := st.snaps.restored(); ok {
+		woke = "woke from snapshot " + in.Key
+	}
+	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), sess.SandboxID(), c.cfg.Sandbox.Network, woke)
+	if env.rec == nil {
+		fmt.Fprintf(out, "screenshots are off (screenshot.enabled: false): the screenshot steps will fail\n")
+	}
 
-	st := &demoState{cli: c, host: h, sandbox: sb, session: h.OpenSession(sb), workspace: ws, vars: map[string]string{}}
-	// A step may replace the sandbox (a rotation): close whichever is current at the end.
-	defer func() { c.closeSandbox(ctx, st.sandbox) }()
 	steps := demoSteps()
 	var unexpected []string
 	var latencies []time.Duration
@@ -279,17 +281,35 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 		note := ""
 		if (step.expect == expectOK && res.IsError) || (step.expect == expectError && !res.IsError) {
 			note = "  UNEXPECTED"
-			unexpected = append(unexpected, fmt.Sprintf("step %d (%s): result %s", i+1, step.title, status))
+			why := ""
+			if res.IsError {
+				why = ": " + firstLine(resultText(res), 240)
+			}
+			unexpected = append(unexpected, fmt.Sprintf("step %d (%s): result %s%s", i+1, step.title, status, why))
 		} else if step.expect == expectError {
 			note = " (expected)"
 		}
 		fmt.Fprintf(out, "  ← %s in %s%s\n", status, ms(d), note)
 		printIndented(out, resultText(res), maxLines)
-		if step.after != nil {
-			step.after(st, res)
+		if step.after != nil && note != "  UNEXPECTED" {
+			text, err := step.after(st, res)
+			if text != "" {
+				printIndented(out, text, maxLines)
+			}
+			if err != nil {
+				unexpected = append(unexpected, fmt.Sprintf("step %d (%s): %v", i+1, step.title, err))
+				fmt.Fprintf(out, "  UNEXPECTED: %s\n", oneLine(err))
+			}
 		}
 	}
 
+	if keep {
+		if dir, err := keepWorkspace(ctx, st); err != nil {
+			fmt.Fprintf(out, "\nworkspace not kept: %v\n", err)
+		} else {
+			fmt.Fprintf(out, "\nworkspace kept: %s\n", dir)
+		}
+	}
 	fmt.Fprintf(out, "\n%d steps, %d tool calls, median latency %s", len(steps), len(latencies), ms(median(latencies)))
 	if len(unexpected) == 0 {
 		fmt.Fprintf(out, "; every result as expected\n")

@@ -3,6 +3,8 @@
 //	toolhost tools [--format anthropic|json]       print the tool definitions
 //	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in a sandbox
 //	toolhost demo                                  run a short scripted agent session
+//	toolhost snapshot save|list|restore            workspace snapshots of a project
+//	toolhost screenshot list                       a project's stored screenshots
 //	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
 //	toolhost version                               print the version
 //
@@ -72,7 +74,9 @@ func (cmd *command) usage() string {
 }
 
 func commands() []*command {
-	return []*command{toolsCommand(), callCommand(), demoCommand(), inspectCommand(), versionCommand()}
+	return []*command{toolsCommand(), callCommand(), demoCommand(),
+		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), screenshotListCommand(),
+		inspectCommand(), versionCommand()}
 }
 
 // cli is what a command runs with.
@@ -221,18 +225,23 @@ func argCountMessage(cmd *command, rest []string) string {
 
 // findCommand picks the command named by the leading positional arguments.
 func findCommand(cmds []*command, pos []string) (*command, error) {
-	var names []string
+	var names, family []string
 	for _, cmd := range cmds {
 		if len(pos) >= len(cmd.words) && equalWords(cmd.words, pos[:len(cmd.words)]) {
 			return cmd, nil
 		}
 		if cmd.words[0] == pos[0] { // "plugin" alone, or "plugin frobnicate"
-			if len(pos) == 1 {
-				return nil, fmt.Errorf("%q needs a subcommand: %s", pos[0], cmd.name())
-			}
-			return nil, fmt.Errorf("unknown command %q (did you mean %q?)", strings.Join(pos[:2], " "), cmd.name())
+			family = append(family, cmd.name())
 		}
 		names = append(names, cmd.name())
+	}
+	switch {
+	case len(family) > 0 && len(pos) == 1:
+		return nil, fmt.Errorf("%q needs a subcommand: %s", pos[0], strings.Join(family, ", "))
+	case len(family) == 1:
+		return nil, fmt.Errorf("unknown command %q (did you mean %q?)", strings.Join(pos[:2], " "), family[0])
+	case len(family) > 1:
+		return nil, fmt.Errorf("unknown command %q (%s commands: %s)", strings.Join(pos[:2], " "), pos[0], strings.Join(family, ", "))
 	}
 	return nil, fmt.Errorf("unknown command %q (commands: %s)", pos[0], strings.Join(names, ", "))
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/core/screenshot"
 )
 
 // The real binary and the real plugins, built once by TestMain: bin/toolhost with
@@ -27,7 +28,7 @@ var (
 	wordcountWasm string // testdata/wordcount, the README's example plugin
 )
 
-var builtinPlugins = []string{"bash", "editfile", "grepglob"}
+var builtinPlugins = []string{"bash", "editfile", "grepglob", "screenshot"}
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -212,7 +213,7 @@ func TestToolsAnthropic(t *testing.T) {
 			names = append(names, name)
 		}
 		slices.Sort(names)
-		want := []string{"bash", "edit_file", "glob", "grep", "read_file", "write_file"}
+		want := []string{"bash", "edit_file", "glob", "grep", "read_file", "take_screenshot", "write_file"}
 		if !slices.Equal(names, want) {
 			t.Errorf("toolhost %v: tools %v, want %v", args, names, want)
 		}
@@ -235,8 +236,8 @@ func TestToolsJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &plugins); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
-	if len(plugins) != 3 {
-		t.Fatalf("%d plugins, want 3:\n%s", len(plugins), r.stdout)
+	if len(plugins) != 4 {
+		t.Fatalf("%d plugins, want 4:\n%s", len(plugins), r.stdout)
 	}
 	tools := 0
 	for _, p := range plugins {
@@ -245,8 +246,8 @@ func TestToolsJSON(t *testing.T) {
 		}
 		tools += len(p.Tools)
 	}
-	if tools != 6 {
-		t.Errorf("%d tools across the plugins, want 6", tools)
+	if tools != 7 {
+		t.Errorf("%d tools across the plugins, want 7", tools)
 	}
 }
 
@@ -448,20 +449,61 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
+// TestDemo runs the whole demo (it needs the browser: it checks a pixel of its
+// screenshot), then lists what it left in the store with the snapshot and screenshot
+// commands.
 func TestDemo(t *testing.T) {
 	requireBwrap(t)
+	requireBrowser(t)
 	t.Parallel()
-	r := toolhost(t, nil, "demo")
+	project := "demo-test"
+	r := toolhost(t, nil, "demo", "--project", project)
 	if r.code != 0 {
 		t.Fatalf("demo failed:\n%s", r)
 	}
-	for _, want := range []string{"write_file", "read_file", "edit_file", "grep", "glob", "bash", "background", "every result as expected"} {
+	for _, want := range []string{"write_file", "read_file", "edit_file", "grep", "glob", "bash", "background",
+		"take_screenshot", "pixel (4,4) is " + demoColour, "committed: projects/" + project + "/snapshots/",
+		"auto/ images of this run", "rotations: 0 -> 1", "a pause of about", "woke in",
+		"came back byte for byte", "every result as expected"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
+	if strings.Contains(r.stdout, `"data":`) {
+		t.Error("demo output dumps image data")
+	}
 	if testing.Verbose() {
 		t.Log("\n" + r.stdout)
+	}
+
+	// What the demo stored: its screenshots (2 of the agent's, at least 4 of the session's)
+	// and its snapshots (the commit's and the rotation's).
+	r = toolhost(t, nil, "screenshot", "list", "--project", project, "--kind", "agent")
+	if r.code != 0 || strings.Count(r.stdout, " agent ") != 2 ||
+		!strings.Contains(r.stdout, "desktop 1280x800") || !strings.Contains(r.stdout, "mobile 390x844") {
+		t.Errorf("screenshot list --kind agent:\n%s", r)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		url := line[strings.LastIndex(line, " ")+1:]
+		if st, err := os.Stat(url); err != nil || st.Size() == 0 {
+			t.Errorf("the listed URL %s is not the stored image: %v", url, err)
+		}
+	}
+	r = toolhost(t, nil, "screenshot", "list", "--project", project)
+	if r.code != 0 || strings.Count(r.stdout, " auto ") < 4 || strings.Count(r.stdout, " agent ") != 2 {
+		t.Errorf("screenshot list:\n%s", r)
+	}
+	r = toolhost(t, nil, "snapshot", "list", "--project", project)
+	if r.code != 0 || strings.Count(r.stdout, "projects/"+project+"/snapshots/") != 2 {
+		t.Errorf("snapshot list after the demo:\n%s", r)
+	}
+}
+
+// requireBrowser skips when Chromium or the Playwright driver is genuinely absent.
+func requireBrowser(t *testing.T) {
+	t.Helper()
+	if err := screenshot.New(screenshot.Config{}).Check(); err != nil {
+		t.Skipf("no browser for screenshots (scripts/setup-browser.sh installs it; make test runs it): %v", err)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
-	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/host"
 )
 
@@ -106,12 +107,14 @@ func hasGrant(grants []abi.Capability, c abi.Capability) bool {
 	return false
 }
 
-// newHost loads the configured plugins.
-func (c *cli) newHost(ctx context.Context) (*host.Host, error) {
+// newHost loads the configured plugins. st and rec serve the store and capture
+// capabilities; either may be nil (a capture then says that screenshots are off).
+func (c *cli) newHost(ctx context.Context, st store.Store, rec *screenshot.Recorder) (*host.Host, error) {
 	hc, err := c.hostConfig()
 	if err != nil {
 		return nil, err
 	}
+	hc.Store, hc.Screenshots = st, rec
 	h, err := host.New(ctx, hc)
 	if err != nil {
 		return nil, fmt.Errorf("loading plugins: %w", err)
@@ -119,27 +122,18 @@ func (c *cli) newHost(ctx context.Context) (*host.Host, error) {
 	return h, nil
 }
 
-// newSandbox creates a local sandbox with workspace mounted at /home/user. The caller
-// closes it.
-func (c *cli) newSandbox(ctx context.Context, workspace string) (sandbox.Sandbox, error) {
+// newProvider is the local (bubblewrap) sandbox provider with the configured lifetime.
+func (c *cli) newProvider() (*local.Provider, error) {
 	cfg := &c.cfg.Config
 	p, err := local.New(local.Config{
-		DefaultTimeout: cfg.Sandbox.Timeout,
-		MaxLifetime:    cfg.Sandbox.MaxLifetime,
+		DefaultTimeout: cfg.Session.TTL,
+		MaxLifetime:    cfg.Session.MaxLifetime,
 		Logger:         c.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox provider: %w%s", err, bwrapHint())
 	}
-	sb, err := p.Create(ctx, sandbox.CreateOptions{
-		Workspace: workspace,
-		Timeout:   cfg.Sandbox.Timeout,
-		Network:   cfg.Sandbox.Network,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the sandbox: %w%s", err, bwrapHint())
-	}
-	return sb, nil
+	return p, nil
 }
 
 func bwrapHint() string {
@@ -152,15 +146,6 @@ func bwrapHint() string {
 // cleanupContext outlives an interrupted ctx long enough to close things properly.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-}
-
-// closeSandbox closes sb and logs a failure.
-func (c *cli) closeSandbox(ctx context.Context, sb sandbox.Sandbox) {
-	cctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	if err := sb.Close(cctx); err != nil {
-		c.log.Warn("closing the sandbox", "id", sb.ID(), "err", err)
-	}
 }
 
 // closeHost closes h and logs a failure.

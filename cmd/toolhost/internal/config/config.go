@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -24,6 +27,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/archive"
+	"github.com/toolhost/toolhost/core/snapshot"
 )
 
 // EnvPrefix prefixes every environment variable the loader reads.
@@ -45,8 +50,14 @@ type Config struct {
 	// executable, falling back to ./bin/plugins.
 	PluginsDir string   `koanf:"plugins_dir"`
 	Plugins    []Plugin `koanf:"plugins"`
-	Sandbox    Sandbox  `koanf:"sandbox"`
-	Limits     Limits   `koanf:"limits"`
+	// Project names the project whose snapshots and screenshots the commands use.
+	Project    string     `koanf:"project"`
+	Store      Store      `koanf:"store"`
+	Snapshot   Snapshot   `koanf:"snapshot"`
+	Session    Session    `koanf:"session"`
+	Screenshot Screenshot `koanf:"screenshot"`
+	Sandbox    Sandbox    `koanf:"sandbox"`
+	Limits     Limits     `koanf:"limits"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `koanf:"log_level"`
 }
@@ -61,14 +72,64 @@ type Plugin struct {
 	Env map[string]string `koanf:"env"`
 }
 
-// Sandbox configures the sandboxes the CLI creates.
+// Sandbox configures the sandboxes the CLI creates. Their lifetime is Session's.
 type Sandbox struct {
 	// Network is "none" or "host".
 	Network string `koanf:"network"`
-	// Timeout is how long a sandbox lives unless extended.
-	Timeout time.Duration `koanf:"timeout"`
-	// MaxLifetime is the longest a sandbox may be extended to.
+}
+
+// Store is the object store that holds snapshots and screenshots.
+type Store struct {
+	// Kind is "dir" (a directory on this machine) or "s3".
+	Kind string `koanf:"kind"`
+	// Dir is the directory store's root; empty means data_dir/store.
+	Dir string `koanf:"dir"`
+	S3  S3     `koanf:"s3"`
+	// PublicBase, when set, is the origin (a CDN) the store's keys are served under;
+	// screenshot URLs are PublicBase/key.
+	PublicBase string `koanf:"public_base"`
+}
+
+// S3 configures the S3 (or S3-compatible) store.
+type S3 struct {
+	Bucket    string `koanf:"bucket"`
+	Region    string `koanf:"region"`
+	Endpoint  string `koanf:"endpoint"`
+	PathStyle bool   `koanf:"path_style"`
+	// Checksums is "when_supported" (the SDK's default) or "when_required" (for
+	// S3-compatible stores that refuse the newer checksum headers).
+	Checksums string `koanf:"checksums"`
+}
+
+// Snapshot configures workspace snapshots.
+type Snapshot struct {
+	// Keep is how many snapshots per project retention keeps.
+	Keep int `koanf:"keep"`
+	// Excludes are base names left out of snapshots, at any depth.
+	Excludes []string `koanf:"excludes"`
+	// Retries is how many times a failed upload or download is retried.
+	Retries int `koanf:"retries"`
+}
+
+// Session is the lifetime policy of the sandboxes a session runs tools in.
+type Session struct {
+	// TTL is how long a sandbox lives unless extended, and each extension.
+	TTL time.Duration `koanf:"ttl"`
+	// KeepaliveMargin: with less than this left, the session extends or rotates.
+	KeepaliveMargin time.Duration `koanf:"keepalive_margin"`
+	// MaxLifetime is the longest one sandbox may live; the session rotates before it.
 	MaxLifetime time.Duration `koanf:"max_lifetime"`
+}
+
+// Screenshot configures take_screenshot and auto-capture.
+type Screenshot struct {
+	Enabled bool `koanf:"enabled"`
+	// Port is take_screenshot's default port when no dev server was seen; 0 for none.
+	Port int `koanf:"port"`
+	// IdleWait is the longest wait for network idle before a page is shot anyway.
+	IdleWait time.Duration `koanf:"idle_wait"`
+	// Chromium is the browser binary; empty means the first one installed of Debian's.
+	Chromium string `koanf:"chromium"`
 }
 
 // Limits bound what plugins and commands may use.
@@ -97,6 +158,7 @@ func BuiltinPlugins() []Plugin {
 		{Path: "bash.wasm", Grants: []string{string(abi.CapSandboxExec), string(abi.CapLog)}},
 		{Path: "editfile.wasm", Grants: []string{string(abi.CapSandboxFiles), string(abi.CapLog)}},
 		{Path: "grepglob.wasm", Grants: []string{string(abi.CapSandboxExec), string(abi.CapSandboxFiles), string(abi.CapLog)}},
+		{Path: "screenshot.wasm", Grants: []string{string(abi.CapCapture), string(abi.CapLog)}},
 	}
 }
 
@@ -104,11 +166,20 @@ func BuiltinPlugins() []Plugin {
 func Default() Config {
 	return Config{
 		Plugins: BuiltinPlugins(),
-		Sandbox: Sandbox{
-			Network:     "none",
-			Timeout:     time.Hour,
-			MaxLifetime: 24 * time.Hour,
+		Project: "default",
+		Store:   Store{Kind: "dir", S3: S3{Checksums: "when_supported"}},
+		Snapshot: Snapshot{
+			Keep:     snapshot.DefaultKeep,
+			Excludes: slices.Clone(archive.DefaultExcludes),
+			Retries:  snapshot.DefaultRetries,
 		},
+		Session: Session{
+			TTL:             time.Hour,
+			KeepaliveMargin: 5 * time.Minute,
+			MaxLifetime:     24 * time.Hour,
+		},
+		Screenshot: Screenshot{Enabled: true, IdleWait: 3 * time.Second},
+		Sandbox:    Sandbox{Network: "none"},
 		Limits: Limits{
 			MemoryMiB:          128,
 			CallTimeout:        10 * time.Second,
@@ -127,9 +198,26 @@ var scalarKeys = []string{
 	"data_dir",
 	"plugins_dir",
 	"log_level",
+	"project",
+	"store.kind",
+	"store.dir",
+	"store.public_base",
+	"store.s3.bucket",
+	"store.s3.region",
+	"store.s3.endpoint",
+	"store.s3.path_style",
+	"store.s3.checksums",
+	"snapshot.keep",
+	"snapshot.excludes",
+	"snapshot.retries",
+	"session.ttl",
+	"session.keepalive_margin",
+	"session.max_lifetime",
+	"screenshot.enabled",
+	"screenshot.port",
+	"screenshot.idle_wait",
+	"screenshot.chromium",
 	"sandbox.network",
-	"sandbox.timeout",
-	"sandbox.max_lifetime",
 	"limits.memory_mib",
 	"limits.call_timeout",
 	"limits.pool_size",
@@ -144,13 +232,18 @@ func Keys() []string {
 	return append(append([]string{}, scalarKeys...), "plugins")
 }
 
+// aliases are older names of keys, still accepted everywhere: sandbox.timeout and
+// sandbox.max_lifetime were the sandbox lifetime before sessions took it over.
+var aliases = map[string]string{
+	"sandbox.timeout":      "session.ttl",
+	"sandbox.max_lifetime": "session.max_lifetime",
+}
+
+// listKeys are the keys whose environment variable holds a comma-separated list.
+var listKeys = map[string]bool{"snapshot.excludes": true}
+
 func knownKey(k string) bool {
-	for _, s := range Keys() {
-		if s == k {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(Keys(), k) || aliases[k] != ""
 }
 
 // EnvName returns the environment variable that sets key, e.g. TOOLHOST_LIMITS_MEMORY_MIB.
@@ -166,6 +259,10 @@ func envKeys() map[string]string {
 		m[EnvName(k)] = k
 		m[EnvPrefix+strings.ToUpper(strings.ReplaceAll(k, ".", "__"))] = k
 	}
+	for old, k := range aliases {
+		m[EnvName(old)] = k
+		m[EnvPrefix+strings.ToUpper(strings.ReplaceAll(old, ".", "__"))] = k
+	}
 	return m
 }
 
@@ -174,9 +271,28 @@ var flagKeys = map[string]string{
 	"data-dir":              "data_dir",
 	"plugins-dir":           "plugins_dir",
 	"log-level":             "log_level",
+	"project":               "project",
+	"store":                 "store.kind",
+	"store-dir":             "store.dir",
+	"store-public-base":     "store.public_base",
+	"s3-bucket":             "store.s3.bucket",
+	"s3-region":             "store.s3.region",
+	"s3-endpoint":           "store.s3.endpoint",
+	"s3-path-style":         "store.s3.path_style",
+	"s3-checksums":          "store.s3.checksums",
+	"snapshot-keep":         "snapshot.keep",
+	"snapshot-excludes":     "snapshot.excludes",
+	"snapshot-retries":      "snapshot.retries",
+	"session-ttl":           "session.ttl",
+	"keepalive-margin":      "session.keepalive_margin",
+	"session-max-lifetime":  "session.max_lifetime",
+	"sandbox-timeout":       "session.ttl",          // older name
+	"sandbox-max-lifetime":  "session.max_lifetime", // older name
+	"screenshots":           "screenshot.enabled",
+	"screenshot-port":       "screenshot.port",
+	"screenshot-idle-wait":  "screenshot.idle_wait",
+	"chromium":              "screenshot.chromium",
 	"network":               "sandbox.network",
-	"sandbox-timeout":       "sandbox.timeout",
-	"sandbox-max-lifetime":  "sandbox.max_lifetime",
 	"memory-mib":            "limits.memory_mib",
 	"call-timeout":          "limits.call_timeout",
 	"pool-size":             "limits.pool_size",
@@ -194,9 +310,30 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String("data-dir", "", "data directory: compilation cache and host state (default $TOOLHOST_DATA_DIR, else $XDG_DATA_HOME/toolhost, else ~/.local/share/toolhost)")
 	fs.String("plugins-dir", "", "where relative plugin paths resolve (default: plugins next to the executable, else ./bin/plugins)")
 	fs.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
+	fs.String("project", d.Project, "project whose snapshots and screenshots are used")
+	fs.String("store", d.Store.Kind, "object store for snapshots and screenshots: dir or s3")
+	fs.String("store-dir", "", "directory store's root (default data_dir/store)")
+	fs.String("store-public-base", "", "public origin (CDN) that serves the store's keys, for screenshot URLs")
+	fs.String("s3-bucket", "", "S3 bucket (store s3)")
+	fs.String("s3-region", "", "S3 region (default: the AWS SDK's, else us-east-1)")
+	fs.String("s3-endpoint", "", "S3-compatible endpoint URL (default: AWS)")
+	fs.Bool("s3-path-style", false, "address buckets as endpoint/bucket (most S3-compatible servers)")
+	fs.String("s3-checksums", d.Store.S3.Checksums, "request checksums: when_supported or when_required")
+	fs.Int("snapshot-keep", d.Snapshot.Keep, "snapshots kept per project (the newest)")
+	fs.StringSlice("snapshot-excludes", d.Snapshot.Excludes, "base names left out of snapshots (comma-separated)")
+	fs.Int("snapshot-retries", d.Snapshot.Retries, "retries of a failed snapshot upload or download")
+	fs.Duration("session-ttl", d.Session.TTL, "how long a sandbox lives unless extended")
+	fs.Duration("keepalive-margin", d.Session.KeepaliveMargin, "extend or rotate a sandbox when less than this is left")
+	fs.Duration("session-max-lifetime", d.Session.MaxLifetime, "the longest one sandbox may live; sessions rotate before it")
+	fs.Duration("sandbox-timeout", d.Session.TTL, "older name of --session-ttl")
+	fs.Duration("sandbox-max-lifetime", d.Session.MaxLifetime, "older name of --session-max-lifetime")
+	fs.MarkHidden("sandbox-timeout")
+	fs.MarkHidden("sandbox-max-lifetime")
+	fs.Bool("screenshots", d.Screenshot.Enabled, "take_screenshot and auto-capture (--screenshots=false turns them off)")
+	fs.Int("screenshot-port", d.Screenshot.Port, "take_screenshot's default port when no dev server was seen (0: none)")
+	fs.Duration("screenshot-idle-wait", d.Screenshot.IdleWait, "longest wait for network idle before a page is shot")
+	fs.String("chromium", "", "Chromium binary for screenshots (default: Debian's chromium-headless-shell or chromium)")
 	fs.String("network", d.Sandbox.Network, "sandbox network: none or host")
-	fs.Duration("sandbox-timeout", d.Sandbox.Timeout, "how long a sandbox lives unless extended")
-	fs.Duration("sandbox-max-lifetime", d.Sandbox.MaxLifetime, "the longest a sandbox may be extended to")
 	fs.Int("memory-mib", d.Limits.MemoryMiB, "memory limit per plugin instance, MiB")
 	fs.Duration("call-timeout", d.Limits.CallTimeout, "deadline for a plugin's own work per call")
 	fs.Int("pool-size", d.Limits.PoolSize, "maximum instances per plugin")
@@ -282,6 +419,15 @@ func Load(src Sources) (*Loaded, error) {
 			if !ok || v == "" {
 				return "", nil
 			}
+			if listKeys[key] {
+				var list []any
+				for _, item := range strings.Split(v, ",") {
+					if item = strings.TrimSpace(item); item != "" {
+						list = append(list, item)
+					}
+				}
+				return key, list
+			}
 			return key, v
 		},
 	}), nil)
@@ -319,6 +465,16 @@ func loadFile(k *koanf.Koanf, path string) error {
 	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 		return fmt.Errorf("config file %s: %s", path, oneLine(err))
 	}
+	for old, key := range aliases {
+		if !fk.Exists(old) {
+			continue
+		}
+		if fk.Exists(key) {
+			return fmt.Errorf("config file %s: %s and %s are the same setting (%s is its older name): set only %s", path, key, old, old, key)
+		}
+		fk.Set(key, fk.Get(old))
+		fk.Delete(old)
+	}
 	for _, key := range fk.Keys() {
 		if knownKey(key) {
 			continue
@@ -351,14 +507,35 @@ func defaultMap() map[string]any {
 		}
 		plugins = append(plugins, map[string]any{"path": p.Path, "grants": grants})
 	}
+	excludes := make([]any, len(d.Snapshot.Excludes))
+	for i, e := range d.Snapshot.Excludes {
+		excludes[i] = e
+	}
 	return map[string]any{
 		"data_dir":                     d.DataDir,
 		"plugins_dir":                  d.PluginsDir,
 		"plugins":                      plugins,
 		"log_level":                    d.LogLevel,
+		"project":                      d.Project,
+		"store.kind":                   d.Store.Kind,
+		"store.dir":                    d.Store.Dir,
+		"store.public_base":            d.Store.PublicBase,
+		"store.s3.bucket":              d.Store.S3.Bucket,
+		"store.s3.region":              d.Store.S3.Region,
+		"store.s3.endpoint":            d.Store.S3.Endpoint,
+		"store.s3.path_style":          d.Store.S3.PathStyle,
+		"store.s3.checksums":           d.Store.S3.Checksums,
+		"snapshot.keep":                d.Snapshot.Keep,
+		"snapshot.excludes":            excludes,
+		"snapshot.retries":             d.Snapshot.Retries,
+		"session.ttl":                  d.Session.TTL,
+		"session.keepalive_margin":     d.Session.KeepaliveMargin,
+		"session.max_lifetime":         d.Session.MaxLifetime,
+		"screenshot.enabled":           d.Screenshot.Enabled,
+		"screenshot.port":              d.Screenshot.Port,
+		"screenshot.idle_wait":         d.Screenshot.IdleWait,
+		"screenshot.chromium":          d.Screenshot.Chromium,
 		"sandbox.network":              d.Sandbox.Network,
-		"sandbox.timeout":              d.Sandbox.Timeout,
-		"sandbox.max_lifetime":         d.Sandbox.MaxLifetime,
 		"limits.memory_mib":            d.Limits.MemoryMiB,
 		"limits.call_timeout":          d.Limits.CallTimeout,
 		"limits.pool_size":             d.Limits.PoolSize,
@@ -448,6 +625,52 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
+// validateStorage checks project, store.* and snapshot.*.
+func (c *Config) validateStorage(bad func(key, format string, args ...any) error) error {
+	if err := snapshot.ValidProjectID(c.Project); err != nil {
+		return bad("project", "%v", err)
+	}
+	switch c.Store.Kind {
+	case "dir":
+		if c.Store.Dir != "" && strings.TrimSpace(c.Store.Dir) == "" {
+			return bad("store.dir", "is blank")
+		}
+	case "s3":
+		if c.Store.S3.Bucket == "" {
+			return bad("store.s3.bucket", "is required when store.kind is s3")
+		}
+	default:
+		return bad("store.kind", "must be \"dir\" or \"s3\", got %q", c.Store.Kind)
+	}
+	if e := c.Store.S3.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("store.s3.endpoint", "must be an http or https URL, got %q", e)
+		}
+	}
+	switch c.Store.S3.Checksums {
+	case "when_supported", "when_required":
+	default:
+		return bad("store.s3.checksums", "must be \"when_supported\" or \"when_required\", got %q", c.Store.S3.Checksums)
+	}
+	if b := c.Store.PublicBase; b != "" {
+		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return bad("store.public_base", "must be an http or https origin such as https://cdn.example.com, got %q", b)
+		}
+	}
+	if c.Snapshot.Keep == 0 {
+		return bad("snapshot.keep", "must be at least 1 (or negative to keep every snapshot), got 0")
+	}
+	for _, e := range c.Snapshot.Excludes {
+		if e == "" || e == "." || e == ".." || strings.ContainsAny(e, "/\x00") {
+			return bad("snapshot.excludes", "%q is not a base name (no slashes; it matches a file or directory name at any depth)", e)
+		}
+	}
+	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
+		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
+	}
+	return nil
+}
+
 // Validate checks every value; the error names the key.
 func (c *Config) Validate() error {
 	bad := func(key, format string, args ...any) error {
@@ -462,11 +685,26 @@ func (c *Config) Validate() error {
 	default:
 		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
 	}
-	if c.Sandbox.Timeout <= 0 {
-		return bad("sandbox.timeout", "must be positive, got %s", c.Sandbox.Timeout)
+	if err := c.validateStorage(bad); err != nil {
+		return err
 	}
-	if c.Sandbox.MaxLifetime < c.Sandbox.Timeout {
-		return bad("sandbox.max_lifetime", "must be at least sandbox.timeout (%s), got %s", c.Sandbox.Timeout, c.Sandbox.MaxLifetime)
+	if c.Session.TTL <= 0 {
+		return bad("session.ttl", "must be positive, got %s", c.Session.TTL)
+	}
+	if c.Session.KeepaliveMargin <= 0 || c.Session.KeepaliveMargin >= c.Session.TTL {
+		return bad("session.keepalive_margin", "must be positive and less than session.ttl (%s), got %s", c.Session.TTL, c.Session.KeepaliveMargin)
+	}
+	if c.Session.MaxLifetime < c.Session.TTL {
+		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)
+	}
+	if c.Screenshot.Port < 0 || c.Screenshot.Port > 65535 {
+		return bad("screenshot.port", "must be a TCP port (1-65535) or 0 for none, got %d", c.Screenshot.Port)
+	}
+	if c.Screenshot.IdleWait <= 0 {
+		return bad("screenshot.idle_wait", "must be positive, got %s", c.Screenshot.IdleWait)
+	}
+	if c.Screenshot.Chromium != "" && !filepath.IsAbs(c.Screenshot.Chromium) {
+		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
 	}
 	if c.Limits.MemoryMiB < 1 || c.Limits.MemoryMiB > 4096 {
 		return bad("limits.memory_mib", "must be between 1 and 4096 (a wasm32 memory is at most 4 GiB), got %d", c.Limits.MemoryMiB)

@@ -84,7 +84,7 @@ sandbox:
 		{"data_dir (env)", c.DataDir, "/env/data"},
 		{"plugins_dir (flag)", c.PluginsDir, "/flag/plugins"},
 		{"limits.exec_timeout_max (default)", c.Limits.ExecTimeoutMax, 600 * time.Second},
-		{"plugins (default)", len(c.Plugins), 3},
+		{"plugins (default)", len(c.Plugins), 4},
 	}
 	for _, ck := range checks {
 		if !reflect.DeepEqual(ck.got, ck.want) {
@@ -185,7 +185,26 @@ func TestBadConfig(t *testing.T) {
 		{name: "unknown top key", yaml: "sandbx: {network: host}\n", wantKey: "sandbx.network"},
 		{name: "not an int", yaml: "limits:\n  pool_size: lots\n", wantKey: "limits.pool_size"},
 		{name: "bare duration", yaml: "limits:\n  call_timeout: 10\n", wantKey: "limits.call_timeout"},
-		{name: "bad duration", yaml: "sandbox:\n  timeout: soon\n", wantKey: "sandbox.timeout"},
+		{name: "bad duration", yaml: "session:\n  ttl: soon\n", wantKey: "session.ttl"},
+		{name: "bad duration, older name", yaml: "sandbox:\n  timeout: soon\n", wantKey: "session.ttl"},
+		{name: "both names", yaml: "sandbox:\n  timeout: 1h\nsession:\n  ttl: 2h\n", wantKey: "sandbox.timeout"},
+		{name: "project", args: []string{"--project", "../etc"}, wantKey: "project"},
+		{name: "project empty", yaml: "project: \"\"\n", wantKey: "project"},
+		{name: "store kind", env: []string{"TOOLHOST_STORE_KIND=gcs"}, wantKey: "store.kind"},
+		{name: "s3 bucket", yaml: "store:\n  kind: s3\n", wantKey: "store.s3.bucket"},
+		{name: "s3 endpoint", yaml: "store:\n  s3:\n    endpoint: localhost:9000\n", wantKey: "store.s3.endpoint"},
+		{name: "s3 checksums", args: []string{"--s3-checksums", "never"}, wantKey: "store.s3.checksums"},
+		{name: "s3 path style", env: []string{"TOOLHOST_STORE_S3_PATH_STYLE=maybe"}, wantKey: "store.s3.path_style"},
+		{name: "public base", yaml: "store:\n  public_base: cdn.example.com\n", wantKey: "store.public_base"},
+		{name: "keep", args: []string{"--snapshot-keep", "0"}, wantKey: "snapshot.keep"},
+		{name: "excludes", env: []string{"TOOLHOST_SNAPSHOT_EXCLUDES=node_modules,src/gen"}, wantKey: "snapshot.excludes"},
+		{name: "retries", yaml: "snapshot:\n  retries: -1\n", wantKey: "snapshot.retries"},
+		{name: "margin", args: []string{"--session-ttl", "10m", "--keepalive-margin", "10m"}, wantKey: "session.keepalive_margin"},
+		{name: "max lifetime", env: []string{"TOOLHOST_SESSION_MAX_LIFETIME=30m"}, wantKey: "session.max_lifetime"},
+		{name: "screenshot port", args: []string{"--screenshot-port", "70000"}, wantKey: "screenshot.port"},
+		{name: "idle wait", yaml: "screenshot:\n  idle_wait: 0s\n", wantKey: "screenshot.idle_wait"},
+		{name: "chromium", env: []string{"TOOLHOST_SCREENSHOT_CHROMIUM=chromium"}, wantKey: "screenshot.chromium"},
+		{name: "enabled", yaml: "screenshot:\n  enabled: sometimes\n", wantKey: "screenshot.enabled"},
 		{name: "network", env: []string{"TOOLHOST_SANDBOX_NETWORK=bridge"}, wantKey: "sandbox.network"},
 		{name: "memory", args: []string{"--memory-mib", "0"}, wantKey: "limits.memory_mib"},
 		{name: "pool", env: []string{"TOOLHOST_LIMITS_POOL_SIZE=0"}, wantKey: "limits.pool_size"},
@@ -248,5 +267,118 @@ func TestExampleFile(t *testing.T) {
 		if k != "plugins" && !strings.Contains(string(body), EnvName(k)) {
 			t.Errorf("toolhost.example.yaml does not name the variable %s", EnvName(k))
 		}
+	}
+}
+
+// TestProjectKeys: the keys of snapshots, sessions and screenshots go through the same
+// layers as the others.
+func TestProjectKeys(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "c.yaml", `
+project: from-file
+store:
+  kind: s3
+  public_base: https://cdn.example.com
+  s3:
+    bucket: snaps
+    endpoint: http://127.0.0.1:7070
+    path_style: true
+    checksums: when_required
+snapshot:
+  keep: 9
+  excludes: [node_modules, target]
+session:
+  ttl: 2h
+screenshot:
+  port: 3000
+`)
+	env := []string{
+		"TOOLHOST_PROJECT=from-env",
+		"TOOLHOST_SNAPSHOT_EXCLUDES=vendor, .cache",
+		"TOOLHOST_SESSION_KEEPALIVE_MARGIN=7m",
+		"TOOLHOST_SCREENSHOT_ENABLED=false",
+		"TOOLHOST_STORE_S3_REGION=eu-west-1",
+	}
+	fs := flags(t, "--config", cfg, "--project", "from-flag", "--snapshot-retries", "1", "--chromium", "/opt/chromium")
+	l, err := Load(Sources{Flags: fs, Environ: env, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.Config
+	checks := []struct {
+		key       string
+		got, want any
+	}{
+		{"project (flag over env over file)", c.Project, "from-flag"},
+		{"store.kind (file)", c.Store.Kind, "s3"},
+		{"store.s3 (file)", c.Store.S3, S3{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
+		{"store.public_base (file)", c.Store.PublicBase, "https://cdn.example.com"},
+		{"snapshot.keep (file)", c.Snapshot.Keep, 9},
+		{"snapshot.excludes (env list over file)", c.Snapshot.Excludes, []string{"vendor", ".cache"}},
+		{"snapshot.retries (flag)", c.Snapshot.Retries, 1},
+		{"session.ttl (file)", c.Session.TTL, 2 * time.Hour},
+		{"session.keepalive_margin (env)", c.Session.KeepaliveMargin, 7 * time.Minute},
+		{"session.max_lifetime (default)", c.Session.MaxLifetime, 24 * time.Hour},
+		{"screenshot.enabled (env)", c.Screenshot.Enabled, false},
+		{"screenshot.port (file)", c.Screenshot.Port, 3000},
+		{"screenshot.chromium (flag)", c.Screenshot.Chromium, "/opt/chromium"},
+	}
+	for _, ck := range checks {
+		if !reflect.DeepEqual(ck.got, ck.want) {
+			t.Errorf("%s = %#v, want %#v", ck.key, ck.got, ck.want)
+		}
+	}
+
+	// The flag form of a list, and the file's list without the environment.
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"node_modules", "target"}; !reflect.DeepEqual(l.Snapshot.Excludes, want) {
+		t.Errorf("snapshot.excludes from the file = %q, want %q", l.Snapshot.Excludes, want)
+	}
+	l, err = Load(Sources{Flags: flags(t, "--snapshot-excludes", "a,b"), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b"}; !reflect.DeepEqual(l.Snapshot.Excludes, want) {
+		t.Errorf("snapshot.excludes from the flag = %q, want %q", l.Snapshot.Excludes, want)
+	}
+	// An empty list in the file excludes nothing.
+	empty := writeFile(t, dir, "e.yaml", "snapshot:\n  excludes: []\n")
+	l, err = Load(Sources{Flags: flags(t, "--config", empty), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Snapshot.Excludes == nil || len(l.Snapshot.Excludes) != 0 {
+		t.Errorf("snapshot.excludes: [] = %#v, want an empty non-nil list", l.Snapshot.Excludes)
+	}
+}
+
+// TestOlderSessionNames: sandbox.timeout and sandbox.max_lifetime, the names from before
+// sessions, still set session.ttl and session.max_lifetime in every layer.
+func TestOlderSessionNames(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "c.yaml", "sandbox:\n  network: none\n  timeout: 2h\n  max_lifetime: 48h\n")
+	l, err := Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Session.TTL != 2*time.Hour || l.Session.MaxLifetime != 48*time.Hour {
+		t.Errorf("file: session = %+v, want ttl 2h, max_lifetime 48h", l.Session)
+	}
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{"TOOLHOST_SANDBOX_TIMEOUT=3h"}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Session.TTL != 3*time.Hour {
+		t.Errorf("env TOOLHOST_SANDBOX_TIMEOUT: ttl = %s, want 3h", l.Session.TTL)
+	}
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg, "--sandbox-timeout", "4h"), Environ: []string{"TOOLHOST_SESSION_TTL=3h"}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Session.TTL != 4*time.Hour {
+		t.Errorf("flag --sandbox-timeout: ttl = %s, want 4h", l.Session.TTL)
 	}
 }
