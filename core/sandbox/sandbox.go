@@ -46,6 +46,14 @@ const (
 	NetworkHost = "host" // the host's network
 )
 
+// Handoff is implemented by providers whose workspaces outlive their sandboxes (local:
+// a host directory). Handoff ends old and creates a new sandbox over the same workspace,
+// so a rotation need not copy the tree out and back in. The caller saves a snapshot
+// first; if Handoff fails, the workspace may be gone with old, and the caller restores.
+type Handoff interface {
+	Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (Sandbox, error)
+}
+
 // CreateOptions configure a new sandbox.
 type CreateOptions struct {
 	// Workspace is a host directory to mount at WorkspaceRoot. Empty means a fresh, empty

@@ -48,6 +48,10 @@ type Config struct {
 	RefreshInterval time.Duration
 	// RetryInterval is the wait before trying again after a rotation failed. Default 10s.
 	RetryInterval time.Duration
+	// RestoreOnRotate makes every rotation restore the snapshot into a fresh sandbox even
+	// when the provider could hand the workspace over (sandbox.Handoff): the path a
+	// remote provider always takes.
+	RestoreOnRotate bool
 	// AfterCommit runs after each successful commit.
 	AfterCommit func(ctx context.Context, label string, info snapshot.Info)
 	// Screenshots, when set, captures the dev server's page on its own (under auto/)
@@ -259,7 +263,7 @@ func (s *Session) rotate(ctx context.Context) {
 		return
 	}
 	saved := time.Since(start)
-	next, err := s.createRestored(ctx, "rotation")
+	next, how, err := s.replace(ctx, old)
 	if err != nil {
 		s.retryAt = time.Now().Add(s.cfg.RetryInterval)
 		s.log.Error("session: rotation postponed: new sandbox not ready", "err", err)
@@ -269,9 +273,44 @@ func (s *Session) rotate(ctx context.Context) {
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
 	s.rotations++
-	s.wg.Go(func() { old.Close(context.WithoutCancel(ctx)) })
-	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "snapshot", info.Key,
+	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
 		"save", saved, "pause", time.Since(start), "rotations", s.rotations)
+}
+
+// replace makes the sandbox that follows old, once old's snapshot is saved: by handing
+// old's workspace over when the provider can (no copy), else by restoring the snapshot
+// into a fresh sandbox. A failed handoff falls back to the restore.
+func (s *Session) replace(ctx context.Context, old sandbox.Sandbox) (sandbox.Sandbox, string, error) {
+	if h, ok := s.cfg.Provider.(sandbox.Handoff); ok && !s.cfg.RestoreOnRotate {
+		next, err := h.Handoff(ctx, old, s.cfg.Sandbox)
+		if err == nil {
+			return next, "handoff", nil
+		}
+		s.log.Warn("session: handoff failed; restoring the snapshot instead", "sandbox", old.ID(), "err", err)
+	}
+	next, err := s.createRestored(ctx, "rotation")
+	if err != nil {
+		return nil, "", err
+	}
+	s.wg.Go(func() { old.Close(context.WithoutCancel(ctx)) })
+	return next, "restore", nil
+}
+
+// Rotate moves the workspace to a fresh sandbox now: save, create, restore, swap. Calls
+// made meanwhile wait and then run on the new sandbox. If the save fails, the old sandbox
+// stays and the error says why.
+func (s *Session) Rotate(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	before := s.rotations
+	s.rotate(ctx)
+	if s.rotations == before {
+		return errors.New("session: rotation failed; the current sandbox stays (see the log)")
+	}
+	return nil
 }
 
 // recoverDead replaces a sandbox that died before it could be saved, from the newest

@@ -93,10 +93,18 @@ func text(r abi.Result) string {
 // the session must save, replace and restore them at least three times while every call
 // succeeds and every file written survives.
 func TestRotationIsInvisible(t *testing.T) {
+	for _, restore := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(t *testing.T) {
+			testRotation(t, restore)
+		})
+	}
+}
+
+func testRotation(t *testing.T, restore bool) {
 	s := open(t, session.Config{
 		Provider: provider(t), ProjectID: "rotation", Snapshots: snapshots(t),
 		TTL: 2500 * time.Millisecond, MaxLifetime: 2500 * time.Millisecond, KeepaliveMargin: time.Second,
-		RetryInterval: 100 * time.Millisecond,
+		RetryInterval: 100 * time.Millisecond, RestoreOnRotate: restore,
 	})
 	hs := toolHost(t).OpenSession(s)
 	ctx := context.Background()

@@ -195,22 +195,9 @@ func newID() string {
 
 // Create starts a sandbox and returns once its agent answers.
 func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
-	switch opts.Network {
-	case "", sandbox.NetworkNone, sandbox.NetworkHost:
-	default:
-		return nil, fmt.Errorf("create local sandbox: unknown network mode %q (want %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkHost)
-	}
-	for k := range opts.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD {
-			return nil, fmt.Errorf("create local sandbox: invalid environment variable name %q", k)
-		}
-	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = p.cfg.DefaultTimeout
-	}
-	if timeout > p.cfg.MaxLifetime {
-		return nil, fmt.Errorf("create local sandbox: timeout %s exceeds the maximum lifetime %s", timeout, p.cfg.MaxLifetime)
+	timeout, err := p.check(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
 	id := newID()
 	runDir := filepath.Join(p.cfg.RunDir, id)
@@ -223,7 +210,7 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if ws == "" {
 		ws = filepath.Join(runDir, "workspace")
 	}
-	ws, err := prepareWorkspace(ws)
+	ws, err = prepareWorkspace(ws)
 	if err != nil {
 		_ = os.RemoveAll(runDir)
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
@@ -234,6 +221,28 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
 	return s, nil
+}
+
+// check validates options and returns the lifetime to give the sandbox.
+func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
+	switch opts.Network {
+	case "", sandbox.NetworkNone, sandbox.NetworkHost:
+	default:
+		return 0, fmt.Errorf("unknown network mode %q (want %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkHost)
+	}
+	for k := range opts.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD {
+			return 0, fmt.Errorf("invalid environment variable name %q", k)
+		}
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = p.cfg.DefaultTimeout
+	}
+	if timeout > p.cfg.MaxLifetime {
+		return 0, fmt.Errorf("timeout %s exceeds the maximum lifetime %s", timeout, p.cfg.MaxLifetime)
+	}
+	return timeout, nil
 }
 
 func prepareWorkspace(dir string) (string, error) {
@@ -471,7 +480,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 // shutdown kills the sandbox once; later callers wait for the first to finish.
-func (s *Sandbox) shutdown(reason string) {
+func (s *Sandbox) shutdown(reason string) { s.shutdownThen(reason, nil) }
+
+// shutdownThen is shutdown with a step run once every process is dead, before the run
+// dir goes: a handoff moves the private workspace out there. When afterKill returns
+// false the run dir is kept (it still holds data).
+func (s *Sandbox) shutdownThen(reason string, afterKill func() bool) {
 	s.closeOnce.Do(func() {
 		defer close(s.closeDone)
 		s.mu.Lock()
@@ -483,6 +497,10 @@ func (s *Sandbox) shutdown(reason string) {
 		s.previews.close() // no new preview connections; the open ones end
 		s.client.Close()
 		s.kill()
+		if afterKill != nil && !afterKill() {
+			s.log.Warn("sandbox run dir kept: it still holds the workspace", "dir", s.runDir)
+			return
+		}
 		if err := os.RemoveAll(s.runDir); err != nil {
 			s.log.Warn("remove sandbox run dir", "dir", s.runDir, "err", err)
 		}
