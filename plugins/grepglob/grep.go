@@ -19,6 +19,7 @@ const grepDescription = `Searches file contents with a regular expression (GNU g
 - glob limits the files searched, e.g. "*.go", "*.{ts,tsx}", or with directories "src/**/*.ts" (relative to path). Several globs may be given separated by spaces.
 - output_mode: "content" (default) gives matching lines as path:line:text, with context lines as path-line-text when context > 0 and -- between separate groups; "files_with_matches" gives only the paths of matching files; "count" gives path:number of matching lines.
 - ignore_case makes the search case-insensitive; context shows that many lines before and after each match (content mode).
+- Matching works on bytes: non-ASCII text is found when written literally, but "." matches one byte of it and ignore_case folds ASCII letters only. Files that are not UTF-8 are searched too.
 - head_limit caps the entries returned (lines, paths or counts; default 250, 0 for no limit). Lines longer than 500 characters are cut.
 - Use it instead of running grep or rg through bash.`
 
@@ -186,8 +187,11 @@ func grep(in pdk.Input) abi.Result {
 		}
 	}
 	res, err := pdk.Exec(abi.ExecRequest{
-		Argv:      a.argv(),
-		Env:       map[string]string{"LC_ALL": "C.UTF-8"}, // PCRE needs a UTF-8 (or C) locale
+		Argv: a.argv(),
+		// Byte semantics: under a UTF-8 locale grep silently drops matching lines that are
+		// not valid UTF-8 (a Latin-1 file); a missed match misleads more than a byte-wise
+		// "." or an ASCII-only ignore_case.
+		Env:       map[string]string{"LC_ALL": "C"},
 		TimeoutMS: grepTimeoutMS,
 	})
 	if err != nil {

@@ -179,6 +179,7 @@ func TestGrepTool(t *testing.T) {
 	w.Write("node_modules/m/x.js", "TODO hidden\n")
 	w.Write(".git/config", "TODO hidden\n")
 	w.Write("bin.dat", "TODO\x00binary\n")
+	w.Write("latin1.txt", "caf\xe9 latin\n")
 	cases := []struct {
 		input, want string
 		isErr       bool
@@ -189,7 +190,8 @@ func TestGrepTool(t *testing.T) {
 		{`{"pattern":"-v"}`, "dir/with: colon.txt:1:-v flag here\n", false},
 		{`{"pattern":"\\$\\(x\\); 'q' \"dq\""}`, "a.go:2:// TODO: fix $(x); 'q' \"dq\"\n", false},
 		{`{"pattern":"o","glob":"**/deep/*.ts","output_mode":"files_with_matches"}`, "src/deep/b.ts\n", false},
-		{`{"pattern":"a","glob":"*.{go,txt}","output_mode":"files_with_matches"}`, "a.go\ndir/with: colon.txt\n", false},
+		{`{"pattern":"a","glob":"*.{go,txt}","output_mode":"files_with_matches"}`, "a.go\ndir/with: colon.txt\nlatin1.txt\n", false},
+		{`{"pattern":"latin","output_mode":"count"}`, "latin1.txt:1\n", false},
 		{`{"pattern":"nothing-here"}`, "[grep: no matches found]", false},
 		{`{"pattern":"(unclosed"}`, "Error: grep failed: grep: missing closing parenthesis", true},
 		{`{"pattern":"x","path":"nope"}`, "Error: grep failed: grep: nope: No such file or directory", true},
