@@ -125,10 +125,13 @@ func BenchmarkWebPvsPNG(b *testing.B) {
 	mux.HandleFunc("/dense", func(w http.ResponseWriter, r *http.Request) {
 		html(w, 200, densePage)
 	})
+	mux.HandleFunc("/ui", func(w http.ResponseWriter, r *http.Request) {
+		html(w, 200, uiPage)
+	})
 	base := serve(b, mux)
 	keepPNG = true
 	defer func() { keepPNG = false }()
-	for _, tc := range []struct{ name, path string }{{"simple", "/"}, {"dense", "/dense"}} {
+	for _, tc := range []struct{ name, path string }{{"simple", "/"}, {"ui", "/ui"}, {"dense", "/dense"}} {
 		p, err := c.CapturePair(b.Context(), base, tc.path)
 		if err != nil {
 			b.Fatal(err)
@@ -187,3 +190,18 @@ func BenchmarkLaunch(b *testing.B) {
 	}
 	reportMedian(b, ds)
 }
+
+// uiPage is a typical app screen: a header bar, a sidebar, cards with text and buttons.
+const uiPage = `<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<style>body{margin:0;font:15px/1.5 sans-serif;background:#f4f5f7;color:#222}
+header{background:#1f3a60;color:#fff;padding:14px 24px;font-size:20px}
+nav{float:left;width:200px;padding:16px}nav a{display:block;padding:6px 0;color:#1f3a60}
+main{margin-left:232px;padding:16px;display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:16px}
+.card{background:#fff;border-radius:8px;box-shadow:0 1px 3px #0003;padding:16px}
+button{background:#2d7ff9;color:#fff;border:0;border-radius:4px;padding:8px 14px}
+@media (max-width:600px){nav{display:none}main{margin:0}}</style></head><body>
+<header>Acme Dashboard</header><nav><a>Overview</a><a>Projects</a><a>Team</a><a>Billing</a><a>Settings</a></nav>
+<main id=m></main><script>
+const m=document.getElementById('m');
+for(let i=1;i<=9;i++)m.insertAdjacentHTML('beforeend','<div class=card><h3>Project '+i+'</h3><p>'+(i*137%1000)+' visitors this week, '+(i*7%30)+' open issues. Last deploy '+i+' hours ago.</p><button>Open</button></div>');
+</script></body></html>`
