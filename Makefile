@@ -1,6 +1,6 @@
 # toolhost: `make run` builds everything and runs the demo; `make test` runs every test.
-# Both install what is missing first (scripts/setup.sh). Go's build cache keeps repeat
-# runs fast.
+# Both install what is missing first (scripts/setup.sh, and scripts/setup-browser.sh for
+# the screenshots). Go's build cache keeps repeat runs fast.
 
 GO           ?= go
 BIN          ?= bin
