@@ -25,7 +25,7 @@ var (
 	builtinsOnce sync.Once
 	builtinSpecs []host.PluginSpec
 	builtinErr   error
-	e2eDataDir   = filepath.Join(os.TempDir(), "toolhost-e2e-cache") // warm across runs
+	e2eDataDir   = testplugins.DataDir() // shared and warm across runs
 )
 
 func builtins(t testing.TB) []host.PluginSpec {

@@ -24,14 +24,8 @@ var allGrants = []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxF
 var dataDir string
 
 func TestMain(m *testing.M) {
-	d, err := os.MkdirTemp("", "toolhost-host-test-")
-	if err != nil {
-		panic(err)
-	}
-	dataDir = d
-	code := m.Run()
-	os.RemoveAll(d)
-	os.Exit(code)
+	dataDir = testplugins.DataDir()
+	os.Exit(m.Run())
 }
 
 func probePath(t testing.TB) string {

@@ -63,7 +63,7 @@ func toolHost(t testing.TB) *host.Host {
 		}
 		specs = append(specs, spec)
 	}
-	h, err := host.New(context.Background(), host.Config{DataDir: os.TempDir() + "/toolhost-session-test-cache", Plugins: specs})
+	h, err := host.New(context.Background(), host.Config{DataDir: testplugins.DataDir(), Plugins: specs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,11 @@ func Build(pkg string) (string, error) {
 	return out, nil
 }
 
+// DataDir is the data directory tests share for the host's compilation cache, so each
+// plugin is compiled once per machine rather than once per test package (slow under
+// -race). wazero writes cache entries atomically, so parallel test processes can share it.
+func DataDir() string { return filepath.Join(os.TempDir(), "toolhost-test-data") }
+
 // MustBuild is Build for TestMain and benchmarks: it panics on failure.
 func MustBuild(pkg string) string {
 	p, err := Build(pkg)
