@@ -306,9 +306,9 @@ func joinComma(s []string) string {
 }
 
 // errNoSnapshot says, for people, that a project has nothing to restore.
-func errNoSnapshot(project, where string, err error) error {
+func errNoSnapshot(project string, err error) error {
 	if errors.Is(err, snapshot.ErrNoSnapshot) {
-		return fmt.Errorf("project %s has no snapshot in %s (save one with: toolhost snapshot save --project %s --workspace DIR)", project, where, project)
+		return fmt.Errorf("project %s has no snapshot (save one with: toolhost snapshot save --project %s --workspace DIR)", project, project)
 	}
 	return err
 }

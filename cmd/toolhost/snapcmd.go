@@ -49,7 +49,7 @@ Example:
 		info, stats, err := env.snaps.SaveDir(ctx, project, ws)
 		pr.finish()
 		if err != nil {
-			return fmt.Errorf("saving %s for project %s: %w", ws, project, err)
+			return fmt.Errorf("saving %s for project %s in %s: %w", ws, project, env.where, err)
 		}
 		if !pr.saw("upload") && info.Size > 0 {
 			// The manager found this very archive already stored under the key (same
@@ -89,7 +89,7 @@ stdout and says so on stderr (exit status 0).`,
 		defer env.close(ctx)
 		infos, err := env.snaps.List(ctx, c.cfg.Project)
 		if err != nil {
-			return fmt.Errorf("listing the snapshots of project %s: %w", c.cfg.Project, err)
+			return fmt.Errorf("listing the snapshots of project %s in %s: %w", c.cfg.Project, env.where, err)
 		}
 		if len(infos) == 0 {
 			fmt.Fprintf(c.stderr, "project %s has no snapshots in %s\n", c.cfg.Project, env.where)
@@ -147,7 +147,7 @@ Example:
 		info, stats, err := env.snaps.RestoreDir(ctx, project, abs, true)
 		pr.finish()
 		if err != nil {
-			return fmt.Errorf("restoring project %s into %s: %w", project, abs, errNoSnapshot(project, env.where, err))
+			return fmt.Errorf("restoring project %s from %s into %s: %w", project, env.where, abs, errNoSnapshot(project, err))
 		}
 		fmt.Fprintf(c.stdout, "restored %s (saved %s UTC) into %s: %d files, %d dirs, %s, in %s\n",
 			info.Key, info.Time.UTC().Format(timeLayout), abs, stats.Files, stats.Dirs, humanBytes(stats.Bytes), ms(stats.Duration))
@@ -189,7 +189,7 @@ else the file of the directory store).`,
 		}
 		shots, err := rec.List(ctx, c.cfg.Project, kind)
 		if err != nil {
-			return fmt.Errorf("listing the screenshots of project %s: %w", c.cfg.Project, err)
+			return fmt.Errorf("listing the screenshots of project %s in %s: %w", c.cfg.Project, env.where, err)
 		}
 		if len(shots) == 0 {
 			fmt.Fprintf(c.stderr, "project %s has no stored screenshots in %s\n", c.cfg.Project, env.where)
