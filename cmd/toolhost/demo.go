@@ -165,7 +165,7 @@ var logPathRE = regexp.MustCompile(`/tmp/[^\s'"\x60),;]+`)
 func demoCommand() *command {
 	cmd := &command{
 		words:   []string{"demo"},
-		summary: "run a short scripted agent session in a fresh workspace",
+		summary: "run a scripted agent session: tools, a screenshot, a commit, a rotation, a wake",
 		help: `Loads the configured plugins, opens a session for the configured project (a
 local sandbox with a private workspace, restored from the project's newest
 snapshot if it has one) and makes the calls an agent would: write, read and edit

@@ -217,7 +217,7 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	fmt.Fprintf(&b, "sandbox %s made to look %s old (session.max_lifetime), so it cannot be extended,\n", oldID, cfg.MaxLifetime)
 	fmt.Fprintf(&b, "and set to end in %s (inside session.keepalive_margin, %s)\n", left, cfg.KeepaliveMargin)
 	fmt.Fprintf(&b, "rotations: %d -> %d; sandbox %s -> %s\n", before, after, oldID, st.sess.SandboxID())
-	fmt.Fprintf(&b, "the call landed on the rotation: ok in %s; the same call before took %s: a pause of about %s\n",
+	fmt.Fprintf(&b, "the next call: ok in %s; the same call before took %s: a pause of about %s\n",
 		ms(took), ms(base), ms(max(took-base, 0)))
 	b.WriteString("its output, from the new sandbox:\n")
 	b.WriteString(resultText(res))

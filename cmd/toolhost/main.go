@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/spf13/pflag"
 
@@ -269,9 +270,11 @@ Usage:
 
 Commands:
 `)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, cmd := range cmds {
-		fmt.Fprintf(w, "  %-42s %s\n", strings.TrimPrefix(cmd.usage(), "toolhost "), cmd.summary)
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimPrefix(cmd.usage(), "toolhost "), cmd.summary)
 	}
+	tw.Flush()
 	fmt.Fprintf(w, `
 Flags may come before or after the arguments. "toolhost COMMAND --help" shows a
 command's flags.

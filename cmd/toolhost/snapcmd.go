@@ -19,6 +19,7 @@ const timeLayout = "2006-01-02 15:04:05"
 func snapshotSaveCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "save"},
+		args:    "[--project ID] [--workspace DIR]",
 		summary: "pack a workspace directory and upload it as the project's newest snapshot",
 		help: `Packs DIR (default: the current directory) as one tar.gz, leaving out
 snapshot.excludes, and stores it under projects/PROJECT/snapshots/ in the
@@ -75,6 +76,7 @@ Example:
 func snapshotListCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "list"},
+		args:    "[--project ID]",
 		summary: "list the project's snapshots, newest first",
 		help: `Prints one line per snapshot of the project: its key, the UTC time the save
 started and its size, newest first. A project without snapshots prints nothing on
@@ -108,6 +110,7 @@ stdout and says so on stderr (exit status 0).`,
 func snapshotRestoreCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "restore"},
+		args:    "[--project ID] --workspace DIR",
 		summary: "extract the project's newest good snapshot into a directory",
 		help: `Downloads the newest snapshot of the project whose checksum verifies (an older one
 when the newest is corrupt) and extracts it into DIR, which is created if absent.
@@ -162,6 +165,7 @@ Example:
 func screenshotListCommand() *command {
 	cmd := &command{
 		words:   []string{"screenshot", "list"},
+		args:    "[--project ID] [--kind agent|auto]",
 		summary: "list the project's stored screenshots, newest first",
 		help: `Prints the captures stored under screenshots/PROJECT/ in the configured store:
 those take_screenshot took (kind agent) and those the session took on its own
