@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh installs what toolhost needs and is missing, and does nothing else.
 #
-#   scripts/setup.sh          what `make run` needs: bubblewrap
+#   scripts/setup.sh          what `make run` needs: bubblewrap, and Debian's python3 (the
+#                             demo serves a page from the sandbox with python3 -m http.server)
 #   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo)
+#
+# The browser for screenshots is scripts/setup-browser.sh's job (make run and make test run
+# both).
 #
 # Packages come from apt (Debian/Ubuntu). `apt-get update` runs only when a package has no
 # install candidate, or when an install fails on stale package lists. sudo is used only
@@ -14,7 +18,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--test) want_test=true ;;
 	-h | --help)
-		sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -33,6 +37,8 @@ fi
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# A sandbox sees the host's /usr only, so a python3 elsewhere (pyenv, /usr/local) does not count.
+[ -x /usr/bin/python3 ] || missing+=(python3)
 if $want_test; then
 	# -race needs cgo, which needs a C compiler and the C library headers.
 	command -v gcc >/dev/null 2>&1 || missing+=(gcc)
