@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,7 +284,7 @@ func (p *progress) finish() {
 		fmt.Fprintf(p.w, "\r%-72s\r", "")
 	}
 	if len(p.summary) > 0 {
-		fmt.Fprintf(p.w, "transfer: %s\n", joinComma(p.summary))
+		fmt.Fprintf(p.w, "transfer: %s\n", strings.Join(p.summary, ", "))
 	}
 }
 
@@ -292,17 +293,6 @@ func rate(n int64, d time.Duration) string {
 		return "-"
 	}
 	return humanBytes(int64(float64(n)/d.Seconds())) + "/s"
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
 }
 
 // errNoSnapshot says, for people, that a project has nothing to restore.
