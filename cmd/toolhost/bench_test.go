@@ -32,14 +32,14 @@ func loadBuiltins(b *testing.B, cfg host.Config) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	if n := len(h.Tools()); n != 6 {
-		b.Fatalf("%d tools, want 6", n)
+	if n := len(h.Tools()); n != 7 {
+		b.Fatalf("%d tools, want 7", n)
 	}
 	h.Close(ctx)
 	b.StartTimer()
 }
 
-// BenchmarkLoadBuiltinsWarm: host.New with the three built-in plugins, their compilation
+// BenchmarkLoadBuiltinsWarm: host.New with the four built-in plugins, their compilation
 // cache already on disk (what every CLI start after the first one pays).
 func BenchmarkLoadBuiltinsWarm(b *testing.B) {
 	cfg := builtinConfig(b.TempDir())
