@@ -170,8 +170,8 @@ func (r *Recorder) List(ctx context.Context, project, kind string) ([]Stored, er
 			out = append(out, s)
 		}
 	}
-	// Newest first across kinds: names start with the stamp and sort by time.
-	slices.SortStableFunc(out, func(a, b Stored) int { return strings.Compare(path.Base(b.Key), path.Base(a.Key)) })
+	// Newest first across kinds: by stamp, then by same-second suffix (_01 after none).
+	slices.SortStableFunc(out, func(a, b Stored) int { return strings.Compare(captureOrder(b.Key), captureOrder(a.Key)) })
 	return out, nil
 }
 
@@ -180,4 +180,15 @@ func validProject(id string) error {
 		return fmt.Errorf("screenshot: invalid project id %q", id)
 	}
 	return nil
+}
+
+// captureOrder is a key's name rewritten to sort by time: "STAMP_desktop.webp" becomes
+// "STAMP_00_desktop", "STAMP_01_mobile.webp" stays "STAMP_01_mobile".
+func captureOrder(key string) string {
+	name := strings.TrimSuffix(path.Base(key), ".webp")
+	stamp, rest, _ := strings.Cut(name, "_")
+	if len(rest) < 3 || rest[2] != '_' || rest[0] < '0' || rest[0] > '9' {
+		rest = "00_" + rest
+	}
+	return stamp + "_" + rest
 }

@@ -85,8 +85,12 @@ func (s *Session) watchDevServer(ctx context.Context, before []int) {
 				continue
 			}
 			s.mu.Lock()
+			seen := s.devPort == p // another watcher got there first
 			s.devPort = p
 			s.mu.Unlock()
+			if seen {
+				return
+			}
 			s.log.Info("session: dev server listening", "port", p)
 			s.autoCapture(ctx, p, "dev server started")
 			return
