@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/host"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 )
 
@@ -71,40 +70,6 @@ func BenchmarkReadFile4K(b *testing.B) {
 			if err != nil || len(data) != len(fourK) {
 				b.Fatal(err)
 			}
-		}
-	})
-}
-
-// BenchmarkLoadPlugins is host.New with every built-in plugin: warm, with their
-// compilation cache already on disk (every start after the first), and cold, with an
-// empty cache (every module compiled).
-func BenchmarkLoadPlugins(b *testing.B) {
-	specs := builtins(b)
-	load := func(b *testing.B, dir string) {
-		h, err := host.New(context.Background(), host.Config{DataDir: dir, Plugins: specs})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if len(h.Tools()) != 7 {
-			b.Fatalf("%d tools", len(h.Tools()))
-		}
-		h.Close(context.Background())
-		b.StartTimer()
-	}
-	b.Run("warm", func(b *testing.B) {
-		dir := b.TempDir()
-		load(b, dir) // fill the cache
-		for b.Loop() {
-			load(b, dir)
-		}
-	})
-	b.Run("cold", func(b *testing.B) {
-		for b.Loop() {
-			b.StopTimer()
-			dir := b.TempDir()
-			b.StartTimer()
-			load(b, dir)
 		}
 	})
 }
