@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net/url"
 
-	"github.com/tetratelabs/wazero/api"
-
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/screenshot"
@@ -22,13 +20,7 @@ type devServer interface {
 // capture serves toolhost_capture.capture. The plugin names a port and a path; the URL is
 // built here from the sandbox's own preview mapping, so the browser can reach nothing but
 // what listens inside the sandbox (and package screenshot pins it to that origin).
-func (h *Host) capture(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) capture(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 64<<10)
 	if s != 0 {

@@ -43,23 +43,23 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 			{abi.FnLog, h.logWrite, []api.ValueType{i32, i32, i32}, nil},
 		},
 		abi.CapSandboxExec.Module(): {
-			{abi.FnExec, h.exec, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnExec, acting(h.exec), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 		},
 		abi.CapSandboxFiles.Module(): {
-			{abi.FnRead, h.readFile, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnReadText, h.readText, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnWrite, h.writeFile, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStat, h.stat, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnList, h.list, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnRead, acting(h.readFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnReadText, acting(h.readText), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnWrite, acting(h.writeFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStat, acting(h.stat), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnList, acting(h.list), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 		},
 		abi.CapCapture.Module(): {
-			{abi.FnCapture, h.capture, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnCapture, acting(h.capture), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 		},
 		abi.CapStore.Module(): {
-			{abi.FnStorePut, h.storePut, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreGet, h.storeGet, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreList, h.storeList, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreDelete, h.storeDelete, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+			{abi.FnStorePut, acting(h.storePut), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreGet, acting(h.storeGet), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreList, acting(h.storeList), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnStoreDelete, acting(h.storeDelete), []api.ValueType{i32, i32}, []api.ValueType{i64}},
 		},
 	}
 	for module, fns := range modules {
@@ -93,6 +93,21 @@ func (inst *instance) reply(outPtr, outCap uint32, data []byte) uint64 {
 	}
 	inst.parked = data
 	return uint64(len(data))
+}
+
+// acting makes a host function that acts in the session (sandbox, browser) out of fn:
+// outside a tool call it answers StatusPermission; inside one, fn runs with the call's
+// instance while the plugin's time budget is paused.
+func acting(fn func(ctx context.Context, inst *instance, stack []uint64)) api.GoModuleFunc {
+	return func(ctx context.Context, _ api.Module, stack []uint64) {
+		inst := enter(ctx)
+		if inst == nil {
+			noCall(stack)
+			return
+		}
+		defer inst.leave()
+		fn(ctx, inst, stack)
+	}
 }
 
 // enter is the common start of a host function that acts: it finds the call's instance,
@@ -183,13 +198,7 @@ func (inst *instance) guestBytes(ptr, n uint32, limit int) ([]byte, abi.Status, 
 	return append([]byte(nil), buf...), 0, ""
 }
 
-func (h *Host) exec(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) exec(ctx context.Context, inst *instance, stack []uint64) {
 	stack[0] = h.doExec(ctx, inst, uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3]))
 }
 
@@ -302,13 +311,7 @@ func (inst *instance) pathArg(ptr, n uint32) (abs string, st uint64, ok bool) {
 	return abs, 0, true
 }
 
-func (h *Host) readFile(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) readFile(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
 	if !ok {
@@ -323,13 +326,7 @@ func (h *Host) readFile(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = inst.reply(outPtr, outCap, data)
 }
 
-func (h *Host) writeFile(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) writeFile(ctx context.Context, inst *instance, stack []uint64) {
 	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
 	if !ok {
 		stack[0] = st
@@ -347,13 +344,7 @@ func (h *Host) writeFile(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = uint64(len(data))
 }
 
-func (h *Host) stat(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) stat(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 4096)
 	if s != 0 {
@@ -375,13 +366,7 @@ func (h *Host) stat(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = inst.reply(outPtr, outCap, out)
 }
 
-func (h *Host) list(ctx context.Context, _ api.Module, stack []uint64) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return
-	}
-	defer inst.leave()
+func (h *Host) list(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), maxInputBytes)
 	if s != 0 {

@@ -9,8 +9,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/tetratelabs/wazero/api"
-
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/store"
 )
@@ -41,30 +39,24 @@ func (inst *instance) storeKey(raw []byte, prefix bool) (string, bool) {
 	return "plugins/" + inst.p.name + "/" + k, true
 }
 
-func (h *Host) storeEnter(ctx context.Context, stack []uint64, what string) (*instance, store.Store, string, bool) {
-	inst := enter(ctx)
-	if inst == nil {
-		noCall(stack)
-		return nil, nil, "", false
-	}
+// storeArgs reads the key argument of a store function; ok is false when stack[0]
+// already holds the status to return.
+func (h *Host) storeArgs(inst *instance, stack []uint64, what string) (store.Store, string, bool) {
 	if h.cfg.Store == nil {
 		stack[0] = inst.status(abi.StatusIO, "store %s: this host has no object store configured", what)
-		inst.leave()
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 1024)
 	if s != 0 {
 		stack[0] = inst.status(s, "store %s: key: %s", what, msg)
-		inst.leave()
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	key, ok := inst.storeKey(raw, what == "list")
 	if !ok {
 		stack[0] = inst.status(abi.StatusInvalid, "store %s: key %q must be relative, of letters, digits, '.', '_', '-' and '/', without '..' (at most 512 bytes)", what, raw)
-		inst.leave()
-		return nil, nil, "", false
+		return nil, "", false
 	}
-	return inst, h.cfg.Store, key, true
+	return h.cfg.Store, key, true
 }
 
 func (inst *instance) storeStatus(what, key string, err error) uint64 {
@@ -81,12 +73,11 @@ func (inst *instance) storeStatus(what, key string, err error) uint64 {
 	return inst.status(s, "store %s %s: %v", what, rel, err)
 }
 
-func (h *Host) storePut(ctx context.Context, _ api.Module, stack []uint64) {
-	inst, st, key, ok := h.storeEnter(ctx, stack, "put")
+func (h *Host) storePut(ctx context.Context, inst *instance, stack []uint64) {
+	st, key, ok := h.storeArgs(inst, stack, "put")
 	if !ok {
 		return
 	}
-	defer inst.leave()
 	data, s, msg := inst.guestBytes(uint32(stack[2]), uint32(stack[3]), int(h.cfg.MaxReadBytes))
 	if s != 0 {
 		stack[0] = inst.status(s, "store put: %s", msg)
@@ -99,12 +90,11 @@ func (h *Host) storePut(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = uint64(len(data))
 }
 
-func (h *Host) storeGet(ctx context.Context, _ api.Module, stack []uint64) {
-	inst, st, key, ok := h.storeEnter(ctx, stack, "get")
+func (h *Host) storeGet(ctx context.Context, inst *instance, stack []uint64) {
+	st, key, ok := h.storeArgs(inst, stack, "get")
 	if !ok {
 		return
 	}
-	defer inst.leave()
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	rc, info, err := st.Get(ctx, key)
 	if err != nil {
@@ -124,12 +114,11 @@ func (h *Host) storeGet(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = inst.reply(outPtr, outCap, data)
 }
 
-func (h *Host) storeList(ctx context.Context, _ api.Module, stack []uint64) {
-	inst, st, prefix, ok := h.storeEnter(ctx, stack, "list")
+func (h *Host) storeList(ctx context.Context, inst *instance, stack []uint64) {
+	st, prefix, ok := h.storeArgs(inst, stack, "list")
 	if !ok {
 		return
 	}
-	defer inst.leave()
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
 	objs, err := store.ListAll(ctx, st, prefix)
 	if err != nil {
@@ -147,12 +136,11 @@ func (h *Host) storeList(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = inst.reply(outPtr, outCap, b)
 }
 
-func (h *Host) storeDelete(ctx context.Context, _ api.Module, stack []uint64) {
-	inst, st, key, ok := h.storeEnter(ctx, stack, "delete")
+func (h *Host) storeDelete(ctx context.Context, inst *instance, stack []uint64) {
+	st, key, ok := h.storeArgs(inst, stack, "delete")
 	if !ok {
 		return
 	}
-	defer inst.leave()
 	if err := st.Delete(ctx, key); err != nil {
 		stack[0] = inst.storeStatus("delete", key, err)
 		return

@@ -3,52 +3,10 @@ package host
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"strings"
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
 )
-
-func TestTextWindow(t *testing.T) {
-	var lines []string
-	for i := 1; i <= 10; i++ {
-		lines = append(lines, "line "+strings.Repeat("x", i))
-	}
-	data := []byte(strings.Join(lines, "\r\n")) // CRLF, no final newline
-
-	h, text := textWindow(data, abi.ReadTextRequest{Number: true})
-	if h.TotalLines != 10 || h.First != 1 || h.Last != 10 || h.Full || h.Binary {
-		t.Fatalf("whole file: header %+v", h)
-	}
-	if !strings.HasPrefix(string(text), "     1\tline x\n     2\tline xx\n") || strings.Contains(string(text), "\r") {
-		t.Fatalf("whole file: text %q", text)
-	}
-
-	h, text = textWindow(data, abi.ReadTextRequest{Offset: 9, Limit: 5})
-	if h.First != 9 || h.Last != 10 || string(text) != "line xxxxxxxxx\nline xxxxxxxxxx\n" {
-		t.Fatalf("tail window: %+v %q", h, text)
-	}
-	h, text = textWindow(data, abi.ReadTextRequest{Offset: 11})
-	if h.TotalLines != 10 || h.First != 0 || len(text) != 0 {
-		t.Fatalf("offset past the end: %+v %q", h, text)
-	}
-	h, text = textWindow(data, abi.ReadTextRequest{MaxBytes: 20})
-	if !h.Full || h.Last != 2 {
-		t.Fatalf("byte bound: %+v %q", h, text)
-	}
-	h, text = textWindow([]byte(strings.Repeat("é", 30)+"\n"), abi.ReadTextRequest{MaxLineChars: 10})
-	if h.CutLines != 1 || string(text) != strings.Repeat("é", 10)+" [... line cut: 20 more characters]\n" {
-		t.Fatalf("long line: %+v %q", h, text)
-	}
-	for _, bin := range []string{"ELF\x00\x01", strings.Repeat("\x01\x02\x03 ", 100), string([]byte{0xff, 0xfe, 0xfd, 0xfc, 0xfb})} {
-		if h, _ := textWindow([]byte(bin), abi.ReadTextRequest{}); !h.Binary {
-			t.Errorf("%q not seen as binary", bin)
-		}
-	}
-	if h, _ := textWindow([]byte("caf\xe9 au lait, cr\xe8me br\xfbl\xe9e, and a long tail of plain ascii text"), abi.ReadTextRequest{}); h.Binary {
-		t.Error("Latin-1 text with a few accents seen as binary")
-	}
-}
 
 func TestParseFramed(t *testing.T) {
 	frame := []byte(abi.FramedMagic)

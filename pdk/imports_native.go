@@ -146,7 +146,7 @@ func rawReadText(req, out []byte) int64 {
 		if err != nil {
 			return nil, err
 		}
-		header, text := textWindow(data, r)
+		header, text := abi.TextWindow(data, r)
 		hb, err := json.Marshal(header)
 		return append(append(hb, '\n'), text...), err
 	})
