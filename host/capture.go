@@ -22,14 +22,8 @@ type devServer interface {
 // what listens inside the sandbox (and package screenshot pins it to that origin).
 func (h *Host) capture(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 64<<10)
-	if s != 0 {
-		stack[0] = inst.status(s, "capture: %s", msg)
-		return
-	}
 	var req abi.CaptureRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		stack[0] = inst.status(abi.StatusInvalid, "capture: request is not valid JSON: %v", err)
+	if !inst.jsonArg(stack, "capture", 64<<10, &req) {
 		return
 	}
 	stack[0] = h.doCapture(ctx, inst, req, outPtr, outCap)

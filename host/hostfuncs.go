@@ -198,19 +198,29 @@ func (inst *instance) guestBytes(ptr, n uint32, limit int) ([]byte, abi.Status, 
 	return append([]byte(nil), buf...), 0, ""
 }
 
-func (h *Host) exec(ctx context.Context, inst *instance, stack []uint64) {
-	stack[0] = h.doExec(ctx, inst, uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3]))
+// jsonArg decodes the JSON request a host function got as (ptr, len) in stack[0:2] into
+// v. When it returns false, stack[0] holds the status to return.
+func (inst *instance) jsonArg(stack []uint64, what string, limit int, v any) bool {
+	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), limit)
+	if s != 0 {
+		stack[0] = inst.status(s, "%s: %s", what, msg)
+		return false
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		stack[0] = inst.status(abi.StatusInvalid, "%s: request is not valid JSON: %v", what, err)
+		return false
+	}
+	return true
 }
 
-func (h *Host) doExec(ctx context.Context, inst *instance, reqPtr, reqLen, outPtr, outCap uint32) uint64 {
-	raw, st, msg := inst.guestBytes(reqPtr, reqLen, maxInputBytes)
-	if st != 0 {
-		return inst.status(st, "exec: %s", msg)
-	}
+func (h *Host) exec(ctx context.Context, inst *instance, stack []uint64) {
 	var req abi.ExecRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		return inst.status(abi.StatusInvalid, "exec: request is not valid JSON: %v", err)
+	if inst.jsonArg(stack, "exec", maxInputBytes, &req) {
+		stack[0] = h.doExec(ctx, inst, req, uint32(stack[2]), uint32(stack[3]))
 	}
+}
+
+func (h *Host) doExec(ctx context.Context, inst *instance, req abi.ExecRequest, outPtr, outCap uint32) uint64 {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return inst.status(abi.StatusInvalid, "exec: argv is empty")
 	}
@@ -368,14 +378,8 @@ func (h *Host) stat(ctx context.Context, inst *instance, stack []uint64) {
 
 func (h *Host) list(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), maxInputBytes)
-	if s != 0 {
-		stack[0] = inst.status(s, "list: %s", msg)
-		return
-	}
 	var req abi.ListRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		stack[0] = inst.status(abi.StatusInvalid, "list: request is not valid JSON: %v", err)
+	if !inst.jsonArg(stack, "list", maxInputBytes, &req) {
 		return
 	}
 	if req.Path == "" {

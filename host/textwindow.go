@@ -15,14 +15,8 @@ import (
 
 func (h *Host) readText(ctx context.Context, inst *instance, stack []uint64) {
 	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), maxInputBytes)
-	if s != 0 {
-		stack[0] = inst.status(s, "read_text: %s", msg)
-		return
-	}
 	var req abi.ReadTextRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		stack[0] = inst.status(abi.StatusInvalid, "read_text: request is not valid JSON: %v", err)
+	if !inst.jsonArg(stack, "read_text", maxInputBytes, &req) {
 		return
 	}
 	abs, err := sandbox.Resolve(req.Path)
