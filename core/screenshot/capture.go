@@ -208,9 +208,12 @@ func (s *ctxSlot) set(bc playwright.BrowserContext) bool {
 	return true
 }
 
+// close closes the slot's context exactly once, whoever asks first takes it:
+// playwright-go's BrowserContext.Close is not safe to call from two goroutines at once.
 func (s *ctxSlot) close() {
 	s.mu.Lock()
 	bc := s.bc
+	s.bc = nil
 	s.closed = true
 	s.mu.Unlock()
 	if bc != nil {
@@ -269,10 +272,11 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	if err != nil {
 		return fail(browserKind(ctx, err), "new browser context", err)
 	}
-	defer func() { _ = bc.Close() }()
 	if !slot.set(bc) {
+		_ = bc.Close()
 		return fail(ErrTimeout, "capture cancelled", context.Cause(ctx))
 	}
+	defer slot.close()
 	bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
 
 	mark("context")
