@@ -172,3 +172,28 @@ func ValidMetadata(md map[string]string) error {
 	}
 	return nil
 }
+
+// CopyContext copies r to w like io.Copy, checking ctx between chunks so a long copy stops
+// soon after ctx ends. It returns the bytes copied.
+func CopyContext(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if _, err := w.Write(buf[:k]); err != nil {
+				return n, err
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}

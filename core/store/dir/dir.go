@@ -141,7 +141,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 		return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	defer s.root.Remove(tmpData) // after the rename this is a no-op; after a link it drops the extra name
-	n, err := copyCtx(ctx, f, r)
+	n, err := store.CopyContext(ctx, f, r)
 	if err == nil && opts.Size > 0 && n != opts.Size {
 		err = fmt.Errorf("read %d bytes, expected %d", n, opts.Size)
 	}
@@ -203,29 +203,6 @@ func (s *Store) commit(tmpData, tmpMeta, dataPath, metaPath string, exclusive bo
 		return err
 	}
 	return nil
-}
-
-func copyCtx(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
-	buf := make([]byte, 256<<10)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, rerr := r.Read(buf)
-		if k > 0 {
-			if _, err := w.Write(buf[:k]); err != nil {
-				return n, err
-			}
-			n += int64(k)
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
 }
 
 func (s *Store) info(key string, fi fs.FileInfo) (store.ObjectInfo, error) {

@@ -250,7 +250,7 @@ func (s *Store) seekable(ctx context.Context, r io.Reader, size int64) (io.ReadS
 	}
 	cleanup := func() { f.Close(); os.Remove(f.Name()) }
 	start := time.Now()
-	n, err := copyCtx(ctx, f, r)
+	n, err := store.CopyContext(ctx, f, r)
 	if err == nil && size > 0 && n != size {
 		err = fmt.Errorf("read %d bytes, expected %d", n, size)
 	}
@@ -277,29 +277,6 @@ func (r readerAt) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	return io.ReadFull(r.rs, p)
-}
-
-func copyCtx(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
-	buf := make([]byte, 256<<10)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, rerr := r.Read(buf)
-		if k > 0 {
-			if _, err := w.Write(buf[:k]); err != nil {
-				return n, err
-			}
-			n += int64(k)
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
 }
 
 // Get streams an object.
