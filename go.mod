@@ -22,6 +22,8 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/versity/versitygw v1.8.0
 	golang.org/x/image v0.47.0
+	golang.org/x/net v0.58.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
@@ -86,9 +88,7 @@ require (
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.55.0 // indirect
-	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )

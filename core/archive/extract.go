@@ -81,7 +81,8 @@ type ExtractStats struct {
 // component; when it is a hard link to anything but a regular file extracted earlier from
 // the same archive; when it would replace a directory; or when it is a device, fifo or
 // any other special type. Permission bits are kept (masked to 0777, so no setuid), as are
-// modification times of files and directories; owners are not restored.
+// modification times of files and directories; owners are not restored. The root entry
+// ("./") changes nothing: dir keeps its own mode and times.
 //
 // On error, what was extracted so far stays in dir (never outside it); the caller
 // discards dir. Nothing outside dir is created or changed.
@@ -352,24 +353,29 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if name != "." {
-			if err := x.checkParents(hdr.Name, name); err != nil {
-				return err
-			}
-			if !x.realDirs[name] {
-				fi, err := x.root.Lstat(name)
-				switch {
-				case errors.Is(err, fs.ErrNotExist):
-					if err := x.root.Mkdir(name, 0o700); err != nil {
-						return fmt.Errorf("entry %q: %w", hdr.Name, err)
-					}
-				case err != nil:
+		if name == "." {
+			// The destination's own mode, owner and times are the caller's: an archive
+			// must not open the root to others (0777) or shut its owner out, and a
+			// sandbox's agent, which does not own its workspace root, cannot chmod it.
+			x.st.Dirs++
+			return nil
+		}
+		if err := x.checkParents(hdr.Name, name); err != nil {
+			return err
+		}
+		if !x.realDirs[name] {
+			fi, err := x.root.Lstat(name)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				if err := x.root.Mkdir(name, 0o700); err != nil {
 					return fmt.Errorf("entry %q: %w", hdr.Name, err)
-				case !fi.IsDir():
-					return fmt.Errorf("entry %q: a link or file of that name exists: %w", hdr.Name, ErrUnsafe)
 				}
-				x.realDirs[name] = true
+			case err != nil:
+				return fmt.Errorf("entry %q: %w", hdr.Name, err)
+			case !fi.IsDir():
+				return fmt.Errorf("entry %q: a link or file of that name exists: %w", hdr.Name, ErrUnsafe)
 			}
+			x.realDirs[name] = true
 		}
 		// Keep the owner able to fill the directory; the real mode is set at the end.
 		if err := x.root.Chmod(name, 0o700); err != nil {

@@ -23,10 +23,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/klauspost/pgzip"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultExcludes are the base names Pack leaves out when PackOptions.Excludes is nil:
@@ -46,6 +46,13 @@ type PackOptions struct {
 	Level int
 	// Concurrency is how many gzip blocks are compressed at once; 0 means GOMAXPROCS.
 	Concurrency int
+	// MaxBytes, MaxEntries and MaxNameLen are the bounds of what Pack stores, the same as
+	// Extract's (and with the same defaults), so that every archive Pack makes can be
+	// extracted again: a file that would pass MaxBytes, an entry past MaxEntries and a
+	// name longer than MaxNameLen are skipped and reported, never failing the whole pack.
+	MaxBytes   int64
+	MaxEntries int
+	MaxNameLen int
 	// Progress, when set, is called from Pack's goroutine after each chunk with the
 	// uncompressed bytes read so far.
 	Progress func(bytesIn int64)
@@ -56,10 +63,12 @@ type PackStats struct {
 	Files    int // regular files
 	Dirs     int // directories, the root included
 	Symlinks int
-	// Skipped counts entries left out because they cannot be archived safely: sockets,
-	// devices, fifos, and symbolic links that are absolute or point out of the tree
-	// (Extract would refuse them). Excluded names are not counted.
+	// Skipped counts entries left out: sockets, devices, fifos, symbolic links that are
+	// absolute or point out of the tree (Extract would refuse them), entries that cannot
+	// be read, and entries past a bound. Excluded names are not counted.
 	Skipped int
+	// Skips names the first MaxReportedSkips skipped entries and why.
+	Skips []Skip
 	// Changed counts files that shrank while being read; their missing tail is zeros.
 	Changed  int
 	BytesIn  int64 // file contents read
@@ -67,27 +76,42 @@ type PackStats struct {
 	Duration time.Duration
 }
 
+// Skip is an entry Pack left out, and why.
+type Skip struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// MaxReportedSkips bounds PackStats.Skips.
+const MaxReportedSkips = 100
+
 // Pack writes dir as a gzip-compressed tar stream to w.
 //
 // Entries are named relative to dir, with forward slashes, in sorted order (so the same
 // tree gives the same archive). Directories, regular files and symbolic links are kept
-// with their permission bits and modification times (to the second); symbolic links are
-// stored as links and never followed. Hard-linked files are stored as separate copies.
-// Owners are not recorded. Sockets, devices and fifos are skipped, as are symbolic links
-// whose target is absolute or leaves the tree; a relative target is stored in its
-// lexically cleaned form. Files that vanish during the walk are skipped.
+// with their permission bits (no setuid, setgid or sticky bit) and modification times
+// (to the second); symbolic links are stored as links and never followed. Hard-linked
+// files are stored as separate copies. Owners are not recorded. Sockets, devices and
+// fifos are skipped, as are symbolic links whose target is absolute or leaves the tree; a
+// relative target is stored in its lexically cleaned form. Files that vanish during the
+// walk are skipped.
+//
+// The tree may be changing under Pack, even maliciously (a sandbox swapping an entry
+// between a file and a link to a host file while its snapshot is taken). So below dir
+// Pack never resolves a path: every entry is opened relative to its parent's descriptor
+// with O_NOFOLLOW, and its type is taken from the open descriptor (fstat), so an entry
+// swapped for a link is refused by the kernel at the open, and one swapped for a fifo or
+// a device is seen as such and skipped without blocking.
 //
 // Pack does not close w. On error the output is incomplete and must be discarded.
 func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackStats, error) {
 	start := time.Now()
 	var st PackStats
-	info, err := os.Stat(dir)
+	root, err := openDir(unix.AT_FDCWD, dir, false)
 	if err != nil {
 		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
 	}
-	if !info.IsDir() {
-		return st, fmt.Errorf("archive: pack %s: not a directory", dir)
-	}
+	defer root.Close()
 	excludes := opts.Excludes
 	if excludes == nil {
 		excludes = DefaultExcludes
@@ -100,6 +124,15 @@ func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackS
 	if blocks <= 0 {
 		blocks = runtime.GOMAXPROCS(0)
 	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.MaxNameLen <= 0 {
+		opts.MaxNameLen = DefaultMaxNameLen
+	}
 
 	cw := &countWriter{w: w}
 	zw, err := pgzip.NewWriterLevel(cw, level)
@@ -110,8 +143,9 @@ func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackS
 	if err := zw.SetConcurrency(1<<20, max(blocks, 2)); err != nil {
 		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
 	}
-	p := &packer{ctx: ctx, tw: tar.NewWriter(zw), root: dir, excludes: excludes, st: &st, progress: opts.Progress, buf: make([]byte, 256<<10)}
-	err = p.walk(".")
+	// entries starts at 1: the root's own entry counts, as it does for Extract.
+	p := &packer{ctx: ctx, tw: tar.NewWriter(zw), excludes: excludes, opts: opts, st: &st, entries: 1, progress: opts.Progress, buf: make([]byte, 256<<10)}
+	err = p.dir(root, ".")
 	if err == nil {
 		err = p.tw.Close()
 	}
@@ -129,43 +163,95 @@ func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackS
 type packer struct {
 	ctx      context.Context
 	tw       *tar.Writer
-	root     string
 	excludes []string
+	opts     PackOptions
 	st       *PackStats
+	entries  int
 	progress func(int64)
 	buf      []byte
 }
 
-// walk writes the directory rel (relative to the root, "." for the root) and everything
-// below it, depth first, entries sorted by name.
-func (p *packer) walk(rel string) error {
+// openDir opens name (relative to the directory dirfd) as a directory; with noFollow, a
+// symbolic link there is refused instead of followed.
+func openDir(dirfd int, name string, noFollow bool) (*os.File, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if noFollow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := openat(dirfd, name, flags)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func openat(dirfd int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, flags, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &fs.PathError{Op: "openat", Path: name, Err: err}
+		}
+		return fd, nil
+	}
+}
+
+// skip records an entry left out.
+func (p *packer) skip(rel, reason string) {
+	p.st.Skipped++
+	if len(p.st.Skips) < MaxReportedSkips {
+		p.st.Skips = append(p.st.Skips, Skip{Path: rel, Reason: reason})
+	}
+}
+
+// admit counts an entry against MaxEntries and MaxNameLen; false means skip it.
+func (p *packer) admit(rel string) bool {
+	if len(rel)+1 > p.opts.MaxNameLen { // +1: directories are stored with a trailing '/'
+		p.skip(truncName(rel), fmt.Sprintf("its path is longer than %d bytes", p.opts.MaxNameLen))
+		return false
+	}
+	if p.entries >= p.opts.MaxEntries {
+		p.skip(rel, fmt.Sprintf("the archive already holds %d entries, the most a restore accepts", p.opts.MaxEntries))
+		return false
+	}
+	p.entries++
+	return true
+}
+
+func truncName(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "..."
+}
+
+// dir writes the directory d (rel to the root, "." for the root) and everything below it,
+// depth first, entries sorted by name. d stays open while its entries are written: every
+// child is opened relative to it.
+func (p *packer) dir(d *os.File, rel string) error {
 	if err := p.ctx.Err(); err != nil {
 		return err
 	}
-	abs := filepath.Join(p.root, rel)
-	f, err := os.Open(abs)
+	fi, err := d.Stat()
 	if err != nil {
-		if rel != "." && errors.Is(err, fs.ErrNotExist) {
-			return nil // vanished during the walk
-		}
 		return err
 	}
-	ents, err := f.ReadDir(-1)
-	fi, serr := f.Stat()
-	f.Close()
+	names, err := d.Readdirnames(-1)
 	if err != nil {
+		if rel != "." && errors.Is(err, unix.ENOENT) {
+			return errVanished // removed while being read
+		}
 		return fmt.Errorf("read directory %s: %w", rel, err)
-	}
-	if serr != nil {
-		return serr
 	}
 	if err := p.writeHeader(rel, fi, ""); err != nil {
 		return err
 	}
 	p.st.Dirs++
-	slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	for _, e := range ents {
-		name := e.Name()
+	slices.Sort(names)
+	dfd := int(d.Fd())
+	for _, name := range names {
 		if slices.Contains(p.excludes, name) {
 			continue
 		}
@@ -173,24 +259,68 @@ func (p *packer) walk(rel string) error {
 		if rel != "." {
 			child = rel + "/" + name
 		}
-		switch t := e.Type(); {
-		case t.IsDir():
-			if err := p.walk(child); err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // vanished during the walk
+			}
+			p.skip(child, "cannot be examined: "+err.Error())
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if !p.admit(child) {
+				continue
+			}
+			sub, err := openDir(dfd, name, true)
+			if err != nil {
+				p.entries--
+				p.vanishedOr(child, err)
+				continue
+			}
+			err = p.dir(sub, child)
+			sub.Close()
+			if errors.Is(err, errVanished) {
+				p.entries--
+				continue
+			}
+			if err != nil {
 				return err
 			}
-		case t.IsRegular():
-			if err := p.file(child); err != nil {
+		case unix.S_IFREG:
+			if !p.admit(child) {
+				continue
+			}
+			if err := p.file(dfd, name, child); err != nil {
 				return err
 			}
-		case t&fs.ModeSymlink != 0:
-			if err := p.symlink(child); err != nil {
+		case unix.S_IFLNK:
+			if !p.admit(child) {
+				continue
+			}
+			if err := p.symlink(dfd, name, child); err != nil {
 				return err
 			}
-		default: // sockets, devices, fifos, anything else
-			p.st.Skipped++
+		default: // sockets, devices, fifos
+			p.skip(child, "not a regular file, directory or symbolic link")
 		}
 	}
 	return nil
+}
+
+// errVanished: a directory was removed while Pack read it; it is left out, silently.
+var errVanished = errors.New("vanished")
+
+// vanishedOr skips an entry that could not be opened: silently when it is gone, else with
+// the reason (replaced by a link: O_NOFOLLOW refused it; unreadable).
+func (p *packer) vanishedOr(rel string, err error) {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		p.skip(rel, "it changed into a symbolic link or another type while being archived")
+	default:
+		p.skip(rel, "cannot be read: "+errors.Unwrap(err).Error())
+	}
 }
 
 func (p *packer) writeHeader(rel string, fi fs.FileInfo, link string) error {
@@ -221,46 +351,81 @@ func (p *packer) writeHeader(rel string, fi fs.FileInfo, link string) error {
 	return nil
 }
 
-func (p *packer) symlink(rel string) error {
-	abs := filepath.Join(p.root, rel)
-	target, err := os.Readlink(abs)
+func (p *packer) symlink(dfd int, name, rel string) error {
+	target, err := readlinkat(dfd, name)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+		p.entries--
+		if errors.Is(err, unix.EINVAL) { // no longer a link
+			p.skip(rel, "it changed type while being archived")
+		} else if !errors.Is(err, unix.ENOENT) {
+			p.skip(rel, "cannot be read: "+err.Error())
 		}
-		return err
+		return nil
 	}
 	clean, ok := cleanLinkTarget(rel, target)
 	if !ok {
-		p.st.Skipped++
+		p.entries--
+		p.skip(rel, "symbolic link to an absolute path or out of the tree")
 		return nil
 	}
-	fi, err := os.Lstat(abs)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return err
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		p.entries--
+		return nil // vanished
 	}
 	p.st.Symlinks++
-	return p.writeHeader(rel, fi, clean)
+	return p.writeHeader(rel, linkInfo{name: name, mtime: time.Unix(st.Mtim.Unix())}, clean)
 }
 
-func (p *packer) file(rel string) error {
-	f, err := os.Open(filepath.Join(p.root, rel))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+func readlinkat(dfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dfd, name, buf)
+		if err != nil {
+			return "", err
 		}
-		return err
+		if n < size {
+			return string(buf[:n]), nil
+		}
 	}
+}
+
+// linkInfo is the fs.FileInfo writeHeader needs for a symbolic link.
+type linkInfo struct {
+	name  string
+	mtime time.Time
+}
+
+func (l linkInfo) Name() string       { return l.name }
+func (l linkInfo) Size() int64        { return 0 }
+func (l linkInfo) Mode() fs.FileMode  { return fs.ModeSymlink | 0o777 }
+func (l linkInfo) ModTime() time.Time { return l.mtime }
+func (l linkInfo) IsDir() bool        { return false }
+func (l linkInfo) Sys() any           { return nil }
+
+func (p *packer) file(dfd int, name, rel string) error {
+	// O_NONBLOCK: should the entry have become a fifo, the open returns at once instead of
+	// waiting for a writer (and the fstat below skips it).
+	fd, err := openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		p.entries--
+		p.vanishedOr(rel, err)
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if !fi.Mode().IsRegular() { // replaced by something else since the ReadDir
-		p.st.Skipped++
+	if !fi.Mode().IsRegular() { // replaced by something else since the Fstatat
+		p.entries--
+		p.skip(rel, "it changed type while being archived")
+		return nil
+	}
+	if fi.Size() > p.opts.MaxBytes-p.st.BytesIn {
+		p.entries--
+		p.skip(rel, fmt.Sprintf("its %d bytes would take the archive past %d bytes, the most a restore accepts", fi.Size(), p.opts.MaxBytes))
 		return nil
 	}
 	if err := p.writeHeader(rel, fi, ""); err != nil {
@@ -287,7 +452,9 @@ func (p *packer) file(rel string) error {
 			break
 		}
 		if rerr != nil {
-			return fmt.Errorf("read %s: %w", rel, rerr)
+			// Unreadable part way (an I/O error): keep the archive well formed.
+			p.skip(rel, "read failed part way, the rest is zeros: "+rerr.Error())
+			break
 		}
 	}
 	if remain > 0 { // the file shrank after the Stat: keep the archive well formed

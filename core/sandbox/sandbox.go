@@ -31,8 +31,16 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed: the sandbox was closed or reached its end time.
 	ErrClosed = errors.New("sandbox is closed")
+	// ErrNotRegular: the path is a FIFO, socket or device, which file tools do not open
+	// (opening a FIFO would wait for its other end).
+	ErrNotRegular = errors.New("not a regular file (a FIFO, socket or device)")
 	// ErrPortClosed: nothing in the sandbox listens on the port asked for.
 	ErrPortClosed = errors.New("nothing in the sandbox listens on that port")
+	// ErrUnresponsive: the sandbox did not answer within the host's own deadline (its agent
+	// was stopped, wedged or starved of CPU). The host never waits for a sandbox without
+	// such a bound; a provider ends a sandbox that missed one, so the error also wraps
+	// ErrClosed once the provider has done so.
+	ErrUnresponsive = errors.New("the sandbox stopped answering")
 )
 
 // Provider creates sandboxes.
@@ -144,6 +152,9 @@ type ExecResult struct {
 	StdoutCut int64
 	StderrCut int64
 	TimedOut  bool
+	// OOMKilled: a signal killed the command while the sandbox was at its memory limit
+	// (the kernel killed a process of the sandbox for memory during the command).
+	OOMKilled bool
 	Duration  time.Duration
 }
 
