@@ -36,7 +36,21 @@ type ClientConfig struct {
 	Header http.Header
 	// Transport overrides the HTTP transport (tests count bytes with it).
 	Transport http.RoundTripper
+	// IdleTimeout is the host's own bound on an agent that makes no progress: a call that
+	// gets no answer, and no bytes read or written, for this long fails with
+	// sandbox.ErrUnresponsive. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ExecGrace is added to a command's timeout to give Exec its host-side deadline: the
+	// agent kills the command at its timeout and answers; an agent that does not answer
+	// by timeout + grace is unresponsive. Default DefaultExecGrace.
+	ExecGrace time.Duration
 }
+
+// Host-side bounds on an agent, when ClientConfig leaves them zero.
+const (
+	DefaultIdleTimeout = 30 * time.Second
+	DefaultExecGrace   = 5 * time.Second
+)
 
 // Client talks to one agent. It is safe for concurrent use.
 type Client struct {
@@ -45,12 +59,21 @@ type Client struct {
 	header http.Header
 	hc     *http.Client
 	tr     *http.Transport // nil when the caller supplied the transport
+	idle   time.Duration
+	grace  time.Duration
 	closed atomic.Bool
 }
 
 // NewClient builds a client; it does not connect.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/"), sock: cfg.SocketPath}
+	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/"), sock: cfg.SocketPath,
+		idle: cfg.IdleTimeout, grace: cfg.ExecGrace}
+	if c.idle <= 0 {
+		c.idle = DefaultIdleTimeout
+	}
+	if c.grace <= 0 {
+		c.grace = DefaultExecGrace
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		c.tr = &http.Transport{
@@ -121,13 +144,86 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// call sends req under the host's own bound on the agent: unless a request or response
+// byte moves, or the answer arrives, every IdleTimeout, the call is cut and fails with
+// sandbox.ErrUnresponsive. Reading the returned body keeps the bound fed; closing it ends it.
+func (c *Client) call(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	wd := &watchdog{d: c.idle, cancel: cancel}
+	wd.t = time.AfterFunc(c.idle, wd.fire)
+	req = req.WithContext(ctx)
+	if req.Body != nil {
+		req.Body = &watchedReader{r: req.Body, wd: wd, request: true}
+		req.GetBody = nil
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		wd.stop()
+		return nil, wd.wrap(err)
+	}
+	wd.touch()
+	resp.Body = &watchedReader{r: resp.Body, wd: wd}
+	return resp, nil
+}
+
+// watchdog cancels a call whose agent makes no progress for d. Its timer goroutine (the
+// runtime's, via AfterFunc) is stopped by stop, which the call's body Close runs.
+type watchdog struct {
+	d      time.Duration
+	t      *time.Timer
+	cancel context.CancelFunc
+	fired  atomic.Bool
+}
+
+func (w *watchdog) fire() { w.fired.Store(true); w.cancel() }
+
+func (w *watchdog) touch() {
+	if !w.fired.Load() {
+		w.t.Reset(w.d)
+	}
+}
+
+func (w *watchdog) stop() { w.t.Stop(); w.cancel() }
+
+// wrap names an error caused by the watchdog for what it is.
+func (w *watchdog) wrap(err error) error {
+	if err != nil && w.fired.Load() {
+		return fmt.Errorf("%w: no answer for %s (%v)", sandbox.ErrUnresponsive, w.d, err)
+	}
+	return err
+}
+
+// watchedReader feeds its watchdog on every read (of a request body: the agent is taking
+// it; of a response body: the agent is sending it). Closing the response body stops the
+// watchdog (the transport closes a request body as soon as it is sent).
+type watchedReader struct {
+	r       io.ReadCloser
+	wd      *watchdog
+	request bool
+}
+
+func (b *watchedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		b.wd.touch()
+	}
+	return n, b.wd.wrap(err)
+}
+
+func (b *watchedReader) Close() error {
+	if !b.request {
+		b.wd.stop()
+	}
+	return b.r.Close()
+}
+
 // Health checks GET /health.
 func (c *Client) Health(ctx context.Context) error {
 	req, err := c.newRequest(ctx, http.MethodGet, PathHealth, nil, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(req)
+	resp, err := c.call(req)
 	if err != nil {
 		return fmt.Errorf("envd health: %w", err)
 	}
@@ -182,7 +278,7 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 	}
 	req.Header.Set("Content-Type", contentJSON)
 	req.Header.Set(HeaderProtocol, "1")
-	resp, err := c.do(req)
+	resp, err := c.call(req)
 	if err != nil {
 		return err
 	}
@@ -216,7 +312,7 @@ func (c *Client) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte
 	if err != nil {
 		return nil, fmt.Errorf("read file %s: %w", abs, err)
 	}
-	resp, err := c.do(req)
+	resp, err := c.call(req)
 	if err != nil {
 		return nil, fmt.Errorf("read file %s: %w", abs, err)
 	}
@@ -256,7 +352,7 @@ func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
 		return fmt.Errorf("write file %s: %w", abs, err)
 	}
 	req.Header.Set("Content-Type", contentOctet)
-	resp, err := c.do(req)
+	resp, err := c.call(req)
 	if err != nil {
 		return fmt.Errorf("write file %s: %w", abs, err)
 	}
@@ -422,7 +518,9 @@ func startRequest(r sandbox.ExecRequest, tag string) (StartRequest, error) {
 }
 
 // openStream starts /process.Process/Start and checks the response is a stream.
-func (c *Client) openStream(ctx context.Context, sr StartRequest, hdr map[string]string) (*http.Response, error) {
+// With watched, the call is bounded like any other (the agent answers a background start
+// at once); without, the caller bounds it (a foreground command is silent while it runs).
+func (c *Client) openStream(ctx context.Context, sr StartRequest, hdr map[string]string, watched bool) (*http.Response, error) {
 	b, err := json.Marshal(sr)
 	if err != nil {
 		return nil, err
@@ -439,7 +537,11 @@ func (c *Client) openStream(ctx context.Context, sr StartRequest, hdr map[string
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.do(req)
+	send := c.do
+	if watched {
+		send = c.call
+	}
+	resp, err := send(req)
 	if err != nil {
 		return nil, err
 	}
@@ -497,17 +599,33 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	stop := context.AfterFunc(ctx, func() {
 		canceled.Store(true)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
-			t := time.AfterFunc(5*time.Second, cancel)
+			t := time.AfterFunc(c.grace, cancel)
 			context.AfterFunc(sctx, func() { t.Stop() })
 			return
 		}
 		cancel()
 	})
 	defer stop()
+	// The host's own deadline: the agent answers by the command's timeout (it kills the
+	// command then); one that has not answered by timeout + grace is not answering at all
+	// (stopped, wedged), and the call must not wait for it any longer.
+	var unresponsive atomic.Bool
+	if timeout > 0 {
+		t := time.AfterFunc(timeout+c.grace, func() { unresponsive.Store(true); cancel() })
+		defer t.Stop()
+	}
+	noAnswer := func(err error) error {
+		return fmt.Errorf("exec %s: %w: no answer %s after the command's %s timeout (%v)",
+			sr.Process.Cmd, sandbox.ErrUnresponsive, c.grace, timeout, err)
+	}
 
 	res := sandbox.ExecResult{ExitCode: -1}
-	resp, err := c.openStream(sctx, sr, hdr)
+	resp, err := c.openStream(sctx, sr, hdr, false)
 	if err != nil {
+		if unresponsive.Load() && !canceled.Load() {
+			res.Duration = time.Since(began)
+			return res, noAnswer(err)
+		}
 		if canceled.Load() {
 			res.TimedOut, res.Duration = true, time.Since(began)
 			return res, fmt.Errorf("exec %s: %w", sr.Process.Cmd, ctx.Err())
@@ -532,10 +650,13 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	for {
 		flags, payload, err := readEnvelope(br)
 		if err != nil {
+			if unresponsive.Load() && !canceled.Load() {
+				return finish(), noAnswer(err)
+			}
 			if canceled.Load() || sctx.Err() != nil {
 				// ctx ended and we cut the stream: kill what we started.
 				if pid != 0 {
-					kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), c.grace)
 					_ = c.Signal(kctx, pid, SignalKill)
 					kcancel()
 				}
@@ -603,7 +724,7 @@ func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Proc
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // closing the stream leaves the process running
-	resp, err := c.openStream(sctx, sr, map[string]string{HeaderBackground: "1"})
+	resp, err := c.openStream(sctx, sr, map[string]string{HeaderBackground: "1"}, true)
 	if err != nil {
 		return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, err)
 	}
@@ -640,7 +761,7 @@ func (c *Client) Ports(ctx context.Context) ([]ListeningPort, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list listening ports: %w", err)
 	}
-	resp, err := c.do(req)
+	resp, err := c.call(req)
 	if err != nil {
 		return nil, fmt.Errorf("list listening ports: %w", err)
 	}

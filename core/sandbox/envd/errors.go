@@ -23,6 +23,7 @@ var kinds = []struct {
 	{"too_large", sandbox.ErrTooLarge},
 	{"closed", sandbox.ErrClosed},
 	{"port_closed", sandbox.ErrPortClosed},
+	{"not_regular", sandbox.ErrNotRegular},
 }
 
 func kindError(name string) error {
@@ -86,6 +87,8 @@ func classify(err error) (code, kind string) {
 		return CodePermissionDenied, "outside"
 	case errors.Is(err, sandbox.ErrPortClosed):
 		return CodeNotFound, "port_closed"
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return CodeInvalidArgument, "not_regular"
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return CodeOutOfRange, "too_large"
 	case errors.Is(err, sandbox.ErrIsDir), errors.Is(err, syscall.EISDIR):

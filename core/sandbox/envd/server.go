@@ -42,7 +42,10 @@ type ServerConfig struct {
 	// ProcDir is the proc filesystem the port extensions read (default /proc). Inside a
 	// sandbox it shows the sandbox's own pid namespace and network namespace.
 	ProcDir string
-	Logger  *slog.Logger
+	// Init says the agent is pid 1 of the sandbox's pid namespace: Serve then reaps every
+	// process that ends in the sandbox, orphans included (see reaper).
+	Init   bool
+	Logger *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -53,10 +56,13 @@ const readChunk = 32 << 10
 
 // Server is the in-sandbox agent.
 type Server struct {
-	cfg  ServerConfig
-	root *os.Root // the workspace; paths inside it are opened through it
-	mux  *http.ServeMux
-	log  *slog.Logger
+	cfg    ServerConfig
+	root   *os.Root // the workspace; paths inside it are opened through it
+	mux    *http.ServeMux
+	log    *slog.Logger
+	launch launcher
+	reaper *reaper // set when cfg.Init
+	writes pathLocks // serialises writes of the same file
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -95,7 +101,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
-	s := &Server{cfg: cfg, root: root, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, root: root, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
+	if cfg.Init {
+		s.reaper = newReaper()
+		s.launch = s.reaper
+	}
 	m := http.NewServeMux()
 	m.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -112,6 +122,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	m.Handle("POST "+PathFilesystemRm, unary(s.remove))
 	m.HandleFunc("GET "+PathPorts, s.handlePorts)
 	m.HandleFunc("GET "+PathDial, s.handleDial)
+	m.HandleFunc("GET "+PathArchive, s.handleArchive)
+	m.HandleFunc("POST "+PathExtract, s.handleExtract)
 	s.mux = m
 	return s, nil
 }
@@ -122,6 +134,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // Serve answers on l until ctx ends, then stops accepting, kills every process it
 // started and returns.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	if s.reaper != nil {
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go s.reaper.run(rctx) // owned by Serve: stops when Serve returns
+	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	stop := context.AfterFunc(ctx, func() { _ = hs.Close() })
 	defer stop()
@@ -280,7 +297,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !fi.Mode().IsRegular() {
-		s.filesError(w, http.StatusBadRequest, badArg("path '%s' is not a regular file", wh.abs))
+		s.filesError(w, http.StatusBadRequest, fmt.Errorf("read %s: it is a %s: %w", wh.abs, fileKind(fi.Mode()), sandbox.ErrNotRegular))
 		return
 	}
 	if m := q.Get(QueryMaxBytes); m != "" {
@@ -297,41 +314,6 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	w.Header().Set("Content-Type", contentOctet)
 	http.ServeContent(w, r, path.Base(wh.abs), fi.ModTime(), f)
-}
-
-func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct != contentOctet {
-		s.filesError(w, http.StatusBadRequest, badArg("unsupported content type %q (this agent takes %s)", ct, contentOctet))
-		return
-	}
-	wh, err := s.resolve(r.URL.Query().Get("path"))
-	if err != nil {
-		s.filesError(w, http.StatusBadRequest, err)
-		return
-	}
-	if err := s.mkdirAll(wh.parent()); err != nil {
-		if errors.Is(err, fs.ErrExist) { // a file where a directory should be
-			err = fmt.Errorf("%w: %w", err, sandbox.ErrNotDir)
-		}
-		s.filesError(w, http.StatusBadRequest, fmt.Errorf("create parents of %s: %w", wh.abs, err))
-		return
-	}
-	f, err := s.openFile(wh, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		s.filesError(w, http.StatusBadRequest, fmt.Errorf("create %s: %w", wh.abs, err))
-		return
-	}
-	_, err = io.Copy(f, r.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		s.filesError(w, http.StatusInternalServerError, fmt.Errorf("write %s: %w", wh.abs, err))
-		return
-	}
-	w.Header().Set("Content-Type", contentJSON)
-	_ = json.NewEncoder(w).Encode([]map[string]string{{"path": wh.abs, "name": path.Base(wh.abs), "type": "file"}})
 }
 
 // ---- unary RPCs
@@ -701,15 +683,34 @@ func lookPath(name string, env []string) (string, error) {
 	return "", badArg("executable %q not found in PATH", name)
 }
 
-func (s *Server) track(cmd *exec.Cmd, req StartRequest) bool {
+// start launches cmd and tracks it until untrack. A server that is closing refuses (and
+// kills what it just started).
+func (s *Server) start(cmd *exec.Cmd, req StartRequest) (int, <-chan exitStatus, error) {
+	pid, done, err := s.launch.start(cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if s.cfg.Init {
+		// At the sandbox's memory limit the kernel kills the process with the highest
+		// score: make that a command, never the agent. Raising a score needs no
+		// privilege. Best effort: a process that already exited has nothing to adjust.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(commandOOMScore), 0)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return false
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return 0, nil, errShuttingDown
 	}
-	s.procs[uint32(cmd.Process.Pid)] = &proc{cfg: req.Process, tag: req.Tag, pid: cmd.Process.Pid}
-	return true
+	s.procs[uint32(pid)] = &proc{cfg: req.Process, tag: req.Tag, pid: pid}
+	return pid, done, nil
 }
+
+var errShuttingDown = errors.New("agent is shutting down")
+
+// commandOOMScore is the oom_score_adj of every command an init agent starts (and, by
+// inheritance, of what they start): the OOM killer weighs it on top of a process's size.
+const commandOOMScore = "500"
 
 func (s *Server) untrack(pid int) {
 	s.mu.Lock()
@@ -744,26 +745,24 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req StartReque
 		return
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
-	err = cmd.Start()
+	pid, done, err := s.start(cmd, req)
 	lf.Close()
+	if errors.Is(err, errShuttingDown) {
+		sw.end(&ConnectError{Code: CodeUnavailable, Message: err.Error()})
+		return
+	}
 	if err != nil {
 		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: "start process: " + err.Error()})
 		return
 	}
-	if !s.track(cmd, req) {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		sw.end(&ConnectError{Code: CodeUnavailable, Message: "agent is shutting down"})
-		return
-	}
 	s.wg.Add(1)
-	go func() { // owned by the server: reaps the process; Close kills it
+	go func() { // owned by the server: waits for the process's end; Close kills it
 		defer s.wg.Done()
-		err := cmd.Wait()
-		s.untrack(cmd.Process.Pid)
-		s.log.Debug("background process ended", "tag", req.Tag, "pid", cmd.Process.Pid, "err", err)
+		st := <-done
+		s.untrack(pid)
+		s.log.Debug("background process ended", "tag", req.Tag, "pid", pid, "status", st.desc)
 	}()
-	sw.event(ProcessEvent{Start: &StartEvent{Pid: uint32(cmd.Process.Pid), ToolhostLogPath: logPath}})
+	sw.event(ProcessEvent{Start: &StartEvent{Pid: uint32(pid), ToolhostLogPath: logPath}})
 	sw.end(nil)
 }
 
@@ -783,18 +782,15 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	defer outR.Close()
 	defer errR.Close()
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	pid, done, err := s.start(cmd, req)
 	outW.Close()
 	errW.Close()
-	if err != nil {
-		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: "start process: " + err.Error()})
+	if errors.Is(err, errShuttingDown) {
+		sw.end(&ConnectError{Code: CodeUnavailable, Message: err.Error()})
 		return
 	}
-	pid := cmd.Process.Pid
-	if !s.track(cmd, req) {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		sw.end(&ConnectError{Code: CodeUnavailable, Message: "agent is shutting down"})
+	if err != nil {
+		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: "start process: " + err.Error()})
 		return
 	}
 	defer s.untrack(pid)
@@ -860,7 +856,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	go pump(0, outR)
 	go pump(1, errR)
 
-	waitErr := cmd.Wait()
+	st := <-done
 	// A leftover `cmd &` may hold the pipes: read what is already there, briefly. Such a
 	// child keeps running; once we close the pipes its next write gets SIGPIPE.
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
@@ -883,10 +879,9 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 		sw.end(&ConnectError{Code: CodeDeadlineExceeded, Message: fmt.Sprintf("process %d killed after its %s timeout", pid, timeout)})
 		return
 	}
-	ps := cmd.ProcessState
-	end := &EndEvent{ExitCode: int32(ps.ExitCode()), Exited: ps.Exited(), Status: ps.String()}
-	if waitErr != nil {
-		end.Error = waitErr.Error()
+	end := &EndEvent{ExitCode: int32(st.code), Exited: st.signal == 0, Status: st.desc}
+	if st.code != 0 {
+		end.Error = st.desc
 	}
 	sw.event(ProcessEvent{End: end})
 	sw.end(nil)

@@ -4,34 +4,36 @@ import (
 	"context"
 	"fmt"
 	"io"
-
-	"github.com/toolhost/toolhost/core/archive"
 )
 
-// Archive packs the workspace straight from its host directory: no process in the
-// sandbox is involved, and the tree never crosses the agent's socket.
+// Archive has the agent pack the workspace inside the sandbox and streams it to w. Packing
+// from the sandbox's own view is what makes a snapshot safe: a symbolic link the sandbox
+// made can only lead to what the sandbox could read itself, whatever it swaps while the
+// archive is being made. The stream is the sandbox's word, bounded (envd.MaxArchiveBytes)
+// and checked again when it is restored.
 func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) error {
 	if err := s.closedErr(); err != nil {
 		return err
 	}
-	st, err := archive.Pack(ctx, w, s.workspace, archive.PackOptions{Excludes: excludes})
+	res, err := s.client.Archive(ctx, w, excludes)
 	if err != nil {
-		return fmt.Errorf("archive sandbox %s: %w", s.id, err)
+		return s.wrap(fmt.Errorf("archive sandbox %s: %w", s.id, err))
 	}
-	s.log.Debug("archived workspace", "sandbox", s.id, "files", st.Files, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut, "took", st.Duration)
+	s.log.Debug("archived workspace", "files", res.Files, "skipped", res.Skipped, "bytes_in", res.Bytes, "ms", res.Millis)
 	return nil
 }
 
-// Extract unpacks into the workspace's host directory through archive.Extract, which
-// refuses every entry that would land outside it.
+// Extract has the agent unpack a tar.gz into the (empty) workspace, inside the sandbox: the
+// files are the sandbox user's, within its disk limit, and an entry that would land
+// outside the workspace is refused (archive.Extract).
 func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 	if err := s.closedErr(); err != nil {
 		return err
 	}
-	st, err := archive.Extract(ctx, r, s.workspace, archive.ExtractOptions{})
+	res, err := s.client.Extract(ctx, r)
 	if err != nil {
-		return fmt.Errorf("extract into sandbox %s: %w", s.id, err)
+		return s.wrap(fmt.Errorf("extract into sandbox %s: %w", s.id, err))
 	}
-	s.log.Debug("extracted workspace", "sandbox", s.id, "files", st.Files, "bytes", st.Bytes, "took", st.Duration)
+	s.log.Debug("extracted workspace", "files", res.Files, "bytes", res.Bytes, "ms", res.Millis)
 	return nil
 }

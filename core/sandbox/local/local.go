@@ -1,12 +1,19 @@
 // Package local is the sandbox provider for this machine: every sandbox is a bubblewrap
 // (bwrap) container with a minimal read-only root, the workspace at /home/user, a private
-// /tmp, an unprivileged user and no network unless asked. Inside runs the envd-compatible
-// agent (package envd), re-executed from the host's own binary (see agent.go), and the
-// provider talks to it through a unix socket.
+// /tmp, an unprivileged user, no network unless asked, a seccomp filter, and a limit on
+// every resource. Inside runs the envd-compatible agent (package envd) as the sandbox's
+// pid 1, re-executed from the host's own binary (see agent.go), and the provider talks to
+// it through a unix socket.
+//
+// The sandbox is hostile: everything it writes or says is input to the host. So the
+// provider hands bwrap no host path that the sandbox could read back (see launch), runs
+// it as an unprivileged uid when the host is root (see identity), bounds every resource
+// (see Limits), never logs what the sandbox prints (see sandboxOutput), and bounds every
+// wait on the agent (envd.Client's deadlines): an agent that stops answering ends its
+// sandbox, and the workspace stays for whoever hands it over to the next one.
 package local
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -26,8 +33,13 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/envd"
+	"github.com/toolhost/toolhost/internal/cgroup"
+	"github.com/toolhost/toolhost/internal/seccomp"
+	"github.com/toolhost/toolhost/internal/volume"
 )
 
 // BwrapPath is the bubblewrap binary (Debian package bubblewrap).
@@ -36,7 +48,7 @@ const BwrapPath = "/usr/bin/bwrap"
 // ErrNoBwrap: bubblewrap is not installed.
 var ErrNoBwrap = errors.New("bubblewrap is not installed (" + BwrapPath + "; Debian package bubblewrap)")
 
-// Identity of the sandbox user.
+// Identity of the sandbox user inside.
 const (
 	sandboxUID = 1000
 	sandboxGID = 1000
@@ -44,30 +56,51 @@ const (
 
 // Config configures the provider.
 type Config struct {
-	// RunDir holds one private directory per sandbox (its agent socket and /etc/passwd);
-	// none of it is visible inside a sandbox. Default os.TempDir()/toolhost-run.
+	// RunDir holds one private directory per sandbox (its agent socket); none of it is
+	// visible inside a sandbox. It must be the host user's own and writable by no one
+	// else; it is created 0700. Default os.TempDir()/toolhost-run-UID.
 	RunDir string
+	// WorkspaceDir holds the private workspaces (and, as root, the staging mounts of host
+	// directories). When the host runs as root, bubblewrap runs as the sandbox user and
+	// must be able to walk to it: every directory above it must let others pass (x), as
+	// /var/tmp does. It is created root:sandbox-group 0710. Default
+	// /var/tmp/toolhost-workspaces-UID (disk-backed: a workspace may hold gigabytes).
+	WorkspaceDir string
 	// DefaultTimeout is a sandbox's lifetime when CreateOptions.Timeout is zero (1h).
 	DefaultTimeout time.Duration
 	// MaxLifetime caps StartedAt..EndsAt; SetTimeout refuses to go past it (24h).
 	MaxLifetime time.Duration
-	Logger      *slog.Logger
+	// Limits bound each sandbox's resources; zero fields take their defaults.
+	Limits Limits
+	// HostUID and HostGID are the host ids the sandbox user runs as when the host runs as
+	// root; 0 means DefaultHostID. Ignored otherwise (the sandbox user is the host user).
+	HostUID, HostGID int
+	Logger           *slog.Logger
 }
 
-// Provider creates bubblewrap sandboxes.
+// Provider creates bubblewrap sandboxes. Close releases it.
 type Provider struct {
-	cfg Config
-	exe string // this binary, re-executed as the agent
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	id     identity
+	limits Limits
+	sbDir  string // RunDir/sandboxes
+	wsDir  string // WorkspaceDir
+
+	exe      *os.File // the agent's executable (this binary, or a sealed memfd copy)
+	seccomp  []byte   // the filter; nil when this architecture has none
+	cgroups  *cgroup.Manager
+	cgSup    cgroup.Support
+	volumes  *volume.Pool // nil when volumes are unavailable
+	enforced []Enforcement
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
 
-// New checks that bubblewrap and this executable are usable and prepares RunDir.
+// New checks that bubblewrap and this executable are usable, prepares the run and
+// workspace directories, finds how each limit can be enforced here and logs it (a limit
+// that cannot be enforced is a warning, never silent).
 func New(cfg Config) (*Provider, error) {
-	if cfg.RunDir == "" {
-		cfg.RunDir = filepath.Join(os.TempDir(), "toolhost-run")
-	}
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = time.Hour
 	}
@@ -80,25 +113,96 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.HostUID == 0 {
+		cfg.HostUID = DefaultHostID
+	}
+	if cfg.HostGID == 0 {
+		cfg.HostGID = cfg.HostUID
+	}
+	uid := strconv.Itoa(os.Geteuid())
+	if cfg.RunDir == "" {
+		cfg.RunDir = filepath.Join(os.TempDir(), "toolhost-run-"+uid)
+	}
+	if cfg.WorkspaceDir == "" {
+		cfg.WorkspaceDir = filepath.Join("/var/tmp", "toolhost-workspaces-"+uid)
+	}
 	if _, err := os.Stat(BwrapPath); err != nil {
 		return nil, fmt.Errorf("local provider: %w: %v", ErrNoBwrap, err)
 	}
-	exe, err := os.Executable()
+	id, err := newIdentity(cfg.HostUID, cfg.HostGID)
 	if err != nil {
-		return nil, fmt.Errorf("local provider: find own executable for the agent: %w", err)
+		return nil, fmt.Errorf("local provider: %w", err)
 	}
-	if exe, err = filepath.EvalSymlinks(exe); err != nil {
-		return nil, fmt.Errorf("local provider: resolve own executable: %w", err)
+	p := &Provider{cfg: cfg, log: cfg.Logger, id: id, limits: cfg.Limits.withDefaults()}
+	if err := p.prepareDirs(); err != nil {
+		return nil, fmt.Errorf("local provider: %w", err)
 	}
-	runDir, err := filepath.Abs(cfg.RunDir)
+	if p.exe, err = agentExecutable(id); err != nil {
+		return nil, fmt.Errorf("local provider: %w", err)
+	}
+	seccompErr := error(nil)
+	if p.seccomp, seccompErr = seccomp.Program(); seccompErr != nil {
+		p.seccomp = nil
+	}
+	p.cgroups, err = cgroup.Open("toolhost", p.log)
 	if err != nil {
-		return nil, fmt.Errorf("local provider: run dir: %w", err)
+		p.exe.Close()
+		return nil, fmt.Errorf("local provider: cgroups: %w", err)
 	}
-	cfg.RunDir = runDir
-	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("local provider: create run dir: %w", err)
+	p.cgSup = p.cgroups.Support()
+	volumesErr := errors.New("disabled")
+	if p.limits.DiskBytes > 0 {
+		if volumesErr = volume.Check(); volumesErr == nil {
+			p.volumes, volumesErr = volume.New(volume.Config{
+				Dir: p.wsDir, Size: p.limits.DiskBytes,
+				RootUID: rootOwner(id), RootGID: id.gid, RootMode: rootMode(id),
+				Logger: p.log,
+			})
+		}
 	}
-	return &Provider{cfg: cfg, exe: exe, log: cfg.Logger}, nil
+	p.prune()
+	p.enforced = p.enforcement(p.cgSup, volumesErr, seccompErr)
+	p.log.Info("sandbox limits", "limits", limitsLine(p.enforced), "user", p.userLine())
+	for _, e := range p.enforced {
+		if e.Missing != "" {
+			p.log.Warn("sandbox limit not enforced", "resource", e.Resource, "limit", e.Limit, "why", e.Missing)
+		}
+	}
+	return p, nil
+}
+
+func rootOwner(id identity) int {
+	if id.root {
+		return 0
+	}
+	return id.uid
+}
+
+func rootMode(id identity) os.FileMode {
+	if id.root {
+		return 0o770
+	}
+	return 0o700
+}
+
+func (p *Provider) userLine() string {
+	if p.id.root {
+		return fmt.Sprintf("sandbox user 1000 is host uid %d gid %d (unprivileged); host root is not mapped", p.id.uid, p.id.gid)
+	}
+	return fmt.Sprintf("sandbox user 1000 is the host user (uid %d): not running as root, so there is no other uid to give it", p.id.uid)
+}
+
+// Enforcement reports each limit and how it is enforced on this host.
+func (p *Provider) Enforcement() []Enforcement { return slices.Clone(p.enforced) }
+
+// Close releases what the provider holds, after waiting (within ctx) for the deletion
+// of closed workspaces' volumes. Sandboxes still open keep working until they are closed.
+func (p *Provider) Close(ctx context.Context) error {
+	err := p.exe.Close()
+	if p.volumes != nil {
+		err = errors.Join(err, p.volumes.Close(ctx))
+	}
+	return err
 }
 
 const (
@@ -106,6 +210,9 @@ const (
 		"user:x:1000:1000:user:/home/user:/bin/bash\n" +
 		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 	group = "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n"
+	// gitconfig: the workspace root belongs to someone else (root, as the sandbox sees
+	// "nobody") when the host is root, which git's safe.directory check would refuse.
+	gitconfig = "[safe]\n\tdirectory = *\n"
 )
 
 // etcFiles are bound read-only from the host when present: what the loader and common
@@ -119,21 +226,26 @@ var etcFiles = []string{
 // etcNetFiles are added with NetworkHost.
 var etcNetFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf"}
 
-// bwrapArgs builds the bubblewrap command line of one sandbox.
-func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []string {
-	a := []string{
+// plan builds the bubblewrap invocation of one sandbox: its arguments and descriptors.
+// listener is the agent's listening socket (it becomes descriptor 3 in the sandbox).
+func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, opts sandbox.CreateOptions) (*launch, error) {
+	l := &launch{}
+	agentFD := l.add(listener)
+	l.arg(
 		"--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
 		// No nested user namespaces: they would hand the sandbox capabilities over new
 		// namespaces and with them much more kernel surface (bwrap >= 0.8).
 		"--disable-userns",
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		// The agent is the sandbox's pid 1: the kernel then drops SIGKILL and SIGSTOP sent
+		// to it from inside, and the seccomp filter refuses the rest (kill(1, ...)).
+		"--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--clearenv",
 		"--cap-drop", "ALL",
 		"--ro-bind", "/usr", "/usr",
-	}
+	)
 	if opts.Network != sandbox.NetworkHost {
-		a = append(a, "--unshare-net")
+		l.arg("--unshare-net")
 	}
 	// Merged-/usr systems make these symlinks into /usr; older ones have real directories.
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
@@ -142,10 +254,10 @@ func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []st
 		case err != nil:
 		case fi.Mode()&os.ModeSymlink != 0:
 			if t, err := os.Readlink(d); err == nil {
-				a = append(a, "--symlink", t, d)
+				l.arg("--symlink", t, d)
 			}
 		case fi.IsDir():
-			a = append(a, "--ro-bind", d, d)
+			l.arg("--ro-bind", d, d)
 		}
 	}
 	files := etcFiles
@@ -153,17 +265,29 @@ func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []st
 		files = append(slices.Clone(files), etcNetFiles...)
 	}
 	for _, f := range files {
-		a = append(a, "--ro-bind-try", f, f)
+		l.arg("--ro-bind-try", f, f)
 	}
-	a = append(a,
-		"--ro-bind", filepath.Join(runDir, "passwd"), "/etc/passwd",
-		"--ro-bind", filepath.Join(runDir, "group"), "/etc/group",
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/dev/shm", // private, like /tmp; shared-memory users need it
-		"--tmpfs", "/tmp",
-		"--bind", ws, sandbox.WorkspaceRoot,
-		"--ro-bind", p.exe, agentPath,
+	for _, d := range []struct{ name, dest, data string }{
+		{"passwd", "/etc/passwd", passwd}, {"group", "/etc/group", group}, {"gitconfig", "/etc/gitconfig", gitconfig},
+	} {
+		fd, err := l.data(d.name, []byte(d.data))
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l.arg("--ro-bind-data", fd, d.dest)
+	}
+	lim := p.limits
+	l.arg("--proc", "/proc", "--dev", "/dev")
+	if lim.ShmBytes > 0 {
+		l.arg("--size", strconv.FormatInt(lim.ShmBytes, 10))
+	}
+	l.arg("--tmpfs", "/dev/shm") // private, like /tmp; shared-memory users need it
+	if lim.TmpBytes > 0 {
+		l.arg("--size", strconv.FormatInt(lim.TmpBytes, 10))
+	}
+	l.arg("--tmpfs", "/tmp",
+		"--bind", ws.path, sandbox.WorkspaceRoot,
 		"--chdir", sandbox.WorkspaceRoot,
 		"--setenv", "HOME", sandbox.WorkspaceRoot,
 		"--setenv", "USER", "user",
@@ -173,18 +297,46 @@ func (p *Provider) bwrapArgs(ws, runDir string, opts sandbox.CreateOptions) []st
 		"--setenv", "TERM", "dumb",
 	)
 	for _, k := range slices.Sorted(maps.Keys(opts.Env)) {
-		a = append(a, "--setenv", k, opts.Env[k])
+		l.arg("--setenv", k, opts.Env[k])
 	}
-	a = append(a,
+	l.arg(
 		"--setenv", envAgent, "1",
-		"--setenv", envAgentFD, "3",
+		"--setenv", envAgentFD, agentFD,
+		"--setenv", envAgentRlimits, p.rlimits(p.cgSup.Pids.OK()),
 		// Everything not mounted read-write above (the workspace, /tmp, /dev/shm) is
 		// read-only; the device nodes in /dev are their own mounts and stay usable.
 		"--remount-ro", "/dev",
 		"--remount-ro", "/",
-		"--", agentPath,
+		"--info-fd", l.add(info),
+		// The first process waits here, set up but not yet running the agent, until the
+		// host has put it in its cgroups and set its rlimits (so nothing escapes them).
+		"--block-fd", l.add(block),
 	)
-	return a
+	if p.seccomp != nil {
+		fd, err := l.data("seccomp", p.seccomp)
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l.arg("--seccomp", fd)
+	}
+	// The agent is this very binary, run through an inherited descriptor: no host path of
+	// it is mounted in the sandbox.
+	exe, err := dupFile(p.exe)
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	l.command = "/proc/self/fd/" + l.add(exe)
+	return l, nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 func newID() string {
@@ -200,24 +352,15 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
 	id := newID()
-	runDir := filepath.Join(p.cfg.RunDir, id)
-	if err := os.Mkdir(runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create local sandbox %s: run dir: %w", id, err)
-	}
-	// Without a workspace of its own the sandbox gets a private, empty one that lives and
-	// dies with it: what a session restores snapshots into.
-	ws := opts.Workspace
-	if ws == "" {
-		ws = filepath.Join(runDir, "workspace")
-	}
-	ws, err = prepareWorkspace(ws)
+	ws, err := p.newWorkspace(ctx, id, opts.Workspace)
 	if err != nil {
-		_ = os.RemoveAll(runDir)
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
-	s, err := p.start(ctx, id, ws, runDir, timeout, opts)
+	s, err := p.start(ctx, id, ws, timeout, opts)
 	if err != nil {
-		_ = os.RemoveAll(runDir)
+		if rerr := ws.release(); rerr != nil {
+			p.log.Warn("release the workspace of a sandbox that did not start", "sandbox", id, "err", rerr)
+		}
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
 	return s, nil
@@ -245,61 +388,106 @@ func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 	return timeout, nil
 }
 
-func prepareWorkspace(dir string) (string, error) {
-	ws, err := filepath.Abs(dir)
+// start runs bwrap for a sandbox over ws. On failure ws is left to the caller.
+func (p *Provider) start(ctx context.Context, id string, ws *workspace, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
+	runDir := filepath.Join(p.sbDir, id)
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("run dir: %w", err)
+	}
+	lock, err := holdLock(filepath.Join(runDir, "lock"+lockSuffix), "sandbox")
 	if err != nil {
-		return "", fmt.Errorf("workspace: %w", err)
+		_ = os.RemoveAll(runDir)
+		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return "", fmt.Errorf("create workspace: %w", err)
+	s, err := p.startIn(ctx, id, runDir, lock, ws, timeout, opts)
+	if err != nil {
+		_ = os.RemoveAll(runDir)
+		lock.Close()
+		return nil, err
 	}
-	if ws, err = filepath.EvalSymlinks(ws); err != nil {
-		return "", fmt.Errorf("resolve workspace: %w", err)
-	}
-	return ws, nil
+	return s, nil
 }
 
-func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
-	if err := os.WriteFile(filepath.Join(runDir, "passwd"), []byte(passwd), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(runDir, "group"), []byte(group), 0o644); err != nil {
-		return nil, err
-	}
-	// The host creates the listening socket and hands it over as fd 3: the agent needs no
-	// writable mount outside the workspace, and connections queue until it accepts.
+func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File, ws *workspace, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
+	// The host creates the listening socket and hands it over as a descriptor: the agent
+	// needs no writable mount outside the workspace, and connections queue until it
+	// accepts.
 	sock := filepath.Join(runDir, "agent.sock")
 	if len(sock) >= 108 { // sun_path
 		return nil, fmt.Errorf("agent socket path %s is too long for a unix socket; use a shorter RunDir", sock)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen on agent socket: %w", err)
 	}
-	l.SetUnlinkOnClose(false)
-	lf, err := l.File()
-	l.Close()
+	ul.SetUnlinkOnClose(false)
+	lf, err := ul.File()
+	ul.Close()
 	if err != nil {
 		return nil, fmt.Errorf("agent socket file: %w", err)
 	}
-	defer lf.Close()
-
 	client, err := envd.NewClient(envd.ClientConfig{SocketPath: sock})
 	if err != nil {
+		lf.Close()
 		return nil, err
 	}
 	log := p.log.With("sandbox", id)
-	stderr := &tailLog{log: log}
-	args := p.bwrapArgs(ws, runDir, opts)
-	log.Debug("starting bwrap", "args", args)
-	cmd := exec.Command(BwrapPath, args...)
+
+	var cg *cgroup.Group
+	if p.cgSup.Memory.OK() || p.cgSup.Pids.OK() || p.cgSup.CPU.OK() || p.cgSup.Kill.OK() {
+		if cg, err = p.cgroups.Create(id, cgroup.Limits{MemoryBytes: p.limits.MemoryBytes, Pids: p.limits.Processes, CPUs: p.limits.CPUs}); err != nil {
+			lf.Close()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	fail := func(err error) (*Sandbox, error) {
+		if cg != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = cg.Close(cctx)
+			cancel()
+		}
+		return nil, err
+	}
+
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		lf.Close()
+		return fail(err)
+	}
+	defer infoR.Close()
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		lf.Close()
+		infoW.Close()
+		return fail(err)
+	}
+	defer blockW.Close()
+	plan, err := p.plan(ws, lf, infoW, blockR, opts)
+	if err != nil {
+		lf.Close()
+		infoW.Close()
+		blockR.Close()
+		return fail(err)
+	}
+	argsFD, err := plan.data("args", plan.argsData())
+	if err != nil {
+		plan.close()
+		return fail(err)
+	}
+	out := &sandboxOutput{log: log}
+	// bwrap takes the command itself from its real command line, after the options.
+	cmd := exec.Command(BwrapPath, "--args", argsFD, "--", plan.command)
 	cmd.Env = []string{} // bwrap --clearenv anyway; nothing of ours leaks through argv either
-	cmd.ExtraFiles = []*os.File{lf}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	// If the host dies, take the sandbox with it (bwrap --die-with-parent covers the inside).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = plan.files
+	cmd.Stderr = out // stdout: /dev/null
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// If the host dies, take the sandbox with it (bwrap --die-with-parent covers the
+		// inside).
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: p.id.credential(),
+	}
 	s := &Sandbox{
-		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, workspace: ws, stderr: stderr,
+		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, lock: lock, ws: ws, out: out, cg: cg,
 		dead: make(chan struct{}), closeDone: make(chan struct{}),
 	}
 	s.startedAt = time.Now()
@@ -309,7 +497,14 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 		// Pdeathsig fires when the *thread* that forked bwrap exits, and Go may retire a
 		// thread; pinning this goroutine keeps that thread alive exactly as long as bwrap.
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		// In its cgroup from birth (the cgroup package forks it from inside the group),
+		// so bwrap's cgroup namespace is rooted there and the sandbox sees "/" as its
+		// cgroup, not the host's layout.
+		start := cmd.Start
+		if cg != nil {
+			start = func() error { return cg.Start(cmd) }
+		}
+		if err := start(); err != nil {
 			close(s.dead)
 			started <- fmt.Errorf("start bwrap: %w", err)
 			return
@@ -320,12 +515,16 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 		log.Debug("bwrap exited", "err", err)
 		// Died on its own (OOM killer, someone's kill): release it like a Close. When we
 		// killed it, shutdown is already under way and this just waits for it.
-		s.shutdown(fmt.Sprintf("exited unexpectedly (%v)", err))
+		s.shutdown(fmt.Sprintf("exited unexpectedly (%v; last output: %s)", err, out))
 	}()
 	err = <-started
-	lf.Close()
+	plan.close() // the child has its copies
 	if err != nil {
-		return nil, err
+		return fail(err)
+	}
+	if err := s.admit(ctx, infoR, blockW); err != nil {
+		s.shutdown("failed to start")
+		return fail(err)
 	}
 	if err := s.waitReady(ctx); err != nil {
 		s.shutdown("failed to start")
@@ -334,8 +533,39 @@ func (p *Provider) start(ctx context.Context, id, ws, runDir string, timeout tim
 	s.mu.Lock()
 	s.timer = time.AfterFunc(time.Until(s.endsAt), s.expire)
 	s.mu.Unlock()
-	log.Debug("sandbox ready", "workspace", ws, "network", opts.Network, "took", time.Since(s.startedAt))
+	log.Debug("sandbox ready", "workspace", ws.path, "network", opts.Network, "took", time.Since(s.startedAt))
 	return s, nil
+}
+
+// admit learns the host pid of the sandbox's first process, which bwrap holds before it
+// runs the agent, and lets it go.
+func (s *Sandbox) admit(ctx context.Context, info *os.File, block *os.File) error {
+	type result struct {
+		pid int
+		err error
+	}
+	got := make(chan result, 1)
+	go func() { // owned by admit: ends when bwrap writes or closes its info descriptor
+		pid, err := readChildPID(info)
+		got <- result{pid, err}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-s.dead:
+		return fmt.Errorf("sandbox exited while starting: %s", s.out)
+	case <-ctx.Done():
+		return fmt.Errorf("wait for bwrap: %w", ctx.Err())
+	}
+	if r.err != nil {
+		return fmt.Errorf("%w (bwrap said: %s)", r.err, s.out)
+	}
+	s.initPID = r.pid
+
+	if _, err := block.Write([]byte{1}); err != nil {
+		return fmt.Errorf("let the sandbox run: %w (bwrap said: %s)", err, s.out)
+	}
+	return nil
 }
 
 // waitReady polls /health until the agent answers, bwrap exits or ctx ends.
@@ -349,7 +579,7 @@ func (s *Sandbox) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.dead:
-			return fmt.Errorf("sandbox exited while starting: %s", s.stderr.String())
+			return fmt.Errorf("sandbox exited while starting: %s", s.out)
 		case <-ctx.Done():
 			return fmt.Errorf("wait for the sandbox agent: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(2 * time.Millisecond):
@@ -365,15 +595,18 @@ type Sandbox struct {
 	cmd       *exec.Cmd
 	client    *envd.Client
 	runDir    string
-	workspace string // host directory mounted at /home/user
-	stderr    *tailLog
-	previews  previews // host listeners of PreviewURL
+	lock      *os.File // held while the run dir is in use (see prune)
+	out       *sandboxOutput
+	cg        *cgroup.Group // nil when the host has no cgroups for us
+	initPID   int           // host pid of the sandbox's pid 1 (the agent)
+	previews  previews      // host listeners of PreviewURL
 	startedAt time.Time
 
 	mu     sync.Mutex
 	endsAt time.Time
 	timer  *time.Timer
-	reason string // why it closed; "" while open
+	reason string     // why it closed; "" while open
+	ws     *workspace // nil once released or handed over
 
 	dead      chan struct{} // closed when bwrap has exited
 	closeOnce sync.Once
@@ -408,7 +641,8 @@ func (s *Sandbox) closedErr() error {
 	return fmt.Errorf("sandbox %s %s: %w", s.id, s.reason, sandbox.ErrClosed)
 }
 
-// wrap turns a failure of a sandbox that died meanwhile into ErrClosed.
+// wrap turns a failure of a sandbox that died meanwhile into ErrClosed, and ends a
+// sandbox whose agent stopped answering (it wraps both ErrUnresponsive and ErrClosed then).
 func (s *Sandbox) wrap(err error) error {
 	if err == nil || errors.Is(err, sandbox.ErrClosed) {
 		return err
@@ -420,6 +654,14 @@ func (s *Sandbox) wrap(err error) error {
 		}
 		return fmt.Errorf("sandbox %s died: %w (%v)", s.id, sandbox.ErrClosed, err)
 	default:
+	}
+	if errors.Is(err, sandbox.ErrUnresponsive) {
+		// Stopped (SIGSTOP cannot reach it from inside, but a starved or wedged agent is
+		// as bad): nothing more can be done in this sandbox. Its workspace stays, for a
+		// handoff to the next one.
+		s.log.Warn("sandbox agent stopped answering; ending the sandbox", "err", err)
+		s.shutdown("stopped answering")
+		return fmt.Errorf("sandbox %s stopped answering and was ended: %w", s.id, errors.Join(sandbox.ErrClosed, err))
 	}
 	// A connection the agent refused or dropped may mean it is gone (killed from inside,
 	// say); then nothing can be done in the sandbox any more: end it and say so.
@@ -468,24 +710,41 @@ func (s *Sandbox) expire() {
 	s.shutdown("reached its end time at " + at.Format(time.RFC3339))
 }
 
-// Close kills every process of the sandbox and removes its run directory.
+// Close kills every process of the sandbox, removes its run directory and releases its
+// workspace (unless a handoff took it).
 func (s *Sandbox) Close(ctx context.Context) error {
 	go s.shutdown("was closed")
 	select {
 	case <-s.closeDone:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox %s: %w", s.id, ctx.Err())
 	}
+	s.mu.Lock()
+	ws := s.ws
+	s.ws = nil
+	s.mu.Unlock()
+	if ws != nil {
+		if err := ws.release(); err != nil {
+			return fmt.Errorf("close sandbox %s: release its workspace: %w", s.id, err)
+		}
+	}
+	return nil
 }
 
-// shutdown kills the sandbox once; later callers wait for the first to finish.
-func (s *Sandbox) shutdown(reason string) { s.shutdownThen(reason, nil) }
+// takeWorkspace hands the workspace of an ended sandbox to its successor (Handoff).
+func (s *Sandbox) takeWorkspace() *workspace {
+	<-s.closeDone
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.ws
+	s.ws = nil
+	return ws
+}
 
-// shutdownThen is shutdown with a step run once every process is dead, before the run
-// dir goes: a handoff moves the private workspace out there. When afterKill returns
-// false the run dir is kept (it still holds data).
-func (s *Sandbox) shutdownThen(reason string, afterKill func() bool) {
+// shutdown kills the sandbox once; later callers wait for the first to finish. The
+// workspace stays (Close releases it, Handoff takes it): a sandbox that died or stopped
+// answering has not lost its files.
+func (s *Sandbox) shutdown(reason string) {
 	s.closeOnce.Do(func() {
 		defer close(s.closeDone)
 		s.mu.Lock()
@@ -497,33 +756,38 @@ func (s *Sandbox) shutdownThen(reason string, afterKill func() bool) {
 		s.previews.close() // no new preview connections; the open ones end
 		s.client.Close()
 		s.kill()
-		if afterKill != nil && !afterKill() {
-			s.log.Warn("sandbox run dir kept: it still holds the workspace", "dir", s.runDir)
-			return
-		}
 		if err := os.RemoveAll(s.runDir); err != nil {
 			s.log.Warn("remove sandbox run dir", "dir", s.runDir, "err", err)
+		}
+		s.lock.Close()
+		if reason != "was closed" && !strings.HasPrefix(reason, "was handed off") {
+			s.log.Warn("sandbox ended", "reason", reason)
 		}
 	})
 	<-s.closeDone
 }
 
-// kill ends the pid namespace: SIGKILL its init (bwrap's child), which makes the kernel
-// kill every process in it; the outer bwrap then reaps init and exits, so nothing is left
-// to be reparented. Killing the outer bwrap is the fallback.
+// kill ends the pid namespace: SIGKILL its init (the agent), which makes the kernel kill
+// every process in it; the outer bwrap then reaps init and exits, so nothing is left to be
+// reparented. The cgroup, when there is one, is emptied too; killing the outer bwrap is the
+// fallback.
 func (s *Sandbox) kill() {
+	defer func() {
+		if s.cg != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.cg.Close(ctx); err != nil {
+				s.log.Warn("remove the sandbox's cgroup", "err", err)
+			}
+			cancel()
+		}
+	}()
 	select {
 	case <-s.dead: // reaped already: its pid may belong to someone else now
 		return
 	default:
 	}
-	pid := s.cmd.Process.Pid
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				_ = syscall.Kill(c, syscall.SIGKILL)
-			}
-		}
+	if s.initPID > 0 {
+		_ = syscall.Kill(s.initPID, syscall.SIGKILL)
 	}
 	select {
 	case <-s.dead:
@@ -539,8 +803,24 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	if err := s.closedErr(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
+	kills := s.oomKills()
 	res, err := s.client.Exec(ctx, req)
+	if res.ExitCode == -1 && !res.TimedOut && s.oomKills() > kills {
+		res.OOMKilled = true
+	}
 	return res, s.wrap(err)
+}
+
+// oomKills counts the processes the sandbox's memory limit has killed so far.
+func (s *Sandbox) oomKills() int64 {
+	if s.cg == nil {
+		return 0
+	}
+	st, err := s.cg.Stats()
+	if err != nil {
+		return 0
+	}
+	return st.OOMKills
 }
 
 // Start runs a background command.
@@ -585,42 +865,4 @@ func (s *Sandbox) List(ctx context.Context, req sandbox.ListRequest) (sandbox.Li
 	}
 	res, err := s.client.List(ctx, req)
 	return res, s.wrap(err)
-}
-
-// tailLog logs bwrap's and the agent's output line by line and keeps the last few KB
-// for error messages.
-type tailLog struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	buf  []byte // incomplete line
-	tail []byte
-}
-
-func (t *tailLog) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.tail = append(t.tail, p...)
-	if len(t.tail) > 4<<10 {
-		t.tail = t.tail[len(t.tail)-4<<10:]
-	}
-	t.buf = append(t.buf, p...)
-	for {
-		i := bytes.IndexByte(t.buf, '\n')
-		if i < 0 {
-			break
-		}
-		t.log.Info("sandbox output", "line", string(t.buf[:i]))
-		t.buf = t.buf[i+1:]
-	}
-	if len(t.buf) > 4<<10 {
-		t.log.Info("sandbox output", "line", string(t.buf))
-		t.buf = t.buf[:0]
-	}
-	return len(p), nil
-}
-
-func (t *tailLog) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.tail))
 }

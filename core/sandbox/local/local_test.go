@@ -35,7 +35,7 @@ func newProvider(t testing.TB, cfg Config) *Provider {
 	// The agent is this test binary (race-instrumented under -race): its stderr reaches the
 	// provider's logger, so a race or panic inside a sandbox fails the test too.
 	w := &agentWatch{}
-	cfg.Logger = slog.New(slog.NewTextHandler(w, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
 		if w.bad.Load() {
 			t.Errorf("the in-sandbox agent reported a problem:\n%s", w.String())
@@ -45,6 +45,13 @@ func newProvider(t testing.TB, cfg Config) *Provider {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("provider Close: %v", err)
+		}
+	})
 	return p
 }
 
@@ -223,12 +230,11 @@ func TestHostIsInvisible(t *testing.T) {
 	if res := sh(t, sb, "cat /etc/passwd"); strings.Contains(string(res.Stdout), "/root:/bin/bash") || !strings.Contains(string(res.Stdout), "user:x:1000:1000") {
 		t.Errorf("/etc/passwd is not the synthetic one: %q", res.Stdout)
 	}
-	// Only the sandbox's own processes are visible: bwrap's init, the agent, this shell.
-	// (bwrap's argv, like /proc/self/mountinfo, names the host paths it mounted.)
+	// Only the sandbox's own processes are visible: the agent (pid 1), this shell.
 	res := sh(t, sb, `for p in /proc/[0-9]*; do echo "$(basename $p) $(tr '\0' ' ' < $p/cmdline)"; done`)
 	for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
-		_, cmdline, _ := strings.Cut(line, " ")
-		if !strings.HasPrefix(cmdline, "/usr/bin/bwrap ") && !strings.HasPrefix(cmdline, agentPath) && !strings.HasPrefix(cmdline, "bash -c") && cmdline != "" {
+		pid, cmdline, _ := strings.Cut(line, " ")
+		if !(pid == "1" && strings.HasPrefix(cmdline, "/proc/self/fd/")) && !strings.HasPrefix(cmdline, "bash -c") && cmdline != "" {
 			t.Errorf("a foreign process is visible in the sandbox: %q", line)
 		}
 	}
@@ -296,12 +302,12 @@ func TestUnprivilegedUser(t *testing.T) {
 	if res := sh(t, sb, "unshare -U -r true"); res.ExitCode == 0 {
 		t.Error("the sandbox can create a user namespace")
 	}
-	// The agent cannot be inspected or traced by the sandbox's processes.
-	if res := sh(t, sb, `for p in /proc/[0-9]*; do if [ "$(cat $p/comm 2>/dev/null)" = agent ]; then readlink $p/fd/0 >/dev/null 2>&1 && echo "fds of $p open to the sandbox"; readlink $p/exe >/dev/null 2>&1 && echo "exe of $p readable"; cat $p/environ >/dev/null 2>&1 && echo "environ of $p readable"; fi; done`); len(res.Stdout) != 0 {
-		t.Errorf("agent is open to the sandbox: %s", res.Stdout)
+	// The agent is pid 1 and cannot be inspected or traced by the sandbox's processes.
+	if res := sh(t, sb, `cat /proc/1/comm; readlink /proc/1/fd/0 >/dev/null 2>&1 && echo "fds open to the sandbox"; readlink /proc/1/exe >/dev/null 2>&1 && echo "exe readable"; cat /proc/1/environ >/dev/null 2>&1 && echo "environ readable"; head -c1 /proc/1/mem >/dev/null 2>&1 && echo "memory readable"`); string(res.Stdout) != "toolhost-agent\n" {
+		t.Errorf("agent is open to the sandbox: %q", res.Stdout)
 	}
 	// The agent itself has no capabilities either.
-	res = sh(t, sb, "for p in /proc/[0-9]*; do if [ \"$(cat $p/comm 2>/dev/null)\" = agent ]; then grep CapEff $p/status; fi; done")
+	res = sh(t, sb, "grep CapEff /proc/1/status")
 	if !strings.Contains(string(res.Stdout), "CapEff:\t0000000000000000") {
 		t.Errorf("agent capabilities: %q", res.Stdout)
 	}
@@ -628,22 +634,13 @@ func (w *agentWatch) String() string {
 	return w.buf.String()
 }
 
-// agentHostPID finds the agent's pid as the host sees it: outer bwrap → init → agent.
+// agentHostPID is the agent's pid as the host sees it: the sandbox's pid 1.
 func agentHostPID(t *testing.T, sb *Sandbox) int {
 	t.Helper()
-	pid := sb.cmd.Process.Pid
-	for range 2 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		f := strings.Fields(string(b))
-		if err != nil || len(f) == 0 {
-			t.Fatalf("children of %d: %q %v", pid, b, err)
-		}
-		pid, _ = strconv.Atoi(f[0])
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sb.initPID)); !bytes.HasPrefix(b, []byte("/proc/self/fd/")) {
+		t.Fatalf("pid %d is not the agent: %q", sb.initPID, b)
 	}
-	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !bytes.HasPrefix(b, []byte(agentPath)) {
-		t.Fatalf("pid %d is not the agent: %q", pid, b)
-	}
-	return pid
+	return sb.initPID
 }
 
 // vmHWM is a process's peak resident set in kB.
@@ -857,13 +854,14 @@ func TestSetTimeout(t *testing.T) {
 	if res := sh(t, priv, "ls -A; echo x > f"); len(res.Stdout) != 0 || res.ExitCode != 0 {
 		t.Fatalf("private workspace: %+v %q", res, res.Stdout)
 	}
-	if !strings.HasPrefix(priv.workspace, priv.runDir+"/") {
-		t.Fatalf("private workspace %s is not in the run dir %s", priv.workspace, priv.runDir)
+	wsPath := priv.ws.path
+	if !strings.HasPrefix(wsPath, p.wsDir+"/") {
+		t.Fatalf("private workspace %s is not in the workspace dir %s", wsPath, p.wsDir)
 	}
 	if err := priv.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(priv.workspace); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(wsPath); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("private workspace left after Close: %v", err)
 	}
 }

@@ -1,0 +1,202 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// prepareDirs makes the run dir and the workspace dir, or checks the ones that exist: the
+// host's private state must not be something another user made or can write.
+func (p *Provider) prepareDirs() error {
+	run, err := filepath.Abs(p.cfg.RunDir)
+	if err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	if err := p.id.privateDir(run, 0o700, false); err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	p.sbDir = filepath.Join(run, "sandboxes")
+	if err := p.id.privateDir(p.sbDir, 0o700, false); err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	ws, err := filepath.Abs(p.cfg.WorkspaceDir)
+	if err != nil {
+		return fmt.Errorf("workspace dir: %w", err)
+	}
+	if p.id.root {
+		if err := p.id.privateDir(ws, 0o710, true); err != nil {
+			return fmt.Errorf("workspace dir: %w", err)
+		}
+		if err := p.id.reachable(ws); err != nil {
+			return fmt.Errorf("workspace dir %s: %w", ws, err)
+		}
+	} else if err := p.id.privateDir(ws, 0o700, false); err != nil {
+		return fmt.Errorf("workspace dir: %w", err)
+	}
+	p.wsDir = ws
+	return nil
+}
+
+// privateDir creates dir (and its parents) with mode, or checks an existing one: a real
+// directory, not a symbolic link, owned by this process's user and writable by no one
+// else; then sets its mode. With sandboxGroup (as root) its group becomes the sandbox
+// user's, so bubblewrap, running as that user, can pass through to a workspace.
+func (id identity) privateDir(dir string, mode os.FileMode, sandboxGroup bool) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("%s exists and is not a directory (a symbolic link or a file): refusing to use it", dir)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user (uid %d): refusing to use it; remove it or choose another directory", dir, st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s is writable by its group or by others (mode %#o): refusing to use it; remove it or choose another directory", dir, st.Mode&0o777)
+	}
+	if sandboxGroup {
+		if err := unix.Lchown(dir, -1, id.gid); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(dir, mode)
+}
+
+// reachable checks that the sandbox user can walk down to dir: bubblewrap runs as that
+// user and resolves the workspace's path itself.
+func (id identity) reachable(dir string) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return err
+		}
+		ok := st.Mode&0o001 != 0 || (int(st.Gid) == id.gid && st.Mode&0o010 != 0) || (int(st.Uid) == id.uid && st.Mode&0o100 != 0)
+		if !ok {
+			return fmt.Errorf("the sandbox user (uid %d) cannot pass through %s (mode %#o): choose a workspace dir below directories anyone may enter, such as /var/tmp", id.uid, d, st.Mode&0o777)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// Each sandbox and each workspace holds a lock file with flock(2) for as long as its
+// process owns it, so that prune can tell what a crashed toolhost left behind from what
+// another live one is using (they may share the directories).
+const lockSuffix = ".toolhost-lock"
+
+// holdLock creates path and locks it; the file records kind. The lock lasts until the
+// returned file is closed (or the process dies).
+func holdLock(path, kind string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.WriteString(kind); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// staleLock reports the kind recorded in a lock file whose owner is gone (the lock can be
+// taken), keeping it locked until closed; ok is false while its owner lives.
+func staleLock(path string) (f *os.File, kind string, ok bool) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, "", false
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return nil, "", false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 64))
+	return f, string(b), true
+}
+
+// prune removes what crashed toolhost processes left in the run and workspace dirs:
+// sandbox run dirs, staged mounts of host directories (unmounted, never deleted: the
+// directory is the caller's), private workspaces, and stale volumes.
+func (p *Provider) prune() {
+	ents, _ := os.ReadDir(p.sbDir)
+	for _, e := range ents {
+		lock := filepath.Join(p.sbDir, e.Name(), "lock"+lockSuffix)
+		if f, _, ok := staleLock(lock); ok {
+			_ = os.RemoveAll(filepath.Join(p.sbDir, e.Name()))
+			f.Close()
+			p.log.Info("removed a stale sandbox run dir", "dir", e.Name())
+		}
+	}
+	ents, _ = os.ReadDir(p.wsDir)
+	for _, e := range ents {
+		name, isLock := strings.CutSuffix(e.Name(), lockSuffix)
+		if !isLock {
+			continue
+		}
+		f, kind, ok := staleLock(filepath.Join(p.wsDir, e.Name()))
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(p.wsDir, name)
+		var err error
+		switch kind {
+		case "host": // a staged bind mount: unmount it; what it showed stays where it is
+			if uerr := unix.Unmount(dir, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
+				err = uerr
+			} else if rerr := os.Remove(dir); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = rerr
+			}
+		case "private":
+			if isMountPoint(dir) {
+				err = errors.New("it is a mount point; leaving it")
+			} else {
+				err = os.RemoveAll(dir)
+			}
+		}
+		if err == nil {
+			_ = os.Remove(filepath.Join(p.wsDir, e.Name()))
+			p.log.Info("removed a stale workspace", "kind", kind, "dir", dir)
+		} else {
+			p.log.Warn("stale workspace not removed", "kind", kind, "dir", dir, "err", err)
+		}
+		f.Close()
+	}
+	if p.volumes != nil {
+		if err := p.volumes.Prune(); err != nil {
+			p.log.Warn("pruning stale workspace volumes", "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.cgroups.Prune(ctx); err != nil {
+		p.log.Warn("pruning stale sandbox cgroups", "err", err)
+	}
+}
+
+// isMountPoint reports whether dir is on another filesystem than its parent.
+func isMountPoint(dir string) bool {
+	var a, b unix.Stat_t
+	if unix.Lstat(dir, &a) != nil || unix.Lstat(filepath.Dir(dir), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
