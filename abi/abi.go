@@ -75,8 +75,12 @@ const (
 	FnRead     = "read"      // toolhost_sandbox_files.read(path_ptr, path_len, out_ptr, out_cap) -> i64
 	FnReadText = "read_text" // toolhost_sandbox_files.read_text(req_ptr, req_len, out_ptr, out_cap) -> i64
 	FnWrite    = "write"     // toolhost_sandbox_files.write(path_ptr, path_len, data_ptr, data_len) -> i64
-	FnStat     = "stat"      // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
-	FnList     = "list"      // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
+	// toolhost_sandbox_files.read_versioned(path_ptr, path_len, out_ptr, out_cap) -> i64
+	FnReadVersioned = "read_versioned"
+	// toolhost_sandbox_files.write_versioned(path_ptr, path_len, data_ptr, data_len, version_ptr, version_len) -> i64
+	FnWriteVersioned = "write_versioned"
+	FnStat           = "stat" // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
+	FnList           = "list" // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
 
 	FnCapture = "capture" // toolhost_capture.capture(req_ptr, req_len, out_ptr, out_cap) -> i64
 
@@ -102,6 +106,9 @@ const (
 	StatusTooLarge   Status = -27 // EFBIG: the file or request exceeds a host limit
 	StatusTimeout    Status = -62 // ETIME: the operation ran out of time
 	StatusOutside    Status = -18 // EXDEV: the path leaves the workspace
+	// StatusChanged (ESTALE): write_versioned found the file changed since the version
+	// the plugin read; read it again and redo the change.
+	StatusChanged Status = -116
 )
 
 // String names the status for error messages.
@@ -129,6 +136,8 @@ func (s Status) String() string {
 		return "timed out"
 	case StatusOutside:
 		return "path is outside the workspace"
+	case StatusChanged:
+		return "changed since it was read"
 	}
 	return "unknown status"
 }
@@ -146,3 +155,6 @@ const (
 	LevelWarn  int32 = 4
 	LevelError int32 = 8
 )
+
+// VersionLen is the length of a file version: the lowercase hex SHA-256 of its contents.
+const VersionLen = 64

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -145,7 +146,8 @@ type Host struct {
 	rt      wazero.Runtime
 	plugins []*plugin
 	tools   map[string]*tool
-	order   []*tool // load order, for Tools
+	order   []*tool  // load order, for Tools
+	edits   keyLocks // write_versioned's check-and-write, per session and path
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -173,11 +175,35 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// privateDir makes dir (0700, parents too) or checks an existing one: the data dir holds
+// compiled machine code the host maps executable, so it must be this user's own and
+// writable by no one else. One of another user is refused; one of ours is made 0700.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory: refusing to use it", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user: refusing to use it", dir, st.Uid)
+	}
+	return os.Chmod(dir, 0o700)
+}
+
 // newRuntime creates the wazero runtime with the host modules, but no plugins.
 func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
+	if err := privateDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	cacheDir := filepath.Join(cfg.DataDir, "cache")
-	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create compilation cache dir: %w", err)
+	if err := privateDir(cacheDir); err != nil {
+		return nil, fmt.Errorf("compilation cache dir: %w", err)
 	}
 	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
 	if err != nil {

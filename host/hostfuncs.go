@@ -49,6 +49,8 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 			{abi.FnRead, acting(h.readFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnReadText, acting(h.readText), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnWrite, acting(h.writeFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnReadVersioned, acting(h.readVersioned), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
+			{abi.FnWriteVersioned, acting(h.writeVersioned), []api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnStat, acting(h.stat), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 			{abi.FnList, acting(h.list), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
 		},
@@ -279,33 +281,62 @@ func (inst *instance) execStatus(err error) uint64 {
 	return inst.status(abi.StatusIO, "exec: %v", err)
 }
 
-// fileStatus maps a sandbox error to a status and a message naming what failed.
+// fileStatus maps a sandbox error to a status and a message naming what failed. The
+// message is for the model: what failed and why, in words (`read notes.txt: no such file
+// or directory`), never the provider's internals (protocol codes, host paths, syscalls).
 func (inst *instance) fileStatus(what string, err error) uint64 {
-	var s abi.Status
+	s, why := abi.StatusIO, ""
+	for _, c := range fileErrors {
+		if errors.Is(err, c.err) {
+			s, why = c.status, c.err.Error()
+			break
+		}
+	}
 	switch {
-	case errors.Is(err, sandbox.ErrOutside):
-		s = abi.StatusOutside
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist):
-		s = abi.StatusNotFound
-	case errors.Is(err, sandbox.ErrIsDir):
-		s = abi.StatusIsDir
-	case errors.Is(err, sandbox.ErrNotDir):
-		s = abi.StatusNotDir
-	case errors.Is(err, sandbox.ErrExists), errors.Is(err, fs.ErrExist):
-		s = abi.StatusExists
-	case errors.Is(err, sandbox.ErrTooLarge):
-		s = abi.StatusTooLarge
-	case errors.Is(err, fs.ErrPermission):
-		s = abi.StatusPermission
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		s = abi.StatusTimeout
-	default:
-		s = abi.StatusIO
+		s, why = abi.StatusTimeout, "the call ran out of time"
+	case errors.Is(err, sandbox.ErrUnresponsive):
+		s, why = abi.StatusIO, "the sandbox stopped answering and was replaced; the files are kept, try again"
+	case errors.Is(err, sandbox.ErrClosed):
+		s, why = abi.StatusIO, "the sandbox has ended"
+	case why == "":
+		why = err.Error() // an unexpected failure: say it as it is
 	}
 	if what == "" {
-		return inst.status(s, "%v", err)
+		return inst.status(s, "%s", why)
 	}
-	return inst.status(s, "%s: %v", what, err)
+	return inst.status(s, "%s: %s", what, why)
+}
+
+// resolveStatus maps a failure of sandbox.Resolve, whose message names the path and says
+// what is wrong with it in words, to its status.
+func (inst *instance) resolveStatus(err error) uint64 {
+	s := abi.StatusInvalid
+	for _, c := range fileErrors {
+		if errors.Is(err, c.err) {
+			s = c.status
+			break
+		}
+	}
+	return inst.status(s, "%v", err)
+}
+
+// fileErrors maps the sandbox's sentinels (and the io/fs ones) to statuses; their texts are
+// what the model reads.
+var fileErrors = []struct {
+	err    error
+	status abi.Status
+}{
+	{sandbox.ErrOutside, abi.StatusOutside},
+	{sandbox.ErrNotFound, abi.StatusNotFound},
+	{fs.ErrNotExist, abi.StatusNotFound},
+	{sandbox.ErrIsDir, abi.StatusIsDir},
+	{sandbox.ErrNotDir, abi.StatusNotDir},
+	{sandbox.ErrExists, abi.StatusExists},
+	{fs.ErrExist, abi.StatusExists},
+	{sandbox.ErrTooLarge, abi.StatusTooLarge},
+	{sandbox.ErrNotRegular, abi.StatusInvalid},
+	{fs.ErrPermission, abi.StatusPermission},
 }
 
 // pathArg reads and resolves a path argument; ok is false when stack[0] holds a status.
@@ -316,7 +347,7 @@ func (inst *instance) pathArg(ptr, n uint32) (abs string, st uint64, ok bool) {
 	}
 	abs, err := sandbox.Resolve(string(raw))
 	if err != nil {
-		return "", inst.fileStatus("", err), false
+		return "", inst.resolveStatus(err), false
 	}
 	return abs, 0, true
 }
@@ -363,7 +394,7 @@ func (h *Host) stat(ctx context.Context, inst *instance, stack []uint64) {
 	}
 	abs, err := sandbox.Resolve(string(raw))
 	if err != nil {
-		stack[0] = inst.fileStatus("", err)
+		stack[0] = inst.resolveStatus(err)
 		return
 	}
 	fi, err := inst.sb.Stat(ctx, abs)
@@ -387,7 +418,7 @@ func (h *Host) list(ctx context.Context, inst *instance, stack []uint64) {
 	}
 	abs, err := sandbox.Resolve(req.Path)
 	if err != nil {
-		stack[0] = inst.fileStatus("", err)
+		stack[0] = inst.resolveStatus(err)
 		return
 	}
 	res, err := inst.sb.List(ctx, sandbox.ListRequest{Path: abs, Recursive: req.Recursive, Skip: req.Skip, Limit: req.Limit})

@@ -44,7 +44,7 @@ var hostFunctions = map[string][]string{
 	abi.CapLog.Module():         {abi.FnLog},
 	abi.CapSandboxExec.Module(): {abi.FnExec},
 	abi.CapSandboxFiles.Module(): {
-		abi.FnRead, abi.FnReadText, abi.FnWrite, abi.FnStat, abi.FnList,
+		abi.FnRead, abi.FnReadText, abi.FnWrite, abi.FnReadVersioned, abi.FnWriteVersioned, abi.FnStat, abi.FnList,
 	},
 	abi.CapCapture.Module(): {abi.FnCapture},
 	abi.CapStore.Module():   {abi.FnStorePut, abi.FnStoreGet, abi.FnStoreList, abi.FnStoreDelete},

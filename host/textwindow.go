@@ -21,7 +21,7 @@ func (h *Host) readText(ctx context.Context, inst *instance, stack []uint64) {
 	}
 	abs, err := sandbox.Resolve(req.Path)
 	if err != nil {
-		stack[0] = inst.fileStatus("", err)
+		stack[0] = inst.resolveStatus(err)
 		return
 	}
 	data, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)

@@ -55,6 +55,7 @@ var (
 	ErrInvalid    = &Error{Status: abi.StatusInvalid}
 	ErrTooLarge   = &Error{Status: abi.StatusTooLarge}
 	ErrTimeout    = &Error{Status: abi.StatusTimeout}
+	ErrChanged    = &Error{Status: abi.StatusChanged}
 )
 
 // statusError builds the Error of a negative status, fetching the host's message.
@@ -171,6 +172,35 @@ func ReadFile(path string) ([]byte, error) {
 // (capability sandbox_files).
 func WriteFile(path string, data []byte) error {
 	if n := rawWrite(path, data); n < 0 {
+		return statusError("write", n)
+	}
+	return nil
+}
+
+// ReadFileVersioned reads a file of the workspace like ReadFile and returns its version
+// too, for WriteFileVersioned (capability sandbox_files).
+func ReadFileVersioned(path string) (data []byte, version string, err error) {
+	b, owned, err := reply("read_versioned", func(out []byte) int64 { return rawReadVersioned(path, out) })
+	if err != nil {
+		return nil, "", err
+	}
+	if len(b) < abi.VersionLen+1 || b[abi.VersionLen] != '\n' {
+		return nil, "", decodeError("read_versioned")
+	}
+	version = string(b[:abi.VersionLen])
+	b = b[abi.VersionLen+1:]
+	if !owned {
+		b = append([]byte(nil), b...)
+	}
+	return b, version, nil
+}
+
+// WriteFileVersioned replaces a file only if it still has version (from
+// ReadFileVersioned; "" for a file that must not exist yet). When another call changed it
+// meanwhile, it returns an error matching ErrChanged: read it again and redo the change
+// (capability sandbox_files).
+func WriteFileVersioned(path string, data []byte, version string) error {
+	if n := rawWriteVersioned(path, data, version); n < 0 {
 		return statusError("write", n)
 	}
 	return nil

@@ -3,8 +3,11 @@
 package pdk
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"sync"
 
 	"github.com/toolhost/toolhost/abi"
@@ -156,6 +159,41 @@ func rawWrite(path string, data []byte) int64 {
 	return hostCall(nil, func(h Host) (any, error) {
 		return len(data), h.WriteFile(path, append([]byte(nil), data...))
 	})
+}
+
+// The native versioned read and write work as the host's do, on the Host's ReadFile and
+// WriteFile, with the check and the write under one lock.
+var nativeEdits sync.Mutex
+
+func rawReadVersioned(path string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		data, err := h.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return append(append([]byte(version(data)), '\n'), data...), nil
+	})
+}
+
+func rawWriteVersioned(path string, data []byte, want string) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		nativeEdits.Lock()
+		defer nativeEdits.Unlock()
+		cur, err := h.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && want == "":
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return nil, err
+		case err != nil || version(cur) != want:
+			return nil, &Error{Op: "write", Status: abi.StatusChanged, Msg: "write " + path + ": the file changed since it was read; read it again"}
+		}
+		return len(data), h.WriteFile(path, append([]byte(nil), data...))
+	})
+}
+
+func version(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 func rawStat(path string, out []byte) int64 {

@@ -28,6 +28,12 @@ func hostReadText(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap 
 //go:wasmimport toolhost_sandbox_files write
 func hostWrite(path string, data unsafe.Pointer, dataLen uint32) int64
 
+//go:wasmimport toolhost_sandbox_files read_versioned
+func hostReadVersioned(path string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_files write_versioned
+func hostWriteVersioned(path string, data unsafe.Pointer, dataLen uint32, version string) int64
+
 //go:wasmimport toolhost_sandbox_files stat
 func hostStat(path string, out unsafe.Pointer, outCap uint32) int64
 
@@ -63,6 +69,12 @@ func rawReadText(req, out []byte) int64 {
 }
 func rawWrite(path string, data []byte) int64 {
 	return hostWrite(path, ptr(data), uint32(len(data)))
+}
+func rawReadVersioned(path string, out []byte) int64 {
+	return hostReadVersioned(path, ptr(out), uint32(len(out)))
+}
+func rawWriteVersioned(path string, data []byte, version string) int64 {
+	return hostWriteVersioned(path, ptr(data), uint32(len(data)), version)
 }
 func rawStat(path string, out []byte) int64 { return hostStat(path, ptr(out), uint32(len(out))) }
 func rawList(req, out []byte) int64 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -30,6 +31,9 @@ const editSchema = `{
   "additionalProperties": false
 }`
 
+// maxEditAttempts bounds how often an edit is redone because the file changed under it.
+const maxEditAttempts = 16
+
 func editFile(in pdk.Input) abi.Result {
 	path := in.String("path")
 	oldS, newS := in.String("old_string"), in.String("new_string")
@@ -39,19 +43,34 @@ func editFile(in pdk.Input) abi.Result {
 	if oldS == newS {
 		return abi.ErrorText("Error: old_string and new_string are the same; no edit to make")
 	}
-	data, err := pdk.ReadFile(path)
-	if err != nil {
-		return abi.ErrorText("Error: could not read " + path + ": " + reason(err, path))
-	}
-	// data is ours and never written again, so it can back the string without a copy of
-	// the whole file.
-	content := unsafe.String(unsafe.SliceData(data), len(data))
-	out, n, errText := applyEdit(content, oldS, newS, in.Bool("replace_all"))
-	if errText != "" {
-		return abi.ErrorText(strings.ReplaceAll(errText, "PATH", path))
-	}
-	if err := pdk.WriteFile(path, out); err != nil {
-		return abi.ErrorText("Error: could not write " + path + ": " + reason(err, path))
+	// Read, edit, and write only if the file is still what was read: a concurrent edit of
+	// the same file makes the write fail, and the edit is redone on the new contents, so
+	// no edit is ever lost (the edit is a pure function of the contents).
+	var n int
+	for attempt := 1; ; attempt++ {
+		data, version, err := pdk.ReadFileVersioned(path)
+		if err != nil {
+			return abi.ErrorText("Error: could not read " + path + ": " + reason(err, path))
+		}
+		// data is ours and never written again, so it can back the string without a copy
+		// of the whole file.
+		content := unsafe.String(unsafe.SliceData(data), len(data))
+		out, count, errText := applyEdit(content, oldS, newS, in.Bool("replace_all"))
+		if errText != "" {
+			return abi.ErrorText(strings.ReplaceAll(errText, "PATH", path))
+		}
+		err = pdk.WriteFileVersioned(path, out, version)
+		if err == nil {
+			n = count
+			break
+		}
+		if !errors.Is(err, pdk.ErrChanged) || attempt == maxEditAttempts {
+			if errors.Is(err, pdk.ErrChanged) {
+				return abi.ErrorText("Error: " + path + " kept changing while it was being edited (" + strconv.Itoa(maxEditAttempts) +
+					" tries); read it again with read_file, then retry the edit")
+			}
+			return abi.ErrorText("Error: could not write " + path + ": " + reason(err, path))
+		}
 	}
 	if in.Bool("replace_all") {
 		return abi.Text("File edited: " + path + " (" + plural(n, "replacement") + ")")
