@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"time"
@@ -13,8 +14,14 @@ import (
 var _ sandbox.Sandbox = (*Session)(nil)
 
 // do runs op on the current sandbox. If the sandbox turns out to be gone (a sign of
-// trouble: it died before its cached end), the session recovers and op runs once more.
+// trouble: it died before its cached end, or stopped answering), the session replaces it,
+// and an op that can safely run twice runs once more. One that cannot (a command: it may
+// have done half its work) fails with an error that says the sandbox was replaced.
 func do[T any](ctx context.Context, s *Session, op func(sandbox.Sandbox) (T, error)) (T, error) {
+	return doOp(ctx, s, true, op)
+}
+
+func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandbox.Sandbox) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		sb, release, err := s.current(ctx)
 		if err != nil {
@@ -24,13 +31,21 @@ func do[T any](ctx context.Context, s *Session, op func(sandbox.Sandbox) (T, err
 		v, err := op(sb)
 		release()
 		if attempt == 0 && errors.Is(err, sandbox.ErrClosed) && ctx.Err() == nil {
-			s.log.Warn("session: sandbox reported closed; recovering", "sandbox", sb.ID())
+			s.log.Warn("session: sandbox reported closed; recovering", "sandbox", sb.ID(), "err", err)
 			s.maintain(ctx, true)
-			continue
+			if repeatable {
+				continue
+			}
+			return v, fmt.Errorf("%w; %w", err, ErrReplaced)
 		}
 		return v, err
 	}
 }
+
+// ErrReplaced: the sandbox ended during a command (it stopped answering, or something in
+// it killed its agent) and the session replaced it, keeping the workspace. The command did
+// not finish and was not run again.
+var ErrReplaced = errors.New("the sandbox ended during the command and was replaced (the files are kept); the command did not finish: run it again if it is still needed")
 
 // ID names the session; the sandbox under it changes with each rotation.
 func (s *Session) ID() string { return "session-" + s.cfg.ProjectID }
@@ -43,7 +58,7 @@ func (s *Session) SandboxID() string {
 }
 
 func (s *Session) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
+	return doOp(ctx, s, false, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
 }
 
 func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {

@@ -313,10 +313,24 @@ func (s *Session) Rotate(ctx context.Context) error {
 	return nil
 }
 
-// recoverDead replaces a sandbox that died before it could be saved, from the newest
-// snapshot. Work since that snapshot is lost, and the log says so.
+// recoverDead replaces a sandbox that died (or stopped answering) before it could be
+// saved. A provider whose workspaces outlive their sandboxes hands the workspace over and
+// nothing is lost; otherwise the newest snapshot is restored, work since it is lost, and
+// the log says so.
 func (s *Session) recoverDead(ctx context.Context) {
 	old := s.sb
+	if h, ok := s.cfg.Provider.(sandbox.Handoff); ok && !s.cfg.RestoreOnRotate {
+		next, err := h.Handoff(ctx, old, s.cfg.Sandbox)
+		if err == nil {
+			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
+				"from", old.ID(), "to", next.ID())
+			s.sb = next
+			s.noteEnd(next.EndsAt())
+			s.retryAt = time.Time{}
+			return
+		}
+		s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
+	}
 	next, err := s.createRestored(ctx, "recover")
 	if err != nil {
 		s.retryAt = time.Now().Add(s.cfg.RetryInterval)
