@@ -105,11 +105,17 @@ func callCommand() *command {
 		words:   []string{"call"},
 		args:    "TOOL JSON",
 		summary: "run one tool call in a sandbox and print its result",
-		help: `Opens a session for the configured project on a local sandbox whose /home/user
-is the workspace directory (used as it is: no snapshot is restored into it), runs
-TOOL with the JSON input ("-" reads it from stdin), and prints the result as JSON:
-{"content":[...],"is_error":bool}. take_screenshot stores its images under the
-project (see toolhost screenshot list).
+		help: `Runs TOOL with the JSON input ("-" reads it from stdin) in a sandbox of the
+configured project and prints the result as JSON: {"content":[...],"is_error":bool}.
+
+Without --workspace the call runs in the project's own private workspace: the
+session wakes from the project's newest snapshot, and the workspace is saved as a new
+snapshot after the call (unless nothing changed), so consecutive calls see each
+other's files while nothing of the current directory is ever mounted. With
+--workspace DIR, the sandbox's /home/user is DIR itself (used as it is, nothing is
+restored into it or saved); a DIR that holds the config file, the data dir, a plugin
+or the browser is refused, since a sandbox can rewrite its workspace.
+take_screenshot stores its images under the project (see toolhost screenshot list).
 
 Exit status: 0 when the tool ran, even if its result is an error (is_error: true);
 1 when the host could not run it (no sandbox, a plugin failure); 2 for a usage
@@ -118,7 +124,7 @@ mistake (bad JSON, unknown tool). Reasons go to stderr on one line.
 Example:
   toolhost call write_file '{"path":"notes.txt","content":"hi\n"}' --workspace /tmp/ws`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringP("workspace", "w", "", "host directory mounted at /home/user (default: the current directory)")
+			fs.StringP("workspace", "w", "", "host directory mounted at /home/user (default: the project's private workspace, carried by its snapshots)")
 		},
 		nargs: [2]int{2, 2},
 	}
@@ -135,9 +141,14 @@ Example:
 			return usagef(cmd, "%v", err)
 		}
 		ws, _ := c.flags.GetString("workspace")
-		ws, err := workspaceDir(ws)
-		if err != nil {
-			return usagef(cmd, "--workspace: %v", err)
+		if ws != "" {
+			var err error
+			if ws, err = workspaceDir(ws); err != nil {
+				return usagef(cmd, "--workspace: %v", err)
+			}
+			if err := c.checkWorkspace(ws); err != nil {
+				return usagef(cmd, "--workspace: %v", err)
+			}
 		}
 
 		env, err := c.newProjectEnv(ctx, envOptions{browser: true})
@@ -157,11 +168,15 @@ Example:
 		if err != nil {
 			return err
 		}
-		// The session's sandboxes use the directory itself as their workspace: the call acts
-		// on it, and nothing is restored into it. (A one-shot call never lives long enough
-		// to rotate.)
-		sess, err := c.openSession(ctx, env, sessionOptions{provider: p, workspace: ws,
-			snaps: noWake{env.snaps}, log: c.quietLog()})
+		// With a host directory, the session's sandboxes use it as their workspace: the call
+		// acts on it, and nothing is restored into it. Without, the session wakes the
+		// project's private workspace from its newest snapshot and saves it after the call.
+		// (A one-shot call never lives long enough to rotate.)
+		so := sessionOptions{provider: p, workspace: ws, log: c.quietLog()}
+		if ws != "" {
+			so.snaps = noWake{env.snaps}
+		}
+		sess, err := c.openSession(ctx, env, so)
 		if err != nil {
 			return err
 		}
@@ -171,6 +186,11 @@ Example:
 		res, err := hs.Dispatch(ctx, tool, json.RawMessage(input))
 		if err != nil {
 			return fmt.Errorf("%s: %w", tool, err)
+		}
+		if ws == "" {
+			if _, err := sess.Commit(ctx, "call "+tool); err != nil {
+				return fmt.Errorf("%s ran, but saving the project's workspace failed: %w", tool, err)
+			}
 		}
 		if res.Content == nil {
 			res.Content = []abi.Content{}

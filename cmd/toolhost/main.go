@@ -1,7 +1,7 @@
 // Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
 //
 //	toolhost tools [--format anthropic|json]       print the tool definitions
-//	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in a sandbox
+//	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in the project's sandbox
 //	toolhost demo                                  run a short scripted agent session
 //	toolhost snapshot save|list|restore            workspace snapshots of a project
 //	toolhost screenshot list                       a project's stored screenshots
@@ -9,7 +9,8 @@
 //	toolhost version                               print the version
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
-// or ./toolhost.yaml), then TOOLHOST_ environment variables, then flags; see
+// or ~/.config/toolhost/toolhost.yaml, never one in the working directory), then TOOLHOST_
+// environment variables, then flags; see
 // toolhost.example.yaml at the repository root. Flags may come before or after the
 // positional arguments.
 package main
@@ -281,9 +282,10 @@ command's flags.
 
 Global flags:
 %s
-Configuration: defaults < YAML file (--config, $TOOLHOST_CONFIG, ./toolhost.yaml)
-< TOOLHOST_ environment variables < flags. Every key is described in
-toolhost.example.yaml.
+Configuration: defaults < YAML file (--config, $TOOLHOST_CONFIG, else
+~/.config/toolhost/toolhost.yaml; never ./toolhost.yaml: a directory the CLI mounts as
+a workspace is the sandbox's to write) < TOOLHOST_ environment variables < flags.
+Every key is described in toolhost.example.yaml.
 `, globalUsage())
 }
 

@@ -125,15 +125,22 @@ type runResult struct {
 // env, and returns its exit code and output.
 func toolhost(t *testing.T, env []string, args ...string) runResult {
 	t.Helper()
+	return toolhostIn(t, t.TempDir(), env, args...)
+}
+
+// toolhostIn runs the CLI with dir as its working directory.
+func toolhostIn(t *testing.T, dir string, env []string, args ...string) runResult {
+	t.Helper()
 	trackSources()
 	cmd := exec.Command(toolBin, args...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TOOLHOST_") {
+		if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir)
+	// No user config file: every test states its configuration.
+	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "XDG_CONFIG_HOME="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -337,6 +344,9 @@ func decodeResult(t *testing.T, r runResult) abi.Result {
 func TestCallFailures(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		env  []string
@@ -349,7 +359,12 @@ func TestCallFailures(t *testing.T) {
 		{"unknown tool", nil, []string{"call", "deploy", `{}`, "--workspace", ws}, 2, `unknown tool "deploy"`},
 		{"missing input", nil, []string{"call", "read_file", "--workspace", ws}, 2, "missing"},
 		{"workspace missing", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", filepath.Join(ws, "nope")}, 2, "--workspace"},
-		{"no plugins", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(ws, "nope")}, 1, "make plugins"},
+		{"no plugins", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(t.TempDir(), "nope")}, 1, "make plugins"},
+		// What the host trusts never lives in a workspace: the sandbox could rewrite it.
+		{"plugins dir in the workspace", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(ws, "plugins")}, 2, "the plugins dir"},
+		{"data dir in the workspace", []string{"TOOLHOST_DATA_DIR=" + filepath.Join(ws, "data")}, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws}, 2, "the data dir"},
+		{"workspace in the data dir", []string{"TOOLHOST_DATA_DIR=" + ws}, []string{"call", "read_file", `{"path":"a"}`, "--workspace", filepath.Join(ws, "sub")}, 2, "host's own state"},
+		{"browser in the workspace", []string{"TOOLHOST_SCREENSHOT_CHROMIUM=" + filepath.Join(ws, "chromium")}, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws}, 2, "screenshot.chromium"},
 		{"bad config value", []string{"TOOLHOST_LIMITS_POOL_SIZE=many"}, []string{"call", "read_file", `{"path":"a"}`}, 2, "limits.pool_size"},
 		{"unknown flag", nil, []string{"call", "read_file", `{"path":"a"}`, "--format", "json"}, 2, "unknown flag: --format"},
 		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
@@ -585,5 +600,42 @@ func TestInterrupt(t *testing.T) {
 	}
 	if stdout.Len() != 0 {
 		t.Errorf("stdout: %q", stdout.String())
+	}
+}
+
+// The reproduction of issue 7: a bash call writes toolhost.yaml (sandbox.network: host)
+// into the directory it runs in; the next command run from that directory must still give
+// the sandbox no network. Both with the directory mounted as the workspace and without
+// (then the call runs in the project's private workspace and the file never reaches it).
+func TestSandboxCannotConfigureTheHost(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	dir := t.TempDir()
+	env := []string{"TOOLHOST_PROJECT=planted-config"}
+	plant := `{"command":"printf 'sandbox:\\n  network: host\\n' > toolhost.yaml; cat toolhost.yaml"}`
+	r := toolhostIn(t, dir, env, "call", "bash", plant, "--workspace", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "network: host") {
+		t.Fatalf("planting the file:\n%s", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "toolhost.yaml")); err != nil {
+		t.Fatalf("the sandbox did not write the file into the mounted directory: %v", err)
+	}
+	// Only loopback: the host's network would show its interfaces too.
+	probe := `{"command":"grep -c : /proc/net/dev"}`
+	for _, args := range [][]string{{"--workspace", dir}, {}} {
+		r = toolhostIn(t, dir, env, append([]string{"call", "bash", probe}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("probe %v:\n%s", args, r)
+		}
+		res := decodeResult(t, r)
+		if !strings.Contains(res.Content[0].Text, "\n1\n") {
+			t.Fatalf("probe %v: the sandbox sees more than loopback (the planted config was read):\n%s", args, res.Content[0].Text)
+		}
+	}
+	// Without --workspace the call ran in the project's own workspace: the planted file
+	// is not there, and the current directory is not mounted.
+	r = toolhostIn(t, dir, env, "call", "bash", `{"command":"ls -A; pwd"}`)
+	if res := decodeResult(t, r); strings.Contains(res.Content[0].Text, "toolhost.yaml") {
+		t.Fatalf("the project's workspace shows the current directory:\n%s", res.Content[0].Text)
 	}
 }

@@ -54,13 +54,35 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 var _ store.URLer = (*Store)(nil)
 
-// New opens (creating if needed) a directory store at dir.
+// private checks that the store's directory is this user's own and makes it 0700: the
+// store holds snapshots of workspaces, which are no one else's to read. A directory of
+// another user is refused rather than taken over.
+func private(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory: refusing to use it", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user: refusing to use it", dir, st.Uid)
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// New opens (creating if needed) a directory store at dir, private to this user (0700;
+// objects are written 0600).
 func New(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("dir store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("dir store %s: %w", dir, err)
+	}
+	if err := private(abs); err != nil {
 		return nil, fmt.Errorf("dir store %s: %w", dir, err)
 	}
 	root, err := os.OpenRoot(abs)
@@ -68,7 +90,7 @@ func New(dir string) (*Store, error) {
 		return nil, fmt.Errorf("dir store %s: %w", dir, err)
 	}
 	for _, d := range []string{dataDir, metaDir, tmpDir} {
-		if err := root.MkdirAll(d, 0o755); err != nil {
+		if err := root.MkdirAll(d, 0o700); err != nil {
 			root.Close()
 			return nil, fmt.Errorf("dir store %s: %w", dir, err)
 		}
@@ -136,7 +158,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 		}
 	}
 	tmpData := tmpName()
-	f, err := s.root.OpenFile(tmpData, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := s.root.OpenFile(tmpData, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
@@ -160,7 +182,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 	}
 	meta, _ := json.Marshal(sidecar{Size: n, ContentType: ct, Metadata: opts.Metadata})
 	tmpMeta := tmpName()
-	if err := s.root.WriteFile(tmpMeta, meta, 0o644); err != nil {
+	if err := s.root.WriteFile(tmpMeta, meta, 0o600); err != nil {
 		return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	defer s.root.Remove(tmpMeta)
@@ -177,7 +199,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 
 func (s *Store) commit(tmpData, tmpMeta, dataPath, metaPath string, exclusive bool) error {
 	for _, d := range []string{path.Dir(dataPath), path.Dir(metaPath)} {
-		if err := s.root.MkdirAll(d, 0o755); err != nil {
+		if err := s.root.MkdirAll(d, 0o700); err != nil {
 			if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("%w: a parent of the key is itself an object", store.ErrInvalidKey)
 			}

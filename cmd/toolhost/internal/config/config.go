@@ -37,9 +37,27 @@ const EnvPrefix = "TOOLHOST_"
 // EnvConfigFile names the config file when --config is not given.
 const EnvConfigFile = "TOOLHOST_CONFIG"
 
-// DefaultFileName is the config file looked for in the working directory when neither
-// --config nor TOOLHOST_CONFIG names one.
+// DefaultFileName is the config file looked for in the user's configuration directory
+// (ConfigHome/toolhost/toolhost.yaml) when neither --config nor TOOLHOST_CONFIG names one.
+//
+// Never in the working directory: the CLI mounts directories as sandbox workspaces, and a
+// file a sandbox can write must never configure the host (a sandbox that could write
+// ./toolhost.yaml could give the next command the host's network, or a browser of its
+// choosing).
 const DefaultFileName = "toolhost.yaml"
+
+// UserConfigFile is the default config file under configHome (os.UserConfigDir when
+// empty): configHome/toolhost/toolhost.yaml.
+func UserConfigFile(configHome string) string {
+	if configHome == "" {
+		d, err := os.UserConfigDir()
+		if err != nil {
+			return ""
+		}
+		configHome = d
+	}
+	return filepath.Join(configHome, "toolhost", DefaultFileName)
+}
 
 // Config is the CLI's whole configuration. Keys are lower-case snake_case.
 type Config struct {
@@ -306,7 +324,7 @@ var flagKeys = map[string]string{
 // the built-in ones; a flag only counts when it is given.
 func RegisterFlags(fs *pflag.FlagSet) {
 	d := Default()
-	fs.String("config", "", "config file (default $"+EnvConfigFile+", else ./"+DefaultFileName+" if present)")
+	fs.String("config", "", "config file (default $"+EnvConfigFile+", else ~/.config/toolhost/"+DefaultFileName+" if present; never ./"+DefaultFileName+")")
 	fs.String("data-dir", "", "data directory: compilation cache and host state (default $TOOLHOST_DATA_DIR, else $XDG_DATA_HOME/toolhost, else ~/.local/share/toolhost)")
 	fs.String("plugins-dir", "", "where relative plugin paths resolve (default: plugins next to the executable, else ./bin/plugins)")
 	fs.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
@@ -349,8 +367,10 @@ type Sources struct {
 	Flags *pflag.FlagSet
 	// Environ is the environment as KEY=VALUE strings; nil means os.Environ().
 	Environ []string
-	// Dir is the directory searched for DefaultFileName; empty means the working directory.
-	Dir string
+	// ConfigHome is the user's configuration directory, where toolhost/toolhost.yaml is
+	// read from when no file is named; empty means os.UserConfigDir ($XDG_CONFIG_HOME, else
+	// ~/.config).
+	ConfigHome string
 }
 
 // Loaded is a configuration and where it came from.
@@ -394,12 +414,10 @@ func Load(src Sources) (*Loaded, error) {
 		}
 	}
 	if !explicit {
-		cand := DefaultFileName
-		if src.Dir != "" {
-			cand = src.Dir + string(os.PathSeparator) + DefaultFileName
-		}
-		if st, err := os.Stat(cand); err == nil && st.Mode().IsRegular() {
-			path = cand
+		if cand := UserConfigFile(src.ConfigHome); cand != "" {
+			if st, err := os.Stat(cand); err == nil && st.Mode().IsRegular() {
+				path = cand
+			}
 		}
 	}
 	if path != "" {

@@ -31,7 +31,7 @@ func writeFile(t *testing.T, dir, name, body string) string {
 }
 
 func TestDefaults(t *testing.T) {
-	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, Dir: t.TempDir()})
+	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, ConfigHome: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ sandbox:
 		"HOME=/home/nobody",
 	}
 	fs := flags(t, "--config", cfg, "--call-timeout=9s", "--plugins-dir", "/flag/plugins")
-	l, err := Load(Sources{Flags: fs, Environ: env, Dir: dir})
+	l, err := Load(Sources{Flags: fs, Environ: env, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +93,14 @@ sandbox:
 	}
 
 	// Without the flag the environment wins; without the environment the file does.
-	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: env, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: env, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := l.Limits.CallTimeout; got != 7*time.Second {
 		t.Errorf("call_timeout without flag = %s, want 7s (env)", got)
 	}
-	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,20 +115,23 @@ sandbox:
 
 func TestConfigFileLookup(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, DefaultFileName, "log_level: error\n")
+	if err := os.Mkdir(filepath.Join(dir, "toolhost"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "toolhost"), DefaultFileName, "log_level: error\n")
 	other := writeFile(t, dir, "other.yaml", "log_level: debug\n")
 	third := writeFile(t, dir, "third.yaml", "log_level: warn\n")
 
-	// toolhost.yaml in the directory.
-	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, Dir: dir})
+	// toolhost/toolhost.yaml in the user's configuration directory.
+	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.LogLevel != "error" {
-		t.Errorf("cwd file: log_level = %q, want error", l.LogLevel)
+		t.Errorf("user config file: log_level = %q, want error", l.LogLevel)
 	}
 	// TOOLHOST_CONFIG beats it.
-	l, err = Load(Sources{Flags: flags(t), Environ: []string{"TOOLHOST_CONFIG=" + other}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t), Environ: []string{"TOOLHOST_CONFIG=" + other}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +139,7 @@ func TestConfigFileLookup(t *testing.T) {
 		t.Errorf("TOOLHOST_CONFIG: log_level = %q file %q, want debug from %s", l.LogLevel, l.File, other)
 	}
 	// --config beats both.
-	l, err = Load(Sources{Flags: flags(t, "--config", third), Environ: []string{"TOOLHOST_CONFIG=" + other}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", third), Environ: []string{"TOOLHOST_CONFIG=" + other}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +230,7 @@ func TestBadConfig(t *testing.T) {
 			if env == nil {
 				env = []string{}
 			}
-			_, err := Load(Sources{Flags: flags(t, args...), Environ: env, Dir: dir})
+			_, err := Load(Sources{Flags: flags(t, args...), Environ: env, ConfigHome: dir})
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -300,7 +303,7 @@ screenshot:
 		"TOOLHOST_STORE_S3_REGION=eu-west-1",
 	}
 	fs := flags(t, "--config", cfg, "--project", "from-flag", "--snapshot-retries", "1", "--chromium", "/opt/chromium")
-	l, err := Load(Sources{Flags: fs, Environ: env, Dir: dir})
+	l, err := Load(Sources{Flags: fs, Environ: env, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,14 +333,14 @@ screenshot:
 	}
 
 	// The flag form of a list, and the file's list without the environment.
-	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"node_modules", "target"}; !reflect.DeepEqual(l.Snapshot.Excludes, want) {
 		t.Errorf("snapshot.excludes from the file = %q, want %q", l.Snapshot.Excludes, want)
 	}
-	l, err = Load(Sources{Flags: flags(t, "--snapshot-excludes", "a,b"), Environ: []string{}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--snapshot-excludes", "a,b"), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +349,7 @@ screenshot:
 	}
 	// An empty list in the file excludes nothing.
 	empty := writeFile(t, dir, "e.yaml", "snapshot:\n  excludes: []\n")
-	l, err = Load(Sources{Flags: flags(t, "--config", empty), Environ: []string{}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", empty), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,25 +363,40 @@ screenshot:
 func TestOlderSessionNames(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "c.yaml", "sandbox:\n  network: none\n  timeout: 2h\n  max_lifetime: 48h\n")
-	l, err := Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, Dir: dir})
+	l, err := Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Session.TTL != 2*time.Hour || l.Session.MaxLifetime != 48*time.Hour {
 		t.Errorf("file: session = %+v, want ttl 2h, max_lifetime 48h", l.Session)
 	}
-	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{"TOOLHOST_SANDBOX_TIMEOUT=3h"}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg), Environ: []string{"TOOLHOST_SANDBOX_TIMEOUT=3h"}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Session.TTL != 3*time.Hour {
 		t.Errorf("env TOOLHOST_SANDBOX_TIMEOUT: ttl = %s, want 3h", l.Session.TTL)
 	}
-	l, err = Load(Sources{Flags: flags(t, "--config", cfg, "--sandbox-timeout", "4h"), Environ: []string{"TOOLHOST_SESSION_TTL=3h"}, Dir: dir})
+	l, err = Load(Sources{Flags: flags(t, "--config", cfg, "--sandbox-timeout", "4h"), Environ: []string{"TOOLHOST_SESSION_TTL=3h"}, ConfigHome: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Session.TTL != 4*time.Hour {
 		t.Errorf("flag --sandbox-timeout: ttl = %s, want 4h", l.Session.TTL)
+	}
+}
+
+// A toolhost.yaml in the working directory is never read: the CLI mounts directories as
+// sandbox workspaces, and what a sandbox can write must not configure the host.
+func TestWorkingDirectoryFileIsNotRead(t *testing.T) {
+	wd := t.TempDir()
+	writeFile(t, wd, DefaultFileName, "sandbox:\n  network: host\nscreenshot:\n  chromium: /home/user/evil\n")
+	t.Chdir(wd)
+	l, err := Load(Sources{Flags: flags(t), Environ: []string{}, ConfigHome: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.File != "" || l.Sandbox.Network != "none" || l.Screenshot.Chromium != "" {
+		t.Fatalf("the working directory's toolhost.yaml was read: file %q, network %q, chromium %q", l.File, l.Sandbox.Network, l.Screenshot.Chromium)
 	}
 }
