@@ -99,9 +99,11 @@ type ExecResult struct {
 	StderrLen int    `json:"stderr_len"`
 	// StdoutCut and StderrCut count the bytes dropped from the middle of each stream to
 	// keep the captured output within the host's limit.
-	StdoutCut  int64 `json:"stdout_cut,omitempty"`
-	StderrCut  int64 `json:"stderr_cut,omitempty"`
-	TimedOut   bool  `json:"timed_out,omitempty"`
+	StdoutCut int64 `json:"stdout_cut,omitempty"`
+	StderrCut int64 `json:"stderr_cut,omitempty"`
+	TimedOut  bool  `json:"timed_out,omitempty"`
+	// OOMKilled: the command was killed because the sandbox reached its memory limit.
+	OOMKilled  bool  `json:"oom_killed,omitempty"`
 	DurationMS int64 `json:"duration_ms"`
 	// For background commands: the process id and the log file inside the sandbox.
 	ID      string `json:"id,omitempty"`

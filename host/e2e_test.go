@@ -6,6 +6,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -373,3 +374,46 @@ func TestConcurrentSessions(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// 16 concurrent edit_file calls on one file lose no edit: each one's read-modify-write is
+// checked against the version it read, and redone when another edit won the race.
+func TestConcurrentEditsLoseNothing(t *testing.T) {
+	e := newEnv(t)
+	var lines []string
+	for i := range 16 {
+		lines = append(lines, fmt.Sprintf("slot-%02d", i))
+	}
+	e.put("shared.txt", strings.Join(lines, "\n")+"\n")
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			in := fmt.Sprintf(`{"path":"shared.txt","old_string":"slot-%02d","new_string":"done-%02d"}`, i, i)
+			res, err := e.s.Dispatch(ctx, "edit_file", json.RawMessage(in))
+			if err != nil || res.IsError {
+				errs <- fmt.Sprintf("edit %d: %v %s", i, err, resultText(res))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	got := e.file("shared.txt")
+	for i := range 16 {
+		if !strings.Contains(got, fmt.Sprintf("done-%02d", i)) {
+			t.Errorf("edit %d was lost:\n%s", i, got)
+		}
+	}
+}
+
+// write_file refuses a FIFO at once, and says so in words.
+func TestWriteFileRefusesAFIFO(t *testing.T) {
+	e := newEnv(t)
+	e.expect("bash", `{"command":"mkfifo pipe && echo made"}`, false, "made")
+	e.expect("write_file", `{"path":"pipe","content":"x"}`, true, "pipe", "not a regular file")
+	e.expect("read_file", `{"path":"pipe"}`, true, "pipe")
+}

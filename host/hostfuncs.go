@@ -258,6 +258,7 @@ func (h *Host) doExec(ctx context.Context, inst *instance, req abi.ExecRequest, 
 		StdoutCut:  res.StdoutCut,
 		StderrCut:  res.StderrCut,
 		TimedOut:   res.TimedOut,
+		OOMKilled:  res.OOMKilled,
 		DurationMS: res.Duration.Milliseconds(),
 	})
 	if err != nil {

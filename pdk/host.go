@@ -351,6 +351,8 @@ func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
 			r.StderrCut, _ = jsonInt(v)
 		case "timed_out":
 			r.TimedOut = string(v) == "true"
+		case "oom_killed":
+			r.OOMKilled = string(v) == "true"
 		case "duration_ms":
 			r.DurationMS, _ = jsonInt(v)
 		case "id":

@@ -125,10 +125,24 @@ func (c *cli) newHost(ctx context.Context, st store.Store, rec *screenshot.Recor
 // newProvider is the local (bubblewrap) sandbox provider with the configured lifetime.
 func (c *cli) newProvider() (*local.Provider, error) {
 	cfg := &c.cfg.Config
+	mib := func(v int64) int64 {
+		if v < 0 {
+			return -1 // no limit
+		}
+		return v << 20
+	}
+	sb := cfg.Sandbox
 	p, err := local.New(local.Config{
+		RunDir:         sb.RunDir,
+		WorkspaceDir:   sb.WorkspaceDir,
 		DefaultTimeout: cfg.Session.TTL,
 		MaxLifetime:    cfg.Session.MaxLifetime,
-		Logger:         c.log,
+		Limits: local.Limits{
+			MemoryBytes: mib(sb.MemoryMiB), Processes: sb.Processes, CPUs: sb.CPUs,
+			TmpBytes: mib(sb.TmpMiB), ShmBytes: mib(sb.ShmMiB), DiskBytes: mib(sb.DiskMiB), OpenFiles: sb.OpenFiles,
+		},
+		HostUID: sb.HostUID,
+		Logger:  c.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox provider: %w%s", err, bwrapHint())

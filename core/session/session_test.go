@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,6 +237,30 @@ func TestWakeRestoresNewestSnapshot(t *testing.T) {
 
 // TestDeadSandboxRecovers: a sandbox killed under the session is replaced from the newest
 // snapshot on the next call, which succeeds.
+// agentPID finds the host pid of the agent of the session's current sandbox: the process
+// named toolhost-agent in the sandbox's cgroup (named after the sandbox).
+func agentPID(t *testing.T, s *session.Session) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/toolhost/" + s.SandboxID() + "@*/cgroup.procs")
+	dirs2, _ := filepath.Glob("/sys/fs/cgroup/*/*/*/toolhost/" + s.SandboxID() + "@*/cgroup.procs")
+	for _, f := range append(dirs, dirs2...) {
+		b, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(field)
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "toolhost-agent" {
+				return pid
+			}
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no cgroup lists the agent of sandbox %s", s.SandboxID())
+	}
+	t.Skipf("no cgroup lists the agent of sandbox %s (no cgroups here?)", s.SandboxID())
+	return 0
+}
+
+// A sandbox that dies (its agent killed from outside: nothing inside can) is replaced, and
+// a local workspace is handed over: even the work since the last commit is kept.
 func TestDeadSandboxRecovers(t *testing.T) {
 	s := open(t, session.Config{Provider: provider(t), ProjectID: "dead", Snapshots: snapshots(t)})
 	ctx := context.Background()
@@ -243,10 +270,41 @@ func TestDeadSandboxRecovers(t *testing.T) {
 	if _, err := s.Commit(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	// Kill every process in the sandbox, its agent included.
-	s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "kill -9 -1"}, Timeout: 2 * time.Second})
-	b, err := s.ReadFile(ctx, "/home/user/a.txt", 0)
-	if err != nil || string(b) != "saved" {
-		t.Fatalf("after the sandbox died: %q, %v", b, err)
+	if err := s.WriteFile(ctx, "/home/user/b.txt", []byte("not committed")); err != nil {
+		t.Fatal(err)
+	}
+	before := s.SandboxID()
+	if err := syscall.Kill(agentPID(t, s), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"a.txt", "b.txt"} {
+		if _, err := s.ReadFile(ctx, "/home/user/"+f, 0); err != nil {
+			t.Fatalf("%s after the sandbox died: %v", f, err)
+		}
+	}
+	if s.SandboxID() == before {
+		t.Fatal("the dead sandbox was not replaced")
+	}
+}
+
+// An agent that stops answering (SIGSTOP from outside) fails the command in flight within
+// its timeout plus a grace, with an error that says what happened; the session replaces
+// the sandbox, keeps the files, and the next call works.
+func TestUnresponsiveSandboxIsReplaced(t *testing.T) {
+	s := open(t, session.Config{Provider: provider(t), ProjectID: "stopped", Snapshots: snapshots(t)})
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, "/home/user/work.txt", []byte("not committed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(agentPID(t, s), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second})
+	if !errors.Is(err, session.ErrReplaced) || !errors.Is(err, sandbox.ErrUnresponsive) {
+		t.Fatalf("a command on a stopped agent: %v", err)
+	}
+	res, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", "work.txt"}, Timeout: 10 * time.Second})
+	if err != nil || string(res.Stdout) != "not committed" {
+		t.Fatalf("after the replacement: %q %v", res.Stdout, err)
 	}
 }

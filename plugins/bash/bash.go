@@ -86,7 +86,8 @@ func background(res abi.ExecResult) abi.Result {
 }
 
 // format renders a finished command: "$ COMMAND", stdout, "[stderr]" and stderr when there
-// is any, then "[exit CODE]", or "[timed out after N s]" (an error result).
+// is any, then "[exit CODE]", or "[timed out after N s]" or "[killed: ... out of memory]"
+// (error results).
 func format(command string, timeout int, res abi.ExecResult) abi.Result {
 	stdout, stderr := res.Stdout, res.Stderr
 	if len(stdout)+len(stderr) > outputBudget {
@@ -108,6 +109,10 @@ func format(command string, timeout int, res abi.ExecResult) abi.Result {
 	}
 	if res.TimedOut {
 		b.WriteString("[timed out after " + strconv.Itoa(timeout) + " s]")
+		return abi.ErrorText(b.String())
+	}
+	if res.OOMKilled {
+		b.WriteString("[killed: the sandbox ran out of memory (it reached its memory limit); use less memory, or free some (files in /tmp and /dev/shm count)]")
 		return abi.ErrorText(b.String())
 	}
 	b.WriteString("[exit " + strconv.Itoa(res.ExitCode))

@@ -32,6 +32,8 @@ func TestFormat(t *testing.T) {
 		{"empty", abi.ExecResult{}, "$ cmd\n[exit 0]", false},
 		{"signal", abi.ExecResult{ExitCode: -1}, "$ cmd\n[exit -1, killed by a signal]", false},
 		{"timeout", abi.ExecResult{Stdout: "partial\n", TimedOut: true, ExitCode: -1}, "$ cmd\npartial\n[timed out after 5 s]", true},
+		{"out of memory", abi.ExecResult{Stdout: "partial\n", OOMKilled: true, ExitCode: -1},
+			"$ cmd\npartial\n[killed: the sandbox ran out of memory (it reached its memory limit); use less memory, or free some (files in /tmp and /dev/shm count)]", true},
 		{"host cut", abi.ExecResult{Stdout: "head\ntail\n", StdoutCut: 1234, Stderr: "e\n", StderrCut: 7},
 			"$ cmd\nhead\ntail\n[stdout: 1234 bytes were cut from the middle by the host; what is shown is the beginning and the end]\n" +
 				"[stderr]\ne\n[stderr: 7 bytes were cut from the middle by the host; what is shown is the beginning and the end]\n[exit 0]", false},

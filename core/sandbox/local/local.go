@@ -134,6 +134,12 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, id: id, limits: cfg.Limits.withDefaults()}
+	if l := p.limits; l.MemoryBytes > 0 && l.TmpBytes+l.ShmBytes >= l.MemoryBytes {
+		// Files alone would fill the memory limit, and the OOM killer would then pick the
+		// biggest process: the agent.
+		return nil, fmt.Errorf("local provider: the memory limit (%s) must exceed /tmp and /dev/shm together (%s)",
+			humanBytes(l.MemoryBytes), humanBytes(l.TmpBytes+l.ShmBytes))
+	}
 	if err := p.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}

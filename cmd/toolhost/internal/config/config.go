@@ -90,10 +90,21 @@ type Plugin struct {
 	Env map[string]string `koanf:"env"`
 }
 
-// Sandbox configures the sandboxes the CLI creates. Their lifetime is Session's.
+// Sandbox configures the sandboxes the CLI creates. Their lifetime is Session's. The
+// limits bound each sandbox; -1 means no limit (0 for cpus: all cores).
 type Sandbox struct {
 	// Network is "none" or "host".
-	Network string `koanf:"network"`
+	Network      string  `koanf:"network"`
+	MemoryMiB    int64   `koanf:"memory_mib"`
+	Processes    int64   `koanf:"processes"`
+	CPUs         float64 `koanf:"cpus"`
+	TmpMiB       int64   `koanf:"tmp_mib"`
+	ShmMiB       int64   `koanf:"shm_mib"`
+	DiskMiB      int64   `koanf:"disk_mib"`
+	OpenFiles    int64   `koanf:"open_files"`
+	HostUID      int     `koanf:"host_uid"`
+	RunDir       string  `koanf:"run_dir"`
+	WorkspaceDir string  `koanf:"workspace_dir"`
 }
 
 // Store is the object store that holds snapshots and screenshots.
@@ -197,7 +208,8 @@ func Default() Config {
 			MaxLifetime:     24 * time.Hour,
 		},
 		Screenshot: Screenshot{Enabled: true, IdleWait: 3 * time.Second},
-		Sandbox:    Sandbox{Network: "none"},
+		Sandbox: Sandbox{Network: "none", MemoryMiB: 2048, Processes: 512, TmpMiB: 512, ShmMiB: 512,
+			DiskMiB: 10240, OpenFiles: 16384, HostUID: 2100000000},
 		Limits: Limits{
 			MemoryMiB:          128,
 			CallTimeout:        10 * time.Second,
@@ -236,6 +248,16 @@ var scalarKeys = []string{
 	"screenshot.idle_wait",
 	"screenshot.chromium",
 	"sandbox.network",
+	"sandbox.memory_mib",
+	"sandbox.processes",
+	"sandbox.cpus",
+	"sandbox.tmp_mib",
+	"sandbox.shm_mib",
+	"sandbox.disk_mib",
+	"sandbox.open_files",
+	"sandbox.host_uid",
+	"sandbox.run_dir",
+	"sandbox.workspace_dir",
 	"limits.memory_mib",
 	"limits.call_timeout",
 	"limits.pool_size",
@@ -311,6 +333,16 @@ var flagKeys = map[string]string{
 	"screenshot-idle-wait":  "screenshot.idle_wait",
 	"chromium":              "screenshot.chromium",
 	"network":               "sandbox.network",
+	"sandbox-memory-mib":    "sandbox.memory_mib",
+	"sandbox-processes":     "sandbox.processes",
+	"sandbox-cpus":          "sandbox.cpus",
+	"sandbox-tmp-mib":       "sandbox.tmp_mib",
+	"sandbox-shm-mib":       "sandbox.shm_mib",
+	"sandbox-disk-mib":      "sandbox.disk_mib",
+	"sandbox-open-files":    "sandbox.open_files",
+	"sandbox-host-uid":      "sandbox.host_uid",
+	"run-dir":               "sandbox.run_dir",
+	"workspace-dir":         "sandbox.workspace_dir",
 	"memory-mib":            "limits.memory_mib",
 	"call-timeout":          "limits.call_timeout",
 	"pool-size":             "limits.pool_size",
@@ -352,6 +384,16 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.Duration("screenshot-idle-wait", d.Screenshot.IdleWait, "longest wait for network idle before a page is shot")
 	fs.String("chromium", "", "Chromium binary for screenshots (default: Debian's chromium-headless-shell or chromium)")
 	fs.String("network", d.Sandbox.Network, "sandbox network: none or host")
+	fs.Int64("sandbox-memory-mib", d.Sandbox.MemoryMiB, "memory per sandbox, MiB, /tmp and /dev/shm included (-1: no limit)")
+	fs.Int64("sandbox-processes", d.Sandbox.Processes, "processes and threads per sandbox (-1: no limit)")
+	fs.Float64("sandbox-cpus", d.Sandbox.CPUs, "CPU quota per sandbox in cores (0: all cores)")
+	fs.Int64("sandbox-tmp-mib", d.Sandbox.TmpMiB, "size of a sandbox's /tmp, MiB")
+	fs.Int64("sandbox-shm-mib", d.Sandbox.ShmMiB, "size of a sandbox's /dev/shm, MiB")
+	fs.Int64("sandbox-disk-mib", d.Sandbox.DiskMiB, "size of a sandbox's private workspace, MiB (-1: no limit)")
+	fs.Int64("sandbox-open-files", d.Sandbox.OpenFiles, "open files per process in a sandbox")
+	fs.Int("sandbox-host-uid", d.Sandbox.HostUID, "host uid and gid of the sandbox user when toolhost runs as root")
+	fs.String("run-dir", "", "private directory of the sandboxes' sockets (default $TMPDIR/toolhost-run-UID)")
+	fs.String("workspace-dir", "", "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)")
 	fs.Int("memory-mib", d.Limits.MemoryMiB, "memory limit per plugin instance, MiB")
 	fs.Duration("call-timeout", d.Limits.CallTimeout, "deadline for a plugin's own work per call")
 	fs.Int("pool-size", d.Limits.PoolSize, "maximum instances per plugin")
@@ -554,6 +596,16 @@ func defaultMap() map[string]any {
 		"screenshot.idle_wait":         d.Screenshot.IdleWait,
 		"screenshot.chromium":          d.Screenshot.Chromium,
 		"sandbox.network":              d.Sandbox.Network,
+		"sandbox.memory_mib":           d.Sandbox.MemoryMiB,
+		"sandbox.processes":            d.Sandbox.Processes,
+		"sandbox.cpus":                 d.Sandbox.CPUs,
+		"sandbox.tmp_mib":              d.Sandbox.TmpMiB,
+		"sandbox.shm_mib":              d.Sandbox.ShmMiB,
+		"sandbox.disk_mib":             d.Sandbox.DiskMiB,
+		"sandbox.open_files":           d.Sandbox.OpenFiles,
+		"sandbox.host_uid":             d.Sandbox.HostUID,
+		"sandbox.run_dir":              d.Sandbox.RunDir,
+		"sandbox.workspace_dir":        d.Sandbox.WorkspaceDir,
 		"limits.memory_mib":            d.Limits.MemoryMiB,
 		"limits.call_timeout":          d.Limits.CallTimeout,
 		"limits.pool_size":             d.Limits.PoolSize,
@@ -702,6 +754,35 @@ func (c *Config) Validate() error {
 	case "none", "host":
 	default:
 		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
+	}
+	for _, l := range []struct {
+		key string
+		v   int64
+	}{
+		{"sandbox.memory_mib", c.Sandbox.MemoryMiB}, {"sandbox.processes", c.Sandbox.Processes},
+		{"sandbox.disk_mib", c.Sandbox.DiskMiB}, {"sandbox.open_files", c.Sandbox.OpenFiles},
+	} {
+		if l.v == 0 || l.v < -1 {
+			return bad(l.key, "must be positive, or -1 for no limit, got %d", l.v)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		v   int64
+	}{{"sandbox.tmp_mib", c.Sandbox.TmpMiB}, {"sandbox.shm_mib", c.Sandbox.ShmMiB}} {
+		if l.v <= 0 {
+			return bad(l.key, "must be positive, got %d", l.v)
+		}
+	}
+	if c.Sandbox.MemoryMiB > 0 && c.Sandbox.TmpMiB+c.Sandbox.ShmMiB >= c.Sandbox.MemoryMiB {
+		return bad("sandbox.memory_mib", "must be more than sandbox.tmp_mib + sandbox.shm_mib (%d MiB): tmpfs pages count against it, and files alone must not fill it",
+			c.Sandbox.TmpMiB+c.Sandbox.ShmMiB)
+	}
+	if c.Sandbox.CPUs < 0 {
+		return bad("sandbox.cpus", "must be a number of cores, or 0 for all, got %g", c.Sandbox.CPUs)
+	}
+	if c.Sandbox.HostUID <= 0 {
+		return bad("sandbox.host_uid", "must be an unprivileged uid (not 0), got %d", c.Sandbox.HostUID)
 	}
 	if err := c.validateStorage(bad); err != nil {
 		return err
