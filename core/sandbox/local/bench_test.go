@@ -8,11 +8,18 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 )
 
-// BenchmarkCreateToFirstCommand: Create → Exec true → result; Close is outside the timer.
+// BenchmarkCreateToFirstCommand: Create → Exec true → result, with every limit, the
+// seccomp filter and the cgroup on; Close is outside the timer. HostDir mounts a host
+// directory (as root: handed to the sandbox user and staged by a bind mount); Private
+// gives the sandbox its own workspace (as root: a fresh ext4 volume, the disk limit).
 func BenchmarkCreateToFirstCommand(b *testing.B) {
+	b.Run("HostDir", func(b *testing.B) { benchCreate(b, b.TempDir()) })
+	b.Run("Private", func(b *testing.B) { benchCreate(b, "") })
+}
+
+func benchCreate(b *testing.B, ws string) {
 	p := newProvider(b, Config{})
 	ctx := context.Background()
-	ws := b.TempDir()
 	for b.Loop() {
 		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws})
 		if err != nil {
