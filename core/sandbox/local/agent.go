@@ -116,6 +116,11 @@ func agentExecutable(id identity) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find own executable for the agent: %w", err)
 	}
+	return openAgent(exe, id)
+}
+
+// openAgent opens exe for the sandbox user to execute: exe itself, or a sealed memfd copy.
+func openAgent(exe string, id identity) (*os.File, error) {
 	f, err := os.Open(exe)
 	if err != nil {
 		return nil, fmt.Errorf("open own executable for the agent: %w", err)

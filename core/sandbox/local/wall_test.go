@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -214,5 +216,55 @@ open("/tmp/bad", "w").write(str(bad))
 	}
 	if res := sh(t, sb, "stat -c %a f; ls -A | grep -c toolhost- || true"); string(res.Stdout) != "751\n0\n" {
 		t.Fatalf("mode after rewrites, and temporary files left: %q", res.Stdout)
+	}
+}
+
+// An agent binary the sandbox user may not execute (mode 0700, root's) is copied into a
+// sealed memfd, which it may execute and no one can change.
+func TestAgentExecutableCopy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root; this test needs root to run a program as another uid")
+		}
+		t.Skip("needs root to run a program as another uid")
+	}
+	exe := filepath.Join(t.TempDir(), "agent")
+	b, err := os.ReadFile("/usr/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	id := identity{root: true, uid: DefaultHostID, gid: DefaultHostID}
+	f, err := openAgent(exe, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
+		t.Fatalf("a 0700 agent was not copied: %s", link)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Fatal("the memfd copy is writable")
+	}
+	cmd := exec.Command("/proc/self/fd/3", "ran as the sandbox user")
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: id.credential()}
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "ran as the sandbox user\n" {
+		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
+	}
+	// An agent the sandbox user may execute is used as it is.
+	if err := os.Chmod(exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, err := openAgent(exe, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", g.Fd())); link != exe {
+		t.Fatalf("a 0755 agent was copied: %s", link)
 	}
 }
