@@ -502,10 +502,21 @@ func TestPruneRemovesGroupsOfDeadOwners(t *testing.T) {
 		if fileExists(d + "/" + g.dir) {
 			t.Errorf("stale group %s survived Prune", d+"/"+g.dir)
 		}
-		if !fileExists(d + "/" + live.dir) {
-			t.Errorf("Prune removed the live group %s", d+"/"+live.dir)
+	}
+	// The live group lives in the trees its limits need (and the kill's).
+	for _, d := range append([]string{live.v2}, v1Dirs(live)...) {
+		if d != "" && !fileExists(d) {
+			t.Errorf("Prune removed the live group %s", d)
 		}
 	}
+}
+
+func v1Dirs(g *Group) []string {
+	var out []string
+	for _, d := range g.v1 {
+		out = append(out, d.dir)
+	}
+	return out
 }
 
 func TestCreateRejectsBadInput(t *testing.T) {

@@ -78,6 +78,12 @@ func (g *Group) create(l Limits) error {
 		g.v2 = d
 	}
 	for _, h := range m.hier {
+		// Only the hierarchies a limit (or the kill) needs: every one a group lives in
+		// costs Start a thread migration in and out, and a v1 migration waits for an RCU
+		// grace period (milliseconds on a busy host).
+		if !(h == m.mem && l.MemoryBytes > 0 || h == m.pids && l.Pids > 0 || h == m.cpu && l.CPUs > 0 || h == m.freez) {
+			continue
+		}
 		d := h.dir + "/" + g.dir
 		if err := m.fs.mkdir(d); err != nil {
 			return err
