@@ -44,6 +44,8 @@ case "$pkg" in
 chromium) [ -x /usr/lib/chromium/chromium ] || apt_missing+=(chromium) ;;
 chromium-headless-shell) [ -x /usr/lib/chromium/chromium-headless-shell ] || apt_missing+=(chromium-headless-shell) ;;
 esac
+# The browser runs inside its own bubblewrap sandbox (core/screenshot never runs it bare).
+[ -x /usr/bin/bwrap ] || apt_missing+=(bubblewrap)
 # Without Recommends, chromium-common brings no font; pages need one to render text.
 if ((${#apt_missing[@]})) && ! fc-list 2>/dev/null | grep -q .; then
 	apt_missing+=(fonts-liberation)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh installs what toolhost needs and is missing, and does nothing else.
 #
-#   scripts/setup.sh          what `make run` needs: bubblewrap, and Debian's python3 (the
-#                             demo serves a page from the sandbox with python3 -m http.server)
+#   scripts/setup.sh          what `make run` needs: bubblewrap, e2fsprogs (mkfs.ext4 for
+#                             the workspace volumes), and Debian's python3 (the demo serves
+#                             a page from the sandbox with python3 -m http.server)
 #   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo)
 #
 # The browser for screenshots is scripts/setup-browser.sh's job (make run and make test run
@@ -18,7 +19,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--test) want_test=true ;;
 	-h | --help)
-		sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -37,6 +38,8 @@ fi
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# mkfs.ext4 makes the filesystem a private workspace lives on (its disk limit).
+[ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 # A sandbox sees the host's /usr only, so a python3 elsewhere (pyenv, /usr/local) does not count.
 [ -x /usr/bin/python3 ] || missing+=(python3)
 if $want_test; then

@@ -177,7 +177,7 @@ func BenchmarkLaunch(b *testing.B) {
 	var ds []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		br, err := rt.pw.Chromium.Launch(launchOptions(exe, c.cfg))
+		br, err := rt.pw.Chromium.Launch(c.launchOptions(exe, rt.router))
 		if err != nil {
 			b.Fatal(err)
 		}

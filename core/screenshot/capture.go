@@ -245,10 +245,11 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 		s.Elapsed = time.Since(t0)
 		return s, fmt.Errorf("%w: %s (%s): %s: %w", kind, target.Redacted(), vp.Name, what, err)
 	}
-	px, err := newPinProxy(originOf(target), hostPort(target), c.log)
+	ln, err := rt.router.listen()
 	if err != nil {
 		return fail(ErrBrowser, "starting the origin pin", err)
 	}
+	px := newPinProxy(originOf(target), hostPort(target), c.log, ln, ln.proxyURL())
 	defer px.close() // after the browser context is closed (defers run last-in first-out)
 	opts := playwright.BrowserNewContextOptions{
 		Viewport:          &playwright.Size{Width: vp.Width, Height: vp.Height},

@@ -487,12 +487,12 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	if !alive(pid) {
 		t.Fatalf("browser pid %d is not alive", pid)
 	}
-	var profiles []string
+	var routerDirs []string // the browsers' private directories on the host
 	c.mu.Lock()
-	profiles = append(profiles, c.rt.profileDir)
+	routerDirs = append(routerDirs, c.rt.router.dir)
 	c.mu.Unlock()
-	if profiles[0] == "" {
-		t.Error("no profile directory found on the browser's command line")
+	if _, err := os.Stat(routerDirs[0]); err != nil {
+		t.Errorf("the browser's router directory: %v", err)
 	}
 	c.mu.Lock()
 	driver := c.rt.driverPID
@@ -522,7 +522,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	c.mu.Lock()
 	newDriver := c.rt.driverPID
-	profiles = append(profiles, c.rt.profileDir)
+	routerDirs = append(routerDirs, c.rt.router.dir)
 	c.mu.Unlock()
 
 	mine := map[int]bool{driver: true, newDriver: true}
@@ -551,9 +551,9 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	if c.BrowserPID() != 0 {
 		t.Error("BrowserPID after Close")
 	}
-	for _, dir := range profiles {
+	for _, dir := range routerDirs {
 		if _, err := os.Stat(dir); err == nil {
-			t.Errorf("browser profile %s left behind", dir)
+			t.Errorf("browser router directory %s left behind", dir)
 		}
 	}
 	if _, err := c.CapturePair(t.Context(), base, "/"); !errors.Is(err, ErrClosed) {

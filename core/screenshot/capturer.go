@@ -2,11 +2,13 @@ package screenshot
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +19,8 @@ import (
 
 // Flags on top of Playwright's own defaults (which already include --no-sandbox,
 // --headless, --disable-background-networking, --disable-component-update, --no-first-run,
-// --disable-dev-shm-usage, --disable-extensions and --disable-breakpad).
+// --disable-dev-shm-usage, --disable-extensions and --disable-breakpad). The wrapper adds
+// the sandbox's own (sandboxedArgs).
 var baseArgs = []string{
 	"--disable-gpu",
 	"--disable-sync",
@@ -81,10 +84,10 @@ type Capturer struct {
 type runtime struct {
 	pw         *playwright.Playwright
 	browser    playwright.Browser
+	router     *router // the browser's only way out
 	driverPID  int
-	browserPID int
+	browserPID int // bubblewrap, the driver's child; the browser runs inside
 	version    string
-	profileDir string      // Chromium's --user-data-dir (a temporary directory of Playwright's)
 	dead       atomic.Bool // set when a capture saw the browser fail; acquire replaces it
 }
 
@@ -99,9 +102,13 @@ func New(cfg Config) *Capturer {
 	}
 }
 
-// Check reports, without starting anything, whether the browser and the driver are
-// installed; the error wraps [ErrNoBrowser] and says what is missing.
+// Check reports, without starting anything, whether the browser, the driver and
+// bubblewrap (the browser's sandbox) are installed; the error wraps [ErrNoBrowser] and says
+// what is missing.
 func (c *Capturer) Check() error {
+	if err := checkBwrap(); err != nil {
+		return err
+	}
 	if _, err := c.executable(); err != nil {
 		return err
 	}
@@ -109,19 +116,39 @@ func (c *Capturer) Check() error {
 	return err
 }
 
+func checkBwrap() error {
+	if st, err := os.Stat(bwrapPath); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%w: bubblewrap (%s) is missing: install the Debian package bubblewrap; the browser runs only inside it", ErrNoBrowser, bwrapPath)
+	}
+	return nil
+}
+
+// executable returns the browser binary with symbolic links resolved (the sandbox shows
+// /usr and the browser's own directory only).
 func (c *Capturer) executable() (string, error) {
 	if p := c.cfg.ExecutablePath; p != "" {
 		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return "", fmt.Errorf("%w: Chromium executable %s is missing or not executable", ErrNoBrowser, p)
 		}
-		return p, nil
+		return resolveExecutable(p)
 	}
 	for _, p := range defaultExecutables {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
+			return resolveExecutable(p)
 		}
 	}
 	return "", fmt.Errorf("%w: no Chromium found (looked for %s)", ErrNoBrowser, strings.Join(defaultExecutables, ", "))
+}
+
+func resolveExecutable(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: resolving the Chromium executable %s: %w", ErrNoBrowser, p, err)
+	}
+	return abs, nil
 }
 
 // DriverVersion is the Playwright driver version playwright-go pins (npm playwright-core).
@@ -243,6 +270,9 @@ func (c *Capturer) start(done chan struct{}, old *runtime) {
 }
 
 func (c *Capturer) launch() (*runtime, error) {
+	if err := checkBwrap(); err != nil {
+		return nil, err
+	}
 	exe, err := c.executable()
 	if err != nil {
 		return nil, err
@@ -296,38 +326,47 @@ func (c *Capturer) launch() (*runtime, error) {
 	claim(pid, true)
 	rt := &runtime{pw: pw, driverPID: pid}
 
-	b, err := pw.Chromium.Launch(launchOptions(exe, c.cfg))
+	rt.router, err = newRouter(c.log)
+	if err == nil {
+		var b playwright.Browser
+		b, err = pw.Chromium.Launch(c.launchOptions(exe, rt.router))
+		rt.browser = b
+	}
 	wmu.Lock()
 	finished = true
 	wmu.Unlock()
 	if err != nil {
 		c.stopRuntime(rt, 10*time.Second)
-		return nil, fmt.Errorf("%w: launching %s: %w", ErrBrowser, exe, err)
+		return nil, fmt.Errorf("%w: launching %s in its sandbox: %w", ErrBrowser, exe, err)
 	}
-	rt.browser = b
-	rt.version = b.Version()
+	rt.version = rt.browser.Version()
 	for _, p := range descendants(pid) {
 		if p.ppid == pid {
 			rt.browserPID = p.pid
-			rt.profileDir = profileDirOf(p.cmdline)
 			break
 		}
 	}
-	b.OnDisconnected(func(playwright.Browser) {
+	rt.browser.OnDisconnected(func(playwright.Browser) {
 		c.log.Debug("screenshot: browser disconnected", "browser_pid", rt.browserPID)
 	})
 	return rt, nil
 }
 
-func launchOptions(exe string, cfg Config) playwright.BrowserTypeLaunchOptions {
+// launchOptions makes Playwright start the browser exe in its sandbox, its network going
+// through rtr: the executable Playwright runs is this process's own binary, which the
+// environment turns into the wrapper (sandbox.go).
+func (c *Capturer) launchOptions(exe string, rtr *router) playwright.BrowserTypeLaunchOptions {
+	wc, _ := json.Marshal(wrapperConfig{Bwrap: bwrapPath, Chromium: exe, Router: rtr.path, UID: c.cfg.SandboxUID})
 	return playwright.BrowserTypeLaunchOptions{
-		ExecutablePath:  playwright.String(exe),
-		Headless:        playwright.Bool(true),
-		Args:            append(append([]string(nil), baseArgs...), cfg.Args...),
-		Timeout:         playwright.Float(float64(cfg.StartTimeout.Milliseconds())),
-		HandleSIGINT:    playwright.Bool(false),
-		HandleSIGTERM:   playwright.Bool(false),
-		HandleSIGHUP:    playwright.Bool(false),
+		ExecutablePath: playwright.String("/proc/" + strconv.Itoa(os.Getpid()) + "/exe"),
+		Env:            map[string]string{envWrapper: string(wc)},
+		Headless:       playwright.Bool(true),
+		Args:           append(append([]string(nil), baseArgs...), c.cfg.Args...),
+		Timeout:        playwright.Float(float64(c.cfg.StartTimeout.Milliseconds())),
+		HandleSIGINT:   playwright.Bool(false),
+		HandleSIGTERM:  playwright.Bool(false),
+		HandleSIGHUP:   playwright.Bool(false),
+		// Chromium's own sandbox needs user namespaces, which ours disables: ours is the sandbox.
 		ChromiumSandbox: playwright.Bool(false),
 	}
 }
@@ -346,18 +385,6 @@ func runDriver(dir string) (pw *playwright.Playwright, err error) {
 		SkipInstallBrowsers: true,
 		Verbose:             false,
 	})
-}
-
-// profileDirOf returns the --user-data-dir of a Chromium command line when it is one of
-// Playwright's temporary profiles, else "".
-func profileDirOf(cmdline string) string {
-	for _, a := range strings.Fields(cmdline) {
-		if dir, ok := strings.CutPrefix(a, "--user-data-dir="); ok &&
-			strings.HasPrefix(filepath.Base(dir), "playwright_chromiumdev_profile-") {
-			return dir
-		}
-	}
-	return ""
 }
 
 // findDriverChild finds this process's unclaimed child running the driver from dir.
@@ -431,12 +458,8 @@ func (c *Capturer) stopRuntime(rt *runtime, bound time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	claim(rt.driverPID, false)
-	// Playwright removes the profile when the browser exits, unless the driver exits first
-	// (a browser that was killed, or a driver stopped right after its browser died).
-	if rt.profileDir != "" {
-		if err := os.RemoveAll(rt.profileDir); err != nil {
-			c.log.Warn("screenshot: removing the browser profile", "dir", rt.profileDir, "err", err)
-		}
+	if rt.router != nil {
+		rt.router.close()
 	}
 }
 
@@ -484,7 +507,8 @@ func (c *Capturer) Start(ctx context.Context) error {
 	return err
 }
 
-// BrowserPID returns the browser's process id, or 0 when no browser runs.
+// BrowserPID returns the process id of the browser's sandbox (bubblewrap, which the driver
+// started and which holds the browser), or 0 when no browser runs.
 func (c *Capturer) BrowserPID() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

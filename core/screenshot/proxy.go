@@ -23,13 +23,15 @@ const (
 
 // pinProxy is an HTTP proxy that forwards only to one origin: plain requests whose URL is on
 // the origin, and CONNECT tunnels (https, WebSockets) to the origin's host:port. Everything
-// else gets 403 and is recorded. One per capture; close stops its listener, its connections
-// and its tunnels and waits for its handlers.
+// else gets 403 and is recorded. One per browser context; it serves the connections the
+// browser's router hands it (the browser has no other way out of its sandbox). close stops
+// its listener, its connections and its tunnels and waits for its handlers.
 type pinProxy struct {
 	origin   string // scheme://host:port
 	hostPort string // host:port to dial
 	log      *slog.Logger
 	ln       net.Listener
+	url      string // the proxy server the browser context is given
 	srv      *http.Server
 	rp       *httputil.ReverseProxy
 	tr       *http.Transport
@@ -46,14 +48,12 @@ type pinProxy struct {
 	serveDone chan struct{}
 }
 
-func newPinProxy(origin, hostPort string, log *slog.Logger) (*pinProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
+// newPinProxy serves the pin on ln, which the browser reaches at url: a route of the
+// browser's router (router.go), so the browser, in its sandbox, reaches it and nothing else.
+func newPinProxy(origin, hostPort string, log *slog.Logger, ln net.Listener, url string) *pinProxy {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pinProxy{
-		origin: origin, hostPort: hostPort, log: log, ln: ln,
+		origin: origin, hostPort: hostPort, log: log, ln: ln, url: url,
 		ctx: ctx, cancel: cancel,
 		tunnels:   map[net.Conn]struct{}{},
 		serveDone: make(chan struct{}),
@@ -97,10 +97,10 @@ func newPinProxy(origin, hostPort string, log *slog.Logger) (*pinProxy, error) {
 		defer close(p.serveDone)
 		_ = p.srv.Serve(ln)
 	}()
-	return p, nil
+	return p
 }
 
-func (p *pinProxy) addr() string { return "http://" + p.ln.Addr().String() }
+func (p *pinProxy) addr() string { return p.url }
 
 func (p *pinProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handlers.Add(1)

@@ -11,14 +11,41 @@
 // The caller never hands this package a URL built by a plugin. It passes the preview origin
 // it got from the sandbox (scheme://host:port) and the plugin's path; [Target] validates the
 // path and joins it so the result can only be on that origin. The page itself is untrusted
-// too (the agent wrote it), and the browser runs on the host's network, so every browser
-// context is pinned to the origin at the network level: its proxy is a small HTTP proxy in
-// this process that forwards requests and tunnels to the preview's host:port only and answers
-// everything else with 403. That covers what request interception cannot: redirects,
-// subresources, iframes, popups, fetch/XHR, WebSockets and workers. Service workers are
-// blocked and WebRTC may not use UDP outside the proxy. A top-level navigation that ends
-// off the origin is an error ([ErrOffOrigin]); blocked subrequests are listed in
-// [Shot.Blocked].
+// too (the agent wrote it), so every browser context is pinned to the origin at the network
+// level: its proxy is a small HTTP proxy in this process that forwards requests and tunnels
+// to the preview's host:port only and answers everything else with 403. That covers what
+// request interception cannot: redirects, subresources, iframes, popups, fetch/XHR,
+// WebSockets and workers. Service workers are blocked and WebRTC may not use UDP outside the
+// proxy. A top-level navigation that ends off the origin is an error ([ErrOffOrigin]);
+// blocked subrequests are listed in [Shot.Blocked].
+//
+// # The browser's sandbox
+//
+// Chromium parses and runs what a hostile sandbox serves, so it never runs on the host as
+// it is: it runs in a bubblewrap of its own (sandbox.go), and a browser that is taken over
+// holds nothing. In force, always (there is no unsandboxed mode; without bubblewrap,
+// captures fail with [ErrNoBrowser] naming the package to install):
+//
+//   - Identity: when this process runs as root, the sandbox runs as an unprivileged host
+//     uid and gid ([Config.SandboxUID], default [DefaultSandboxUID]) with no supplementary
+//     group; inside it is uid 1000 in a user namespace of its own, without capabilities,
+//     and may not make further user namespaces. Otherwise it runs as this process's user.
+//   - Files: a new root with /usr, the /bin and /lib links and a few /etc files (loader,
+//     fonts, time zone, CA certificates) read-only; a fresh /proc and /dev; tmpfs mounts,
+//     bounded in size, for /tmp (256 MiB), /dev/shm (64 MiB) and the home holding the
+//     profile (64 MiB). Nothing of the host's home, /root, /tmp, data directory or any
+//     workspace, and no host path of this program or its sockets (its binary is run from
+//     an inherited descriptor).
+//   - Network: a namespace with loopback only. Each browser context's proxy is a loopback
+//     address in there; a forwarder in the sandbox hands every connection, as a
+//     descriptor, to this process (router.go), which gives it to that context's origin pin.
+//     Nothing else answers: no host port, no outside address, no name server.
+//   - Processes: new pid, ipc and uts namespaces, a new session, and the sandbox dies with
+//     the driver that started it. The seccomp filter of package internal/seccomp (the one
+//     every toolhost sandbox gets) is installed before the first process runs.
+//
+// Chromium's own sandbox is off (--no-sandbox): it needs the user namespaces ours refuses.
+// Not bounded here: the browser's memory and processes as a whole (a cgroup's job).
 package screenshot
 
 import (
@@ -127,7 +154,9 @@ func (p *Pair) PageError() error {
 type Config struct {
 	// ExecutablePath is the Chromium binary. Default: the first present of
 	// /usr/lib/chromium/chromium-headless-shell, /usr/lib/chromium/chromium,
-	// /usr/bin/chromium-headless-shell, /usr/bin/chromium.
+	// /usr/bin/chromium-headless-shell, /usr/bin/chromium. It runs in the browser's sandbox,
+	// which shows /usr; a binary elsewhere gets its own directory bound read-only, and that
+	// directory must be reachable by the sandbox uid.
 	ExecutablePath string
 	// DriverDir holds the Playwright driver (package/cli.js and node). Default:
 	// $PLAYWRIGHT_DRIVER_PATH, else ~/.cache/ms-playwright-go/<version>.
@@ -144,6 +173,11 @@ type Config struct {
 	MaxConcurrent int
 	// Args are extra Chromium flags, after the built-in ones.
 	Args []string
+	// SandboxUID is the host uid (and gid) the browser's sandbox runs as when this process
+	// runs as root; inside, the browser is uid 1000. It must not be 0. Default
+	// [DefaultSandboxUID], the id the local sandbox provider gives its sandboxes. Ignored
+	// when this process does not run as root: the sandbox then runs as this process's user.
+	SandboxUID int
 	// Logger receives the package's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -163,6 +197,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 2
+	}
+	if c.SandboxUID <= 0 {
+		c.SandboxUID = DefaultSandboxUID
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
