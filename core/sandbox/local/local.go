@@ -380,7 +380,7 @@ func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 		return 0, fmt.Errorf("unknown network mode %q (want %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkHost)
 	}
 	for k := range opts.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD {
+		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD || k == envAgentRlimits {
 			return 0, fmt.Errorf("invalid environment variable name %q", k)
 		}
 	}
@@ -529,8 +529,8 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File
 		return fail(err)
 	}
 	if err := s.admit(ctx, infoR, blockW); err != nil {
-		s.shutdown("failed to start")
-		return fail(err)
+		s.shutdown("failed to start") // closes the cgroup too
+		return nil, err
 	}
 	if err := s.waitReady(ctx); err != nil {
 		s.shutdown("failed to start")
