@@ -562,7 +562,9 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 }
 
 func TestConcurrentCaptures(t *testing.T) {
-	c := newCapturer(t, Config{})
+	// Eight pages at once in one browser: a liveness bound well above the default, for a
+	// loaded machine (this test is about concurrency, not speed).
+	c := newCapturer(t, Config{CaptureTimeout: 3 * time.Minute})
 	base := serve(t, appHandler())
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
