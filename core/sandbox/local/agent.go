@@ -206,7 +206,7 @@ func setRlimits(spec string) error {
 }
 
 // agentThreads is how many OS threads the agent makes at start, before any command runs.
-const agentThreads = 16
+const agentThreads = 4
 
 // prewarmThreads makes the Go runtime create n OS threads now and keep them idle. The agent
 // shares the sandbox's process limit (threads count) with the commands, and the Go

@@ -92,6 +92,7 @@ type Provider struct {
 	cgroups  *cgroup.Manager
 	cgSup    cgroup.Support
 	volumes  *volume.Pool // nil when volumes are unavailable
+	spare    *spareVolume // with volumes: the next private workspace, made ahead
 	enforced []Enforcement
 }
 
@@ -167,6 +168,9 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	p.prune()
+	if p.volumes != nil {
+		p.spare = newSpareVolume(p.volumes)
+	}
 	p.enforced = p.enforcement(p.cgSup, volumesErr, seccompErr)
 	p.log.Info("sandbox limits", "limits", limitsLine(p.enforced), "user", p.userLine())
 	for _, e := range p.enforced {
@@ -205,6 +209,9 @@ func (p *Provider) Enforcement() []Enforcement { return slices.Clone(p.enforced)
 // of closed workspaces' volumes. Sandboxes still open keep working until they are closed.
 func (p *Provider) Close(ctx context.Context) error {
 	err := p.exe.Close()
+	if p.spare != nil {
+		err = errors.Join(err, p.spare.close())
+	}
 	if p.volumes != nil {
 		err = errors.Join(err, p.volumes.Close(ctx))
 	}

@@ -41,8 +41,8 @@ func (p *Provider) newWorkspace(ctx context.Context, id, hostDir string) (*works
 	if hostDir != "" {
 		return p.hostWorkspace(id, hostDir)
 	}
-	if p.volumes != nil {
-		v, err := p.volumes.Create(ctx, id)
+	if p.spare != nil {
+		v, err := p.spare.take(ctx)
 		if err == nil {
 			return &workspace{path: v.Path(), kind: "volume", vol: v}, nil
 		}
