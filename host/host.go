@@ -16,8 +16,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero"
