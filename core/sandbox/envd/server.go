@@ -61,7 +61,7 @@ type Server struct {
 	mux    *http.ServeMux
 	log    *slog.Logger
 	launch launcher
-	reaper *reaper // set when cfg.Init
+	reaper *reaper   // set when cfg.Init
 	writes pathLocks // serialises writes of the same file
 
 	mu      sync.Mutex

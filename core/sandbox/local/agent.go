@@ -27,7 +27,6 @@ const (
 	envAgentRlimits = "TOOLHOST_AGENT_RLIMITS" // resource limits to set first: "nofile=16384,..."
 )
 
-
 // init turns any binary that imports this package into the sandbox agent when the
 // provider re-executes it inside bubblewrap (docker's "reexec" pattern). This way the
 // agent is always the exact code of the host that speaks to it — the CLI, an embedding
