@@ -16,8 +16,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -25,7 +25,6 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/store"
 )
 
@@ -54,9 +53,9 @@ type Config struct {
 	MaxExecOutputBytes int
 	// Logger receives the host's and the plugins' logs. Default slog.Default().
 	Logger *slog.Logger
-	// Screenshots serves the capture capability; without it captures fail with a message
+	// Capturer serves the capture capability; without it captures fail with a message
 	// that says so.
-	Screenshots *screenshot.Recorder
+	Capturer Capturer
 	// Store serves the store capability: each plugin gets plugins/{name}/ of it.
 	Store store.Store
 }
