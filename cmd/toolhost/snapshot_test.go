@@ -257,17 +257,11 @@ func TestCallWithSnapshot(t *testing.T) {
 // TestSnapshotS3: the same round trip against a real S3-compatible server on loopback,
 // with credentials from the AWS SDK's standard chain (the environment here).
 func TestSnapshotS3(t *testing.T) {
-	// Not parallel: the embedded gateway changes the process's working directory while
-	// it starts.
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
 	srv, err := s3test.Start(t.TempDir())
 	if err != nil {
 		t.Fatalf("starting the S3 server: %v", err)
 	}
-	defer os.Chdir(wd) // after Close, which removes the gateway's directory
 	defer srv.Close()
 	bucket, err := srv.NewBucket(t.Context(), "cli")
 	if err != nil {
