@@ -669,3 +669,66 @@ func TestSandboxCannotConfigureTheHost(t *testing.T) {
 		t.Fatalf("the project's workspace shows the current directory:\n%s", res.Content[0].Text)
 	}
 }
+
+// TestGoInstall: go install into a temporary GOBIN gives a CLI that works from / with no
+// other file: its built-in plugins are inside it, its state goes to the user's data dir.
+func TestGoInstall(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	trackSources()
+	gobin := t.TempDir()
+	install := exec.Command("go", "install", "./cmd/toolhost")
+	install.Dir = moduleRoot
+	install.Env = append(os.Environ(), "GOBIN="+gobin)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install: %v\n%s", err, out)
+	}
+	home := t.TempDir()
+	run := func(args ...string) runResult {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(gobin, "toolhost"), args...)
+		cmd.Dir = "/"
+		// Nothing of this repository, no TOOLHOST_ variable, no config: a stranger's shell.
+		cmd.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + os.TempDir()}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return runResult{code, stdout.String(), stderr.String()}
+	}
+	r := run("tools")
+	var tools []abi.Tool
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 7 {
+		t.Fatalf("tools from /:\n%s", r)
+	}
+	r = run("call", "bash", `{"command":"echo hi > hi.txt; cat hi.txt; pwd"}`, "--log-level", "warn")
+	if r.code != 0 {
+		t.Fatalf("call from /:\n%s", r)
+	}
+	if res := decodeResult(t, r); res.IsError || !strings.Contains(res.Content[0].Text, "hi\n/home/user") {
+		t.Errorf("call from /: %+v", res)
+	}
+	// The next call sees the first one's file: the project's workspace, in the data dir.
+	r = run("call", "read_file", `{"path":"hi.txt"}`, "--log-level", "warn")
+	if res := decodeResult(t, r); res.IsError || !strings.Contains(res.Content[0].Text, "hi") {
+		t.Errorf("second call: %+v", res)
+	}
+	snaps := 0
+	filepath.WalkDir(filepath.Join(home, ".local", "share", "toolhost", "store"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.Contains(p, "projects/default/snapshots/") && strings.HasSuffix(p, ".tar.gz") {
+			snaps++
+		}
+		return nil
+	})
+	if snaps == 0 {
+		t.Error("the project's snapshots are not in the user's data dir")
+	}
+	if r := run("--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") {
+		t.Errorf("--version:\n%s", r)
+	}
+}
