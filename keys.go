@@ -185,7 +185,7 @@ server start. 0: none (the call must name one).`},
 /usr/bin/chromium-headless-shell, /usr/bin/chromium.`},
 
 	{name: "sandbox.provider", flag: "sandbox-provider", def: "local",
-		usage: "sandbox provider: " + "local",
+		usage: "sandbox provider, by name (local: bubblewrap)",
 		doc: `The sandbox provider, by name. local: bubblewrap on this machine (Debian package
 bubblewrap).`},
 	{name: "sandbox.network", flag: "network", def: "none",

@@ -14,9 +14,9 @@ import (
 
 // ProviderFactory makes the sandbox provider that sandbox.provider names, from the whole
 // configuration (a provider reads its own keys and the sandbox.* limits it can enforce).
-// The provider it returns may implement io.Closer-like Close(ctx) error; Toolhost.Close
-// calls it. A provider that cannot mount host directories must refuse
-// CreateOptions.Workspace (an error wrapping sandbox.ErrUnsupported), never ignore it.
+// When the provider has a Close(context.Context) error method, Toolhost.Close calls it. A
+// provider that cannot mount host directories must refuse CreateOptions.Workspace (an
+// error wrapping sandbox.ErrUnsupported), never ignore it.
 type ProviderFactory func(ctx context.Context, cfg *Config, log *slog.Logger) (sandbox.Provider, error)
 
 // registry maps provider names to their factories.
