@@ -27,8 +27,8 @@ import (
 func Example() {
 	ctx := context.Background()
 
-	// A throwaway data dir and store for the example; by default both live under
-	// ~/.local/share/toolhost.
+	// A throwaway store for the example. The data dir, which keeps the plugins' compiled
+	// code, is the user's: ~/.local/share/toolhost.
 	dir, err := os.MkdirTemp("", "toolhost-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -36,7 +36,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	cfg := toolhost.DefaultConfig() // the built-in plugins, the local sandbox, a directory store
-	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.Store.Dir = filepath.Join(dir, "store")
 	cfg.Project = "example"
 	th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -143,10 +142,9 @@ func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
 // it rotates through (its Rotations, SandboxID, Archive, ReadFile...).
 func (s *Session) Sandbox() *session.Session { return s.live }
 
-// Close ends the session and its sandbox without saving: Commit first to keep the work.
+// Close ends the session and its sandbox without saving (Commit first to keep the work),
+// waiting for the sandbox to stop at most until ctx ends.
 func (s *Session) Close(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
 	return s.live.Close(ctx)
 }
 

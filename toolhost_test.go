@@ -199,21 +199,32 @@ func TestRemoteProviderRefusesHostWorkspace(t *testing.T) {
 }
 
 // TestOpenRefusesTrustedWorkspace: a library user mounting a host directory gets the
-// CLI's check: nothing the host trusts may lie in a workspace.
+// CLI's check: nothing the host trusts may lie in a workspace, nor the workspace in the
+// host's state.
 func TestOpenRefusesTrustedWorkspace(t *testing.T) {
-	cfg := testConfig(t)
 	ws := t.TempDir()
-	cfg.DataDir = filepath.Join(ws, "data")
-	th := newToolhost(t, cfg)
-	_, err := th.Open(context.Background(), SessionOptions{Workspace: ws})
-	if err == nil || !strings.Contains(err.Error(), "the data dir") {
-		t.Fatalf("Open over the data dir: %v", err)
-	}
 	conf := filepath.Join(ws, "toolhost.yaml")
-	os.WriteFile(conf, nil, 0o600)
+	if err := os.WriteFile(conf, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	th := newToolhost(t, cfg, WithConfigFile(conf))
+	_, err := th.Open(context.Background(), SessionOptions{Workspace: ws})
+	if err == nil || !strings.Contains(err.Error(), "the config file") {
+		t.Fatalf("Open over the config file: %v", err)
+	}
+	cfg.DataDir = filepath.Join(ws, "data")
+	if err := cfg.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "the data dir") {
+		t.Fatalf("a workspace holding the data dir: %v", err)
+	}
 	cfg = testConfig(t)
-	if err := cfg.CheckWorkspace(ws, conf); err == nil || !strings.Contains(err.Error(), "the config file") {
-		t.Fatalf("workspace holding the config file: %v", err)
+	if err := cfg.CheckWorkspace(filepath.Join(cfg.DataDir, "x"), ""); err == nil || !strings.Contains(err.Error(), "host's own state") {
+		t.Fatalf("a workspace inside the data dir: %v", err)
+	}
+	cfg.PluginsDir = filepath.Join(ws, "plugins")
+	cfg.Plugins = []Plugin{{Path: "lint.wasm"}}
+	if err := cfg.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "the plugins dir") {
+		t.Fatalf("a workspace holding the plugins dir: %v", err)
 	}
 }
 

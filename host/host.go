@@ -5,6 +5,10 @@
 // only through the host functions they were granted; a plugin that imports more than its
 // grants is refused at load, before any of its code runs. Sessions bind a Host to a sandbox:
 // the host functions of a call act on its session's sandbox.
+//
+// The host links no browser: the capture capability is served by a Capturer that the
+// embedding package (github.com/toolhost/toolhost) wires in, and what a sandbox can do
+// beyond sandbox.Sandbox (its dev server) is found with sandbox.As.
 package host
 
 import (

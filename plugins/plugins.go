@@ -12,15 +12,26 @@ package plugins
 //go:generate go run ./internal/gen
 
 import (
-	"embed"
+	_ "embed"
 	"fmt"
 	"slices"
 
 	"github.com/toolhost/toolhost/abi"
 )
 
-//go:embed wasm/*.wasm
-var modules embed.FS
+// The modules, one variable each: a []byte that go:embed fills points into the binary's
+// own data, mapped from the executable and paged in when read, where embed.FS.ReadFile
+// would copy each module.
+var (
+	//go:embed wasm/bash.wasm
+	bashWasm []byte
+	//go:embed wasm/editfile.wasm
+	editfileWasm []byte
+	//go:embed wasm/grepglob.wasm
+	grepglobWasm []byte
+	//go:embed wasm/screenshot.wasm
+	screenshotWasm []byte
+)
 
 // Builtin is one built-in plugin.
 type Builtin struct {
@@ -38,6 +49,12 @@ var builtins = []Builtin{
 	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapLog}},
 	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
 	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}},
+}
+
+// wasm maps a built-in's File to its module.
+var wasm = map[string][]byte{
+	"bash.wasm": bashWasm, "editfile.wasm": editfileWasm,
+	"grepglob.wasm": grepglobWasm, "screenshot.wasm": screenshotWasm,
 }
 
 // Builtins lists the built-in plugins in their load order (bash, editfile, grepglob,
@@ -60,12 +77,13 @@ func Lookup(file string) (Builtin, bool) {
 }
 
 // Wasm returns the embedded module of the built-in named by file ("bash.wasm"). The bytes
-// are the binary's own read-only data: callers must not modify them.
+// are the binary's own, shared by every caller: they must not be modified.
 func Wasm(file string) ([]byte, error) {
-	if _, ok := Lookup(file); !ok {
+	b, ok := wasm[file]
+	if !ok {
 		return nil, fmt.Errorf("%s is not a built-in plugin (built-ins: %s)", file, Files())
 	}
-	return modules.ReadFile("wasm/" + file)
+	return b, nil
 }
 
 // Files is the built-ins' file names, comma-separated, for messages.

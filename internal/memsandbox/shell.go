@@ -308,12 +308,16 @@ func (sh *shell) run(cmds []command) int {
 
 // background runs c as a job of the command; the job ends with the command.
 func (sh *shell) background(c command) {
-	sh.p.s.mu.Lock()
-	sh.p.s.pid++
-	sh.lastBg = sh.p.s.pid
-	sh.p.s.mu.Unlock()
+	s := sh.p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return // Close is waiting for the processes: none may start now
+	}
+	s.pid++
+	sh.lastBg = s.pid
 	job := &shell{p: sh.p, last: sh.last}
-	sh.p.s.wg.Go(func() { job.simple(c) }) // owned by the sandbox: its context ends it
+	s.wg.Go(func() { job.simple(c) }) // owned by the sandbox: its context ends it, Close waits
 }
 
 // simple runs one simple command; exit says the script ends here.
