@@ -1,6 +1,8 @@
 package toolhost
 
 import (
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,5 +94,28 @@ func TestZeroIsNotDefault(t *testing.T) {
 	c.Sandbox.Provider = "e2c"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sandbox.provider") || !strings.Contains(err.Error(), "local") {
 		t.Fatalf("unknown provider: %v", err)
+	}
+}
+
+// TestLightImports: a program that imports the host or the local provider links no
+// browser driver, and nothing of the test-only S3 server is in the module's requirements.
+func TestLightImports(t *testing.T) {
+	for _, pkg := range []string{"./host", "./core/sandbox/local", "./core/sandbox", "./abi"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.Contains(dep, "playwright") || strings.Contains(dep, "core/screenshot") {
+				t.Errorf("%s links %s", pkg, dep)
+			}
+		}
+	}
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(gomod), "versity") {
+		t.Error("go.mod requires the test-only S3 server (VersityGW): it belongs to core/store/s3/s3test/gateway/go.mod")
 	}
 }
