@@ -73,11 +73,10 @@ func Example() []byte {
 			comment(&b, ind, "Default: "+k.Default+".")
 		}
 		if k.Env != "" {
-			line := "Env: " + k.Env + ". Flag: --" + k.Flag + "."
+			comment(&b, ind, "Env: "+k.Env+". Flag: --"+k.Flag+".")
 			for _, a := range k.Aliases {
-				line += " Older name, still accepted: " + a.Name + " (" + a.Env + ", --" + a.Flag + ")."
+				comment(&b, ind, "Older name, still accepted: "+a.Name+" ("+a.Env+", --"+a.Flag+").")
 			}
-			comment(&b, ind, line)
 		}
 		switch {
 		case k.Name == "plugins":
