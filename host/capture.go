@@ -8,14 +8,57 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
 )
 
-// devServer is what a sandbox that watches for dev servers (core/session) offers: the port
-// of the one it saw start last, or 0.
-type devServer interface {
-	DevServerPort() int
+// Capturer takes the screenshots of the capture capability: both viewports of a page
+// that a process serves inside the sandbox, stored under the session's project. The host
+// links no browser: the embedding package (github.com/toolhost/toolhost) wires
+// core/screenshot's Playwright capturer in through this interface.
+type Capturer interface {
+	// Capture shoots pagePath on the preview origin base (scheme://host:port, which the
+	// host built from the sandbox's own preview of a port, never from what a plugin said)
+	// in the desktop (1280x800) and mobile (390x844) viewports, and stores both images
+	// under project's agent captures. When only storing fails, the images come back with
+	// Capture.StoreError set and a nil error. A capture that failed wraps
+	// ErrCaptureInvalid, ErrCaptureTimeout, ErrCaptureUnreachable or ErrCaptureOffOrigin
+	// when one applies; its message is written for the model.
+	Capture(ctx context.Context, base *url.URL, pagePath, project string) (*Capture, error)
 }
+
+// Capture is a page shot in both viewports.
+type Capture struct {
+	// FinalURL is the page's URL when shot (on the preview origin by construction).
+	FinalURL        string
+	Desktop, Mobile CaptureShot
+	// Blocked lists requests to other origins that were refused; PageErrors are uncaught
+	// JavaScript errors of the page.
+	Blocked    []string
+	PageErrors []string
+	// StoreError is why the images could not be stored, or nil.
+	StoreError error
+}
+
+// CaptureShot is one viewport's image.
+type CaptureShot struct {
+	Width, Height int
+	WebP          []byte // lossless WebP, Width x Height
+	Status        int    // HTTP status of the page's document
+	Idle          bool   // the network went idle before the shot
+	Key, URL      string // where the image is stored; empty when it is not
+}
+
+// Errors a Capturer wraps so that the plugin gets the right status.
+var (
+	// ErrCaptureInvalid: the page path (or the preview origin) was refused before any
+	// navigation.
+	ErrCaptureInvalid = errors.New("capture refused")
+	// ErrCaptureTimeout: the page did not answer in time.
+	ErrCaptureTimeout = errors.New("capture timed out")
+	// ErrCaptureUnreachable: nothing answered on the preview port.
+	ErrCaptureUnreachable = errors.New("nothing answered on the preview port")
+	// ErrCaptureOffOrigin: the page navigated away from the preview origin.
+	ErrCaptureOffOrigin = errors.New("the page left the preview origin")
+)
 
 // capture serves toolhost_capture.capture. The plugin names a port and a path; the URL is
 // built here from the sandbox's own preview mapping, so the browser can reach nothing but
@@ -30,15 +73,15 @@ func (h *Host) capture(ctx context.Context, inst *instance, stack []uint64) {
 }
 
 func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureRequest, outPtr, outCap uint32) uint64 {
-	rec := h.cfg.Screenshots
-	if rec == nil || rec.Capturer == nil {
+	capt := h.cfg.Capturer
+	if capt == nil {
 		return inst.status(abi.StatusIO, "capture: this host has no browser configured for screenshots")
 	}
 	port := req.Port
 	if port == 0 {
 		port = inst.session.defaultPort
-		if ds, ok := inst.sb.(devServer); ok && ds.DevServerPort() != 0 {
-			port = ds.DevServerPort()
+		if p := sandbox.DevServerPort(inst.sb); p != 0 {
+			port = p
 		}
 	}
 	if port == 0 {
@@ -58,31 +101,25 @@ func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureReq
 	if path == "" {
 		path = "/"
 	}
-	pair, stored, err := rec.Shoot(ctx, base, path, inst.session.project, screenshot.KindAgent)
-	if pair == nil {
+	shot, err := capt.Capture(ctx, base, path, inst.session.project)
+	if err != nil {
 		return inst.captureStatus(err)
 	}
-	reply := abi.CaptureReply{Port: port, Page: pagePath(pair.Desktop.FinalURL, path),
-		Desktop: wireShot(&pair.Desktop), Mobile: wireShot(&pair.Mobile),
-		Blocked: pair.Desktop.Blocked, PageErrors: pair.Desktop.PageErrors}
-	if err != nil {
-		reply.StoreError = err.Error()
-	}
-	for _, st := range stored {
-		shot := &reply.Desktop
-		if st.Viewport == screenshot.Mobile.Name {
-			shot = &reply.Mobile
-		}
-		shot.Key, shot.URL = st.Key, st.URL
+	reply := abi.CaptureReply{Port: port, Page: pagePath(shot.FinalURL, path),
+		Desktop: wireShot(&shot.Desktop), Mobile: wireShot(&shot.Mobile),
+		Blocked: shot.Blocked, PageErrors: shot.PageErrors}
+	if shot.StoreError != nil {
+		reply.StoreError = shot.StoreError.Error()
 	}
 	header, _ := json.Marshal(reply)
-	out := make([]byte, 0, len(header)+1+len(pair.Desktop.WebP)+len(pair.Mobile.WebP))
-	out = append(append(append(append(out, header...), '\n'), pair.Desktop.WebP...), pair.Mobile.WebP...)
+	out := make([]byte, 0, len(header)+1+len(shot.Desktop.WebP)+len(shot.Mobile.WebP))
+	out = append(append(append(append(out, header...), '\n'), shot.Desktop.WebP...), shot.Mobile.WebP...)
 	return inst.reply(outPtr, outCap, out)
 }
 
-func wireShot(s *screenshot.Shot) abi.Shot {
-	return abi.Shot{Width: s.Viewport.Width, Height: s.Viewport.Height, Bytes: len(s.WebP), Status: s.Status, Idle: s.Idle}
+func wireShot(s *CaptureShot) abi.Shot {
+	return abi.Shot{Width: s.Width, Height: s.Height, Bytes: len(s.WebP), Status: s.Status, Idle: s.Idle,
+		Key: s.Key, URL: s.URL}
 }
 
 // pagePath is the path and query of the final URL: the preview's host port means nothing
@@ -100,13 +137,13 @@ func pagePath(final, fallback string) string {
 func (inst *instance) captureStatus(err error) uint64 {
 	s := abi.StatusIO
 	switch {
-	case errors.Is(err, screenshot.ErrBadPath), errors.Is(err, screenshot.ErrBadBase):
+	case errors.Is(err, ErrCaptureInvalid):
 		s = abi.StatusInvalid
-	case errors.Is(err, screenshot.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrCaptureTimeout), errors.Is(err, context.DeadlineExceeded):
 		s = abi.StatusTimeout
-	case errors.Is(err, screenshot.ErrConnectionRefused):
+	case errors.Is(err, ErrCaptureUnreachable):
 		s = abi.StatusNotFound
-	case errors.Is(err, screenshot.ErrOffOrigin):
+	case errors.Is(err, ErrCaptureOffOrigin):
 		s = abi.StatusPermission
 	}
 	return inst.status(s, "capture: %v", err)

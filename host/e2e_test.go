@@ -19,6 +19,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/local"
 	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -63,9 +64,7 @@ func newHost(t testing.TB) *host.Host {
 
 func newProvider(t testing.TB) *local.Provider {
 	t.Helper()
-	if _, err := os.Stat(local.BwrapPath); err != nil {
-		t.Skipf("bubblewrap is not installed at %s (make test installs it): %v", local.BwrapPath, err)
-	}
+	testenv.NeedBwrap(t)
 	p, err := local.New(local.Config{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,10 @@
 // only through the host functions they were granted; a plugin that imports more than its
 // grants is refused at load, before any of its code runs. Sessions bind a Host to a sandbox:
 // the host functions of a call act on its session's sandbox.
+//
+// The host links no browser: the capture capability is served by a Capturer that the
+// embedding package (github.com/toolhost/toolhost) wires in, and what a sandbox can do
+// beyond sandbox.Sandbox (its dev server) is found with sandbox.As.
 package host
 
 import (
@@ -25,7 +29,6 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/store"
 )
 
@@ -54,9 +57,9 @@ type Config struct {
 	MaxExecOutputBytes int
 	// Logger receives the host's and the plugins' logs. Default slog.Default().
 	Logger *slog.Logger
-	// Screenshots serves the capture capability; without it captures fail with a message
+	// Capturer serves the capture capability; without it captures fail with a message
 	// that says so.
-	Screenshots *screenshot.Recorder
+	Capturer Capturer
 	// Store serves the store capability: each plugin gets plugins/{name}/ of it.
 	Store store.Store
 }

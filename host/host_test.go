@@ -256,17 +256,17 @@ func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 func TestExecRequestReachesSandbox(t *testing.T) {
 	h := newProbeHost(t, nil)
 	sb := memsandbox.New()
-	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["grep","-e","$(touch x); 'q'","--","."]}`)
+	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["echo","-e","$(touch x); 'q'","--","."]}`)
 	if err != nil || res.IsError {
 		t.Fatalf("exec = %+v, %v", res, err)
 	}
-	if len(sb.Argvs) != 1 || strings.Join(sb.Argvs[0], "|") != "grep|-e|$(touch x); 'q'|--|." {
+	if len(sb.Argvs) != 1 || strings.Join(sb.Argvs[0], "|") != "echo|-e|$(touch x); 'q'|--|." {
 		t.Fatalf("argv reached the sandbox as %q", sb.Argvs)
 	}
 	// The reply is a JSON header line, then the raw stdout and stderr.
 	head, body, _ := strings.Cut(text(res), "\n")
 	var er abi.ExecResult
-	if err := json.Unmarshal([]byte(head), &er); err != nil || body[:er.StdoutLen] != "grep -e $(touch x); 'q' -- .\n" || er.StderrLen != 0 {
+	if err := json.Unmarshal([]byte(head), &er); err != nil || body[:er.StdoutLen] != "-e $(touch x); 'q' -- .\n" || er.StderrLen != 0 {
 		t.Fatalf("exec reply %q: %v", text(res), err)
 	}
 }

@@ -3,24 +3,23 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"testing"
 
-	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/plugins"
 )
 
-// builtinConfig is the host configuration the CLI uses by default, with the plugins built
-// by TestMain and the compilation cache in dataDir.
-func builtinConfig(dataDir string) host.Config {
+// builtinConfig is the host configuration the CLI uses by default: the four built-in
+// plugins, embedded in the binary, with the compilation cache in dataDir.
+func builtinConfig(b *testing.B, dataDir string) host.Config {
 	cfg := host.Config{DataDir: dataDir, Logger: slog.New(slog.DiscardHandler)}
-	for _, p := range config.BuiltinPlugins() {
-		spec := host.PluginSpec{Path: filepath.Join(binDir, "plugins", p.Path)}
-		for _, g := range p.Grants {
-			spec.Grants = append(spec.Grants, abi.Capability(g))
+	for _, p := range plugins.Builtins() {
+		wasm, err := plugins.Wasm(p.File)
+		if err != nil {
+			b.Fatal(err)
 		}
-		cfg.Plugins = append(cfg.Plugins, spec)
+		cfg.Plugins = append(cfg.Plugins, host.PluginSpec{Path: "builtin:" + p.File, Wasm: wasm, Grants: p.Grants})
 	}
 	return cfg
 }
@@ -42,7 +41,7 @@ func loadBuiltins(b *testing.B, cfg host.Config) {
 // BenchmarkLoadBuiltinsWarm: host.New with the four built-in plugins, their compilation
 // cache already on disk (what every CLI start after the first one pays).
 func BenchmarkLoadBuiltinsWarm(b *testing.B) {
-	cfg := builtinConfig(b.TempDir())
+	cfg := builtinConfig(b, b.TempDir())
 	loadBuiltins(b, cfg) // fill the cache
 	for b.Loop() {
 		loadBuiltins(b, cfg)
@@ -53,8 +52,29 @@ func BenchmarkLoadBuiltinsWarm(b *testing.B) {
 func BenchmarkLoadBuiltinsCold(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
-		cfg := builtinConfig(b.TempDir())
+		cfg := builtinConfig(b, b.TempDir())
 		b.StartTimer()
 		loadBuiltins(b, cfg)
+	}
+}
+
+// BenchmarkNewWarm: toolhost.New with the default configuration and a warm cache: the
+// plugins plus the store, what the CLI does before its first tool call.
+func BenchmarkNewWarm(b *testing.B) {
+	cfg := toolhost.DefaultConfig()
+	cfg.DataDir = b.TempDir()
+	ctx := context.Background()
+	open := func() {
+		th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		th.Close(ctx)
+		b.StartTimer()
+	}
+	open() // fill the cache
+	for b.Loop() {
+		open()
 	}
 }

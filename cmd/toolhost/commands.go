@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/host"
 )
@@ -46,19 +47,19 @@ func toolsCommand() *command {
 		if format != "anthropic" && format != "json" {
 			return usagef(cmd, "--format must be anthropic or json, got %q", format)
 		}
-		h, err := c.newHost(ctx, nil, nil)
+		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
 		}
-		defer c.closeHost(ctx, h)
+		defer c.closeToolhost(ctx, th)
 		if format == "anthropic" {
-			tools := h.Tools()
+			tools := th.Tools()
 			if tools == nil {
 				tools = []abi.Tool{}
 			}
 			return writeJSON(c.stdout, tools, true)
 		}
-		return writeJSON(c.stdout, pluginsJSON(h), true)
+		return writeJSON(c.stdout, pluginsJSON(th.Host()), true)
 	}
 	return cmd
 }
@@ -146,44 +147,30 @@ Example:
 			if ws, err = workspaceDir(ws); err != nil {
 				return usagef(cmd, "--workspace: %v", err)
 			}
-			if err := c.checkWorkspace(ws); err != nil {
+			if err := c.cfg.CheckWorkspace(ws, c.cfg.File); err != nil {
 				return usagef(cmd, "--workspace: %v", err)
 			}
 		}
 
-		env, err := c.newProjectEnv(ctx, envOptions{browser: true})
+		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
 		}
-		defer env.close(ctx)
-		h, err := c.newHost(ctx, env.store, env.rec)
-		if err != nil {
-			return err
-		}
-		defer c.closeHost(ctx, h)
-		if !slices.ContainsFunc(h.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
-			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(h), ", "))
-		}
-		p, err := c.newProvider()
-		if err != nil {
-			return err
+		defer c.closeToolhost(ctx, th)
+		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
+			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
 		}
 		// With a host directory, the session's sandboxes use it as their workspace: the call
 		// acts on it, and nothing is restored into it. Without, the session wakes the
 		// project's private workspace from its newest snapshot and saves it after the call.
 		// (A one-shot call never lives long enough to rotate.)
-		so := sessionOptions{provider: p, workspace: ws, log: c.quietLog()}
-		if ws != "" {
-			so.snaps = noWake{env.snaps}
-		}
-		sess, err := c.openSession(ctx, env, so)
+		sess, err := th.Open(ctx, toolhost.SessionOptions{Workspace: ws, Logger: c.quietLog()})
 		if err != nil {
 			return err
 		}
 		defer c.closeSession(ctx, sess)
 
-		hs := h.OpenSession(sess, host.WithProject(c.cfg.Project), host.WithDefaultPort(c.cfg.Screenshot.Port))
-		res, err := hs.Dispatch(ctx, tool, json.RawMessage(input))
+		res, err := sess.Dispatch(ctx, tool, json.RawMessage(input))
 		if err != nil {
 			return fmt.Errorf("%s: %w", tool, err)
 		}
@@ -236,9 +223,9 @@ func workspaceDir(dir string) (string, error) {
 	return abs, nil
 }
 
-func toolNames(h *host.Host) []string {
+func toolNames(tools []abi.Tool) []string {
 	var names []string
-	for _, t := range h.Tools() {
+	for _, t := range tools {
 		names = append(names, t.Name)
 	}
 	return names

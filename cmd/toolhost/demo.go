@@ -13,10 +13,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/session"
-	"github.com/toolhost/toolhost/host"
 )
 
 // expect is what a demo step's result should be.
@@ -43,16 +42,13 @@ type demoStep struct {
 	run func(ctx context.Context, st *demoState) (string, error)
 }
 
-// demoState is what the steps share. The tools run in sess, a core/session whose
-// sandboxes have private workspaces, so a rotation really moves the work.
+// demoState is what the steps share. The tools run in sess, whose sandboxes have private
+// workspaces, so a rotation really moves the work.
 type demoState struct {
 	cli      *cli // configuration, logger, output
-	host     *host.Host
-	env      *projectEnv
+	th       *toolhost.Toolhost
 	provider *agingProvider
-	snaps    *recordingSnaps
-	sess     *session.Session
-	session  *host.Session     // the host's view of sess
+	sess     *toolhost.Session
 	vars     map[string]string // values steps hand to later steps
 }
 
@@ -113,7 +109,7 @@ func demoSteps() []demoStep {
 		{title: "a tool that does not exist", tool: "deploy", expect: expectError,
 			input: in()},
 		{title: "the workspace, as a snapshot packs it", run: func(ctx context.Context, st *demoState) (string, error) {
-			return listArchive(ctx, st.sess, st.cli.cfg.Snapshot.Excludes)
+			return listArchive(ctx, st.sess.Sandbox(), st.cli.cfg.Snapshot.Excludes)
 		}},
 	}
 	return append(steps, projectSteps()...)
@@ -192,46 +188,39 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	out := c.stdout
 	project := c.cfg.Project
 
-	env, err := c.newProjectEnv(ctx, envOptions{browser: true})
-	if err != nil {
-		return err
-	}
-	defer env.close(ctx)
-	fmt.Fprintf(out, "toolhost demo: project %s, store %s; each sandbox has a private workspace at %s\n", project, env.where, sandbox.WorkspaceRoot)
 	t0 := time.Now()
-	h, err := c.newHost(ctx, env.store, env.rec)
+	th, err := c.newToolhost(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.closeHost(ctx, h)
+	defer c.closeToolhost(ctx, th)
 	loadTime := time.Since(t0)
+	fmt.Fprintf(out, "toolhost demo: project %s, store %s; each sandbox has a private workspace at %s\n", project, th.Storage().Where(), sandbox.WorkspaceRoot)
 	var names []string
-	for _, p := range h.Plugins() {
+	for _, p := range th.Plugins() {
 		names = append(names, p.Name+" "+p.Version)
 	}
-	fmt.Fprintf(out, "loaded %d plugins (%s), %d tools, in %s\n", len(names), strings.Join(names, ", "), len(h.Tools()), ms(loadTime))
+	fmt.Fprintf(out, "loaded %d plugins (%s), %d tools, in %s\n", len(names), strings.Join(names, ", "), len(th.Tools()), ms(loadTime))
 
-	p, err := c.newProvider()
+	p, err := th.Provider(ctx)
 	if err != nil {
 		return err
 	}
-	st := &demoState{cli: c, host: h, env: env, provider: &agingProvider{Provider: p},
-		snaps: &recordingSnaps{Manager: env.snaps},
-		vars:  map[string]string{"started": time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)}}
+	st := &demoState{cli: c, th: th, provider: &agingProvider{Provider: p},
+		vars: map[string]string{"started": time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)}}
 	t0 = time.Now()
-	sess, err := c.openSession(ctx, env, sessionOptions{provider: st.provider, snaps: st.snaps})
+	sess, err := th.Open(ctx, toolhost.SessionOptions{Provider: st.provider})
 	if err != nil {
 		return err
 	}
 	defer c.closeSession(ctx, sess)
 	st.sess = sess
-	st.session = h.OpenSession(sess, host.WithProject(project), host.WithDefaultPort(c.cfg.Screenshot.Port))
 	woke := "a new project: the workspace starts empty"
-	if in, ok := st.snaps.restored(); ok {
+	if in, ok := sess.Woke(); ok {
 		woke = "woke from snapshot " + in.Key
 	}
-	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), sess.SandboxID(), c.cfg.Sandbox.Network, woke)
-	if env.rec == nil {
+	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), sess.Sandbox().SandboxID(), c.cfg.Sandbox.Network, woke)
+	if !c.cfg.Screenshot.Enabled {
 		fmt.Fprintf(out, "screenshots are off (screenshot.enabled: false): the screenshot steps will fail\n")
 	}
 
@@ -263,7 +252,7 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 		}
 		fmt.Fprintf(out, "  → %s %s\n", step.tool, clip(string(input), 160))
 		t := time.Now()
-		res, err := st.session.Dispatch(ctx, step.tool, input)
+		res, err := st.sess.Dispatch(ctx, step.tool, input)
 		d := time.Since(t)
 		latencies = append(latencies, d)
 		if err != nil {

@@ -19,11 +19,10 @@ import (
 
 	"golang.org/x/image/webp"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/sandbox/envd"
 	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/core/snapshot"
 )
 
 // The page the demo serves from the sandbox: a known background colour, checked in the
@@ -124,24 +123,21 @@ func commitStep(ctx context.Context, st *demoState) (string, error) {
 		return "", err
 	}
 	st.vars["commit_key"] = info.Key
-	return fmt.Sprintf("committed: %s (%s) in %s", info.Key, humanBytes(info.Size), st.env.where), nil
+	return fmt.Sprintf("committed: %s (%s) in %s", info.Key, humanBytes(info.Size), st.th.Storage().Where()), nil
 }
 
 // autoCapturesStep waits (bounded) for the session's own captures of this run: a pair when
 // the dev server started listening and a pair after the commit, both taken in the
 // background. It lists them once no new one has come for a while.
 func autoCapturesStep(ctx context.Context, st *demoState) (string, error) {
-	if st.env.rec == nil {
-		return "", errors.New("screenshots are off (screenshot.enabled: false)")
-	}
-	if err := st.env.rec.Capturer.Check(); err != nil {
-		return "", err // no browser, so the session could not have captured anything
+	if err := st.th.CheckBrowser(); err != nil {
+		return "", err // screenshots off or no browser: the session could not have captured anything
 	}
 	since := st.vars["started"]
 	const bound, settle = 30 * time.Second, 2 * time.Second
 	start, lastChange, seen := time.Now(), time.Now(), -1
 	for {
-		shots, err := st.env.rec.List(ctx, st.cli.cfg.Project, screenshot.KindAuto)
+		shots, err := st.sess.Screenshots(ctx, screenshot.KindAuto)
 		if err != nil {
 			return "", err
 		}
@@ -182,13 +178,16 @@ func autoCapturesStep(ctx context.Context, st *demoState) (string, error) {
 // rotationStep makes the next call land on a rotation: the current sandbox is made to
 // look as if it had reached the end of its maximum lifetime (so it cannot be extended)
 // and its end is brought inside the keepalive margin. The call then waits while the
-// session saves, creates, restores and swaps, and runs on the new sandbox.
+// session saves, moves the work to a new sandbox and swaps, and runs on the new sandbox.
+// The work moves the way it does in every session of the CLI: a provider that can hand
+// its workspace over does (local), and the step fails if it did not.
 func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	cfg := st.cli.cfg.Session
+	live := st.sess.Sandbox()
 	input, _ := marshalJSON(obj{"command", "ls " + demoPageDir + " src && cat ticks.txt"})
 	call := func() (abi.Result, time.Duration, error) {
 		t := time.Now()
-		res, err := st.session.Dispatch(ctx, "bash", input)
+		res, err := st.sess.Dispatch(ctx, "bash", input)
 		d := time.Since(t)
 		if err == nil && res.IsError {
 			err = errors.New(firstLine(resultText(res), 200))
@@ -202,27 +201,35 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	before, oldID := st.sess.Rotations(), st.sess.SandboxID()
+	before, oldID, handoffs := live.Rotations(), live.SandboxID(), st.provider.handoffCount()
 	st.provider.ageCurrent(cfg.MaxLifetime)
 	left := min(cfg.KeepaliveMargin/2, 30*time.Second)
-	if err := st.sess.SetTimeout(ctx, left); err != nil {
+	if err := live.SetTimeout(ctx, left); err != nil {
 		return "", fmt.Errorf("setting the sandbox's timeout: %w", err)
 	}
 	res, took, err := call()
 	if err != nil {
 		return "", err
 	}
-	after := st.sess.Rotations()
+	after := live.Rotations()
+	how := "restored from the snapshot (the provider cannot hand a workspace over)"
+	handedOff := st.provider.handoffCount() > handoffs
+	if handedOff {
+		how = "moved by handoff: the workspace passed to the new sandbox as it was, nothing copied"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "sandbox %s made to look %s old (session.max_lifetime), so it cannot be extended,\n", oldID, cfg.MaxLifetime)
 	fmt.Fprintf(&b, "and set to end in %s (inside session.keepalive_margin, %s)\n", left, cfg.KeepaliveMargin)
-	fmt.Fprintf(&b, "rotations: %d -> %d; sandbox %s -> %s\n", before, after, oldID, st.sess.SandboxID())
+	fmt.Fprintf(&b, "rotations: %d -> %d; sandbox %s -> %s; the work %s\n", before, after, oldID, live.SandboxID(), how)
 	fmt.Fprintf(&b, "the next call: ok in %s; the same call before took %s: a pause of about %s\n",
 		ms(took), ms(base), ms(max(took-base, 0)))
 	b.WriteString("its output, from the new sandbox:\n")
 	b.WriteString(resultText(res))
-	if after <= before {
+	switch {
+	case after <= before:
 		return b.String(), errors.New("the session did not rotate")
+	case !handedOff && st.provider.canHandOff():
+		return b.String(), errors.New("the rotation restored the snapshot although the provider can hand the workspace over (the log says why)")
 	}
 	return b.String(), nil
 }
@@ -231,34 +238,34 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 // newest snapshot (the rotation's).
 func wakeStep(ctx context.Context, st *demoState) (string, error) {
 	c := st.cli
-	rs := &recordingSnaps{Manager: st.env.snaps}
 	t := time.Now()
-	fresh, err := c.openSession(ctx, st.env, sessionOptions{provider: st.provider.Provider, snaps: rs})
+	fresh, err := st.th.Open(ctx, toolhost.SessionOptions{})
 	if err != nil {
 		return "", err
 	}
 	defer c.closeSession(ctx, fresh)
 	woke := time.Since(t)
-	info, ok := rs.restored()
+	info, ok := fresh.Woke()
 	if !ok {
 		return "", errors.New("the new session restored nothing")
 	}
+	sb := fresh.Sandbox()
 	var b strings.Builder
-	fmt.Fprintf(&b, "sandbox %s woke in %s from %s (%s, saved %s UTC)\n", fresh.SandboxID(), ms(woke),
+	fmt.Fprintf(&b, "sandbox %s woke in %s from %s (%s, saved %s UTC)\n", sb.SandboxID(), ms(woke),
 		info.Key, humanBytes(info.Size), info.Time.UTC().Format(timeLayout))
-	list, err := listArchive(ctx, fresh, c.cfg.Snapshot.Excludes)
+	list, err := listArchive(ctx, sb, c.cfg.Snapshot.Excludes)
 	if err != nil {
 		return b.String(), err
 	}
 	b.WriteString(list)
-	page, err := fresh.ReadFile(ctx, demoPageDir+"/index.html", 1<<20)
+	page, err := sb.ReadFile(ctx, demoPageDir+"/index.html", 1<<20)
 	if err != nil {
 		return b.String(), fmt.Errorf("reading the restored page: %w", err)
 	}
 	if string(page) != demoPage {
 		return b.String(), errors.New("the restored index.html differs from the one written")
 	}
-	script, err := fresh.ReadFile(ctx, "src/greet.sh", 1<<20)
+	script, err := sb.ReadFile(ctx, "src/greet.sh", 1<<20)
 	if err != nil || !strings.Contains(string(script), "from the sandbox") {
 		return b.String(), fmt.Errorf("the restored src/greet.sh lacks the edit (%v)", err)
 	}
@@ -299,56 +306,70 @@ func keepWorkspace(ctx context.Context, st *demoState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := st.env.snaps.RestoreDir(ctx, st.cli.cfg.Project, dir, true); err != nil {
+	if _, _, err := st.th.Storage().Snapshots().RestoreDir(ctx, st.cli.cfg.Project, dir, true); err != nil {
 		os.Remove(dir)
 		return "", err
 	}
 	return dir, nil
 }
 
-// recordingSnaps remembers what a session restored.
-type recordingSnaps struct {
-	*snapshot.Manager
-	mu   sync.Mutex
-	last snapshot.Info
-	ok   bool
-}
-
-func (r *recordingSnaps) Restore(ctx context.Context, project string, extract func(io.Reader) error) (snapshot.Info, error) {
-	in, err := r.Manager.Restore(ctx, project, extract)
-	if err == nil {
-		r.mu.Lock()
-		r.last, r.ok = in, true
-		r.mu.Unlock()
-	}
-	return in, err
-}
-
-func (r *recordingSnaps) restored() (snapshot.Info, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.last, r.ok
-}
-
 // agingProvider wraps the demo's provider so a step can make the current sandbox look
-// older than it is: a stand-in for waiting out its maximum lifetime, which is what
-// forces a rotation. Everything else passes through.
+// older than it is: a stand-in for waiting out its maximum lifetime, which is what forces
+// a rotation. That is all it changes. Its sandboxes implement sandbox.Wrapper, so every
+// ability of the sandbox under them shows through; and it hands a workspace over exactly
+// when its provider can (sandbox.Handoff), as the CLI's sessions do, wrapping the new
+// sandbox in turn and counting the handoffs.
 type agingProvider struct {
 	sandbox.Provider
-	mu   sync.Mutex
-	last *agingSandbox // the sandbox created last: the session's current one
+	mu       sync.Mutex
+	last     *agingSandbox // the sandbox created last: the session's current one
+	handoffs int
 }
+
+var _ sandbox.Handoff = (*agingProvider)(nil)
 
 func (p *agingProvider) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	sb, err := p.Provider.Create(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	return p.wrap(sb, false), nil
+}
+
+// Handoff hands old's workspace to a new sandbox through the provider under it; old is an
+// agingSandbox, which the provider sees through (sandbox.As).
+func (p *agingProvider) Handoff(ctx context.Context, old sandbox.Sandbox, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
+	h, ok := p.Provider.(sandbox.Handoff)
+	if !ok {
+		return nil, fmt.Errorf("handoff: the provider cannot hand a workspace over: %w", sandbox.ErrUnsupported)
+	}
+	next, err := h.Handoff(ctx, old, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.wrap(next, true), nil
+}
+
+func (p *agingProvider) wrap(sb sandbox.Sandbox, handoff bool) *agingSandbox {
 	a := &agingSandbox{Sandbox: sb}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.last = a
-	p.mu.Unlock()
-	return a, nil
+	if handoff {
+		p.handoffs++
+	}
+	return a
+}
+
+func (p *agingProvider) canHandOff() bool {
+	_, ok := p.Provider.(sandbox.Handoff)
+	return ok
+}
+
+func (p *agingProvider) handoffCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.handoffs
 }
 
 // ageCurrent moves the current sandbox's start back by d.
@@ -365,17 +386,17 @@ type agingSandbox struct {
 	age atomic.Int64 // how much older than it is the sandbox claims to be
 }
 
+var _ sandbox.Wrapper = (*agingSandbox)(nil)
+
 func (s *agingSandbox) StartedAt() time.Time {
 	return s.Sandbox.StartedAt().Add(-time.Duration(s.age.Load()))
 }
 
-// Ports passes the local sandbox's port listing through, which the session's dev-server
-// watch needs.
-func (s *agingSandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
-	if pl, ok := s.Sandbox.(interface {
-		Ports(context.Context) ([]envd.ListeningPort, error)
-	}); ok {
-		return pl.Ports(ctx)
-	}
-	return nil, nil
+// Unwrap is the sandbox under the disguise: its abilities are the ones that count.
+func (s *agingSandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
+
+// Ports is here only for core/session, which still asks its sandbox for ports with a
+// plain type assertion instead of sandbox.As; drop it once it looks through Unwrap.
+func (s *agingSandbox) Ports(ctx context.Context) ([]sandbox.ListeningPort, error) {
+	return sandbox.Ports(ctx, s.Sandbox)
 }

@@ -6,13 +6,16 @@
 //	toolhost snapshot save|list|restore            workspace snapshots of a project
 //	toolhost screenshot list                       a project's stored screenshots
 //	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
-//	toolhost version                               print the version
+//	toolhost version                               print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
 // or ~/.config/toolhost/toolhost.yaml, never one in the working directory), then TOOLHOST_
 // environment variables, then flags; see
 // toolhost.example.yaml at the repository root. Flags may come before or after the
 // positional arguments.
+//
+// Everything the commands run is package toolhost (the module's root), which a program
+// can embed instead; the built-in plugins are inside the binary.
 package main
 
 import (
@@ -30,15 +33,10 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
-	// The local provider's init turns this process into the in-sandbox agent when the
-	// provider starts it that way; importing it is all that takes.
-	_ "github.com/toolhost/toolhost/core/sandbox/local"
 )
-
-// version is set at build time: go build -ldflags "-X main.version=...".
-var version = "dev"
 
 // Exit codes.
 const (
@@ -129,6 +127,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	pos := all.Args()
 	wantHelp, _ := all.GetBool("help")
+	if v, _ := all.GetBool("version"); v && !wantHelp {
+		printVersion(stdout)
+		return exitOK
+	}
 
 	if len(pos) == 0 {
 		if wantHelp {
@@ -147,6 +149,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	cmd, err := findCommand(cmds, pos)
 	if err != nil {
+		if group := groupOf(cmds, pos[0]); wantHelp && len(pos) == 1 && len(group) > 0 {
+			groupUsage(stdout, pos[0], group)
+			return exitOK
+		}
 		fmt.Fprintf(stderr, "toolhost: %v (see toolhost --help)\n", err)
 		return exitUsage
 	}
@@ -248,6 +254,28 @@ func findCommand(cmds []*command, pos []string) (*command, error) {
 	return nil, fmt.Errorf("unknown command %q (commands: %s)", pos[0], strings.Join(names, ", "))
 }
 
+// groupOf is the commands whose first word is word: "snapshot save", "snapshot list"...
+func groupOf(cmds []*command, word string) []*command {
+	var out []*command
+	for _, cmd := range cmds {
+		if len(cmd.words) > 1 && cmd.words[0] == word {
+			out = append(out, cmd)
+		}
+	}
+	return out
+}
+
+// groupUsage is the help of a command group: its commands, one line each.
+func groupUsage(w io.Writer, word string, group []*command) {
+	fmt.Fprintf(w, "Usage: toolhost %s COMMAND [ARGS] [FLAGS]\n\nCommands:\n", word)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, cmd := range group {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimPrefix(cmd.usage(), "toolhost "), cmd.summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n\"toolhost %s COMMAND --help\" shows a command's flags.\n", word)
+}
+
 func equalWords(a, b []string) bool {
 	for i := range a {
 		if a[i] != b[i] {
@@ -257,9 +285,11 @@ func equalWords(a, b []string) bool {
 	return true
 }
 
-// globalFlags are accepted by every command: --help and the configuration's flags.
+// globalFlags are accepted by every command: --help, --version and the configuration's
+// flags.
 func globalFlags(fs *pflag.FlagSet) {
 	fs.BoolP("help", "h", false, "show help")
+	fs.Bool("version", false, "print the version and exit")
 	config.RegisterFlags(fs)
 }
 
@@ -320,10 +350,31 @@ func versionCommand() *command {
 		words:    []string{"version"},
 		summary:  "print the version",
 		noConfig: true,
+		help: `Prints the module version (v1.2.3 for go install ...@v1.2.3; a pseudo-version, or
+(devel), for a build from a clone), the VCS revision the binary was built from when the
+build recorded it, the plugin ABI version and the Go toolchain.`,
 		run: func(_ context.Context, c *cli, _ []string) error {
-			fmt.Fprintf(c.stdout, "toolhost %s (plugin ABI v%d, %s %s/%s)\n",
-				version, abi.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			printVersion(c.stdout)
 			return nil
 		},
 	}
+}
+
+// printVersion prints what debug.ReadBuildInfo says of this binary.
+func printVersion(w io.Writer) {
+	bi := toolhost.ReadBuildInfo()
+	v := bi.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var details []string
+	if bi.Revision != "" {
+		rev := "revision " + bi.Revision
+		if bi.Modified {
+			rev += " (modified)"
+		}
+		details = append(details, rev)
+	}
+	details = append(details, fmt.Sprintf("plugin ABI v%d", abi.Version), fmt.Sprintf("%s %s/%s", bi.Go, runtime.GOOS, runtime.GOARCH))
+	fmt.Fprintf(w, "toolhost %s (%s)\n", v, strings.Join(details, ", "))
 }

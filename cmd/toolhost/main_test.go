@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,12 +15,11 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/sandbox/local"
 	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
-// The real binary and the real plugins, built once by TestMain: bin/toolhost with
-// bin/plugins next to it, the layout `make build` produces.
+// The real binary, built once by TestMain (its built-in plugins are inside it).
 var (
 	binDir      string
 	toolBin     string
@@ -28,7 +28,9 @@ var (
 	wordcountWasm string // testdata/wordcount, the README's example plugin
 )
 
-var builtinPlugins = []string{"bash", "editfile", "grepglob", "screenshot"}
+// builtinDir is a directory of plugin files: the built-ins as committed, which plugins_dir
+// can point at.
+func builtinDir() string { return filepath.Join(moduleRoot, "plugins", "wasm") }
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -64,13 +66,6 @@ func testMain(m *testing.M) int {
 	if err := build(nil, "-o", toolBin, "./cmd/toolhost"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	for _, p := range builtinPlugins {
-		out := filepath.Join(binDir, "plugins", p+".wasm")
-		if err := build([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", out, "./plugins/"+p); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 	}
 	// The README's example plugin, outside the plugins directory.
 	if err := build([]string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", filepath.Join(tmp, "wordcount.wasm"), "./cmd/toolhost/testdata/wordcount"); err != nil {
@@ -121,15 +116,15 @@ type runResult struct {
 	stdout, stderr string
 }
 
-// toolhost runs the binary in a scratch directory with a clean TOOLHOST_ environment plus
+// runCLI runs the binary in a scratch directory with a clean TOOLHOST_ environment plus
 // env, and returns its exit code and output.
-func toolhost(t *testing.T, env []string, args ...string) runResult {
+func runCLI(t *testing.T, env []string, args ...string) runResult {
 	t.Helper()
-	return toolhostIn(t, t.TempDir(), env, args...)
+	return runCLIIn(t, t.TempDir(), env, args...)
 }
 
-// toolhostIn runs the CLI with dir as its working directory.
-func toolhostIn(t *testing.T, dir string, env []string, args ...string) runResult {
+// runCLIIn runs the CLI with dir as its working directory.
+func runCLIIn(t *testing.T, dir string, env []string, args ...string) runResult {
 	t.Helper()
 	trackSources()
 	cmd := exec.Command(toolBin, args...)
@@ -162,9 +157,7 @@ func (r runResult) String() string {
 
 func requireBwrap(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(local.BwrapPath); err != nil {
-		t.Skip("bubblewrap (bwrap) is not installed; `make test` installs it")
-	}
+	testenv.NeedBwrap(t)
 }
 
 // oneLineError checks a failure: the wanted exit code, nothing on stdout, and one line on
@@ -189,7 +182,7 @@ func oneLineError(t *testing.T, r runResult, code int, want string) {
 func TestToolsAnthropic(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"tools"}, {"tools", "--format", "anthropic"}, {"--format=anthropic", "tools"}} {
-		r := toolhost(t, nil, args...)
+		r := runCLI(t, nil, args...)
 		if r.code != 0 {
 			t.Fatalf("toolhost %v:\n%s", args, r)
 		}
@@ -229,7 +222,7 @@ func TestToolsAnthropic(t *testing.T) {
 
 func TestToolsJSON(t *testing.T) {
 	t.Parallel()
-	r := toolhost(t, nil, "tools", "--format", "json")
+	r := runCLI(t, nil, "tools", "--format", "json")
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -266,7 +259,7 @@ func TestCallWriteThenRead(t *testing.T) {
 	input, _ := json.Marshal(map[string]string{"path": "notes/a.txt", "content": content})
 
 	// Flags before the positional arguments.
-	r := toolhost(t, nil, "--workspace", ws, "call", "write_file", string(input))
+	r := runCLI(t, nil, "--workspace", ws, "call", "write_file", string(input))
 	if r.code != 0 {
 		t.Fatalf("write_file:\n%s", r)
 	}
@@ -280,7 +273,7 @@ func TestCallWriteThenRead(t *testing.T) {
 	}
 
 	// Flags after the positional arguments.
-	r = toolhost(t, nil, "call", "read_file", `{"path":"notes/a.txt"}`, "--workspace", ws)
+	r = runCLI(t, nil, "call", "read_file", `{"path":"notes/a.txt"}`, "--workspace", ws)
 	if r.code != 0 {
 		t.Fatalf("read_file:\n%s", r)
 	}
@@ -311,7 +304,7 @@ func TestCallToolError(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
 	ws := t.TempDir()
-	r := toolhost(t, nil, "call", "read_file", `{"path":"missing.txt"}`, "--workspace", ws)
+	r := runCLI(t, nil, "call", "read_file", `{"path":"missing.txt"}`, "--workspace", ws)
 	if r.code != 0 {
 		t.Fatalf("exit %d for a tool error, want 0\n%s", r.code, r)
 	}
@@ -320,7 +313,7 @@ func TestCallToolError(t *testing.T) {
 		t.Errorf("result: %+v", res)
 	}
 	// The workspace is the current directory by default.
-	r = toolhost(t, nil, "call", "bash", `{"command":"pwd; echo hi > made-here.txt"}`)
+	r = runCLI(t, nil, "call", "bash", `{"command":"pwd; echo hi > made-here.txt"}`)
 	if r.code != 0 || !strings.Contains(decodeResult(t, r).Content[0].Text, "/home/user") {
 		t.Errorf("bash in the default workspace:\n%s", r)
 	}
@@ -359,7 +352,9 @@ func TestCallFailures(t *testing.T) {
 		{"unknown tool", nil, []string{"call", "deploy", `{}`, "--workspace", ws}, 2, `unknown tool "deploy"`},
 		{"missing input", nil, []string{"call", "read_file", "--workspace", ws}, 2, "missing"},
 		{"workspace missing", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", filepath.Join(ws, "nope")}, 2, "--workspace"},
-		{"no plugins", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(t.TempDir(), "nope")}, 1, "make plugins"},
+		{"no plugins", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(t.TempDir(), "nope")}, 1, "leave plugins_dir empty to use the built-in plugins"},
+		{"not a built-in", nil, []string{"tools", "--config", writeConfig(t, "plugins: [{path: lint.wasm}]\n")}, 1, "lint.wasm is not a built-in plugin"},
+		{"unknown variable", []string{"TOOLHOST_SANDBOX_NETWROK=host"}, []string{"tools"}, 2, "TOOLHOST_SANDBOX_NETWROK is not a toolhost variable"},
 		// What the host trusts never lives in a workspace: the sandbox could rewrite it.
 		{"plugins dir in the workspace", nil, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws, "--plugins-dir", filepath.Join(ws, "plugins")}, 2, "the plugins dir"},
 		{"data dir in the workspace", []string{"TOOLHOST_DATA_DIR=" + filepath.Join(ws, "data")}, []string{"call", "read_file", `{"path":"a"}`, "--workspace", ws}, 2, "the data dir"},
@@ -372,15 +367,25 @@ func TestCallFailures(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			oneLineError(t, toolhost(t, tc.env, tc.args...), tc.code, tc.want)
+			oneLineError(t, runCLI(t, tc.env, tc.args...), tc.code, tc.want)
 		})
 	}
 }
 
+// writeConfig writes a config file for one test.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestPluginInspect(t *testing.T) {
 	t.Parallel()
-	wasm := filepath.Join(binDir, "plugins", "grepglob.wasm")
-	r := toolhost(t, nil, "plugin", "inspect", wasm)
+	wasm := filepath.Join(builtinDir(), "grepglob.wasm")
+	r := runCLI(t, nil, "plugin", "inspect", wasm)
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -390,7 +395,7 @@ func TestPluginInspect(t *testing.T) {
 		}
 	}
 
-	r = toolhost(t, nil, "plugin", "inspect", "--format", "json", filepath.Join(binDir, "plugins", "bash.wasm"))
+	r = runCLI(t, nil, "plugin", "inspect", "--format", "json", filepath.Join(builtinDir(), "bash.wasm"))
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -409,10 +414,10 @@ func TestPluginInspect(t *testing.T) {
 		t.Errorf("imports %v lack toolhost_sandbox_exec.run", in.Imports)
 	}
 
-	oneLineError(t, toolhost(t, nil, "plugin", "inspect", filepath.Join(t.TempDir(), "none.wasm")), 1, "none.wasm")
+	oneLineError(t, runCLI(t, nil, "plugin", "inspect", filepath.Join(t.TempDir(), "none.wasm")), 1, "none.wasm")
 	notWasm := filepath.Join(t.TempDir(), "x.wasm")
 	os.WriteFile(notWasm, []byte("not wasm"), 0o644)
-	oneLineError(t, toolhost(t, nil, "plugin", "inspect", notWasm), 1, "x.wasm")
+	oneLineError(t, runCLI(t, nil, "plugin", "inspect", notWasm), 1, "x.wasm")
 }
 
 // TestConfigLayers goes through the binary: a file's plugins_dir is overridden by the
@@ -420,47 +425,70 @@ func TestPluginInspect(t *testing.T) {
 func TestConfigLayers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	good := filepath.Join(binDir, "plugins")
+	good := builtinDir()
 	bad1, bad2 := filepath.Join(dir, "from-file"), filepath.Join(dir, "from-flag")
 	cfg := filepath.Join(dir, "c.yaml")
 	os.WriteFile(cfg, []byte("plugins_dir: "+bad1+"\n"), 0o644)
 
-	r := toolhost(t, nil, "tools", "--config", cfg)
+	r := runCLI(t, nil, "tools", "--config", cfg)
 	oneLineError(t, r, 1, bad1) // the file's directory has no plugins
-	r = toolhost(t, []string{"TOOLHOST_CONFIG=" + cfg}, "tools")
+	r = runCLI(t, []string{"TOOLHOST_CONFIG=" + cfg}, "tools")
 	oneLineError(t, r, 1, bad1) // found through TOOLHOST_CONFIG too
-	r = toolhost(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg)
+	r = runCLI(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg)
 	if r.code != 0 {
 		t.Errorf("env over file: %s", r)
 	}
-	r = toolhost(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg, "--plugins-dir", bad2)
+	r = runCLI(t, []string{"TOOLHOST_PLUGINS_DIR=" + good}, "tools", "--config", cfg, "--plugins-dir", bad2)
 	oneLineError(t, r, 1, bad2)
-	oneLineError(t, toolhost(t, nil, "tools", "--config", filepath.Join(dir, "none.yaml")), 2, "none.yaml")
+	oneLineError(t, runCLI(t, nil, "tools", "--config", filepath.Join(dir, "none.yaml")), 2, "none.yaml")
 }
 
 func TestHelpAndVersion(t *testing.T) {
 	t.Parallel()
-	r := toolhost(t, nil, "--help")
+	r := runCLI(t, nil, "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "plugin inspect") || !strings.Contains(r.stdout, "--config") {
 		t.Errorf("--help:\n%s", r)
 	}
 	for _, args := range [][]string{{"call", "--help"}, {"help", "call"}, {"call", "-h"}} {
-		r = toolhost(t, nil, args...)
+		r = runCLI(t, nil, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "toolhost call TOOL JSON") || !strings.Contains(r.stdout, "--workspace") {
 			t.Errorf("%v:\n%s", args, r)
 		}
 	}
-	r = toolhost(t, nil, "plugin", "inspect", "--help")
+	r = runCLI(t, nil, "plugin", "inspect", "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "FILE.wasm") {
 		t.Errorf("plugin inspect --help:\n%s", r)
 	}
-	r = toolhost(t, nil)
+	r = runCLI(t, nil)
 	if r.code != 2 || !strings.Contains(r.stderr, "Commands:") {
 		t.Errorf("no arguments: want usage on stderr and exit 2\n%s", r)
 	}
-	r = toolhost(t, nil, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") || !strings.Contains(r.stdout, "ABI v1") {
-		t.Errorf("version:\n%s", r)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"tools", "--version"}} {
+		r = runCLI(t, nil, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") || !strings.Contains(r.stdout, "ABI v1") ||
+			!strings.Contains(r.stdout, runtime.Version()) || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("%v:\n%s", args, r)
+		}
+	}
+	// The help of a command group lists its commands and exits 0; the group alone is
+	// still a usage mistake.
+	for group, want := range map[string][]string{
+		"snapshot":   {"snapshot save", "snapshot list", "snapshot restore"},
+		"screenshot": {"screenshot list"},
+		"plugin":     {"plugin inspect"},
+	} {
+		for _, args := range [][]string{{group, "--help"}, {"help", group}, {group, "-h"}} {
+			r = runCLI(t, nil, args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Errorf("%v: want the group's help and exit 0\n%s", args, r)
+			}
+			for _, w := range want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("%v: help lacks %q\n%s", args, w, r)
+				}
+			}
+		}
+		oneLineError(t, runCLI(t, nil, group), 2, "needs a subcommand")
 	}
 }
 
@@ -472,13 +500,16 @@ func TestDemo(t *testing.T) {
 	requireBrowser(t)
 	t.Parallel()
 	project := "demo-test"
-	r := toolhost(t, nil, "demo", "--project", project)
+	r := runCLI(t, nil, "demo", "--project", project)
 	if r.code != 0 {
 		t.Fatalf("demo failed:\n%s", r)
 	}
 	for _, want := range []string{"write_file", "read_file", "edit_file", "grep", "glob", "bash", "background",
 		"take_screenshot", "pixel (4,4) is " + demoColour, "committed: projects/" + project + "/snapshots/",
 		"auto/ images of this run", "rotations: 0 -> 1", "a pause of about", "woke in",
+		// The rotation takes the path every session of the CLI takes with the local
+		// provider: the workspace is handed over, not restored from the snapshot.
+		"the work moved by handoff",
 		"came back byte for byte", "every result as expected"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q", want)
@@ -493,7 +524,7 @@ func TestDemo(t *testing.T) {
 
 	// What the demo stored: its screenshots (2 of the agent's, at least 4 of the session's)
 	// and its snapshots (the commit's and the rotation's).
-	r = toolhost(t, nil, "screenshot", "list", "--project", project, "--kind", "agent")
+	r = runCLI(t, nil, "screenshot", "list", "--project", project, "--kind", "agent")
 	if r.code != 0 || strings.Count(r.stdout, " agent ") != 2 ||
 		!strings.Contains(r.stdout, "desktop 1280x800") || !strings.Contains(r.stdout, "mobile 390x844") {
 		t.Errorf("screenshot list --kind agent:\n%s", r)
@@ -504,11 +535,11 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the listed URL %s is not the stored image: %v", url, err)
 		}
 	}
-	r = toolhost(t, nil, "screenshot", "list", "--project", project)
+	r = runCLI(t, nil, "screenshot", "list", "--project", project)
 	if r.code != 0 || strings.Count(r.stdout, " auto ") < 4 || strings.Count(r.stdout, " agent ") != 2 {
 		t.Errorf("screenshot list:\n%s", r)
 	}
-	r = toolhost(t, nil, "snapshot", "list", "--project", project)
+	r = runCLI(t, nil, "snapshot", "list", "--project", project)
 	if r.code != 0 || strings.Count(r.stdout, "projects/"+project+"/snapshots/") != 2 {
 		t.Errorf("snapshot list after the demo:\n%s", r)
 	}
@@ -517,9 +548,8 @@ func TestDemo(t *testing.T) {
 // requireBrowser skips when Chromium or the Playwright driver is genuinely absent.
 func requireBrowser(t *testing.T) {
 	t.Helper()
-	if err := screenshot.New(screenshot.Config{}).Check(); err != nil {
-		t.Skipf("no browser for screenshots (scripts/setup-browser.sh installs it; make test runs it): %v", err)
-	}
+	testenv.Require(t, "no browser for screenshots (scripts/setup-browser.sh installs it; make test runs it)",
+		screenshot.New(screenshot.Config{}).Check())
 }
 
 // TestThirdPartyPlugin: the README's example plugin, added through a config file next to a
@@ -541,18 +571,18 @@ func TestThirdPartyPlugin(t *testing.T) {
 	}
 	granted, ungranted := write("ok.yaml", "sandbox_files"), write("no.yaml", "log")
 
-	r := toolhost(t, nil, "call", "word_count", `{"path":"words.txt"}`, "--workspace", ws, "--config", granted)
+	r := runCLI(t, nil, "call", "word_count", `{"path":"words.txt"}`, "--workspace", ws, "--config", granted)
 	if r.code != 0 {
 		t.Fatal(r)
 	}
 	if res := decodeResult(t, r); res.IsError || res.Content[0].Text != "3 words" {
 		t.Errorf("word_count: %+v", res)
 	}
-	r = toolhost(t, nil, "tools", "--config", granted)
+	r = runCLI(t, nil, "tools", "--config", granted)
 	if r.code != 0 || !strings.Contains(r.stdout, `"word_count"`) || !strings.Contains(r.stdout, `"read_file"`) {
 		t.Errorf("tools with the extra plugin:\n%s", r)
 	}
-	r = toolhost(t, nil, "tools", "--config", ungranted)
+	r = runCLI(t, nil, "tools", "--config", ungranted)
 	oneLineError(t, r, 1, "toolhost_sandbox_files.read")
 	if !strings.Contains(r.stderr, "wordcount") || !strings.Contains(r.stderr, "sandbox_files") {
 		t.Errorf("the refusal does not name the plugin and the grant: %s", r.stderr)
@@ -613,7 +643,7 @@ func TestSandboxCannotConfigureTheHost(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"TOOLHOST_PROJECT=planted-config"}
 	plant := `{"command":"printf 'sandbox:\\n  network: host\\n' > toolhost.yaml; cat toolhost.yaml"}`
-	r := toolhostIn(t, dir, env, "call", "bash", plant, "--workspace", dir)
+	r := runCLIIn(t, dir, env, "call", "bash", plant, "--workspace", dir)
 	if r.code != 0 || !strings.Contains(r.stdout, "network: host") {
 		t.Fatalf("planting the file:\n%s", r)
 	}
@@ -623,7 +653,7 @@ func TestSandboxCannotConfigureTheHost(t *testing.T) {
 	// Only loopback: the host's network would show its interfaces too.
 	probe := `{"command":"grep -c : /proc/net/dev"}`
 	for _, args := range [][]string{{"--workspace", dir}, {}} {
-		r = toolhostIn(t, dir, env, append([]string{"call", "bash", probe}, args...)...)
+		r = runCLIIn(t, dir, env, append([]string{"call", "bash", probe}, args...)...)
 		if r.code != 0 {
 			t.Fatalf("probe %v:\n%s", args, r)
 		}
@@ -634,8 +664,71 @@ func TestSandboxCannotConfigureTheHost(t *testing.T) {
 	}
 	// Without --workspace the call ran in the project's own workspace: the planted file
 	// is not there, and the current directory is not mounted.
-	r = toolhostIn(t, dir, env, "call", "bash", `{"command":"ls -A; pwd"}`)
+	r = runCLIIn(t, dir, env, "call", "bash", `{"command":"ls -A; pwd"}`)
 	if res := decodeResult(t, r); strings.Contains(res.Content[0].Text, "toolhost.yaml") {
 		t.Fatalf("the project's workspace shows the current directory:\n%s", res.Content[0].Text)
+	}
+}
+
+// TestGoInstall: go install into a temporary GOBIN gives a CLI that works from / with no
+// other file: its built-in plugins are inside it, its state goes to the user's data dir.
+func TestGoInstall(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	trackSources()
+	gobin := t.TempDir()
+	install := exec.Command("go", "install", "./cmd/toolhost")
+	install.Dir = moduleRoot
+	install.Env = append(os.Environ(), "GOBIN="+gobin)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install: %v\n%s", err, out)
+	}
+	home := t.TempDir()
+	run := func(args ...string) runResult {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(gobin, "toolhost"), args...)
+		cmd.Dir = "/"
+		// Nothing of this repository, no TOOLHOST_ variable, no config: a stranger's shell.
+		cmd.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + os.TempDir()}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return runResult{code, stdout.String(), stderr.String()}
+	}
+	r := run("tools")
+	var tools []abi.Tool
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 7 {
+		t.Fatalf("tools from /:\n%s", r)
+	}
+	r = run("call", "bash", `{"command":"echo hi > hi.txt; cat hi.txt; pwd"}`, "--log-level", "warn")
+	if r.code != 0 {
+		t.Fatalf("call from /:\n%s", r)
+	}
+	if res := decodeResult(t, r); res.IsError || !strings.Contains(res.Content[0].Text, "hi\n/home/user") {
+		t.Errorf("call from /: %+v", res)
+	}
+	// The next call sees the first one's file: the project's workspace, in the data dir.
+	r = run("call", "read_file", `{"path":"hi.txt"}`, "--log-level", "warn")
+	if res := decodeResult(t, r); res.IsError || !strings.Contains(res.Content[0].Text, "hi") {
+		t.Errorf("second call: %+v", res)
+	}
+	snaps := 0
+	filepath.WalkDir(filepath.Join(home, ".local", "share", "toolhost", "store"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.Contains(p, "projects/default/snapshots/") && strings.HasSuffix(p, ".tar.gz") {
+			snaps++
+		}
+		return nil
+	})
+	if snaps == 0 {
+		t.Error("the project's snapshots are not in the user's data dir")
+	}
+	if r := run("--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") {
+		t.Errorf("--version:\n%s", r)
 	}
 }

@@ -7,119 +7,56 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/core/session"
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/core/snapshot"
-	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/core/store/dir"
-	"github.com/toolhost/toolhost/core/store/s3"
 )
 
-// projectEnv is what the commands that work on a project share: the object store, the
-// snapshot manager and, when screenshots are on, the recorder. close releases them all
-// (the browser included).
-type projectEnv struct {
-	store  store.Store
-	where  string // the store, for people: a directory or s3://bucket
-	snaps  *snapshot.Manager
-	rec    *screenshot.Recorder // nil when screenshot.enabled is false
-	closer []func(ctx context.Context)
+// newToolhost loads the configured plugins and opens the store: what the commands that
+// run tools need. The sandbox provider and the browser start when first used.
+func (c *cli) newToolhost(ctx context.Context) (*toolhost.Toolhost, error) {
+	return toolhost.New(ctx, c.cfg.Config, c.options()...)
 }
 
-func (e *projectEnv) close(ctx context.Context) {
+// newStorage opens the configured store with the snapshots and screenshots on it: what
+// the snapshot and screenshot commands need (no plugins, no sandbox).
+func (c *cli) newStorage(ctx context.Context, progress func(snapshot.Progress)) (*toolhost.Storage, error) {
+	opts := c.options()
+	if progress != nil {
+		opts = append(opts, toolhost.WithSnapshotProgress(progress))
+	}
+	return toolhost.OpenStorage(ctx, c.cfg.Config, opts...)
+}
+
+func (c *cli) options() []toolhost.Option {
+	return []toolhost.Option{toolhost.WithLogger(c.log), toolhost.WithSnapshotLogger(c.quietLog()),
+		toolhost.WithConfigFile(c.cfg.File)}
+}
+
+// closeToolhost closes th (its sessions first) and logs a failure.
+func (c *cli) closeToolhost(ctx context.Context, th *toolhost.Toolhost) {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	for i := len(e.closer) - 1; i >= 0; i-- {
-		e.closer[i](cctx)
+	if err := th.Close(cctx); err != nil {
+		c.log.Warn("closing the host", "err", err)
 	}
 }
 
-// envOptions say which parts a command needs.
-type envOptions struct {
-	progress func(snapshot.Progress) // snapshot progress callback
-	browser  bool                    // a Capturer (when screenshots are enabled)
+// closeSession closes sess and logs a failure.
+func (c *cli) closeSession(ctx context.Context, sess *toolhost.Session) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := sess.Close(cctx); err != nil {
+		c.log.Warn("closing the session", "project", sess.Project(), "err", err)
+	}
 }
 
-// newProjectEnv opens the configured store and builds what sits on it.
-func (c *cli) newProjectEnv(ctx context.Context, opts envOptions) (*projectEnv, error) {
-	cfg := &c.cfg.Config
-	e := &projectEnv{}
-	switch cfg.Store.Kind {
-	case "s3":
-		st, err := s3.New(ctx, s3.Config{
-			Bucket:               cfg.Store.S3.Bucket,
-			Region:               cfg.Store.S3.Region,
-			Endpoint:             cfg.Store.S3.Endpoint,
-			PathStyle:            cfg.Store.S3.PathStyle,
-			ChecksumWhenRequired: cfg.Store.S3.Checksums == "when_required",
-			Logger:               c.log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("store s3://%s: %w", cfg.Store.S3.Bucket, err)
-		}
-		e.store, e.where = st, "s3://"+cfg.Store.S3.Bucket
-	default:
-		path := cfg.Store.Dir
-		if path == "" {
-			path = filepath.Join(dataDir(cfg), "store")
-		}
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return nil, fmt.Errorf("store.dir: %w", err)
-		}
-		st, err := dir.New(abs)
-		if err != nil {
-			return nil, fmt.Errorf("opening the directory store %s: %w", abs, err)
-		}
-		e.store, e.where = st, abs
-		e.closer = append(e.closer, func(context.Context) { st.Close() })
-	}
-
-	keep, retries := cfg.Snapshot.Keep, cfg.Snapshot.Retries
-	if retries == 0 {
-		retries = -1 // the manager reads 0 as "the default"; the config means none
-	}
-	m, err := snapshot.New(snapshot.Config{
-		Store:    e.store,
-		Keep:     keep,
-		Excludes: cfg.Snapshot.Excludes,
-		Retries:  retries,
-		Logger:   c.quietLog(),
-		Progress: opts.progress,
-	})
-	if err != nil {
-		e.close(ctx)
-		return nil, fmt.Errorf("snapshots: %w", err)
-	}
-	e.snaps = m
-
-	if cfg.Screenshot.Enabled {
-		e.rec = &screenshot.Recorder{Store: e.store, PublicBase: cfg.Store.PublicBase, Logger: c.log}
-		if opts.browser {
-			capt := screenshot.New(screenshot.Config{
-				ExecutablePath: cfg.Screenshot.Chromium,
-				IdleBound:      cfg.Screenshot.IdleWait,
-				Logger:         c.log,
-			})
-			if err := capt.Check(); err != nil {
-				// Not fatal: take_screenshot answers with this, as an is_error result.
-				c.log.Debug("screenshots will fail", "err", err)
-			}
-			e.rec.Capturer = capt
-			e.closer = append(e.closer, func(ctx context.Context) {
-				if err := capt.Close(ctx); err != nil {
-					c.log.Warn("closing the browser", "err", err)
-				}
-			})
-		}
-	}
-	return e, nil
+// cleanupContext outlives an interrupted ctx long enough to close things properly.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 }
 
 // quietLog is the logger for library records that repeat what a command prints itself:
@@ -147,63 +84,6 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
-}
-
-// sessionOptions open a session for the configured project.
-type sessionOptions struct {
-	provider  sandbox.Provider
-	workspace string            // a host directory used as every sandbox's workspace, or ""
-	snaps     session.Snapshots // default: the env's manager
-	log       *slog.Logger
-}
-
-func (c *cli) openSession(ctx context.Context, e *projectEnv, o sessionOptions) (*session.Session, error) {
-	cfg := &c.cfg.Config
-	snaps := o.snaps
-	if snaps == nil {
-		snaps = e.snaps
-	}
-	log := o.log
-	if log == nil {
-		log = c.log
-	}
-	sess, err := session.Open(ctx, session.Config{
-		Provider: o.provider,
-		Sandbox: sandbox.CreateOptions{
-			Workspace: o.workspace,
-			Network:   cfg.Sandbox.Network,
-		},
-		ProjectID:       cfg.Project,
-		Snapshots:       snaps,
-		Excludes:        cfg.Snapshot.Excludes,
-		TTL:             cfg.Session.TTL,
-		KeepaliveMargin: cfg.Session.KeepaliveMargin,
-		MaxLifetime:     cfg.Session.MaxLifetime,
-		Screenshots:     e.rec,
-		Logger:          log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("opening a session for project %s: %w%s", cfg.Project, err, bwrapHint())
-	}
-	return sess, nil
-}
-
-// closeSession closes sess and logs a failure.
-func (c *cli) closeSession(ctx context.Context, sess *session.Session) {
-	cctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	if err := sess.Close(cctx); err != nil {
-		c.log.Warn("closing the session", "id", sess.ID(), "err", err)
-	}
-}
-
-// noWake is the snapshots of a session whose workspace is a host directory the caller
-// chose (toolhost call --workspace DIR): the directory is the state, so the session does
-// not restore the project's snapshot into it. Saves go to the project as usual.
-type noWake struct{ *snapshot.Manager }
-
-func (noWake) Restore(context.Context, string, func(io.Reader) error) (snapshot.Info, error) {
-	return snapshot.Info{}, fmt.Errorf("the workspace is a host directory: %w", snapshot.ErrNoSnapshot)
 }
 
 // progress shows a snapshot transfer on stderr: a line rewritten with \r while it runs

@@ -41,16 +41,16 @@ Example:
 			return usagef(cmd, "--workspace: %v", err)
 		}
 		pr := newProgress(c.stderr)
-		env, err := c.newProjectEnv(ctx, envOptions{progress: pr.update})
+		st, err := c.newStorage(ctx, pr.update)
 		if err != nil {
 			return err
 		}
-		defer env.close(ctx)
+		defer st.Close()
 		project := c.cfg.Project
-		info, stats, err := env.snaps.SaveDir(ctx, project, ws)
+		info, stats, err := st.Snapshots().SaveDir(ctx, project, ws)
 		pr.finish()
 		if err != nil {
-			return fmt.Errorf("saving %s for project %s in %s: %w", ws, project, env.where, err)
+			return fmt.Errorf("saving %s for project %s in %s: %w", ws, project, st.Where(), err)
 		}
 		if !pr.saw("upload") && info.Size > 0 {
 			// The manager found this very archive already stored under the key (same
@@ -61,7 +61,7 @@ Example:
 			fmt.Fprintf(c.stdout, "saved %s (%s; %d files, %s packed, in %s)\n", info.Key, humanBytes(info.Size),
 				stats.Files, humanBytes(stats.BytesIn), ms(stats.Duration))
 		}
-		fmt.Fprintf(c.stdout, "store: %s\n", env.where)
+		fmt.Fprintf(c.stdout, "store: %s\n", st.Where())
 		if stats.Skipped > 0 {
 			fmt.Fprintf(c.stdout, "left out %d entries that cannot be archived safely (sockets, devices, links out of the tree)\n", stats.Skipped)
 		}
@@ -84,17 +84,17 @@ stdout and says so on stderr (exit status 0).`,
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
-		env, err := c.newProjectEnv(ctx, envOptions{})
+		st, err := c.newStorage(ctx, nil)
 		if err != nil {
 			return err
 		}
-		defer env.close(ctx)
-		infos, err := env.snaps.List(ctx, c.cfg.Project)
+		defer st.Close()
+		infos, err := st.Snapshots().List(ctx, c.cfg.Project)
 		if err != nil {
-			return fmt.Errorf("listing the snapshots of project %s in %s: %w", c.cfg.Project, env.where, err)
+			return fmt.Errorf("listing the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
 		}
 		if len(infos) == 0 {
-			fmt.Fprintf(c.stderr, "project %s has no snapshots in %s\n", c.cfg.Project, env.where)
+			fmt.Fprintf(c.stderr, "project %s has no snapshots in %s\n", c.cfg.Project, st.Where())
 			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -141,16 +141,16 @@ Example:
 			return usagef(cmd, "--workspace: %v", err)
 		}
 		pr := newProgress(c.stderr)
-		env, err := c.newProjectEnv(ctx, envOptions{progress: pr.update})
+		st, err := c.newStorage(ctx, pr.update)
 		if err != nil {
 			return err
 		}
-		defer env.close(ctx)
+		defer st.Close()
 		project := c.cfg.Project
-		info, stats, err := env.snaps.RestoreDir(ctx, project, abs, true)
+		info, stats, err := st.Snapshots().RestoreDir(ctx, project, abs, true)
 		pr.finish()
 		if err != nil {
-			return fmt.Errorf("restoring project %s from %s into %s: %w", project, env.where, abs, errNoSnapshot(project, err))
+			return fmt.Errorf("restoring project %s from %s into %s: %w", project, st.Where(), abs, errNoSnapshot(project, err))
 		}
 		fmt.Fprintf(c.stdout, "restored %s (saved %s UTC) into %s: %d files, %d dirs, %s, in %s\n",
 			info.Key, info.Time.UTC().Format(timeLayout), abs, stats.Files, stats.Dirs, humanBytes(stats.Bytes), ms(stats.Duration))
@@ -182,21 +182,18 @@ else the file of the directory store).`,
 		if kind != "" && kind != screenshot.KindAgent && kind != screenshot.KindAuto {
 			return usagef(cmd, "--kind must be agent or auto, got %q", kind)
 		}
-		env, err := c.newProjectEnv(ctx, envOptions{})
+		st, err := c.newStorage(ctx, nil)
 		if err != nil {
 			return err
 		}
-		defer env.close(ctx)
-		rec := env.rec
-		if rec == nil { // screenshots off: what was stored before is still listed
-			rec = &screenshot.Recorder{Store: env.store, PublicBase: c.cfg.Store.PublicBase}
-		}
-		shots, err := rec.List(ctx, c.cfg.Project, kind)
+		defer st.Close()
+		// Listed even with screenshots off: what was stored before is still there.
+		shots, err := st.Screenshots(ctx, c.cfg.Project, kind)
 		if err != nil {
-			return fmt.Errorf("listing the screenshots of project %s in %s: %w", c.cfg.Project, env.where, err)
+			return fmt.Errorf("listing the screenshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
 		}
 		if len(shots) == 0 {
-			fmt.Fprintf(c.stderr, "project %s has no stored screenshots in %s\n", c.cfg.Project, env.where)
+			fmt.Fprintf(c.stderr, "project %s has no stored screenshots in %s\n", c.cfg.Project, st.Where())
 			return nil
 		}
 		printShots(c.stdout, shots)

@@ -100,7 +100,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	delete(want, filepath.Join("node_modules", "left", "out.js"))
 	delete(want, filepath.Join(".git", "HEAD"))
 
-	r := toolhost(t, nil, "snapshot", "save", "--project", project, "--workspace", ws)
+	r := runCLI(t, nil, "snapshot", "save", "--project", project, "--workspace", ws)
 	if r.code != 0 {
 		t.Fatalf("save:\n%s", r)
 	}
@@ -116,12 +116,12 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	// A second save with a change: the list shows both, newest first.
 	writeTree(t, ws, map[string]string{"README.md": "# project, changed\n"})
 	want["README.md"] = "# project, changed\n"
-	r = toolhost(t, nil, "snapshot", "save", "--project", project, "-w", ws)
+	r = runCLI(t, nil, "snapshot", "save", "--project", project, "-w", ws)
 	if r.code != 0 {
 		t.Fatalf("second save:\n%s", r)
 	}
 	key2 := snapshotKeyRE.FindString(r.stdout)
-	r = toolhost(t, nil, "snapshot", "list", "--project", project)
+	r = runCLI(t, nil, "snapshot", "list", "--project", project)
 	if r.code != 0 {
 		t.Fatalf("list:\n%s", r)
 	}
@@ -132,7 +132,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 	// Into a directory that does not exist yet.
 	fresh := filepath.Join(t.TempDir(), "restored")
-	r = toolhost(t, nil, "snapshot", "restore", "--project", project, "--workspace", fresh)
+	r = runCLI(t, nil, "snapshot", "restore", "--project", project, "--workspace", fresh)
 	if r.code != 0 || !strings.Contains(r.stdout, "restored "+key2) || strings.Contains(r.stdout, "moved to") {
 		t.Fatalf("restore into a new dir:\n%s", r)
 	}
@@ -142,7 +142,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	busy := filepath.Join(t.TempDir(), "busy")
 	mine := map[string]string{"notes.txt": "mine, not in the snapshot\n", "README.md": "my own readme\n"}
 	writeTree(t, busy, mine)
-	r = toolhost(t, nil, "snapshot", "restore", "--project", project, "--workspace", busy)
+	r = runCLI(t, nil, "snapshot", "restore", "--project", project, "--workspace", busy)
 	if r.code != 0 {
 		t.Fatalf("restore into a non-empty dir:\n%s", r)
 	}
@@ -157,7 +157,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 func TestSnapshotErrors(t *testing.T) {
 	t.Parallel()
 	// A project without snapshots: nothing listed, said on stderr, exit 0.
-	r := toolhost(t, nil, "snapshot", "list", "--project", "never-saved")
+	r := runCLI(t, nil, "snapshot", "list", "--project", "never-saved")
 	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "never-saved has no snapshots") {
 		t.Errorf("list of an unknown project:\n%s", r)
 	}
@@ -182,14 +182,14 @@ func TestSnapshotErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			oneLineError(t, toolhost(t, nil, tc.args...), tc.code, tc.want)
+			oneLineError(t, runCLI(t, nil, tc.args...), tc.code, tc.want)
 		})
 	}
 	// A failed restore creates nothing.
 	if _, err := os.Stat(filepath.Join(ws, "out")); !os.IsNotExist(err) {
 		t.Errorf("a failed restore left %s behind (%v)", filepath.Join(ws, "out"), err)
 	}
-	r = toolhost(t, nil, "screenshot", "list", "--project", "never-shot")
+	r = runCLI(t, nil, "screenshot", "list", "--project", "never-shot")
 	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "never-shot has no stored screenshots") {
 		t.Errorf("screenshot list of an unknown project:\n%s", r)
 	}
@@ -211,7 +211,7 @@ func TestCallTakeScreenshot(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
 	ws := t.TempDir()
-	r := toolhost(t, nil, "call", "take_screenshot", `{"port": 8765}`, "--workspace", ws)
+	r := runCLI(t, nil, "call", "take_screenshot", `{"port": 8765}`, "--workspace", ws)
 	if r.code != 0 {
 		t.Fatalf("call take_screenshot:\n%s", r)
 	}
@@ -219,7 +219,7 @@ func TestCallTakeScreenshot(t *testing.T) {
 	if !res.IsError || !strings.Contains(res.Content[0].Text, "8765") || !strings.Contains(res.Content[0].Text, "listens") {
 		t.Errorf("take_screenshot of a closed port: %+v", res)
 	}
-	r = toolhost(t, nil, "call", "take_screenshot", `{"port": 8765}`, "--workspace", ws, "--screenshots=false")
+	r = runCLI(t, nil, "call", "take_screenshot", `{"port": 8765}`, "--workspace", ws, "--screenshots=false")
 	if r.code != 0 {
 		t.Fatalf("call take_screenshot, screenshots off:\n%s", r)
 	}
@@ -236,12 +236,12 @@ func TestCallWithSnapshot(t *testing.T) {
 	project := "call-with-snapshot"
 	saved := t.TempDir()
 	writeTree(t, saved, map[string]string{"from-snapshot.txt": "old\n"})
-	if r := toolhost(t, nil, "snapshot", "save", "--project", project, "-w", saved); r.code != 0 {
+	if r := runCLI(t, nil, "snapshot", "save", "--project", project, "-w", saved); r.code != 0 {
 		t.Fatal(r)
 	}
 	ws := t.TempDir()
 	writeTree(t, ws, map[string]string{"here.txt": "here\n"})
-	r := toolhost(t, nil, "call", "bash", `{"command":"ls"}`, "--workspace", ws, "--project", project)
+	r := runCLI(t, nil, "call", "bash", `{"command":"ls"}`, "--workspace", ws, "--project", project)
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -257,17 +257,11 @@ func TestCallWithSnapshot(t *testing.T) {
 // TestSnapshotS3: the same round trip against a real S3-compatible server on loopback,
 // with credentials from the AWS SDK's standard chain (the environment here).
 func TestSnapshotS3(t *testing.T) {
-	// Not parallel: the embedded gateway changes the process's working directory while
-	// it starts.
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
 	srv, err := s3test.Start(t.TempDir())
 	if err != nil {
 		t.Fatalf("starting the S3 server: %v", err)
 	}
-	defer os.Chdir(wd) // after Close, which removes the gateway's directory
 	defer srv.Close()
 	bucket, err := srv.NewBucket(t.Context(), "cli")
 	if err != nil {
@@ -287,7 +281,7 @@ func TestSnapshotS3(t *testing.T) {
 	ws := t.TempDir()
 	files := map[string]string{"a.txt": "over S3\n", "dir/b.txt": strings.Repeat("b", 100000)}
 	writeTree(t, ws, files)
-	r := toolhost(t, env, "snapshot", "save", "--project", "s3-project", "-w", ws)
+	r := runCLI(t, env, "snapshot", "save", "--project", "s3-project", "-w", ws)
 	if r.code != 0 || !strings.Contains(r.stdout, "store: s3://"+bucket) {
 		t.Fatalf("save to S3:\n%s", r)
 	}
@@ -295,22 +289,22 @@ func TestSnapshotS3(t *testing.T) {
 	if _, err := os.Stat(srv.ObjectPath(bucket, key)); err != nil {
 		t.Errorf("the snapshot is not in the bucket: %v", err)
 	}
-	r = toolhost(t, env, "snapshot", "list", "--project", "s3-project")
+	r = runCLI(t, env, "snapshot", "list", "--project", "s3-project")
 	if r.code != 0 || !strings.Contains(r.stdout, key) {
 		t.Errorf("list from S3:\n%s", r)
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	r = toolhost(t, env, "snapshot", "restore", "--project", "s3-project", "-w", out)
+	r = runCLI(t, env, "snapshot", "restore", "--project", "s3-project", "-w", out)
 	if r.code != 0 {
 		t.Fatalf("restore from S3:\n%s", r)
 	}
 	sameTree(t, "restored from S3", tree(t, out), files)
 	// when_required checksums work against it too.
-	r = toolhost(t, append(env, "TOOLHOST_STORE_S3_CHECKSUMS=when_required"), "snapshot", "list", "--project", "s3-project")
+	r = runCLI(t, append(env, "TOOLHOST_STORE_S3_CHECKSUMS=when_required"), "snapshot", "list", "--project", "s3-project")
 	if r.code != 0 || !strings.Contains(r.stdout, key) {
 		t.Errorf("list with when_required checksums:\n%s", r)
 	}
 	// A bucket that does not exist: one line, exit 1.
-	r = toolhost(t, append(env, "TOOLHOST_STORE_S3_BUCKET=no-such-bucket"), "snapshot", "list", "--project", "s3-project")
+	r = runCLI(t, append(env, "TOOLHOST_STORE_S3_BUCKET=no-such-bucket"), "snapshot", "list", "--project", "s3-project")
 	oneLineError(t, r, 1, "no-such-bucket")
 }

@@ -1,7 +1,11 @@
 // Package sandbox defines where tools act: a Provider creates Sandboxes, and a Sandbox runs
 // processes and touches files inside an isolated workspace whose root is WorkspaceRoot.
 //
-// Providers live in subpackages: local (bubblewrap on this machine). Both speak to the
+// What a sandbox may do beyond the Sandbox interface is a named optional ability
+// (PortLister, DevServer; Handoff for providers), found with As through any wrapper (see
+// Wrapper). Package sandboxtest is the conformance suite every provider runs.
+//
+// Providers live in subpackages: local (bubblewrap on this machine). They speak to the
 // in-sandbox agent through the envd-compatible data-plane client in package envd.
 package sandbox
 
@@ -41,6 +45,9 @@ var (
 	// such a bound; a provider ends a sandbox that missed one, so the error also wraps
 	// ErrClosed once the provider has done so.
 	ErrUnresponsive = errors.New("the sandbox stopped answering")
+	// ErrUnsupported: the provider or sandbox cannot do what was asked (mount a host
+	// directory, list its ports). It is errors.ErrUnsupported.
+	ErrUnsupported = errors.ErrUnsupported
 )
 
 // Provider creates sandboxes.
@@ -54,10 +61,12 @@ const (
 	NetworkHost = "host" // the host's network
 )
 
-// Handoff is implemented by providers whose workspaces outlive their sandboxes (local:
-// a host directory). Handoff ends old and creates a new sandbox over the same workspace,
-// so a rotation need not copy the tree out and back in. The caller saves a snapshot
-// first; if Handoff fails, the workspace may be gone with old, and the caller restores.
+// Handoff is the optional ability of providers whose workspaces outlive their sandboxes
+// (local: a host directory). Handoff ends old and creates a new sandbox over the same
+// workspace, so a rotation need not copy the tree out and back in. old may be a wrapper of
+// one of the provider's sandboxes (the provider finds its own with As). The caller saves a
+// snapshot first; if Handoff fails, the workspace may be gone with old, and the caller
+// restores.
 type Handoff interface {
 	Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (Sandbox, error)
 }
@@ -65,8 +74,9 @@ type Handoff interface {
 // CreateOptions configure a new sandbox.
 type CreateOptions struct {
 	// Workspace is a host directory to mount at WorkspaceRoot. Empty means a fresh, empty
-	// workspace that lives and dies with the sandbox. Providers that cannot mount host
-	// directories (remote ones) ignore it.
+	// workspace that lives and dies with the sandbox. A provider that cannot mount host
+	// directories (a remote one) refuses a non-empty Workspace with an error wrapping
+	// ErrUnsupported; it never ignores it.
 	Workspace string
 	// Timeout is how long the sandbox lives before it is killed, unless extended with
 	// SetTimeout. Zero means the provider's default.

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/image/webp"
+
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // Tests here drive real Chromium through the real Playwright driver against pages served by
@@ -44,7 +46,7 @@ func newCapturer(t testing.TB, cfg Config) *Capturer {
 	c := New(cfg)
 	if err := c.Check(); err != nil {
 		if errors.Is(err, ErrNoBrowser) {
-			t.Skipf("Chromium or the Playwright driver is not installed (run scripts/setup-browser.sh): %v", err)
+			testenv.Skipf(t, "Chromium or the Playwright driver is not installed (run scripts/setup-browser.sh): %v", err)
 		}
 		t.Fatal(err)
 	}

@@ -4,12 +4,15 @@
 package testplugins
 
 import (
+	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
+
+	"github.com/toolhost/toolhost/internal/wasmbuild"
+	"github.com/toolhost/toolhost/plugins"
 )
 
 var (
@@ -25,7 +28,8 @@ func Root() string {
 }
 
 // Build compiles the plugin package at pkg (relative to the module root, e.g.
-// "plugins/editfile") for wasip1 as a reactor and returns the .wasm path.
+// "plugins/editfile") for wasip1 as a reactor, the way `make plugins` does (so the build
+// cache serves both, and any clone), and returns the .wasm path.
 func Build(pkg string) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
@@ -40,11 +44,9 @@ func Build(pkg string) (string, error) {
 		dir = d
 	}
 	out := filepath.Join(dir, filepath.Base(pkg)+".wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+pkg)
-	cmd.Dir = Root()
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build plugin %s: %v\n%s", pkg, err, b)
+	var stderr bytes.Buffer
+	if err := wasmbuild.Build("", Root(), pkg, out, &stderr); err != nil {
+		return "", fmt.Errorf("build plugin %s: %v\n%s", pkg, err, stderr.Bytes())
 	}
 	built[pkg] = out
 	return out, nil
@@ -65,12 +67,23 @@ func MustBuild(pkg string) string {
 }
 
 // Builtins maps each built-in plugin package to the grants it needs.
-var Builtins = []struct {
+var Builtins = func() []struct {
 	Pkg    string
 	Grants []string
-}{
-	{"plugins/bash", []string{"sandbox_exec", "log"}},
-	{"plugins/editfile", []string{"sandbox_files", "log"}},
-	{"plugins/grepglob", []string{"sandbox_exec", "sandbox_files", "log"}},
-	{"plugins/screenshot", []string{"capture", "log"}},
-}
+} {
+	var out []struct {
+		Pkg    string
+		Grants []string
+	}
+	for _, b := range plugins.Builtins() {
+		var grants []string
+		for _, g := range b.Grants {
+			grants = append(grants, string(g))
+		}
+		out = append(out, struct {
+			Pkg    string
+			Grants []string
+		}{"plugins/" + b.Name, grants})
+	}
+	return out
+}()

@@ -36,6 +36,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
 )
 
 // Paths of the endpoints served and called.
@@ -204,20 +206,9 @@ type PortsResponse struct {
 	Ports []ListeningPort `json:"ports"`
 }
 
-// ListeningPort is one TCP port in LISTEN state held by a process of the sandbox.
-type ListeningPort struct {
-	Port int `json:"port"`
-	// PID (in the sandbox's pid namespace) and Cmd (its comm) of the lowest-numbered
-	// process holding one of the port's listening sockets.
-	PID int    `json:"pid"`
-	Cmd string `json:"cmd"`
-	// Addrs are the local addresses the port is bound on, e.g. "0.0.0.0", "::", "127.0.0.1".
-	Addrs []string `json:"addrs,omitempty"`
-	// Dial is the address GET /toolhost/dial connects to, "127.0.0.1:N" or "[::1]:N"; empty
-	// when none can be used: the port is bound only on other addresses, or a socket outside
-	// the sandbox (the host's, with the host network) would also accept on that address.
-	Dial string `json:"dial,omitempty"`
-}
+// ListeningPort is one TCP port in LISTEN state held by a process of the sandbox: the
+// type of sandbox.PortLister, which the agent's answer is.
+type ListeningPort = sandbox.ListeningPort
 
 // File types of EntryInfo.
 const (

@@ -16,9 +16,10 @@ var _ sandbox.Handoff = (*Provider)(nil)
 // of old is dead before the new sandbox starts, and the workspace object passes to the new
 // sandbox as it is (a mount point stays where it is). old may have died already (its agent
 // stopped answering, it reached its end time): its workspace was kept for this.
+// old may be a wrapper of one of this provider's sandboxes (sandbox.As finds it).
 // opts.Workspace is ignored: the workspace is old's.
 func (p *Provider) Handoff(ctx context.Context, old sandbox.Sandbox, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
-	o, ok := old.(*Sandbox)
+	o, ok := sandbox.As[*Sandbox](old)
 	if !ok || o.p != p {
 		return nil, fmt.Errorf("handoff: sandbox %s is not one of this provider's", old.ID())
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // requireEnforced fails (or, outside CI, skips) when the host cannot enforce a limit: the
@@ -17,10 +18,7 @@ func requireEnforced(t *testing.T, p *Provider, resource string) {
 	t.Helper()
 	for _, e := range p.Enforcement() {
 		if e.Resource == resource && e.Missing != "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("the %s limit is not enforced on this CI machine: %s", resource, e.Missing)
-			}
-			t.Skipf("the %s limit is not enforced here: %s", resource, e.Missing)
+			testenv.Skipf(t, "the %s limit is not enforced here: %s", resource, e.Missing)
 		}
 	}
 }

@@ -22,13 +22,12 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/envd"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 func newProvider(t testing.TB, cfg Config) *Provider {
 	t.Helper()
-	if _, err := os.Stat(BwrapPath); err != nil {
-		t.Skipf("bubblewrap is not installed at %s (apt-get install bubblewrap): %v", BwrapPath, err)
-	}
+	testenv.NeedBwrap(t)
 	if cfg.RunDir == "" {
 		cfg.RunDir = t.TempDir()
 	}

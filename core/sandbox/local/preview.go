@@ -18,6 +18,8 @@ import (
 // previewDialTimeout bounds reaching the sandbox's port for one accepted connection.
 const previewDialTimeout = 10 * time.Second
 
+var _ sandbox.PortLister = (*Sandbox)(nil)
+
 // Ports lists the TCP ports that processes of the sandbox listen on (never the host's,
 // even with the host network).
 func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {

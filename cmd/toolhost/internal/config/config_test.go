@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/abi"
 )
 
 func flags(t *testing.T, args ...string) *pflag.FlagSet {
@@ -59,8 +63,7 @@ sandbox:
 		"TOOLHOST_LIMITS_MEMORY_MIB=96",
 		"TOOLHOST_LIMITS__CALL_TIMEOUT=7s", // the double-underscore spelling
 		"TOOLHOST_DATA_DIR=/env/data",
-		"TOOLHOST_BASH_MAX_TIMEOUT=5", // not configuration: ignored
-		"TOOLHOST_SOMETHING_ELSE=x",   // likewise
+		"TOOLHOST_BROWSER_PACKAGE=chromium", // not configuration, but toolhost's: accepted
 		"HOME=/home/nobody",
 	}
 	fs := flags(t, "--config", cfg, "--call-timeout=9s", "--plugins-dir", "/flag/plugins")
@@ -166,12 +169,37 @@ plugins:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Plugin{
-		{Path: "bash.wasm", Grants: []string{"sandbox_exec", "log"}, Env: map[string]string{"TOOLHOST_BASH_MAX_TIMEOUT": "30"}},
+	want := []toolhost.Plugin{
+		{Path: "bash.wasm", Grants: []abi.Capability{abi.CapSandboxExec, abi.CapLog}, Env: map[string]string{"TOOLHOST_BASH_MAX_TIMEOUT": "30"}},
 		{Path: "/opt/x.wasm"},
 	}
 	if !reflect.DeepEqual(l.Plugins, want) {
 		t.Errorf("plugins = %+v, want %+v (the file's list replaces the built-ins)", l.Plugins, want)
+	}
+}
+
+// TestUnknownVariables: a TOOLHOST_ variable that sets no key is refused like an unknown
+// key in the file (a typo would otherwise be silently ignored), naming the variable.
+func TestUnknownVariables(t *testing.T) {
+	for _, v := range []string{
+		"TOOLHOST_SANDBOX_NETWROK=host", // a typo
+		"TOOLHOST_BASH_MAX_TIMEOUT=5",   // a plugin's variable: set it in plugins[].env
+		"TOOLHOST_SOMETHING_ELSE=",      // even empty
+		"TOOLHOST_PLUGINS=bash.wasm",    // plugins has no variable
+		"TOOLHOST_LIMITS___POOL_SIZE=4", // neither spelling
+	} {
+		_, err := Load(Sources{Flags: flags(t), Environ: []string{v}, ConfigHome: t.TempDir()})
+		name, _, _ := strings.Cut(v, "=")
+		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err = %v, want one line naming the variable", v, err)
+		}
+	}
+	// Each key's variable, in both spellings, and toolhost's other variables are fine.
+	for _, v := range []string{"TOOLHOST_LIMITS_POOL_SIZE=4", "TOOLHOST_LIMITS__POOL_SIZE=4", "TOOLHOST_SANDBOX_TIMEOUT=2h",
+		"TOOLHOST_CONFIG=", "TOOLHOST_BROWSER_PACKAGE=chromium", "TOOLHOST_BENCH_DIR=/tmp"} {
+		if _, err := Load(Sources{Flags: flags(t), Environ: []string{v}, ConfigHome: t.TempDir()}); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
 	}
 }
 
@@ -246,10 +274,26 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-// TestExampleFile: the commented example at the repository root loads, and says the
+var update = flag.Bool("update", false, "rewrite toolhost.example.yaml from the key table")
+
+// TestExampleFile: toolhost.example.yaml at the repository root is what the key table
+// generates (go test -run TestExampleFile -update rewrites it), it loads, and it says the
 // defaults.
 func TestExampleFile(t *testing.T) {
 	path := filepath.Join("..", "..", "..", "..", "toolhost.example.yaml")
+	want := Example()
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != string(want) {
+		t.Errorf("toolhost.example.yaml is not what the key table generates: run go test ./cmd/toolhost/internal/config -run TestExampleFile -update")
+	}
 	l, err := Load(Sources{Flags: flags(t, "--config", path), Environ: []string{}})
 	if err != nil {
 		t.Fatal(err)
@@ -257,11 +301,7 @@ func TestExampleFile(t *testing.T) {
 	if !reflect.DeepEqual(l.Config, Default()) {
 		t.Errorf("toolhost.example.yaml differs from the defaults:\n file %+v\n code %+v", l.Config, Default())
 	}
-	// Every key is in it.
-	body, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Every key is in it, with its variable.
 	for _, k := range Keys() {
 		leaf := k[strings.LastIndex(k, ".")+1:]
 		if !strings.Contains(string(body), "\n"+leaf+":") && !strings.Contains(string(body), " "+leaf+":") {
@@ -314,7 +354,7 @@ screenshot:
 	}{
 		{"project (flag over env over file)", c.Project, "from-flag"},
 		{"store.kind (file)", c.Store.Kind, "s3"},
-		{"store.s3 (file)", c.Store.S3, S3{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
+		{"store.s3 (file)", c.Store.S3, toolhost.S3Config{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
 		{"store.public_base (file)", c.Store.PublicBase, "https://cdn.example.com"},
 		{"snapshot.keep (file)", c.Snapshot.Keep, 9},
 		{"snapshot.excludes (env list over file)", c.Snapshot.Excludes, []string{"vendor", ".cache"}},

@@ -1,16 +1,21 @@
-// Package s3test runs a real S3-compatible server in-process for tests: VersityGW
-// (embedgw + the posix backend) on 127.0.0.1, over a plain directory, with SigV4,
-// checksums, conditional puts and paged listing. It also provides FaultProxy, an HTTP
-// reverse proxy that injects 5xx errors, hangs and dropped connections in front of it.
+// Package s3test runs a real S3-compatible server for tests: VersityGW (embedgw + the
+// posix backend) on 127.0.0.1, over a plain directory, with SigV4, checksums, conditional
+// puts and paged listing. It also provides FaultProxy, an HTTP reverse proxy that injects
+// 5xx errors, hangs and dropped connections in front of it.
 //
-// VersityGW supports one instance per process and its posix backend changes the process's
-// working directory, so start the Server once, from TestMain, and give each test its own
-// bucket (NewBucket) or key prefix.
+// The server is a child process built from ./gateway, a module of its own: VersityGW's
+// large dependency tree stays out of toolhost's go.mod, and so out of the build of every
+// program that imports toolhost. The first Start on a machine builds it (with the Go
+// toolchain running the tests, from the module cache or the module proxy) into the temp
+// directory, keyed by its sources; later ones reuse it.
 package s3test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,18 +26,18 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/versity/versitygw/backend/meta"
-	"github.com/versity/versitygw/backend/posix"
-	"github.com/versity/versitygw/embedgw"
 )
 
 // Credentials of the server's root account.
@@ -42,7 +47,7 @@ const (
 	Region    = "us-east-1"
 )
 
-// Server is an embedded VersityGW.
+// Server is a running gateway.
 type Server struct {
 	// Endpoint is the server's base URL, http://127.0.0.1:PORT.
 	Endpoint string
@@ -50,48 +55,117 @@ type Server struct {
 	// at Dir/<bucket>/<key>, which tests may corrupt on purpose.
 	Dir string
 
-	cancel context.CancelFunc
+	cmd    *exec.Cmd
+	stdin  io.Closer // closing it tells the gateway its parent is gone
 	done   chan error
+	stderr *bytes.Buffer
 	client *s3.Client
 	seq    atomic.Int64
 }
 
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// gatewayDir is the gateway module's directory, next to this file.
+func gatewayDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "gateway")
+}
+
+// gatewayBinary builds the gateway once per machine and its sources: the binary's name
+// holds the digest of main.go, go.mod, go.sum and the toolchain.
+func gatewayBinary() (string, error) {
+	buildOnce.Do(func() {
+		dir := gatewayDir()
+		h := sha256.New()
+		io.WriteString(h, runtime.Version())
+		for _, f := range []string{"main.go", "go.mod", "go.sum"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				buildErr = fmt.Errorf("s3test: the gateway's sources: %w", err)
+				return
+			}
+			fmt.Fprintf(h, "%s %d\n", f, len(b))
+			h.Write(b)
+		}
+		binary = filepath.Join(os.TempDir(), "toolhost-s3gateway-"+hex.EncodeToString(h.Sum(nil))[:16])
+		if _, err := os.Stat(binary); err == nil {
+			return
+		}
+		tmp := fmt.Sprintf("%s.%d.tmp", binary, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.Remove(tmp)
+			buildErr = fmt.Errorf("s3test: building the gateway in %s: %v\n%s", dir, err, out)
+			return
+		}
+		if err := os.Rename(tmp, binary); err != nil {
+			buildErr = fmt.Errorf("s3test: %w", err)
+		}
+	})
+	return binary, buildErr
+}
+
 // Start runs a gateway over a new directory under parent (a temp dir when empty) and
-// waits until it answers. Call Close when done. The process's working directory becomes
-// the gateway's directory (the posix backend resolves buckets relative to it), so tests
-// in the same binary must not rely on relative paths.
+// waits until it answers. Call Close when done.
 func Start(parent string) (*Server, error) {
-	dir, err := os.MkdirTemp(parent, "versitygw-")
+	bin, err := gatewayBinary()
 	if err != nil {
 		return nil, err
 	}
-	if err := (meta.XattrMeta{}).Test(dir); err != nil {
-		return nil, fmt.Errorf("s3test: %s has no user xattrs: %w", dir, err)
+	dir, err := os.MkdirTemp(parent, "versitygw-")
+	if err != nil {
+		return nil, err
 	}
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	// posix.New changes the working directory to dir and keeps bucket paths relative to
-	// it, so the working directory must stay there while the gateway runs.
-	be, err := posix.New(dir, meta.XattrMeta{}, posix.PosixOpts{})
+	s := &Server{Endpoint: "http://" + addr, Dir: dir, done: make(chan error, 1), stderr: &bytes.Buffer{}}
+	s.cmd = exec.Command(bin, "-dir", dir, "-addr", addr, "-access", AccessKey, "-secret", SecretKey, "-region", Region)
+	s.cmd.Dir = dir
+	s.cmd.Stderr = s.stderr
+	// Killed with the test process, however that ends.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := s.cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("s3test: posix backend: %w", err)
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{Endpoint: "http://" + addr, Dir: dir, cancel: cancel, done: make(chan error, 1)}
-	cfg := &embedgw.Config{
-		RootUserAccess:    AccessKey,
-		RootUserSecret:    SecretKey,
-		Region:            Region,
-		Ports:             []string{addr},
-		MaxConnections:    250,
-		MaxRequests:       100,
-		MultipartMaxParts: 10000,
-		Quiet:             true,
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	go func() { s.done <- embedgw.RunVersityGW(ctx, be, cfg) }()
-
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("s3test: starting the gateway: %w", err)
+	}
+	s.stdin = stdin
+	ready := make(chan bool, 1)
+	go func() { // owned by the Server: it ends when the gateway's stdout closes
+		sc := bufio.NewScanner(stdout)
+		ok := false
+		for !ok && sc.Scan() { // VersityGW says things of its own first
+			ok = sc.Text() == "ready"
+		}
+		ready <- ok
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() { s.done <- s.cmd.Wait() }() // owned by the Server: Close waits for it
+	select {
+	case ok := <-ready:
+		if !ok { // its stdout closed: it exited
+			err := <-s.done
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("s3test: the gateway did not start: %v: %s", err, strings.TrimSpace(s.stderr.String()))
+		}
+	case <-time.After(30 * time.Second):
+		s.Close()
+		return nil, fmt.Errorf("s3test: the gateway did not start within 30s: %s", strings.TrimSpace(s.stderr.String()))
+	}
 	s.client = s3.New(s3.Options{
 		Region:       Region,
 		BaseEndpoint: aws.String(s.Endpoint),
@@ -100,21 +174,15 @@ func Start(parent string) (*Server, error) {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		_, err := s.client.ListBuckets(pctx, &s3.ListBucketsInput{})
-		pcancel()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.client.ListBuckets(ctx, &s3.ListBucketsInput{})
+		cancel()
 		if err == nil {
 			return s, nil
 		}
-		select {
-		case gerr := <-s.done:
-			cancel()
-			return nil, fmt.Errorf("s3test: gateway exited: %v (last probe: %v)", gerr, err)
-		default:
-		}
 		if time.Now().After(deadline) {
 			s.Close()
-			return nil, fmt.Errorf("s3test: gateway not ready after 10s: %w", err)
+			return nil, fmt.Errorf("s3test: gateway not answering after 10s: %w", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -131,15 +199,19 @@ func freeAddr() (string, error) {
 
 // Close stops the gateway and removes its directory.
 func (s *Server) Close() error {
-	s.cancel()
+	s.stdin.Close()
+	s.cmd.Process.Signal(syscall.SIGTERM)
 	var err error
 	select {
 	case err = <-s.done:
 	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
 		err = errors.New("s3test: gateway did not stop within 10s")
 	}
 	os.RemoveAll(s.Dir)
-	if errors.Is(err, context.Canceled) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && !ee.Exited() { // ended by our signal
 		err = nil
 	}
 	return err

@@ -1,4 +1,4 @@
-package main
+package toolhost
 
 import (
 	"fmt"
@@ -7,34 +7,49 @@ import (
 	"strings"
 )
 
-// checkWorkspace refuses dir as a sandbox's workspace when something the host trusts lies
+// CheckWorkspace refuses dir as a sandbox's workspace when something the host trusts lies
 // inside it, or when it lies inside the host's own state. Whatever is in a workspace, the
 // sandbox can write: a config file there could give the next command the host's network,
 // a plugin or a browser binary there would run on the host, and the data dir holds
-// compiled machine code the host maps executable.
-func (c *cli) checkWorkspace(dir string) error {
+// compiled machine code the host maps executable. Open runs it on SessionOptions.Workspace.
+func (t *Toolhost) CheckWorkspace(dir string) error {
+	return t.cfg.CheckWorkspace(dir, t.opts.configFile)
+}
+
+// CheckWorkspace is Toolhost.CheckWorkspace before a Toolhost exists (the CLI refuses a
+// workspace before it loads anything). configFile is the file c was read from, or "".
+func (c *Config) CheckWorkspace(dir, configFile string) error {
+	cfg := c
 	ws := realPath(dir)
-	cfg := &c.cfg.Config
-	trusted := []struct{ what, path string }{
-		{"the config file", c.cfg.File},
-		{"the data dir", dataDir(cfg)},
+	type trusted struct{ what, path string }
+	list := []trusted{
+		{"the config file", configFile},
+		{"the data dir", cfg.DataDir},
 		{"the browser (screenshot.chromium)", cfg.Screenshot.Chromium},
 		{"the directory store (store.dir)", cfg.Store.Dir},
 	}
 	if exe, err := os.Executable(); err == nil {
-		trusted = append(trusted, struct{ what, path string }{"the toolhost executable", exe})
+		list = append(list, trusted{"the toolhost executable", exe})
 	}
-	if pd, err := pluginsDir(cfg); err == nil {
-		trusted = append(trusted, struct{ what, path string }{"the plugins dir", pd})
-		for _, p := range cfg.Plugins {
-			path := p.Path
-			if !filepath.IsAbs(path) {
-				path = filepath.Join(pd, path)
-			}
-			trusted = append(trusted, struct{ what, path string }{"the plugin " + p.Path, path})
+	pd := ""
+	if cfg.PluginsDir != "" {
+		if abs, err := filepath.Abs(cfg.PluginsDir); err == nil {
+			pd = abs
+			list = append(list, trusted{"the plugins dir", pd})
 		}
 	}
-	for _, t := range trusted {
+	for _, p := range cfg.Plugins {
+		path := p.Path
+		switch {
+		case filepath.IsAbs(path):
+		case pd != "":
+			path = filepath.Join(pd, path)
+		default:
+			continue // a built-in, inside the binary
+		}
+		list = append(list, trusted{"the plugin " + p.Path, path})
+	}
+	for _, t := range list {
 		if t.path == "" {
 			continue
 		}

@@ -1,0 +1,355 @@
+package toolhost
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/snapshot"
+)
+
+// Config is toolhost's whole configuration: what the CLI reads from its YAML file,
+// TOOLHOST_ variables and flags, and what a program fills to embed toolhost. Start from
+// DefaultConfig and change what differs: a zero value means zero (and Validate refuses the
+// zeros that make no sense), never "the default".
+//
+// Each field is one key of the configuration (its tag names it); what every key means,
+// its default, variable and flag are in one table, ConfigKeys, which toolhost.example.yaml
+// is generated from.
+type Config struct {
+	DataDir    string           `key:"data_dir"`
+	PluginsDir string           `key:"plugins_dir"`
+	Plugins    []Plugin         `key:"plugins"`
+	Project    string           `key:"project"`
+	Store      StoreConfig      `key:"store"`
+	Snapshot   SnapshotConfig   `key:"snapshot"`
+	Session    SessionConfig    `key:"session"`
+	Screenshot ScreenshotConfig `key:"screenshot"`
+	Sandbox    SandboxConfig    `key:"sandbox"`
+	Limits     LimitsConfig     `key:"limits"`
+	LogLevel   string           `key:"log_level"`
+}
+
+// Plugin is one plugin to load (an entry of the plugins key).
+type Plugin struct {
+	// Path of the .wasm file. An absolute path is that file; a relative one resolves
+	// against plugins_dir, or, when plugins_dir is empty, names a built-in plugin
+	// (bash.wasm, editfile.wasm, grepglob.wasm, screenshot.wasm: embedded in the binary).
+	Path string `key:"path"`
+	// Grants are the capabilities the plugin may import.
+	Grants []abi.Capability `key:"grants"`
+	// Env is the plugin's configuration, visible to it as environment variables.
+	Env map[string]string `key:"env"`
+}
+
+// StoreConfig is the store.* keys: the object store of snapshots and screenshots.
+type StoreConfig struct {
+	Kind       string   `key:"kind"`
+	Dir        string   `key:"dir"`
+	PublicBase string   `key:"public_base"`
+	S3         S3Config `key:"s3"`
+}
+
+// S3Config is the store.s3.* keys.
+type S3Config struct {
+	Bucket    string `key:"bucket"`
+	Region    string `key:"region"`
+	Endpoint  string `key:"endpoint"`
+	PathStyle bool   `key:"path_style"`
+	Checksums string `key:"checksums"`
+}
+
+// SnapshotConfig is the snapshot.* keys.
+type SnapshotConfig struct {
+	Keep     int      `key:"keep"`
+	Excludes []string `key:"excludes"`
+	Retries  int      `key:"retries"`
+}
+
+// SessionConfig is the session.* keys: the lifetime policy of a session's sandboxes.
+type SessionConfig struct {
+	TTL             time.Duration `key:"ttl"`
+	KeepaliveMargin time.Duration `key:"keepalive_margin"`
+	MaxLifetime     time.Duration `key:"max_lifetime"`
+}
+
+// ScreenshotConfig is the screenshot.* keys.
+type ScreenshotConfig struct {
+	Enabled  bool          `key:"enabled"`
+	Port     int           `key:"port"`
+	IdleWait time.Duration `key:"idle_wait"`
+	Chromium string        `key:"chromium"`
+}
+
+// SandboxConfig is the sandbox.* keys: the provider and what each sandbox may use.
+type SandboxConfig struct {
+	Provider     string  `key:"provider"`
+	Network      string  `key:"network"`
+	MemoryMiB    int64   `key:"memory_mib"`
+	Processes    int64   `key:"processes"`
+	CPUs         float64 `key:"cpus"`
+	TmpMiB       int64   `key:"tmp_mib"`
+	ShmMiB       int64   `key:"shm_mib"`
+	DiskMiB      int64   `key:"disk_mib"`
+	OpenFiles    int64   `key:"open_files"`
+	HostUID      int     `key:"host_uid"`
+	RunDir       string  `key:"run_dir"`
+	WorkspaceDir string  `key:"workspace_dir"`
+}
+
+// LimitsConfig is the limits.* keys: what plugins and commands may use.
+type LimitsConfig struct {
+	MemoryMiB          int           `key:"memory_mib"`
+	CallTimeout        time.Duration `key:"call_timeout"`
+	PoolSize           int           `key:"pool_size"`
+	ExecTimeoutDefault time.Duration `key:"exec_timeout_default"`
+	ExecTimeoutMax     time.Duration `key:"exec_timeout_max"`
+	ReadMaxBytes       int64         `key:"read_max_bytes"`
+	ExecOutputMaxBytes int           `key:"exec_output_max_bytes"`
+}
+
+// DefaultConfig is the configuration of ConfigKeys' defaults: the built-in plugins, the
+// local sandbox provider, a directory store under the data dir.
+func DefaultConfig() Config {
+	var c Config
+	v := reflect.ValueOf(&c).Elem()
+	for _, k := range keyTable {
+		f, err := fieldOf(v, k.name)
+		if err != nil {
+			panic(err) // TestConfigKeys keeps the table and the struct in step
+		}
+		d := k.defaultValue()
+		if d == nil {
+			continue
+		}
+		f.Set(reflect.ValueOf(d).Convert(f.Type()))
+	}
+	return c
+}
+
+// fieldOf finds the field of v (a Config) that the dotted key names.
+func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
+	for part := range strings.SplitSeq(key, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}, fmt.Errorf("config key %s: %s is not a section", key, part)
+		}
+		found := false
+		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("key") == part {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return reflect.Value{}, fmt.Errorf("config key %s: no field for %q", key, part)
+		}
+	}
+	return v, nil
+}
+
+// Level is the slog level of LogLevel (info when it does not parse; Validate refuses it).
+func (c *Config) Level() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// storeDir is store.dir, or data_dir/store when it is empty.
+func (c *Config) storeDir() string {
+	if c.Store.Dir != "" {
+		return c.Store.Dir
+	}
+	return filepath.Join(c.DataDir, "store")
+}
+
+// Validate checks every value; the error names the key and fits on one line.
+func (c *Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return bad("data_dir", "is empty (DefaultConfig sets it)")
+	}
+	if err := c.validateSandbox(bad); err != nil {
+		return err
+	}
+	if err := c.validateStorage(bad); err != nil {
+		return err
+	}
+	if c.Session.TTL <= 0 {
+		return bad("session.ttl", "must be positive, got %s", c.Session.TTL)
+	}
+	if c.Session.KeepaliveMargin <= 0 || c.Session.KeepaliveMargin >= c.Session.TTL {
+		return bad("session.keepalive_margin", "must be positive and less than session.ttl (%s), got %s", c.Session.TTL, c.Session.KeepaliveMargin)
+	}
+	if c.Session.MaxLifetime < c.Session.TTL {
+		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)
+	}
+	if c.Screenshot.Port < 0 || c.Screenshot.Port > 65535 {
+		return bad("screenshot.port", "must be a TCP port (1-65535) or 0 for none, got %d", c.Screenshot.Port)
+	}
+	if c.Screenshot.IdleWait <= 0 {
+		return bad("screenshot.idle_wait", "must be positive, got %s", c.Screenshot.IdleWait)
+	}
+	if c.Screenshot.Chromium != "" && !filepath.IsAbs(c.Screenshot.Chromium) {
+		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
+	}
+	if err := c.validateLimits(bad); err != nil {
+		return err
+	}
+	return c.validatePlugins(bad)
+}
+
+type badKey func(key, format string, args ...any) error
+
+func (c *Config) validateSandbox(bad badKey) error {
+	if _, ok := providers.lookup(c.Sandbox.Provider); !ok {
+		return bad("sandbox.provider", "unknown provider %q (known: %s)", c.Sandbox.Provider, strings.Join(providers.names(), ", "))
+	}
+	switch c.Sandbox.Network {
+	case "none", "host":
+	default:
+		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
+	}
+	for _, l := range []struct {
+		key string
+		v   int64
+	}{
+		{"sandbox.memory_mib", c.Sandbox.MemoryMiB}, {"sandbox.processes", c.Sandbox.Processes},
+		{"sandbox.disk_mib", c.Sandbox.DiskMiB}, {"sandbox.open_files", c.Sandbox.OpenFiles},
+	} {
+		if l.v == 0 || l.v < -1 {
+			return bad(l.key, "must be positive, or -1 for no limit, got %d", l.v)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		v   int64
+	}{{"sandbox.tmp_mib", c.Sandbox.TmpMiB}, {"sandbox.shm_mib", c.Sandbox.ShmMiB}} {
+		if l.v <= 0 {
+			return bad(l.key, "must be positive, got %d", l.v)
+		}
+	}
+	if c.Sandbox.MemoryMiB > 0 && c.Sandbox.TmpMiB+c.Sandbox.ShmMiB >= c.Sandbox.MemoryMiB {
+		return bad("sandbox.memory_mib", "must be more than sandbox.tmp_mib + sandbox.shm_mib (%d MiB): tmpfs pages count against it, and files alone must not fill it",
+			c.Sandbox.TmpMiB+c.Sandbox.ShmMiB)
+	}
+	if c.Sandbox.CPUs < 0 {
+		return bad("sandbox.cpus", "must be a number of cores, or 0 for all, got %g", c.Sandbox.CPUs)
+	}
+	if c.Sandbox.HostUID <= 0 {
+		return bad("sandbox.host_uid", "must be an unprivileged uid (not 0), got %d", c.Sandbox.HostUID)
+	}
+	return nil
+}
+
+// validateStorage checks project, store.* and snapshot.*.
+func (c *Config) validateStorage(bad badKey) error {
+	if err := snapshot.ValidProjectID(c.Project); err != nil {
+		return bad("project", "%v", err)
+	}
+	switch c.Store.Kind {
+	case "dir":
+		if c.Store.Dir != "" && strings.TrimSpace(c.Store.Dir) == "" {
+			return bad("store.dir", "is blank")
+		}
+	case "s3":
+		if c.Store.S3.Bucket == "" {
+			return bad("store.s3.bucket", "is required when store.kind is s3")
+		}
+	default:
+		return bad("store.kind", "must be \"dir\" or \"s3\", got %q", c.Store.Kind)
+	}
+	if e := c.Store.S3.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("store.s3.endpoint", "must be an http or https URL, got %q", e)
+		}
+	}
+	switch c.Store.S3.Checksums {
+	case "when_supported", "when_required":
+	default:
+		return bad("store.s3.checksums", "must be \"when_supported\" or \"when_required\", got %q", c.Store.S3.Checksums)
+	}
+	if b := c.Store.PublicBase; b != "" {
+		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return bad("store.public_base", "must be an http or https origin such as https://cdn.example.com, got %q", b)
+		}
+	}
+	if c.Snapshot.Keep == 0 {
+		return bad("snapshot.keep", "must be at least 1 (or negative to keep every snapshot), got 0")
+	}
+	for _, e := range c.Snapshot.Excludes {
+		if e == "" || e == "." || e == ".." || strings.ContainsAny(e, "/\x00") {
+			return bad("snapshot.excludes", "%q is not a base name (no slashes; it matches a file or directory name at any depth)", e)
+		}
+	}
+	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
+		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
+	}
+	return nil
+}
+
+func (c *Config) validateLimits(bad badKey) error {
+	if c.Limits.MemoryMiB < 1 || c.Limits.MemoryMiB > 4096 {
+		return bad("limits.memory_mib", "must be between 1 and 4096 (a wasm32 memory is at most 4 GiB), got %d", c.Limits.MemoryMiB)
+	}
+	if c.Limits.CallTimeout <= 0 {
+		return bad("limits.call_timeout", "must be positive, got %s", c.Limits.CallTimeout)
+	}
+	if c.Limits.PoolSize < 1 {
+		return bad("limits.pool_size", "must be at least 1, got %d", c.Limits.PoolSize)
+	}
+	if c.Limits.ExecTimeoutDefault <= 0 {
+		return bad("limits.exec_timeout_default", "must be positive, got %s", c.Limits.ExecTimeoutDefault)
+	}
+	if c.Limits.ExecTimeoutMax < c.Limits.ExecTimeoutDefault {
+		return bad("limits.exec_timeout_max", "must be at least limits.exec_timeout_default (%s), got %s", c.Limits.ExecTimeoutDefault, c.Limits.ExecTimeoutMax)
+	}
+	if c.Limits.ExecTimeoutMax%time.Second != 0 {
+		return bad("limits.exec_timeout_max", "must be whole seconds, got %s", c.Limits.ExecTimeoutMax)
+	}
+	if c.Limits.ReadMaxBytes < 1 {
+		return bad("limits.read_max_bytes", "must be positive, got %d", c.Limits.ReadMaxBytes)
+	}
+	if c.Limits.ExecOutputMaxBytes < 1024 {
+		return bad("limits.exec_output_max_bytes", "must be at least 1024, got %d", c.Limits.ExecOutputMaxBytes)
+	}
+	return nil
+}
+
+func (c *Config) validatePlugins(bad badKey) error {
+	var names []string
+	for _, cp := range abi.Capabilities() {
+		names = append(names, string(cp))
+	}
+	for i, p := range c.Plugins {
+		key := fmt.Sprintf("plugins[%d]", i)
+		if strings.TrimSpace(p.Path) == "" {
+			return bad(key+".path", "is empty")
+		}
+		for _, g := range p.Grants {
+			if !slices.Contains(names, string(g)) {
+				return bad(key+".grants", "unknown capability %q (known: %s)", g, strings.Join(names, ", "))
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.Env)) {
+			if name == "" || strings.ContainsAny(name, "=\x00") {
+				return bad(key+".env", "invalid variable name %q", name)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+)
+
+// Optional abilities.
+//
+// Some sandboxes can do more than the Sandbox interface asks: list the ports their
+// processes listen on (PortLister), report the dev server they saw start (DevServer). Each
+// such ability is a small named interface, and callers find it with As, never with a bare
+// type assertion, because sandboxes are often wrapped (a session around the provider's
+// sandbox, a test double around a real one): As looks through every wrapper that
+// implements Wrapper. So a wrapper forwards an ability only when it changes it; otherwise
+// it implements Unwrap and the ability of the sandbox under it shows through. This is the
+// convention net/http's ResponseController follows for ResponseWriter wrappers.
+//
+// Providers have one optional ability, Handoff. A provider wrapper implements it itself
+// when its inner provider does, since it must wrap the sandbox Handoff returns anyway.
+
+// Wrapper is a Sandbox that runs on another one.
+type Wrapper interface {
+	// Unwrap returns the sandbox this one wraps (for a session, the current one).
+	Unwrap() Sandbox
+}
+
+// maxUnwrap bounds the walk down a chain of wrappers: a wrapper that returns itself, or a
+// cycle, must not hang a caller.
+const maxUnwrap = 32
+
+// As returns the first sandbox in the chain sb, sb.Unwrap(), sb.Unwrap().Unwrap(), ...
+// that is a T, where T is an ability interface (or a provider's concrete type, which a
+// provider uses to find its own sandbox under wrappers).
+func As[T any](sb Sandbox) (T, bool) {
+	for range maxUnwrap {
+		if sb == nil {
+			break
+		}
+		if t, ok := sb.(T); ok {
+			return t, true
+		}
+		w, ok := sb.(Wrapper)
+		if !ok {
+			break
+		}
+		sb = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// ListeningPort is one TCP port in LISTEN state held by a process of the sandbox.
+type ListeningPort struct {
+	Port int `json:"port"`
+	// PID (in the sandbox's pid namespace) and Cmd (its command name) of the
+	// lowest-numbered process holding one of the port's listening sockets.
+	PID int    `json:"pid"`
+	Cmd string `json:"cmd"`
+	// Addrs are the local addresses the port is bound on, e.g. "0.0.0.0", "::", "127.0.0.1".
+	Addrs []string `json:"addrs,omitempty"`
+	// Dial is the loopback address inside the sandbox that a preview of the port connects
+	// to, "127.0.0.1:N" or "[::1]:N"; empty when the port cannot be previewed: it is bound
+	// only on other addresses, or a socket outside the sandbox (the host's, with the host
+	// network) would also accept on that address.
+	Dial string `json:"dial,omitempty"`
+}
+
+// PortLister is a sandbox that can tell which TCP ports its own processes listen on (never
+// the host's, even with the host network).
+type PortLister interface {
+	Ports(ctx context.Context) ([]ListeningPort, error)
+}
+
+// DevServer is a sandbox that watches its background processes: DevServerPort is the port
+// the one it saw start listening last listens on, or 0. take_screenshot uses it when the
+// model names no port.
+type DevServer interface {
+	DevServerPort() int
+}
+
+// Ports lists the ports sb's processes listen on, through any wrappers. A sandbox that
+// cannot tell gives an error wrapping errors.ErrUnsupported.
+func Ports(ctx context.Context, sb Sandbox) ([]ListeningPort, error) {
+	pl, ok := As[PortLister](sb)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s cannot list its ports: %w", sb.ID(), ErrUnsupported)
+	}
+	return pl.Ports(ctx)
+}
+
+// DevServerPort is the dev server port sb (or a sandbox it wraps) saw start, or 0.
+func DevServerPort(sb Sandbox) int {
+	if ds, ok := As[DevServer](sb); ok {
+		return ds.DevServerPort()
+	}
+	return 0
+}

@@ -1,0 +1,349 @@
+package toolhost
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolhost/toolhost/core/archive"
+	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/plugins"
+)
+
+// EnvPrefix starts the environment variable of every configuration key.
+const EnvPrefix = "TOOLHOST_"
+
+// ConfigKey describes one key of Config: the one table that the CLI's flags and variables,
+// DefaultConfig and toolhost.example.yaml all come from.
+type ConfigKey struct {
+	// Name is the key as written in YAML, sections joined by dots: "sandbox.memory_mib".
+	Name string
+	// Env is the variable that sets it: EnvPrefix and the name in upper case with dots as
+	// underscores. Empty for plugins, which only a file sets.
+	Env string
+	// Flag is the CLI's flag that sets it, without the dashes; empty for plugins.
+	Flag string
+	// Default is the default as YAML shows it, or, when Derived, how it is found.
+	Default string
+	// Derived: the default depends on the machine or on another key ("$XDG_DATA_HOME/
+	// toolhost, else ~/.local/share/toolhost"; store.dir's data_dir/store).
+	Derived bool
+	// Usage is one line: the flag's help.
+	Usage string
+	// Doc says what the key does, in full (toolhost.example.yaml's comment).
+	Doc string
+	// Aliases are older names of the key, still accepted in files; each also has its
+	// variable (AliasEnv) and a hidden flag.
+	Aliases []Alias
+	// Type is the Go type of the key's field, for parsers.
+	Type reflect.Type
+}
+
+// Alias is an older name of a key.
+type Alias struct {
+	Name string // "sandbox.timeout"
+	Env  string // "TOOLHOST_SANDBOX_TIMEOUT"
+	Flag string // "sandbox-timeout"
+}
+
+// ConfigSection describes a section of keys (store, snapshot, ...) for the example file.
+type ConfigSection struct {
+	Name, Doc string
+}
+
+// key is an entry of the table; see ConfigKey.
+type key struct {
+	name, flag string
+	// def is the default: a value of the field's type, or a func() any computing it.
+	def any
+	// defText, when set, is how the default reads (for a default that depends on the
+	// machine, or one derived from another key).
+	defText    string
+	usage, doc string
+	aliases    []Alias
+}
+
+func (k key) defaultValue() any {
+	if f, ok := k.def.(func() any); ok {
+		return f()
+	}
+	return k.def
+}
+
+// builtinPlugins is the plugins key's default: every built-in with the grants it needs.
+func builtinPlugins() []Plugin {
+	var out []Plugin
+	for _, b := range plugins.Builtins() {
+		out = append(out, Plugin{Path: b.File, Grants: b.Grants})
+	}
+	return out
+}
+
+// keyTable is every configuration key, in the order of toolhost.example.yaml.
+var keyTable = []key{
+	{name: "data_dir", flag: "data-dir", def: func() any { return host.DefaultDataDir() },
+		defText: "$XDG_DATA_HOME/toolhost, else ~/.local/share/toolhost",
+		usage:   "data directory: compilation cache and host state",
+		doc: `Where the host keeps its state: the compilation cache of the plugins
+(data_dir/cache), which makes every start after the first one fast, and the directory
+store (data_dir/store) unless store.dir says otherwise. Private to this user (0700).`},
+	{name: "plugins_dir", flag: "plugins-dir", def: "",
+		usage: "where relative plugin paths resolve (default: they name the built-in plugins)",
+		doc: `Where relative plugin paths (below) resolve. Empty: a relative path names one of the
+built-in plugins, which are embedded in the binary (bash.wasm, editfile.wasm,
+grepglob.wasm, screenshot.wasm). A relative plugins_dir is taken from the current
+directory.`},
+	{name: "plugins", def: func() any { return builtinPlugins() },
+		doc: `The plugins to load, in order. A tool name must be unique across them.
+  path:   the .wasm file; relative to plugins_dir unless absolute (with no plugins_dir,
+          a relative path names a built-in plugin).
+  grants: the capabilities the plugin may import: log, sandbox_exec, sandbox_files,
+          store (objects under plugins/{name}/ of the store below), capture (screenshots
+          of a port inside the sandbox, through the browser). A plugin that imports a
+          capability it was not granted is refused at load with an error naming the
+          plugin, the import and the grant. ` + "`toolhost plugin inspect FILE.wasm`" + ` shows what a
+          plugin needs.
+  env:    the plugin's own configuration, visible to it as environment variables.
+Listing plugins here replaces the default list; keep the built-ins you want. Plugins
+that are granted sandbox_exec also get TOOLHOST_BASH_MAX_TIMEOUT (seconds, from
+limits.exec_timeout_max) unless their env sets it.
+No environment variable or flag; set it here.`},
+	{name: "project", flag: "project", def: "default",
+		usage: "project whose snapshots and screenshots are used",
+		doc: `The project whose snapshots and screenshots sessions and the commands use: 1 to 128
+letters, digits, '.', '_' or '-', starting with a letter or digit.`},
+
+	{name: "store.kind", flag: "store", def: "dir",
+		usage: "object store for snapshots and screenshots: dir or s3",
+		doc: `dir: a directory on this machine, no setup. s3: AWS S3 or any S3-compatible store;
+credentials come from the AWS SDK's standard chain (AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role...), never from this file.`},
+	{name: "store.dir", flag: "store-dir", def: "", defText: `"" (data_dir/store)`,
+		usage: "directory store's root (default data_dir/store)",
+		doc:   `The directory store's root.`},
+	{name: "store.public_base", flag: "store-public-base", def: "",
+		usage: "public origin (CDN) that serves the store's keys, for screenshot URLs",
+		doc: `The public origin (a CDN) that serves the store's keys. When set, a screenshot's URL
+is public_base/key; otherwise it is a presigned S3 URL (valid 7 days) or, for the
+directory store, the image's file path.`},
+	{name: "store.s3.bucket", flag: "s3-bucket", def: "",
+		usage: "S3 bucket (store s3)",
+		doc:   `Required when kind is s3.`},
+	{name: "store.s3.region", flag: "s3-region", def: "", defText: `"" (the AWS SDK's, else us-east-1)`,
+		usage: "S3 region (default: the AWS SDK's, else us-east-1)",
+		doc:   `The region of the bucket; by default the SDK's (AWS_REGION, ~/.aws/config).`},
+	{name: "store.s3.endpoint", flag: "s3-endpoint", def: "", defText: `"" (AWS)`,
+		usage: "S3-compatible endpoint URL (default: AWS)",
+		doc:   `An S3-compatible endpoint such as http://127.0.0.1:7070, instead of AWS.`},
+	{name: "store.s3.path_style", flag: "s3-path-style", def: false,
+		usage: "address buckets as endpoint/bucket (most S3-compatible servers)",
+		doc:   `Address buckets as endpoint/bucket/key (most S3-compatible servers need it).`},
+	{name: "store.s3.checksums", flag: "s3-checksums", def: "when_supported",
+		usage: "request checksums: when_supported or when_required",
+		doc: `when_supported (the SDK's default) or when_required, for S3-compatible stores that
+refuse the newer checksum headers.`},
+
+	{name: "snapshot.keep", flag: "snapshot-keep", def: 5,
+		usage: "snapshots kept per project (the newest)",
+		doc:   `How many snapshots per project retention keeps (the newest); negative keeps all.`},
+	{name: "snapshot.excludes", flag: "snapshot-excludes", def: func() any { return slices.Clone(archive.DefaultExcludes) },
+		usage: "base names left out of snapshots (comma-separated)",
+		doc: `Base names left out at any depth: what can be recreated. [] leaves nothing out.
+The variable and the flag take a comma-separated list.`},
+	{name: "snapshot.retries", flag: "snapshot-retries", def: 3,
+		usage: "retries of a failed snapshot upload or download (0: none)",
+		doc:   `How many times a failed upload or download is retried, with backoff (0 to 20; 0: none).`},
+
+	{name: "session.ttl", flag: "session-ttl", def: time.Hour,
+		usage:   "how long a sandbox lives unless extended",
+		aliases: []Alias{{Name: "sandbox.timeout", Flag: "sandbox-timeout"}},
+		doc:     `How long a sandbox lives unless extended, and each extension.`},
+	{name: "session.keepalive_margin", flag: "keepalive-margin", def: 5 * time.Minute,
+		usage: "extend or rotate a sandbox when less than this is left",
+		doc:   `With less than this left, the session extends the sandbox or rotates it. Less than ttl.`},
+	{name: "session.max_lifetime", flag: "session-max-lifetime", def: 24 * time.Hour,
+		usage:   "the longest one sandbox may live; sessions rotate before it",
+		aliases: []Alias{{Name: "sandbox.max_lifetime", Flag: "sandbox-max-lifetime"}},
+		doc:     `The longest one sandbox may live; at least ttl.`},
+
+	{name: "screenshot.enabled", flag: "screenshots", def: true,
+		usage: "take_screenshot and auto-capture (--screenshots=false turns them off)",
+		doc:   `false: no browser is used; take_screenshot returns an error that says so.`},
+	{name: "screenshot.port", flag: "screenshot-port", def: 0,
+		usage: "take_screenshot's default port when no dev server was seen (0: none)",
+		doc: `take_screenshot's port when the call names none and the session has seen no dev
+server start. 0: none (the call must name one).`},
+	{name: "screenshot.idle_wait", flag: "screenshot-idle-wait", def: 3 * time.Second,
+		usage: "longest wait for network idle before a page is shot",
+		doc:   `The longest wait for the network to go idle; a page still busy then is shot anyway.`},
+	{name: "screenshot.chromium", flag: "chromium", def: "", defText: `"" (the first of those present)`,
+		usage: "Chromium binary for screenshots (default: Debian's chromium-headless-shell or chromium)",
+		doc: `The Chromium binary, an absolute path; by default the first present of
+/usr/lib/chromium/chromium-headless-shell, /usr/lib/chromium/chromium,
+/usr/bin/chromium-headless-shell, /usr/bin/chromium.`},
+
+	{name: "sandbox.provider", flag: "sandbox-provider", def: "local",
+		usage: "sandbox provider, by name (local: bubblewrap)",
+		doc: `The sandbox provider, by name. local: bubblewrap on this machine (Debian package
+bubblewrap).`},
+	{name: "sandbox.network", flag: "network", def: "none",
+		usage: "sandbox network: none or host",
+		doc:   `none: no network at all. host: the host's network.`},
+	{name: "sandbox.memory_mib", flag: "sandbox-memory-mib", def: int64(2048),
+		usage: "memory per sandbox, MiB, /tmp and /dev/shm included (-1: no limit)",
+		doc: `Memory per sandbox, MiB, the pages of its /tmp and /dev/shm included; past it the
+kernel kills a process of the sandbox (the command's result says so). Must be more
+than tmp_mib + shm_mib. -1: no limit. Enforced by a memory cgroup (v2 when delegated,
+else v1).`},
+	{name: "sandbox.processes", flag: "sandbox-processes", def: int64(512),
+		usage: "processes and threads per sandbox (-1: no limit)",
+		doc: `Processes and threads per sandbox (its agent takes about 20). -1: no limit. Enforced
+by a pids cgroup.`},
+	{name: "sandbox.cpus", flag: "sandbox-cpus", def: 0.0,
+		usage: "CPU quota per sandbox in cores (0: all cores)",
+		doc:   `CPU quota per sandbox, in cores (1.5: one and a half cores' time); 0: all cores.`},
+	{name: "sandbox.tmp_mib", flag: "sandbox-tmp-mib", def: int64(512),
+		usage: "size of a sandbox's /tmp, MiB",
+		doc:   `Size of the sandbox's private /tmp (tmpfs), MiB: past it, ENOSPC.`},
+	{name: "sandbox.shm_mib", flag: "sandbox-shm-mib", def: int64(512),
+		usage: "size of a sandbox's /dev/shm, MiB",
+		doc:   `Size of the sandbox's private /dev/shm (tmpfs), MiB: past it, ENOSPC.`},
+	{name: "sandbox.disk_mib", flag: "sandbox-disk-mib", def: int64(10240),
+		usage: "size of a sandbox's private workspace, MiB (-1: no limit)",
+		doc: `Size of a private workspace, MiB: each is its own ext4 filesystem on a loop device
+(needs root); past it, ENOSPC. A host directory given as the workspace is not
+bounded. -1: no limit.`},
+	{name: "sandbox.open_files", flag: "sandbox-open-files", def: int64(16384),
+		usage: "open files per process in a sandbox",
+		doc:   `Open files per process in a sandbox (RLIMIT_NOFILE).`},
+	{name: "sandbox.host_uid", flag: "sandbox-host-uid", def: 2100000000,
+		usage: "host uid and gid of the sandbox user when toolhost runs as root",
+		doc: `When toolhost runs as root, the sandbox user is this unprivileged host uid (and gid),
+never root: files a sandbox makes belong to it. Pick one nothing else uses.`},
+	{name: "sandbox.run_dir", flag: "run-dir", def: "", defText: `"" ($TMPDIR/toolhost-run-UID)`,
+		usage: "private directory of the sandboxes' sockets (default $TMPDIR/toolhost-run-UID)",
+		doc: `The private directory of the sandboxes' sockets; must be this user's and writable by
+no one else.`},
+	{name: "sandbox.workspace_dir", flag: "workspace-dir", def: "", defText: `"" (/var/tmp/toolhost-workspaces-UID)`,
+		usage: "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)",
+		doc: `Where private workspaces live (their volumes, as root): disk-backed, and below
+directories anyone may pass through (bubblewrap runs as the sandbox user).`},
+
+	{name: "limits.memory_mib", flag: "memory-mib", def: 128,
+		usage: "memory limit per plugin instance, MiB",
+		doc: `Linear memory cap of each plugin instance, MiB (1 to 4096). A plugin that exceeds it
+fails the call and its instance is discarded.`},
+	{name: "limits.call_timeout", flag: "call-timeout", def: 10 * time.Second,
+		usage: "deadline for a plugin's own work per call",
+		doc: `Deadline for a plugin's own work in one call. Time spent in host functions (running a
+command, reading a file) does not count; those have their own bounds.`},
+	{name: "limits.pool_size", flag: "pool-size", def: 8,
+		usage: "maximum instances per plugin",
+		doc:   `The most instances kept per plugin, and so the most concurrent calls into it.`},
+	{name: "limits.exec_timeout_default", flag: "exec-timeout", def: 60 * time.Second,
+		usage: "default timeout of a sandbox command",
+		doc:   `Timeout of a sandbox command run without one (the bash tool's default).`},
+	{name: "limits.exec_timeout_max", flag: "exec-timeout-max", def: 600 * time.Second,
+		usage: "maximum timeout of a sandbox command",
+		doc: `The longest timeout a command may ask for; longer requests are cut to it. Whole
+seconds, at least exec_timeout_default.`},
+	{name: "limits.read_max_bytes", flag: "read-max-bytes", def: int64(16 << 20),
+		usage: "largest file a plugin may read, bytes",
+		doc:   `The largest file a plugin may read in one call, bytes (16 MiB).`},
+	{name: "limits.exec_output_max_bytes", flag: "exec-output-max-bytes", def: 64 << 10,
+		usage: "what a command's stdout and stderr each keep (head and tail), bytes",
+		doc: `What a command's stdout and stderr each keep, bytes (64 KiB): the head and the tail,
+with the middle dropped and counted, so a flood of output cannot exhaust memory.`},
+
+	{name: "log_level", flag: "log-level", def: "info",
+		usage: "log level: debug, info, warn or error",
+		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
+}
+
+// sectionTable documents the sections, for the example file.
+var sectionTable = []ConfigSection{
+	{"store", `The object store that holds snapshots (projects/{project}/snapshots/) and screenshots
+(screenshots/{project}/{agent|auto}/).`},
+	{"store.s3", ""},
+	{"snapshot", `Workspace snapshots: one tar.gz per save, the newest kept per project.`},
+	{"session", `The lifetime of the sandboxes a session runs tools in. A session extends its sandbox
+while it can; before an end it cannot extend, it saves a snapshot, starts a new sandbox
+and moves the work into it (a rotation).`},
+	{"screenshot", `take_screenshot and the captures a session takes on its own (when a dev server starts
+listening and after each commit), in Chromium (scripts/setup-browser.sh installs it).`},
+	{"sandbox", `The sandboxes (local: bubblewrap with a read-only system root, the workspace at
+/home/user, private /tmp, an unprivileged user, a seccomp filter) and what each one may
+use. The limits in force, and how each is enforced on this host, are logged when the
+provider starts (a limit the host cannot enforce is a warning).`},
+	{"limits", `What plugins and commands may use.`},
+}
+
+// EnvName is the variable of a key: EnvPrefix + the key in upper case, dots as underscores
+// (TOOLHOST_LIMITS_MEMORY_MIB).
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// ConfigKeys is the table of every configuration key, in a stable order.
+func ConfigKeys() []ConfigKey {
+	typ := reflect.ValueOf(&Config{}).Elem()
+	out := make([]ConfigKey, 0, len(keyTable))
+	for _, k := range keyTable {
+		f, err := fieldOf(typ, k.name)
+		if err != nil {
+			panic(err)
+		}
+		ck := ConfigKey{Name: k.name, Flag: k.flag, Usage: k.usage, Doc: k.doc, Type: f.Type(),
+			Default: k.defText, Derived: k.defText != ""}
+		if k.flag != "" {
+			ck.Env = EnvName(k.name)
+		}
+		if ck.Default == "" {
+			ck.Default = yamlValue(k.defaultValue())
+		}
+		for _, a := range k.aliases {
+			a.Env = EnvName(a.Name)
+			ck.Aliases = append(ck.Aliases, a)
+		}
+		out = append(out, ck)
+	}
+	return out
+}
+
+// ConfigSections documents the sections of keys, in the order of the example file.
+func ConfigSections() []ConfigSection { return slices.Clone(sectionTable) }
+
+// yamlValue shows a default as YAML would.
+func yamlValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return `""`
+		}
+		return v
+	case time.Duration:
+		return durationText(v)
+	case []string:
+		return "[" + strings.Join(v, ", ") + "]"
+	case []Plugin:
+		return "the built-in plugins"
+	}
+	return fmt.Sprint(v)
+}
+
+// durationText writes a duration the way people do: 1h, 5m, 90s.
+func durationText(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}

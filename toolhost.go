@@ -1,0 +1,407 @@
+// Package toolhost assembles everything an AI coding agent's tools need from one Config:
+// the plugin host with its plugins (the built-ins are embedded), a sandbox provider chosen
+// by name, the object store, snapshots, screenshots, and sessions that keep a project's
+// workspace alive across sandboxes. The toolhost CLI is a thin layer over it; so is any
+// program that embeds toolhost.
+//
+//	cfg := toolhost.DefaultConfig()
+//	cfg.Project = "shop"
+//	th, err := toolhost.New(ctx, cfg)
+//	...
+//	defer th.Close(ctx)
+//	sess, err := th.Open(ctx, toolhost.SessionOptions{})
+//	...
+//	defer sess.Close(ctx)
+//	res, err := sess.Dispatch(ctx, "bash", json.RawMessage(`{"command": "ls -la"}`))
+//
+// A session dispatches tool calls (tool_use blocks in, tool_result content out), lists the
+// tools to send to the model, commits snapshots of its workspace, lists its screenshots
+// and closes. The runnable Example shows a whole session: a page served from the sandbox,
+// its screenshot, a commit.
+//
+// A program that embeds toolhost with the local provider must import it (this package
+// does): the provider runs the sandbox's agent by re-executing the program's own binary,
+// and package local's init takes over in that process.
+package toolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/core/snapshot"
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/core/store/dir"
+	"github.com/toolhost/toolhost/core/store/s3"
+	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/plugins"
+)
+
+// Option sets what is not configuration: where logs go, who watches transfers.
+type Option func(*options)
+
+type options struct {
+	log        *slog.Logger
+	snapLog    *slog.Logger
+	progress   func(snapshot.Progress)
+	configFile string
+}
+
+// WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
+// and the sessions to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSnapshotLogger sends the snapshot manager's records (a line per save, retry,
+// retention delete and restore) to l instead of the logger.
+func WithSnapshotLogger(l *slog.Logger) Option { return func(o *options) { o.snapLog = l } }
+
+// WithSnapshotProgress calls fn as snapshot transfers move bytes.
+func WithSnapshotProgress(fn func(snapshot.Progress)) Option {
+	return func(o *options) { o.progress = fn }
+}
+
+// WithConfigFile names the file the configuration was read from: like the data dir and the
+// plugins, it may never lie in a workspace a sandbox can write (see CheckWorkspace).
+func WithConfigFile(path string) Option { return func(o *options) { o.configFile = path } }
+
+func newOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	if o.snapLog == nil {
+		o.snapLog = o.log
+	}
+	return o
+}
+
+// Storage is the object store of a configuration and what sits on it: the projects'
+// snapshots and stored screenshots. It needs no plugins and no sandbox: the CLI's
+// snapshot and screenshot commands use it alone.
+type Storage struct {
+	store store.Store
+	where string
+	snaps *snapshot.Manager
+	rec   *screenshot.Recorder // its Capturer is the Toolhost's, or nil
+	close func() error
+}
+
+// OpenStorage opens the configured store (store.*) and the snapshot manager on it
+// (snapshot.*).
+func OpenStorage(ctx context.Context, cfg Config, opts ...Option) (*Storage, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return openStorage(ctx, &cfg, newOptions(opts))
+}
+
+func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) {
+	s := &Storage{close: func() error { return nil }}
+	switch cfg.Store.Kind {
+	case "s3":
+		st, err := s3.New(ctx, s3.Config{
+			Bucket:               cfg.Store.S3.Bucket,
+			Region:               cfg.Store.S3.Region,
+			Endpoint:             cfg.Store.S3.Endpoint,
+			PathStyle:            cfg.Store.S3.PathStyle,
+			ChecksumWhenRequired: cfg.Store.S3.Checksums == "when_required",
+			Logger:               o.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store s3://%s: %w", cfg.Store.S3.Bucket, err)
+		}
+		s.store, s.where = st, "s3://"+cfg.Store.S3.Bucket
+	default:
+		abs, err := filepath.Abs(cfg.storeDir())
+		if err != nil {
+			return nil, fmt.Errorf("store.dir: %w", err)
+		}
+		st, err := dir.New(abs)
+		if err != nil {
+			return nil, fmt.Errorf("opening the directory store %s: %w", abs, err)
+		}
+		s.store, s.where, s.close = st, abs, st.Close
+	}
+	// snapshot.Config reads a zero Retries as its default; here zero means none.
+	retries := cfg.Snapshot.Retries
+	if retries == 0 {
+		retries = -1
+	}
+	m, err := snapshot.New(snapshot.Config{
+		Store:    s.store,
+		Keep:     cfg.Snapshot.Keep,
+		Excludes: cfg.Snapshot.Excludes,
+		Retries:  retries,
+		Logger:   o.snapLog,
+		Progress: o.progress,
+	})
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	s.snaps = m
+	s.rec = &screenshot.Recorder{Store: s.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
+	return s, nil
+}
+
+// Store is the object store.
+func (s *Storage) Store() store.Store { return s.store }
+
+// Where names the store for people: its directory, or s3://BUCKET.
+func (s *Storage) Where() string { return s.where }
+
+// Snapshots is the snapshot manager: save, list and restore a project's workspace.
+func (s *Storage) Snapshots() *snapshot.Manager { return s.snaps }
+
+// Screenshots lists a project's stored screenshots of one kind (screenshot.KindAgent,
+// screenshot.KindAuto, or "" for both), newest first.
+func (s *Storage) Screenshots(ctx context.Context, project, kind string) ([]screenshot.Stored, error) {
+	return s.rec.List(ctx, project, kind)
+}
+
+// Close releases the store.
+func (s *Storage) Close() error { return s.close() }
+
+// Toolhost is the host, its plugins, the store, snapshots and screenshots of one Config,
+// and the sandbox provider its sessions run in. It is safe for concurrent use; open as
+// many sessions as needed.
+type Toolhost struct {
+	cfg     Config
+	opts    options
+	storage *Storage
+	host    *host.Host
+	capt    *screenshot.Capturer // nil when screenshot.enabled is false
+	rec     *screenshot.Recorder // nil when screenshot.enabled is false
+
+	provMu   sync.Mutex
+	provider sandbox.Provider // made on the first Open (or Provider)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// EnvBashMaxTimeout tells a plugin granted sandbox_exec the longest command timeout it may
+// accept, in seconds (limits.exec_timeout_max), unless its own env sets it.
+const EnvBashMaxTimeout = "TOOLHOST_BASH_MAX_TIMEOUT"
+
+// New validates cfg, opens the store and loads the plugins. The sandbox provider is made
+// when the first session opens (so listing tools needs no sandbox), and the browser when
+// the first screenshot is taken.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := newOptions(opts)
+	t := &Toolhost{cfg: cloneConfig(cfg), opts: o}
+	specs, err := t.pluginSpecs()
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStorage(ctx, &t.cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	t.storage = st
+	hc := host.Config{
+		DataDir:            cfg.DataDir,
+		Plugins:            specs,
+		MemoryLimitMiB:     cfg.Limits.MemoryMiB,
+		CallTimeout:        cfg.Limits.CallTimeout,
+		PoolSize:           cfg.Limits.PoolSize,
+		DefaultExecTimeout: cfg.Limits.ExecTimeoutDefault,
+		MaxExecTimeout:     cfg.Limits.ExecTimeoutMax,
+		MaxReadBytes:       cfg.Limits.ReadMaxBytes,
+		MaxExecOutputBytes: cfg.Limits.ExecOutputMaxBytes,
+		Logger:             o.log,
+		Store:              st.store,
+	}
+	if cfg.Screenshot.Enabled {
+		t.capt = screenshot.New(screenshot.Config{
+			ExecutablePath: cfg.Screenshot.Chromium,
+			IdleBound:      cfg.Screenshot.IdleWait,
+			Logger:         o.log,
+		})
+		if err := t.capt.Check(); err != nil {
+			// Not fatal: take_screenshot answers with this, as an is_error result.
+			o.log.Debug("screenshots will fail", "err", err)
+		}
+		t.rec = &screenshot.Recorder{Capturer: t.capt, Store: st.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
+		st.rec = t.rec
+		hc.Capturer = recorderCapturer{t.rec}
+	}
+	h, err := host.New(ctx, hc)
+	if err != nil {
+		t.Close(ctx)
+		return nil, fmt.Errorf("loading plugins: %w", err)
+	}
+	t.host = h
+	return t, nil
+}
+
+func cloneConfig(c Config) Config {
+	c.Plugins = append([]Plugin(nil), c.Plugins...)
+	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	return c
+}
+
+// pluginSpecs resolves the configured plugins: files, or the embedded built-ins.
+func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
+	cfg := &t.cfg
+	dir := ""
+	if cfg.PluginsDir != "" {
+		d, err := filepath.Abs(cfg.PluginsDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins_dir: %w", err)
+		}
+		dir = d
+	}
+	maxExec := strconv.FormatInt(int64(cfg.Limits.ExecTimeoutMax/time.Second), 10)
+	var specs []host.PluginSpec
+	for i, p := range cfg.Plugins {
+		spec := host.PluginSpec{Path: p.Path, Grants: append([]abi.Capability(nil), p.Grants...)}
+		for k, v := range p.Env {
+			if spec.Env == nil {
+				spec.Env = map[string]string{}
+			}
+			spec.Env[k] = v
+		}
+		switch path, err := t.pluginPath(p.Path, dir); {
+		case err != nil:
+			return nil, fmt.Errorf("plugins[%d]: %w", i, err)
+		case path == "":
+			wasm, err := plugins.Wasm(p.Path)
+			if err != nil {
+				return nil, fmt.Errorf("plugins[%d]: %w", i, err)
+			}
+			spec.Path, spec.Wasm = "builtin:"+p.Path, wasm
+		default:
+			spec.Path = path
+		}
+		// A plugin that may run commands learns the configured maximum timeout, unless
+		// its own env says otherwise.
+		if hasGrant(spec.Grants, abi.CapSandboxExec) {
+			if _, set := spec.Env[EnvBashMaxTimeout]; !set {
+				if spec.Env == nil {
+					spec.Env = map[string]string{}
+				}
+				spec.Env[EnvBashMaxTimeout] = maxExec
+			}
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// pluginPath is the file a plugin path names, or "" for a built-in. dir is the absolute
+// plugins_dir, or "".
+func (t *Toolhost) pluginPath(p, dir string) (string, error) {
+	switch {
+	case filepath.IsAbs(p):
+	case dir != "":
+		p = filepath.Join(dir, p)
+	default:
+		if _, ok := plugins.Lookup(p); !ok {
+			return "", fmt.Errorf("%s is not a built-in plugin (%s): give its absolute path, or set plugins_dir", p, plugins.Files())
+		}
+		return "", nil
+	}
+	if _, err := os.Stat(p); err != nil {
+		hint := ""
+		if errors.Is(err, os.ErrNotExist) && dir != "" {
+			hint = " (relative plugin paths resolve against plugins_dir; leave plugins_dir empty to use the built-in plugins)"
+		}
+		return "", fmt.Errorf("%w%s", err, hint)
+	}
+	return p, nil
+}
+
+func hasGrant(grants []abi.Capability, c abi.Capability) bool {
+	for _, g := range grants {
+		if g == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Config is the configuration t was made with.
+func (t *Toolhost) Config() Config { return cloneConfig(t.cfg) }
+
+// Tools returns every tool's definition, in plugin load order: the tools of a Messages
+// API request.
+func (t *Toolhost) Tools() []abi.Tool { return t.host.Tools() }
+
+// Plugins describes the loaded plugins.
+func (t *Toolhost) Plugins() []host.PluginInfo { return t.host.Plugins() }
+
+// Host is the plugin host, for what this package does not wrap.
+func (t *Toolhost) Host() *host.Host { return t.host }
+
+// Storage is the store with the snapshots and screenshots on it.
+func (t *Toolhost) Storage() *Storage { return t.storage }
+
+// CheckBrowser says why screenshots cannot be taken here (screenshots off, no browser
+// installed), or nil.
+func (t *Toolhost) CheckBrowser() error {
+	if t.capt == nil {
+		return errors.New("screenshots are off (screenshot.enabled: false)")
+	}
+	return t.capt.Check()
+}
+
+// Provider is the sandbox provider sandbox.provider names, made on first use.
+func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
+	t.provMu.Lock()
+	defer t.provMu.Unlock()
+	if t.provider != nil {
+		return t.provider, nil
+	}
+	f, ok := providers.lookup(t.cfg.Sandbox.Provider)
+	if !ok { // Validate checked; a registry cannot shrink
+		return nil, fmt.Errorf("sandbox provider %q is not registered", t.cfg.Sandbox.Provider)
+	}
+	p, err := f(ctx, &t.cfg, t.opts.log)
+	if err != nil {
+		return nil, err
+	}
+	t.provider = p
+	return p, nil
+}
+
+// Close closes the host, the browser, the provider and the store. Sessions should be
+// closed first. It waits at most until ctx ends.
+func (t *Toolhost) Close(ctx context.Context) error {
+	t.closeOnce.Do(func() {
+		var errs []error
+		if t.host != nil {
+			errs = append(errs, t.host.Close(ctx))
+		}
+		if t.capt != nil {
+			if err := t.capt.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("closing the browser: %w", err))
+			}
+		}
+		t.provMu.Lock()
+		if c, ok := t.provider.(interface{ Close(context.Context) error }); ok {
+			errs = append(errs, c.Close(ctx))
+		}
+		t.provMu.Unlock()
+		if t.storage != nil {
+			errs = append(errs, t.storage.Close())
+		}
+		t.closeErr = errors.Join(errs...)
+	})
+	return t.closeErr
+}
