@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -86,10 +85,6 @@ func (s *Session) Archive(ctx context.Context, w io.Writer, excludes []string) e
 func (s *Session) Extract(ctx context.Context, r io.Reader) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
 	return err
-}
-
-func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
-	return do(ctx, s, func(sb sandbox.Sandbox) (*url.URL, error) { return sb.PreviewURL(ctx, port) })
 }
 
 // StartedAt is when the current sandbox started.
