@@ -40,6 +40,13 @@ type shotEnv struct {
 
 func newShotEnv(t *testing.T) *shotEnv {
 	t.Helper()
+	return newShotEnvWith(t, false)
+}
+
+// newShotEnvWith makes a session whose rotations restore the snapshot (restore) or hand
+// the workspace over.
+func newShotEnvWith(t *testing.T, restore bool) *shotEnv {
+	t.Helper()
 	capt := screenshot.New(screenshot.Config{IdleBound: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err := capt.Check(); err != nil {
 		t.Skipf("no browser to capture with (make test installs Chromium and the driver): %v", err)
@@ -55,7 +62,7 @@ func newShotEnv(t *testing.T) *shotEnv {
 	}
 	rec := &screenshot.Recorder{Capturer: capt, Store: st}
 	sess, err := session.Open(context.Background(), session.Config{
-		Provider: newProvider(t), ProjectID: "shots", Snapshots: snaps, Screenshots: rec,
+		Provider: newProvider(t), ProjectID: "shots", Snapshots: snaps, Screenshots: rec, RestoreOnRotate: restore,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +180,49 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
 			t.Errorf("browser %d still runs after Close", pid)
 		}
+	}
+}
+
+// A background HTTP server started through bash answers and is screenshotted after each
+// of three rotations, on both paths, with nothing done by the agent: the session restarts
+// the server, take_screenshot waits for it to listen again, the first result after each
+// rotation says what was restarted, and the session's own capture of the dev server
+// re-arms.
+func TestScreenshotAfterThreeRotations(t *testing.T) {
+	for _, restore := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(t *testing.T) {
+			e := newShotEnvWith(t, restore)
+			ctx := context.Background()
+			e.expect("write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
+			e.expect("bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
+			waitFor(t, "the session to see the dev server", func() bool { return e.sess.DevServerPort() == 8000 })
+			autos := func() int { l, _ := e.rec.List(ctx, "shots", screenshot.KindAuto); return len(l) }
+			waitFor(t, "the first auto-capture", func() bool { return autos() >= 2 })
+			for r := 1; r <= 3; r++ {
+				before := autos()
+				if err := e.sess.Rotate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				res := e.call("take_screenshot", `{}`)
+				if res.IsError || len(res.Content) != 4 {
+					t.Fatalf("rotation %d: take_screenshot: %q", r, resultText(res))
+				}
+				for _, img := range []image.Image{decode(t, res.Content[0]), decode(t, res.Content[1])} {
+					r, g, b, _ := img.At(img.Bounds().Dx()-5, img.Bounds().Dy()-5).RGBA()
+					if !near(r, 0x33) || !near(g, 0x66) || !near(b, 0xcc) {
+						t.Errorf("pixel is %02x%02x%02x, want the page's 3366cc", r>>8, g>>8, b>>8)
+					}
+				}
+				if n := res.Content[3].Text; !strings.Contains(n, "were restarted") || !strings.Contains(n, "python3 -m http.server 8000") {
+					t.Errorf("rotation %d: notice %q", r, n)
+				}
+				e.expect("bash", `{"command":"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\""}`, false, "200\n")
+				waitFor(t, "an auto-capture after the rotation", func() bool { return autos() >= before+2 })
+			}
+			if e.sess.Rotations() != 3 {
+				t.Errorf("%d rotations", e.sess.Rotations())
+			}
+		})
 	}
 }
 
