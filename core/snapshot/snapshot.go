@@ -47,6 +47,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -811,21 +812,21 @@ func clipName(s string) string {
 }
 
 // RestoreDir restores the newest snapshot that restores into dir with archive.Extract's
-// checks and the Manager's bounds. Without replace dir must be empty or absent; with it,
-// dir may hold files, which are moved aside to ExtractStats.Backup (never deleted) once
-// the new tree is complete. Each snapshot is extracted next to dir first and swapped in
-// only when complete, so a snapshot refused half way leaves nothing behind and the next
-// older one is tried.
+// checks and the Manager's bounds. Without replace dir must be empty or absent; a
+// snapshot refused half way is cleared out of it (and dir removed if the restore made it)
+// before the next older one is tried. With replace, dir may hold files: each snapshot is
+// extracted next to dir and swapped in only when complete (archive.ExtractReplace), and
+// dir's previous contents are moved to ExtractStats.Backup, never deleted.
 func (m *Manager) RestoreDir(ctx context.Context, projectID, dir string, replace bool) (Info, archive.ExtractStats, error) {
+	var st archive.ExtractStats
 	if !replace {
 		if err := emptyOrAbsent(dir); err != nil {
-			return Info{ProjectID: projectID}, archive.ExtractStats{}, err
+			return Info{ProjectID: projectID}, st, err
 		}
 	}
-	var st archive.ExtractStats
 	info, err := m.Restore(ctx, projectID, func(r io.Reader) error {
 		var err error
-		st, err = archive.ExtractReplace(ctx, r, dir, m.extractOptions())
+		st, err = m.extractDir(ctx, r, dir, replace)
 		return err
 	})
 	return info, m.logBackup(projectID, dir, st), err
@@ -833,18 +834,46 @@ func (m *Manager) RestoreDir(ctx context.Context, projectID, dir string, replace
 
 // RestoreDirKey is RestoreDir for the one snapshot key, with no fallback (RestoreKey).
 func (m *Manager) RestoreDirKey(ctx context.Context, projectID, key, dir string, replace bool) (Info, archive.ExtractStats, error) {
+	var st archive.ExtractStats
 	if !replace {
 		if err := emptyOrAbsent(dir); err != nil {
-			return Info{ProjectID: projectID, Key: key}, archive.ExtractStats{}, err
+			return Info{ProjectID: projectID, Key: key}, st, err
 		}
 	}
-	var st archive.ExtractStats
 	info, err := m.RestoreKey(ctx, projectID, key, func(r io.Reader) error {
 		var err error
-		st, err = archive.ExtractReplace(ctx, r, dir, m.extractOptions())
+		st, err = m.extractDir(ctx, r, dir, replace)
 		return err
 	})
 	return info, m.logBackup(projectID, dir, st), err
+}
+
+// extractDir extracts one snapshot into dir. Without replace (dir empty or absent), a
+// failed extraction leaves dir as it was: emptied, or removed when this call made it.
+func (m *Manager) extractDir(ctx context.Context, r io.Reader, dir string, replace bool) (archive.ExtractStats, error) {
+	if replace {
+		return archive.ExtractReplace(ctx, r, dir, m.extractOptions())
+	}
+	_, serr := os.Lstat(dir)
+	made := errors.Is(serr, os.ErrNotExist)
+	st, err := archive.Extract(ctx, r, dir, m.extractOptions())
+	if err != nil {
+		if made {
+			os.RemoveAll(dir)
+		} else {
+			clearDir(dir)
+		}
+	}
+	return st, err
+}
+
+// clearDir removes everything in dir (never through a link: RemoveAll removes a link, not
+// its target).
+func clearDir(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }
 
 func (m *Manager) logBackup(projectID, dir string, st archive.ExtractStats) archive.ExtractStats {

@@ -525,6 +525,14 @@ func TestSaveFaults(t *testing.T) {
 		if info.Attempts != 3 || proxy.Count(http.MethodPut) != 3 {
 			t.Errorf("attempts %d, PUTs %d; want 3", info.Attempts, proxy.Count(http.MethodPut))
 		}
+		// The summary says what really moved: the archive once, at the speed of the
+		// attempt that stored it.
+		up, ok := info.Transfer.Phase("upload")
+		if !ok || up.Bytes != info.Size || up.Attempts != 3 || up.Failed ||
+			!strings.Contains(info.Transfer.String(), "upload "+snapshot.HumanBytes(info.Size)+" in ") ||
+			!strings.Contains(info.Transfer.String(), "3 attempts") {
+			t.Errorf("transfer after 2 failed attempts: %+v %s", up, info.Transfer)
+		}
 	})
 	// Failed saves leave nothing behind: every snapshot listed restores.
 	list, _ := m.List(context.Background(), "faulty")
