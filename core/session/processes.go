@@ -144,8 +144,13 @@ func (s *Session) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, e
 // restartProcs starts procs again in next under their old tags, sets the notice for the
 // agent, makes previews of ports wait for them to listen again and re-arms the dev
 // server's auto-capture. Called with mu held for writing. It returns how many started.
-func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, ports []int, why string) int {
+func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, ports []int, why, files string) int {
 	if len(procs) == 0 {
+		if files != filesKept { // work was lost: the agent must know, processes or not
+			s.bg.mu.Lock()
+			s.bg.notice = fmt.Sprintf("[Note: the sandbox was replaced (%s); %s.]", why, files)
+			s.bg.mu.Unlock()
+		}
 		return 0
 	}
 	var lines []string
@@ -163,9 +168,9 @@ func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs 
 		s.bg.mu.Unlock()
 		lines = append(lines, fmt.Sprintf("- %s, now pid %d, log %s: %s", np.ID, np.PID, np.LogPath, display(p.argv)))
 	}
-	notice := fmt.Sprintf("[Note: the sandbox was replaced (%s); your files are as you left them. "+
+	notice := fmt.Sprintf("[Note: the sandbox was replaced (%s); %s. "+
 		"Background processes were restarted in the new sandbox with the same ids and log files (their earlier output is gone):\n%s]",
-		why, strings.Join(lines, "\n"))
+		why, files, strings.Join(lines, "\n"))
 	s.bg.mu.Lock()
 	s.bg.notice = notice
 	if len(ports) > 0 {

@@ -397,7 +397,11 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
 	s.rotations++
-	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation")
+	files := filesKept
+	if saveErr != nil && how == "restore" {
+		files = filesLost
+	}
+	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation", files)
 	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
 		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
 }
@@ -471,7 +475,7 @@ func (s *Session) recoverDead(ctx context.Context) {
 		if err == nil {
 			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
 				"from", old.ID(), "to", next.ID())
-			s.adopt(ctx, next, running)
+			s.adopt(ctx, next, running, filesKept)
 			return
 		}
 		s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
@@ -499,11 +503,18 @@ func (s *Session) recoverDead(ctx context.Context) {
 	s.log.Error("session: sandbox ended before it was saved; restored "+from+": work since it is lost",
 		"from", old.ID(), "to", next.ID())
 	s.closeLater(ctx, old)
-	s.adopt(ctx, next, running)
+	s.adopt(ctx, next, running, filesLost)
 }
 
+// What the notice of a replacement says of the files: nothing lost, or work since the
+// last snapshot lost.
+const (
+	filesKept = "your files are as you left them"
+	filesLost = "your files are as of the last snapshot: changes made since it are lost"
+)
+
 // adopt makes next the session's sandbox after a death and restarts the processes.
-func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc) {
+func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, files string) {
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
@@ -511,7 +522,7 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 	if s.devPort != 0 {
 		ports = []int{s.devPort}
 	}
-	s.restartProcs(ctx, next, running, ports, "the old one stopped")
+	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
 }
 
 // archiveReporter is a sandbox that says what its archive left out (the local provider's

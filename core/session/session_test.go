@@ -567,3 +567,37 @@ func TestCommitReportsUnstorableEntries(t *testing.T) {
 		t.Errorf("restored keep.txt: %q %v", b, err)
 	}
 }
+
+// When a sandbox dies and its work cannot be handed over (the restore path), the newest
+// snapshot is restored and the next tool result tells the agent that the changes since it
+// are lost.
+func TestLostWorkIsToldToTheAgent(t *testing.T) {
+	s := open(t, session.Config{Provider: provider(t), ProjectID: "lost", Snapshots: snapshots(t), RestoreOnRotate: true})
+	hs := toolHost(t).OpenSession(s)
+	ctx := context.Background()
+	if err := s.WriteFile(ctx, "/home/user/a.txt", []byte("saved")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteFile(ctx, "/home/user/b.txt", []byte("not committed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(agentPID(t, s), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The command that meets the death does not finish (and says so); the result tells
+	// what happened to the files.
+	res, err := hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls"}`))
+	if err != nil || !res.IsError || strings.Contains(text(res), "files are kept") {
+		t.Fatalf("the call that met the death: %q %v", text(res), err)
+	}
+	if n := len(res.Content); n != 2 || !strings.Contains(res.Content[1].Text, "changes made since it are lost") {
+		t.Errorf("the agent is not told its work was lost: %+v", res.Content)
+	}
+	res, err = hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls"}`))
+	if err != nil || res.IsError || !strings.Contains(text(res), "a.txt") || strings.Contains(text(res), "b.txt") || len(res.Content) != 1 {
+		t.Fatalf("after the death: %+v %v", res.Content, err)
+	}
+}
