@@ -383,6 +383,62 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 	}
 }
 
+// restoreOnly hides the provider's handoff: a session over it rotates by restoring the
+// snapshot into a fresh sandbox, as over a remote provider.
+type restoreOnly struct{ sandbox.Provider }
+
+// A background HTTP server started through bash answers and is screenshotted after each
+// of three rotations, on both paths, with nothing done by the agent: the session restarts
+// the server, take_screenshot waits for it to listen again, the first result after each
+// rotation says what was restarted, and the session's own capture of the dev server
+// re-arms.
+func TestScreenshotAfterThreeRotations(t *testing.T) {
+	for _, restore := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(t *testing.T) {
+			th, _ := shotSession(t)
+			opts := SessionOptions{Project: "rotations"}
+			if restore {
+				p, err := th.Provider(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.Provider = restoreOnly{p}
+			}
+			s := open(t, th, opts)
+			ctx := context.Background()
+			expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
+			expect(t, s, "bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
+			waitFor(t, "the session to see the dev server", func() bool { return s.Sandbox().DevServerPort() == 8000 })
+			autos := func() int { l, _ := s.Screenshots(ctx, screenshot.KindAuto); return len(l) }
+			waitFor(t, "the first auto-capture", func() bool { return autos() >= 2 })
+			for r := 1; r <= 3; r++ {
+				before := autos()
+				if err := s.Sandbox().Rotate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				res := expect(t, s, "take_screenshot", `{}`, false)
+				if len(res.Content) != 4 {
+					t.Fatalf("rotation %d: take_screenshot: %q", r, resultText(res))
+				}
+				for _, img := range []image.Image{decode(t, res.Content[0]), decode(t, res.Content[1])} {
+					r, g, b, _ := img.At(img.Bounds().Dx()-5, img.Bounds().Dy()-5).RGBA()
+					if !near(r, 0x33) || !near(g, 0x66) || !near(b, 0xcc) {
+						t.Errorf("pixel is %02x%02x%02x, want the page's 3366cc", r>>8, g>>8, b>>8)
+					}
+				}
+				if n := res.Content[3].Text; !strings.Contains(n, "were restarted") || !strings.Contains(n, "python3 -m http.server 8000") {
+					t.Errorf("rotation %d: notice %q", r, n)
+				}
+				expect(t, s, "bash", `{"command":"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\""}`, false, "200\n")
+				waitFor(t, "an auto-capture after the rotation", func() bool { return autos() >= before+2 })
+			}
+			if n := s.Sandbox().Rotations(); n != 3 {
+				t.Errorf("%d rotations", n)
+			}
+		})
+	}
+}
+
 // TestTakeScreenshotRefusals: what take_screenshot refuses, and why, for the model.
 func TestTakeScreenshotRefusals(t *testing.T) {
 	_, s := shotSession(t)

@@ -416,3 +416,61 @@ func TestWriteFileRefusesAFIFO(t *testing.T) {
 	e.expect("write_file", `{"path":"pipe","content":"x"}`, true, "pipe", "not a regular file")
 	e.expect("read_file", `{"path":"pipe"}`, true, "pipe")
 }
+
+// The timeouts configured on the host are bash's: a call without one runs under the
+// configured default and reports that one when killed, the maximum bounds a call, and the
+// tool's description says both. (Through the library, with a 2 s maximum, nothing says 10
+// or 600.)
+func TestBashTimeoutsAsConfigured(t *testing.T) {
+	h, err := host.New(context.Background(), host.Config{DataDir: e2eDataDir, Plugins: builtins(t),
+		DefaultExecTimeout: 1500 * time.Millisecond, MaxExecTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	for _, tool := range h.Tools() {
+		if tool.Name == "bash" {
+			if !strings.Contains(tool.Description, "default 1.5, at most 2)") || strings.Contains(tool.Description, "600") {
+				t.Errorf("bash's description does not say the configured timeouts: %s", tool.Description)
+			}
+			if !strings.Contains(string(tool.InputSchema), `"default": 1,`) {
+				t.Errorf("schema: %s", tool.InputSchema)
+			}
+		}
+	}
+	sb, _ := newSandbox(t, newProvider(t))
+	e := &env{t: t, s: h.OpenSession(sb)}
+	e.expect("bash", `{"command":"echo started; sleep 30"}`, true, "started\n", "[timed out after 1.5 s]")
+	e.expect("bash", `{"command":"sleep 30","timeout":10}`, true, "above the maximum of 2 s")
+	e.expect("bash", `{"command":"sleep 30","timeout":2}`, true, "[timed out after 2 s]")
+}
+
+// noticeSandbox has something to tell the agent once.
+type noticeSandbox struct {
+	sandbox.Sandbox
+	mu     sync.Mutex
+	notice string
+}
+
+func (n *noticeSandbox) Notice() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.notice
+	n.notice = ""
+	return s
+}
+
+// A sandbox's notice (a session's: the processes a rotation restarted) is appended to the
+// next tool result as a text block, once.
+func TestNoticeReachesTheNextResultOnce(t *testing.T) {
+	sb, _ := newSandbox(t, newProvider(t))
+	ns := &noticeSandbox{Sandbox: sb, notice: "[Note: restarted bg-1]"}
+	e := &env{t: t, s: newHost(t).OpenSession(ns)}
+	res := e.call("bash", `{"command":"echo hi"}`)
+	if n := len(res.Content); n != 2 || res.Content[1].Text != "[Note: restarted bg-1]" || !strings.Contains(res.Content[0].Text, "hi") {
+		t.Errorf("first result: %+v", res.Content)
+	}
+	if res := e.call("bash", `{"command":"echo hi"}`); len(res.Content) != 1 {
+		t.Errorf("the notice came twice: %+v", res.Content)
+	}
+}

@@ -297,7 +297,7 @@ func (inst *instance) fileStatus(what string, err error) uint64 {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		s, why = abi.StatusTimeout, "the call ran out of time"
 	case errors.Is(err, sandbox.ErrUnresponsive):
-		s, why = abi.StatusIO, "the sandbox stopped answering and was replaced; the files are kept, try again"
+		s, why = abi.StatusIO, "the sandbox stopped answering and was replaced; try again"
 	case errors.Is(err, sandbox.ErrClosed):
 		s, why = abi.StatusIO, "the sandbox has ended"
 	case why == "":

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,7 +78,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
-	p.modCfg = moduleConfig(spec.Env)
+	p.modCfg = moduleConfig(h.pluginEnv(spec))
 	p.pool = newPool(p, h.cfg.PoolSize)
 
 	// The first instance answers the manifest and then serves calls.
@@ -251,6 +253,30 @@ type Inspection struct {
 	Imports  []Import
 	// Needs are the grants the module requires to be loaded.
 	Needs []abi.Capability
+}
+
+// The command timeouts the host enforces, told to every plugin granted sandbox_exec (in
+// milliseconds, as decimal text), so that what a plugin says about them (its tool
+// description, a "timed out after N s") is what the host does. They override the same
+// names in PluginSpec.Env.
+const (
+	EnvExecTimeoutDefault = "TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS"
+	EnvExecTimeoutMax     = "TOOLHOST_EXEC_TIMEOUT_MAX_MS"
+)
+
+// pluginEnv is the plugin's environment: its spec's, plus the host's command timeouts for
+// a plugin that may run commands.
+func (h *Host) pluginEnv(spec PluginSpec) map[string]string {
+	if !slices.Contains(spec.Grants, abi.CapSandboxExec) {
+		return spec.Env
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[EnvExecTimeoutDefault] = strconv.FormatInt(h.cfg.DefaultExecTimeout.Milliseconds(), 10)
+	env[EnvExecTimeoutMax] = strconv.FormatInt(h.cfg.MaxExecTimeout.Milliseconds(), 10)
+	return env
 }
 
 // Inspect compiles a module, reads its imports and its manifest. It grants the module

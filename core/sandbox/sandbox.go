@@ -148,6 +148,10 @@ type ExecRequest struct {
 	// MaxOutputBytes bounds what Exec captures of each stream (head and tail kept,
 	// the middle dropped and counted). Zero means DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// Tag names a background process (Start): its Process.ID and its log file. Empty
+	// means a fresh one; a session restarting a process after a rotation passes the old
+	// one, so the process keeps its id and log path.
+	Tag string
 }
 
 // DefaultMaxOutputBytes is the per-stream capture bound of Exec when none is given.

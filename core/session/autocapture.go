@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/envd"
 	"github.com/toolhost/toolhost/core/screenshot"
 )
@@ -29,24 +28,6 @@ func (s *Session) DevServerPort() int {
 	return s.devPort
 }
 
-// Start runs a background process and, when it starts listening on a new port (a dev
-// server), remembers the port and captures the page on its own.
-func (s *Session) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
-	before, _ := s.listening(ctx)
-	proc, err := do(ctx, s, func(sb sandbox.Sandbox) (sandbox.Process, error) { return sb.Start(ctx, req) })
-	if err != nil {
-		return proc, err
-	}
-	// Launched under the read lock: Close sets closed under the write lock before it
-	// waits, so no goroutine is added once it waits.
-	s.mu.RLock()
-	if !s.closed {
-		s.wg.Go(func() { s.watchDevServer(s.loopCtx, before) })
-	}
-	s.mu.RUnlock()
-	return proc, nil
-}
-
 func (s *Session) listening(ctx context.Context) ([]int, error) {
 	sb, release, err := s.current(ctx)
 	if err != nil {
@@ -65,7 +46,11 @@ func (s *Session) listening(ctx context.Context) ([]int, error) {
 	return ports, err
 }
 
-func (s *Session) watchDevServer(ctx context.Context, before []int) {
+// watchDevServer watches for a port that was not listening before to start listening,
+// remembers it as the dev server's and captures it on its own. With rearm (after a
+// rotation restarted the dev server) it waits for the dev server's own port to listen
+// again and captures it anew.
+func (s *Session) watchDevServer(ctx context.Context, before []int, rearm bool) {
 	ctx, cancel := context.WithTimeout(ctx, devServerWatch)
 	defer cancel()
 	t := time.NewTicker(devServerPoll)
@@ -78,6 +63,15 @@ func (s *Session) watchDevServer(ctx context.Context, before []int) {
 		}
 		ports, err := s.listening(ctx)
 		if err != nil {
+			continue
+		}
+		if rearm {
+			port := s.DevServerPort()
+			if slices.Contains(ports, port) {
+				s.log.Info("session: dev server listening again after a rotation", "port", port)
+				s.autoCapture(ctx, port, "dev server restarted")
+				return
+			}
 			continue
 		}
 		for _, p := range ports {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -43,9 +42,10 @@ func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandb
 }
 
 // ErrReplaced: the sandbox ended during a command (it stopped answering, or something in
-// it killed its agent) and the session replaced it, keeping the workspace. The command did
-// not finish and was not run again.
-var ErrReplaced = errors.New("the sandbox ended during the command and was replaced (the files are kept); the command did not finish: run it again if it is still needed")
+// it killed its agent) and the session replaced it. The command did not finish and was
+// not run again. Whether the files were kept (a handoff) or are those of the last
+// snapshot, the session's Notice says.
+var ErrReplaced = errors.New("the sandbox ended during the command and was replaced; the command did not finish: run it again if it is still needed")
 
 // ID names the session; the sandbox under it changes with each rotation.
 func (s *Session) ID() string { return "session-" + s.cfg.ProjectID }
@@ -86,10 +86,6 @@ func (s *Session) Archive(ctx context.Context, w io.Writer, excludes []string) e
 func (s *Session) Extract(ctx context.Context, r io.Reader) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
 	return err
-}
-
-func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
-	return do(ctx, s, func(sb sandbox.Sandbox) (*url.URL, error) { return sb.PreviewURL(ctx, port) })
 }
 
 // StartedAt is when the current sandbox started.

@@ -1,8 +1,18 @@
 // Package session keeps a workspace alive across sandboxes. A Session is a sandbox plus a
 // project id plus a lifetime policy: it knows when its sandbox ends without asking the
 // provider on every call, extends it while the provider allows, and shortly before an end
-// it cannot extend it saves a snapshot, creates a new sandbox, restores the snapshot into it
-// and carries on. Calls that arrive during a rotation wait and then succeed.
+// it cannot extend it rotates: saves a snapshot, moves the work to a new sandbox (handing
+// the workspace over where the provider can, else restoring the snapshot), restarts the
+// background processes that were running and carries on. Calls that arrive during a
+// rotation wait and then succeed; the next tool result says which processes were
+// restarted (Notice).
+//
+// A session cannot run out of time with unsaved work. While a rotation's save fails the
+// session keeps the sandbox (it holds the only copy) and tries again; when its end is
+// LastCallMargin away it rotates all the same with the best snapshot it can make: the
+// workspace itself where it can be handed over, else an archive packed to a local file
+// that the store would not take, which is restored into the new sandbox and kept until a
+// save to the store succeeds. It says so loudly (error-level logs).
 //
 // A Session implements sandbox.Sandbox, so the host dispatches tools into it exactly as into
 // a plain sandbox.
@@ -14,15 +24,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/sandbox/envd"
 	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/snapshot"
 )
 
-// Snapshots is what a session needs of core/snapshot.
+// Snapshots is what a session needs of core/snapshot. Restore may call extract more than
+// once (a snapshot refused half way is skipped for an older one); each call gets a fresh
+// sandbox.
 type Snapshots interface {
 	Save(ctx context.Context, projectID string, pack func(io.Writer) error) (snapshot.Info, error)
 	Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (snapshot.Info, error)
@@ -42,6 +56,10 @@ type Config struct {
 	TTL time.Duration
 	// KeepaliveMargin: when less than this remains, extend or rotate. Default 5m.
 	KeepaliveMargin time.Duration
+	// LastCallMargin: when this little remains before an end the session cannot extend
+	// and its saves still fail, it rotates anyway with the best snapshot it can make (see
+	// the package doc). Default KeepaliveMargin/2; at most KeepaliveMargin.
+	LastCallMargin time.Duration
 	// MaxLifetime is the provider's limit on one sandbox's life from its start. Default 24h.
 	MaxLifetime time.Duration
 	// RefreshInterval bounds how stale the cached end time may get. Default 1m.
@@ -55,9 +73,15 @@ type Config struct {
 	// AfterCommit runs after each successful commit.
 	AfterCommit func(ctx context.Context, label string, info snapshot.Info)
 	// Screenshots, when set, captures the dev server's page on its own (under auto/)
-	// when a background process starts listening and after each commit.
+	// when a background process starts listening, after each commit and after a
+	// rotation restarted it.
 	Screenshots *screenshot.Recorder
-	Logger      *slog.Logger
+	// Clock is the session's time; nil means SystemClock(). Tests inject a fake.
+	Clock Clock
+	// TempDir holds the local copy of a snapshot a rotation makes when it has to restore
+	// (so the work survives a store that is down); empty means os.TempDir().
+	TempDir string
+	Logger  *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +90,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KeepaliveMargin <= 0 {
 		c.KeepaliveMargin = 5 * time.Minute
+	}
+	if c.LastCallMargin <= 0 || c.LastCallMargin > c.KeepaliveMargin {
+		c.LastCallMargin = c.KeepaliveMargin / 2
 	}
 	if c.MaxLifetime <= 0 {
 		c.MaxLifetime = 24 * time.Hour
@@ -76,6 +103,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = 10 * time.Second
 	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -85,8 +115,9 @@ func (c Config) withDefaults() Config {
 
 // Session is a live workspace. It is safe for concurrent use.
 type Session struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock Clock
 
 	// mu is held for reading by every call in flight, and for writing while the sandbox is
 	// extended or swapped, so a call never runs on a sandbox being torn down.
@@ -99,9 +130,16 @@ type Session struct {
 	closed      bool
 	devPort     int // the dev server last seen listening
 
+	bg bgState // background processes to carry over (processes.go)
+
+	// local is the newest snapshot, when only this host has it: a last-call rotation
+	// packed it but the store would not take it. Guarded by localMu.
+	localMu sync.Mutex
+	local   *localArchive
+
 	loopCtx context.Context // lives until Close: background work of the session
 	stop    context.CancelFunc
-	wg      sync.WaitGroup // the keepalive loop and closes of rotated-out sandboxes
+	wg      sync.WaitGroup // owned by Close: the keepalive loop, watchers, closes of old sandboxes
 }
 
 // Errors callers may branch on.
@@ -114,7 +152,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Provider == nil || cfg.Snapshots == nil || cfg.ProjectID == "" {
 		return nil, errors.New("session: Provider, Snapshots and ProjectID are required")
 	}
-	s := &Session{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID)}
+	s := &Session{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID), clock: cfg.Clock}
 	sb, err := s.createRestored(ctx, "wake")
 	if err != nil {
 		return nil, err
@@ -126,8 +164,9 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// createRestored creates a sandbox and restores the project's newest good snapshot into
-// it; a project without snapshots starts empty.
+// createRestored creates a sandbox and restores the project's newest snapshot that
+// restores into it; a project without snapshots starts empty. A snapshot refused half way
+// leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
 func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, error) {
 	start := time.Now()
 	sb, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
@@ -135,7 +174,16 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	created := time.Since(start)
+	tries := 0
 	info, err := s.cfg.Snapshots.Restore(ctx, s.cfg.ProjectID, func(r io.Reader) error {
+		if tries++; tries > 1 {
+			s.closeLater(ctx, sb)
+			fresh, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
+			if err != nil {
+				return fmt.Errorf("create sandbox: %w", err)
+			}
+			sb = fresh
+		}
 		return sb.Extract(ctx, r)
 	})
 	switch {
@@ -145,34 +193,52 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 		sb.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("restore project %s: %w", s.cfg.ProjectID, err)
 	default:
+		if len(info.Refused) > 0 {
+			s.log.Error("session: restored an older snapshot: the newer ones were refused", "why", why,
+				"snapshot", info.Key, "refused", len(info.Refused), "first_refused", info.Refused[0].Key, "reason", info.Refused[0].Reason)
+		}
 		s.log.Info("session: restored", "why", why, "sandbox", sb.ID(), "snapshot", info.Key,
 			"create", created, "total", time.Since(start))
 	}
 	return sb, nil
 }
 
+// closeLater closes a sandbox the session no longer uses, off the caller's path.
+func (s *Session) closeLater(ctx context.Context, sb sandbox.Sandbox) {
+	s.wg.Go(func() { sb.Close(context.WithoutCancel(ctx)) })
+}
+
 func (s *Session) noteEnd(t time.Time) {
-	s.endsAt, s.refreshedAt = t, time.Now()
+	s.endsAt, s.refreshedAt = t, s.clock.Now()
 }
 
 // keepalive wakes before the margin of the cached end time (and at least every refresh
-// interval) to extend or rotate even when no call comes in.
+// interval, and at the last call) to extend or rotate even when no call comes in; and it
+// offers the store a snapshot only this host holds until the store takes it.
 func (s *Session) keepalive(ctx context.Context) {
+	wake := make(chan struct{}, 1)
 	for {
 		s.mu.RLock()
-		wait := min(time.Until(s.endsAt)-s.cfg.KeepaliveMargin, s.cfg.RefreshInterval)
-		if r := time.Until(s.retryAt); wait < r && !s.retryAt.IsZero() && r > 0 {
+		now := s.clock.Now()
+		wait := min(s.endsAt.Sub(now)-s.cfg.KeepaliveMargin, s.cfg.RefreshInterval)
+		if r := s.retryAt.Sub(now); r > 0 && wait < r {
 			wait = r
 		}
 		s.mu.RUnlock()
-		t := time.NewTimer(max(wait, 10*time.Millisecond))
+		t := s.clock.AfterFunc(max(wait, 10*time.Millisecond), func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-wake:
 		}
 		s.maintain(ctx, false)
+		s.flushLocal(ctx)
 	}
 }
 
@@ -185,7 +251,7 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 			s.mu.RUnlock()
 			return nil, nil, ErrClosed
 		}
-		if !s.needsCare(time.Now()) {
+		if !s.needsCare(s.clock.Now()) {
 			return s.sb, s.mu.RUnlock, nil
 		}
 		s.mu.RUnlock()
@@ -201,10 +267,13 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 }
 
 func (s *Session) needsCare(now time.Time) bool {
+	if now.Sub(s.refreshedAt) > s.cfg.RefreshInterval {
+		return true
+	}
 	if now.Before(s.retryAt) {
 		return false
 	}
-	return s.endsAt.Sub(now) < s.cfg.KeepaliveMargin || now.Sub(s.refreshedAt) > s.cfg.RefreshInterval
+	return s.endsAt.Sub(now) < s.cfg.KeepaliveMargin
 }
 
 // maintain refreshes the cached end time, then extends the sandbox or rotates it. trouble
@@ -215,7 +284,7 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 	if s.closed {
 		return
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	if !trouble && !s.needsCare(now) {
 		return // another caller did it while we waited for the lock
 	}
@@ -226,7 +295,8 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 		_, err := s.sb.Stat(ctx, sandbox.WorkspaceRoot)
 		dead = errors.Is(err, sandbox.ErrClosed)
 	}
-	if !dead && s.endsAt.Sub(now) >= s.cfg.KeepaliveMargin {
+	left := s.endsAt.Sub(now)
+	if !dead && left >= s.cfg.KeepaliveMargin {
 		return
 	}
 	if dead {
@@ -247,57 +317,136 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 			s.log.Warn("session: extend failed; rotating", "sandbox", s.sb.ID(), "err", err)
 		}
 	}
-	s.rotate(ctx)
-}
-
-// rotate saves, creates, restores and swaps. Called with mu held for writing. If the save
-// fails it keeps the old sandbox, which still holds the only copy, and tries again later.
-func (s *Session) rotate(ctx context.Context) {
-	start := time.Now()
-	old := s.sb
-	info, err := s.save(ctx, "rotation")
-	if err != nil {
-		s.retryAt = time.Now().Add(s.cfg.RetryInterval)
-		s.log.Error("session: rotation postponed: snapshot failed, keeping the sandbox that holds the only copy",
-			"sandbox", old.ID(), "err", err)
+	force := left <= s.cfg.LastCallMargin
+	if now.Before(s.retryAt) && !force {
 		return
 	}
+	s.rotate(ctx, force)
+}
+
+// lastCall is when the session rotates whatever its saves do.
+func (s *Session) lastCall() time.Time { return s.endsAt.Add(-s.cfg.LastCallMargin) }
+
+// canHandoff: the provider can start the next sandbox over this one's workspace.
+func (s *Session) canHandoff() bool {
+	_, ok := s.cfg.Provider.(sandbox.Handoff)
+	return ok && !s.cfg.RestoreOnRotate
+}
+
+// rotate saves, replaces the sandbox and restarts its background processes. Called with mu
+// held for writing. If the save fails it keeps the old sandbox, which holds the only copy,
+// and tries again later; at the last call (force) it rotates all the same with the best
+// snapshot it has: the workspace itself by handoff, or the archive the store would not
+// take, restored from a local file.
+func (s *Session) rotate(ctx context.Context, force bool) {
+	start := time.Now()
+	old := s.sb
+	// The rotation belongs to the session, not to the call that ran into it.
+	ctx = context.WithoutCancel(ctx)
+	running := s.runningProcs(ctx, old)
+	ports, _ := s.listeningOn(ctx, old)
+	handoff := s.canHandoff()
+
+	// Leave the save time to finish before the last call, or (at the last call) half of
+	// what remains, so the move itself still fits before the end.
+	budget := s.lastCall().Sub(s.clock.Now())
+	if force {
+		budget = max(s.endsAt.Sub(s.clock.Now())/2, time.Second)
+	}
+	sctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
+	info, local, err := s.save(sctx, "rotation", !handoff)
+	cancel()
 	saved := time.Since(start)
-	next, how, err := s.replace(ctx, old)
 	if err != nil {
-		s.retryAt = time.Now().Add(s.cfg.RetryInterval)
+		if !force {
+			s.retryAt = minTime(s.clock.Now().Add(s.cfg.RetryInterval), s.lastCall())
+			s.log.Error("session: rotation postponed: snapshot failed, keeping the sandbox that holds the only copy",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "last_call", s.lastCall().UTC().Format(time.RFC3339), "err", err)
+			local.remove()
+			return
+		}
+		switch {
+		case handoff:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and its snapshot could not be stored; handing its workspace to a new sandbox without a new snapshot (nothing is lost while this host lives)",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "err", err)
+		case local != nil:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and the store would not take its snapshot; moving the work with the archive kept on this host, until the store takes it",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "archive_bytes", local.size, "err", err)
+		default:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and could not even be packed; moving to a new sandbox from the newest stored snapshot: work since it is lost",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "err", err)
+		}
+	}
+	saveErr := err
+	next, how, err := s.replace(ctx, old, local, saveErr == nil)
+	if err != nil {
+		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
+		if !force {
+			s.retryAt = minTime(s.retryAt, s.lastCall())
+		}
 		s.log.Error("session: rotation postponed: new sandbox not ready", "err", err)
+		local.remove()
 		return
+	}
+	if how == "restore (local copy)" && saveErr != nil {
+		s.keepLocal(local) // the newest snapshot, until the store takes it
+	} else {
+		local.remove()
 	}
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
 	s.rotations++
+	files := filesKept
+	if saveErr != nil && how == "restore" {
+		files = filesLost
+	}
+	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation", files)
 	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
-		"save", saved, "pause", time.Since(start), "rotations", s.rotations)
+		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
 }
 
-// replace makes the sandbox that follows old, once old's snapshot is saved: by handing
-// old's workspace over when the provider can (no copy), else by restoring the snapshot
-// into a fresh sandbox. A failed handoff falls back to the restore.
-func (s *Session) replace(ctx context.Context, old sandbox.Sandbox) (sandbox.Sandbox, string, error) {
-	if h, ok := s.cfg.Provider.(sandbox.Handoff); ok && !s.cfg.RestoreOnRotate {
-		next, err := h.Handoff(ctx, old, s.cfg.Sandbox)
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// replace makes the sandbox that follows old: by handing old's workspace over when the
+// provider can (no copy), else from the local archive of this rotation, else by restoring
+// the newest stored snapshot into a fresh sandbox. A failed handoff falls back to the
+// next; the stored snapshot only when it is this rotation's (saved), since restoring an
+// older one would drop the work in old.
+func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *localArchive, saved bool) (sandbox.Sandbox, string, error) {
+	if s.canHandoff() {
+		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			return next, "handoff", nil
 		}
-		s.log.Warn("session: handoff failed; restoring the snapshot instead", "sandbox", old.ID(), "err", err)
+		s.log.Warn("session: handoff failed", "sandbox", old.ID(), "err", err)
+	}
+	if local != nil {
+		next, err := s.createFrom(ctx, local)
+		if err == nil {
+			s.closeLater(ctx, old)
+			return next, "restore (local copy)", nil
+		}
+		s.log.Error("session: restoring the local snapshot failed", "err", err)
+	}
+	if !saved && local == nil && s.canHandoff() {
+		return nil, "", errors.New("the workspace was not saved and could not be handed over")
 	}
 	next, err := s.createRestored(ctx, "rotation")
 	if err != nil {
 		return nil, "", err
 	}
-	s.wg.Go(func() { old.Close(context.WithoutCancel(ctx)) })
+	s.closeLater(ctx, old)
 	return next, "restore", nil
 }
 
-// Rotate moves the workspace to a fresh sandbox now: save, create, restore, swap. Calls
-// made meanwhile wait and then run on the new sandbox. If the save fails, the old sandbox
+// Rotate moves the workspace to a fresh sandbox now: save, replace, restart. Calls made
+// meanwhile wait and then run on the new sandbox. If the save fails, the old sandbox
 // stays and the error says why.
 func (s *Session) Rotate(ctx context.Context) error {
 	s.mu.Lock()
@@ -306,7 +455,7 @@ func (s *Session) Rotate(ctx context.Context) error {
 		return ErrClosed
 	}
 	before := s.rotations
-	s.rotate(ctx)
+	s.rotate(ctx, false)
 	if s.rotations == before {
 		return errors.New("session: rotation failed; the current sandbox stays (see the log)")
 	}
@@ -315,57 +464,126 @@ func (s *Session) Rotate(ctx context.Context) error {
 
 // recoverDead replaces a sandbox that died (or stopped answering) before it could be
 // saved. A provider whose workspaces outlive their sandboxes hands the workspace over and
-// nothing is lost; otherwise the newest snapshot is restored, work since it is lost, and
-// the log says so.
+// nothing is lost; otherwise the newest snapshot (a local one first) is restored, work
+// since it is lost, and the log says so.
 func (s *Session) recoverDead(ctx context.Context) {
 	old := s.sb
-	if h, ok := s.cfg.Provider.(sandbox.Handoff); ok && !s.cfg.RestoreOnRotate {
-		next, err := h.Handoff(ctx, old, s.cfg.Sandbox)
+	ctx = context.WithoutCancel(ctx)
+	running := s.rememberedProcs()
+	if s.canHandoff() {
+		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
 				"from", old.ID(), "to", next.ID())
-			s.sb = next
-			s.noteEnd(next.EndsAt())
-			s.retryAt = time.Time{}
+			s.adopt(ctx, next, running, filesKept)
 			return
 		}
 		s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
 	}
-	next, err := s.createRestored(ctx, "recover")
+	var next sandbox.Sandbox
+	var err error
+	from := "the newest stored snapshot"
+	if local := s.takeLocal(); local != nil {
+		next, err = s.createFrom(ctx, local)
+		if err == nil {
+			from = "the snapshot kept on this host"
+			local.remove()
+		} else {
+			s.keepLocal(local)
+		}
+	}
+	if next == nil {
+		next, err = s.createRestored(ctx, "recover")
+	}
 	if err != nil {
-		s.retryAt = time.Now().Add(s.cfg.RetryInterval)
+		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
 		s.log.Error("session: sandbox is gone and a new one could not be made", "sandbox", old.ID(), "err", err)
 		return
 	}
-	s.log.Error("session: sandbox ended before it was saved; restored the newest snapshot",
+	s.log.Error("session: sandbox ended before it was saved; restored "+from+": work since it is lost",
 		"from", old.ID(), "to", next.ID())
-	s.sb = next
-	s.noteEnd(next.EndsAt())
-	s.wg.Go(func() { old.Close(context.WithoutCancel(ctx)) })
+	s.closeLater(ctx, old)
+	s.adopt(ctx, next, running, filesLost)
 }
 
-func (s *Session) save(ctx context.Context, label string) (snapshot.Info, error) {
+// What the notice of a replacement says of the files: nothing lost, or work since the
+// last snapshot lost.
+const (
+	filesKept = "your files are as you left them"
+	filesLost = "your files are as of the last snapshot: changes made since it are lost"
+)
+
+// adopt makes next the session's sandbox after a death and restarts the processes.
+func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, files string) {
+	s.sb = next
+	s.noteEnd(next.EndsAt())
+	s.retryAt = time.Time{}
+	var ports []int
+	if s.devPort != 0 {
+		ports = []int{s.devPort}
+	}
+	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
+}
+
+// archiveReporter is a sandbox that says what its archive left out (the local provider's
+// agent does).
+type archiveReporter interface {
+	ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error)
+}
+
+// save stores a snapshot of the current sandbox. With keep, the archive is also written
+// to a local file, returned whenever the pack completed, even when the store failed (the
+// caller removes it).
+func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
 	sb := s.sb
 	start := time.Now()
+	var local *localArchive
+	var rep envd.ArchiveResult
 	info, err := s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
-		return sb.Archive(ctx, w, s.cfg.Excludes)
+		var f *os.File
+		if keep {
+			var err error
+			if f, err = os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz"); err != nil {
+				return fmt.Errorf("local copy: %w", err)
+			}
+			w = io.MultiWriter(w, f)
+		}
+		var err error
+		if ar, ok := sb.(archiveReporter); ok {
+			rep, err = ar.ArchiveReport(ctx, w, s.cfg.Excludes)
+		} else {
+			err = sb.Archive(ctx, w, s.cfg.Excludes)
+		}
+		if f != nil {
+			size, _ := f.Seek(0, io.SeekCurrent)
+			if cerr := f.Close(); err != nil || cerr != nil {
+				os.Remove(f.Name())
+			} else {
+				local = &localArchive{path: f.Name(), size: size}
+			}
+		}
+		return err
 	})
+	info.Skipped, info.Skips = rep.Skipped, rep.Skips
 	if err != nil {
 		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
-		return info, err
+		return info, local, err
 	}
 	s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
-	return info, nil
+	snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
+	s.storedNewer()
+	return info, local, nil
 }
 
 // Commit saves a snapshot of the workspace (a phase commit). A failed save returns an
-// error and leaves the session working; the next commit tries again.
+// error and leaves the session working; the next commit tries again. Info.Skipped and
+// Info.Skips say what the snapshot left out because it cannot hold it.
 func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
 	_, release, err := s.current(ctx)
 	if err != nil {
 		return snapshot.Info{}, err
 	}
-	info, err := s.save(ctx, label)
+	info, _, err := s.save(ctx, label, false)
 	if port := s.devPort; err == nil && port != 0 && s.cfg.Screenshots != nil && !s.closed {
 		// The agent does not wait for a browser it did not ask for. Launched under the
 		// read lock, so Close cannot be waiting yet.
@@ -402,5 +620,15 @@ func (s *Session) Close(ctx context.Context) error {
 	s.stop()
 	err := sb.Close(ctx)
 	s.wg.Wait()
+	if local := s.takeLocal(); local != nil {
+		// The newest snapshot exists only here: one more try, and else keep the file.
+		if uerr := s.uploadLocal(ctx, local); uerr != nil {
+			s.log.Error("session: closing with a snapshot the store never took; its archive stays on this host",
+				"path", local.path, "bytes", local.size, "err", uerr)
+		} else {
+			s.log.Warn("session: the snapshot kept on this host is now in the store")
+			local.remove()
+		}
+	}
 	return err
 }

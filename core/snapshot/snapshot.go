@@ -1,53 +1,84 @@
 // Package snapshot saves a workspace to an object store as one tar.gz per sync, keeps the
-// newest few per project, and restores the newest one that verifies.
+// newest few per project, and restores the newest one that restores.
 //
-// Keys: projects/{project_id}/snapshots/{YYYYMMDDTHHMMSSZ}.tar.gz, the UTC time the save
-// started. A second save in the same second gets the key with "_01" before ".tar.gz",
-// then "_02" and so on up to "_99": '_' sorts after '.', so lexical order of the keys is
-// still the order of the saves, and the newest snapshot is the last key. The PUT is
-// conditional (If-None-Match: *), so two savers racing for the same key cannot overwrite
-// each other either.
+// Keys: projects/{project_id}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.tar.gz, for
+// example projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz: the UTC time, to
+// the millisecond, at which the save took its snapshot (its archive was complete), and six
+// random hex digits that keep two savers of the same millisecond apart. Lexical order of
+// the keys is the order of the saves, and the newest snapshot is the last key:
+//
+//   - A save's time is never earlier than the newest snapshot it can see in the store (it
+//     takes one millisecond past it if its clock says otherwise), nor than any earlier save
+//     of the same Manager, so a save sorts after every snapshot that existed when it took
+//     its own, whatever retention deleted, in this process or any other, on any host.
+//   - Saves that overlap (neither could see the other's snapshot) are ordered by the
+//     moment each took its snapshot: the one whose archive was complete last holds the
+//     newest state, sorts last and is what Restore returns, even when its upload ends
+//     first. Across hosts that moment is read from each host's clock.
+//
+// Keys written by older versions ({YYYYMMDDTHHMMSSZ}.tar.gz and _NN.tar.gz) are still
+// listed, restored and pruned, and a new save sorts after them.
 //
 // Integrity: the SHA-256 of the archive, computed while packing, is stored as the object's
 // metadata "sha256" in the same PUT. Restore downloads to a temp file, verifies size and
-// SHA-256, and only then extracts; a snapshot that does not verify is skipped (and
-// logged) for the previous one.
+// SHA-256, and only then extracts.
 //
-// Failure: a Save that cannot store its snapshot after Retries retries returns an error
-// wrapping ErrSaveFailed. The caller (a session) logs it and carries on; the next Save
-// tries again from scratch.
+// Every saved snapshot restores: SaveDir packs with the bounds RestoreDir extracts with
+// (entries, sizes, name lengths), and what it cannot store it skips and reports
+// (Info.Skipped, Info.Skips, the log). A snapshot that is refused all the same (it does
+// not verify, or extracting it fails: an older version's snapshot past a bound, a crafted
+// entry) is skipped for the next older one; the result says which one was restored and
+// why the newer ones were not (Info.Refused).
+//
+// Failure: the store is retried with one policy (store.Retry: a few attempts within a
+// total deadline; the S3 backend makes a single attempt per request), so a store that is
+// down fails a save in seconds with one log line per attempt. A Save that cannot store
+// its snapshot returns an error wrapping ErrSaveFailed; the caller (a session) logs it
+// and carries on, and the next Save tries again from scratch.
 package snapshot
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/archive"
 	"github.com/toolhost/toolhost/core/store"
 )
 
-// Errors callers branch on; test with errors.Is.
+// Errors callers branch on; test with errors.Is. Their messages are one line each, fit to
+// print as they are.
 var (
 	// ErrSaveFailed: a Save did not store its snapshot. The wrapped cause says why.
 	ErrSaveFailed = errors.New("snapshot save failed")
 	// ErrNoSnapshot: the project has no snapshot to restore.
 	ErrNoSnapshot = errors.New("no snapshot")
-	// ErrCorrupt: every snapshot of the project failed verification.
-	ErrCorrupt = errors.New("no snapshot verifies")
+	// ErrCorrupt: the project has snapshots, and every one was refused (it did not verify
+	// or could not be extracted); the message says why each was. RestoreKey returns it
+	// for the one snapshot asked for.
+	ErrCorrupt = errors.New("no snapshot of the project restores")
 	// ErrInvalidProject: the project ID cannot be used in a key.
 	ErrInvalidProject = errors.New("invalid project id")
+	// ErrNotSnapshotKey: a key given to RestoreKey or Delete is not a snapshot key of the
+	// project.
+	ErrNotSnapshotKey = errors.New("not a snapshot key")
+	// ErrNoSuchSnapshot: the key given to RestoreKey or Delete names no stored snapshot.
+	ErrNoSuchSnapshot = errors.New("no such snapshot")
+	// ErrInvalidKeep: Prune was asked to keep fewer than one snapshot.
+	ErrInvalidKeep = errors.New("invalid number of snapshots to keep")
 )
 
 // MetaSHA256 is the object metadata key holding the archive's hex SHA-256.
@@ -58,7 +89,8 @@ const (
 	DefaultKeep           = 5
 	DefaultRetries        = 3
 	DefaultBackoff        = time.Second
-	DefaultMaxBackoff     = 30 * time.Second
+	DefaultMaxBackoff     = store.DefaultRetryMaxBackoff
+	DefaultRetryWindow    = store.DefaultRetryWindow
 	DefaultAttemptTimeout = 15 * time.Minute
 	MaxProjectIDLen       = 128
 )
@@ -71,20 +103,30 @@ type Config struct {
 	Keep int
 	// Excludes are the base names SaveDir leaves out; nil means archive.DefaultExcludes.
 	Excludes []string
-	// Retries is how many times a failed upload (or download) is retried; 0 means
-	// DefaultRetries, a negative value means none.
+	// Retries is how many times a failed store operation (the upload of a save, the
+	// download of a restore) is retried; 0 means DefaultRetries, a negative value none.
 	Retries int
 	// Backoff is the wait before the first retry, doubling for each next one up to
 	// MaxBackoff, with jitter; 0 means DefaultBackoff / DefaultMaxBackoff.
 	Backoff    time.Duration
 	MaxBackoff time.Duration
+	// RetryWindow is the total deadline of the retries of one operation: none starts
+	// later than this after the first failure (store.Retry.Window); 0 means
+	// DefaultRetryWindow.
+	RetryWindow time.Duration
 	// AttemptTimeout bounds one upload or download attempt; 0 means DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
+	// MaxEntries, MaxNameLen and MaxBytes bound SaveDir's packs and RestoreDir's extracts
+	// alike (so every snapshot SaveDir makes restores); zero means the archive package's
+	// defaults, which sandboxes pack and extract with too.
+	MaxEntries int
+	MaxNameLen int
+	MaxBytes   int64
 	// TempDir holds the archive between packing and upload (and download and extract);
 	// empty means os.TempDir().
 	TempDir string
-	// Logger receives a record for every save, retry, retention delete and restore;
-	// nil means slog.Default().
+	// Logger receives a record for every save, failed attempt, retention delete and
+	// restore; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock naming snapshots; nil means time.Now.
 	Now func() time.Time
@@ -102,27 +144,50 @@ type Progress struct {
 	Total int64
 }
 
-// Info describes one snapshot.
+// Info describes one snapshot, and what a Save or Restore did with it.
 type Info struct {
 	ProjectID string
 	Key       string
-	// Time is the UTC second the save started, from the key.
+	// Time is when the save took the snapshot, in UTC, from the key: to the millisecond
+	// (to the second for keys written by older versions).
 	Time time.Time
-	// Seq tells apart saves within the same second (0 for the first).
-	Seq  int
 	Size int64
 	// SHA256 is the archive's hex digest; List leaves it empty (it needs a HEAD each).
 	SHA256 string
-	// Attempts is the number of upload (Save) or download (Restore) attempts made.
+	// Attempts is the number of store attempts made (Save: the upload; Restore: the
+	// download of the snapshot restored).
 	Attempts int
+	// Unchanged (Save): the project's newest snapshot already held this exact archive, so
+	// nothing was uploaded and Key is that snapshot's.
+	Unchanged bool
 	// Pruned lists the keys retention deleted after this Save.
 	Pruned []string
+	// Skipped counts the entries the pack left out because a snapshot cannot hold them
+	// (names too long, unreadable, special files, past a bound); Skips names the first
+	// of them and why. SaveDir fills them in; core/session does for sandboxes.
+	Skipped int
+	Skips   []archive.Skip
+	// Refused (Restore) lists the newer snapshots that were not restored, newest first,
+	// and why.
+	Refused []Refusal
+	// Transfer is what the operation really moved.
+	Transfer Transfer
+}
+
+// Refusal is a snapshot Restore passed over, and why.
+type Refusal struct {
+	Key    string
+	Reason string
 }
 
 // Manager saves, lists and restores snapshots. It is safe for concurrent use.
 type Manager struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	retry store.Retry
+
+	mu   sync.Mutex
+	last map[string]time.Time // per project, the time of this Manager's latest save
 }
 
 // New checks cfg and applies defaults.
@@ -144,6 +209,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.Backoff)
 	}
+	if cfg.RetryWindow <= 0 {
+		cfg.RetryWindow = DefaultRetryWindow
+	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = DefaultAttemptTimeout
 	}
@@ -153,7 +221,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger.With("component", "snapshot")}, nil
+	return &Manager{
+		cfg: cfg,
+		log: cfg.Logger.With("component", "snapshot"),
+		retry: store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
+			Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout},
+		last: map[string]time.Time{},
+	}, nil
 }
 
 var projectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -170,52 +244,88 @@ func ValidProjectID(id string) error {
 // Prefix is the folder of a project's snapshots, ending in "/".
 func Prefix(projectID string) string { return "projects/" + projectID + "/snapshots/" }
 
-const timeLayout = "20060102T150405Z"
+const (
+	timeLayout = "20060102T150405Z"
+	nonceLen   = 6
+)
 
-// Key names the snapshot of projectID started at t (seq > 0 for later saves in the
-// same second).
-func Key(projectID string, t time.Time, seq int) string {
-	k := Prefix(projectID) + t.UTC().Format(timeLayout)
-	if seq > 0 {
-		k += fmt.Sprintf("_%02d", seq)
-	}
-	return k + ".tar.gz"
+// Key names the snapshot of projectID taken at t (to the millisecond, in UTC), told
+// apart from others of the same millisecond by nonce (six lower-case hex digits; see
+// NewNonce).
+func Key(projectID string, t time.Time, nonce string) string {
+	t = t.UTC()
+	return fmt.Sprintf("%s%s-%03d-%s.tar.gz", Prefix(projectID), t.Format(timeLayout), t.Nanosecond()/int(time.Millisecond), nonce)
 }
 
-var keyRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)(?:_(\d{2}))?\.tar\.gz$`)
+// NewNonce returns six random lower-case hex digits for Key.
+func NewNonce() string {
+	var b [nonceLen / 2]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
-// ParseKey reads a snapshot key back; ok is false for any other object.
-func ParseKey(key string) (projectID string, t time.Time, seq int, ok bool) {
+var keyRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)(?:-(\d{3})-[0-9a-f]{6}|_(\d{2}))?\.tar\.gz$`)
+
+// ParseKey reads a snapshot key back: its project and time. ok is false for any other
+// object. Keys of older versions ({YYYYMMDDTHHMMSSZ}.tar.gz, _NN.tar.gz) parse too,
+// with a time to the second.
+func ParseKey(key string) (projectID string, t time.Time, ok bool) {
+	projectID, t, _, ok = parseKey(key)
+	return projectID, t, ok
+}
+
+// parseKey also returns the earliest time a new key may take to sort after key.
+func parseKey(key string) (projectID string, t, after time.Time, ok bool) {
 	rest, found := strings.CutPrefix(key, "projects/")
 	if !found {
-		return "", time.Time{}, 0, false
+		return "", time.Time{}, time.Time{}, false
 	}
 	projectID, name, found := strings.Cut(rest, "/snapshots/")
 	if !found || ValidProjectID(projectID) != nil {
-		return "", time.Time{}, 0, false
+		return "", time.Time{}, time.Time{}, false
 	}
 	m := keyRE.FindStringSubmatch(name)
 	if m == nil {
-		return "", time.Time{}, 0, false
+		return "", time.Time{}, time.Time{}, false
 	}
 	t, err := time.Parse(timeLayout, m[1])
 	if err != nil {
-		return "", time.Time{}, 0, false
+		return "", time.Time{}, time.Time{}, false
 	}
-	if m[2] != "" {
-		seq, _ = strconv.Atoi(m[2])
-		if seq == 0 { // "_00" is never written
-			return "", time.Time{}, 0, false
-		}
+	switch {
+	case m[2] != "":
+		ms, _ := strconv.Atoi(m[2])
+		t = t.Add(time.Duration(ms) * time.Millisecond)
+		return projectID, t, t.Add(time.Millisecond), true
+	case m[3] == "00": // "_00" was never written
+		return "", time.Time{}, time.Time{}, false
 	}
-	return projectID, t, seq, true
+	// An older version's key: it holds the whole second.
+	return projectID, t, t.Add(time.Second), true
 }
 
-const maxSeq = 99
+// claim picks the time of a new snapshot of the project: now, but never before after
+// (one millisecond past the newest snapshot in the store) nor at or before this
+// Manager's previous save of the project.
+func (m *Manager) claim(projectID string, after time.Time) time.Time {
+	t := m.cfg.Now().UTC().Truncate(time.Millisecond)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if last, ok := m.last[projectID]; ok && !t.After(last) {
+		t = last.Add(time.Millisecond)
+	}
+	if t.Before(after) {
+		t = after
+	}
+	m.last[projectID] = t
+	return t
+}
 
-// Save packs a snapshot by calling pack with a writer, then stores it with one PUT,
-// retrying failures with backoff, and applies retention. The archive goes through a temp
-// file, hashed on the way, so the upload can be rewound and verified later.
+// Save packs a snapshot by calling pack with a writer, then stores it with one PUT under
+// a new key, retrying failures with the Manager's policy, and applies retention. The
+// archive goes through a temp file, hashed on the way, so the upload can be rewound and
+// verified later. When the project's newest snapshot already holds this exact archive
+// (same size and SHA-256), nothing is uploaded and Info.Unchanged is set.
 //
 // Any failure, the pack's included, returns an error wrapping ErrSaveFailed (and, for a
 // bad project ID, ErrInvalidProject). Retention problems after a successful PUT are only
@@ -225,8 +335,6 @@ func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Write
 	if err := ValidProjectID(projectID); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrSaveFailed, err)
 	}
-	start := m.cfg.Now().UTC().Truncate(time.Second)
-	info.Time = start
 	fail := func(err error) (Info, error) {
 		m.log.Error("snapshot save failed", "project", projectID, "attempts", info.Attempts, "err", err)
 		return info, fmt.Errorf("%w: project %s: %w", ErrSaveFailed, projectID, err)
@@ -243,34 +351,31 @@ func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Write
 	if err := pack(pw); err != nil {
 		return fail(fmt.Errorf("pack: %w", err))
 	}
-	packDur := time.Since(packStart)
 	info.Size = pw.n
 	info.SHA256 = hex.EncodeToString(h.Sum(nil))
+	info.Transfer.add(Phase{Name: "pack", Bytes: pw.n, Duration: time.Since(packStart)})
 
-	uploadStart := time.Now()
-	for attempt := 0; ; attempt++ {
-		info.Attempts = attempt + 1
-		key, err := m.upload(ctx, f, &info)
-		if err == nil {
-			info.Key = key
-			_, _, info.Seq, _ = ParseKey(key)
-			break
-		}
-		if attempt >= m.cfg.Retries || ctx.Err() != nil {
-			return fail(err)
-		}
-		wait := m.backoff(attempt)
-		m.log.Warn("snapshot upload failed, retrying", "project", projectID, "attempt", info.Attempts,
-			"of", m.cfg.Retries+1, "backoff_ms", wait.Milliseconds(), "err", err)
-		if err := sleep(ctx, wait); err != nil {
-			return fail(err)
-		}
+	up := Phase{Name: "upload"}
+	n, err := m.retry.Do(ctx, func(ctx context.Context) error {
+		return m.uploadOnce(ctx, f, &info, &up)
+	}, m.logAttempt("save", projectID))
+	info.Attempts = n
+	up.Attempts = n
+	if err != nil {
+		up.Failed = true
+		info.Transfer.add(up)
+		return fail(err)
 	}
-	m.log.Info("snapshot saved", "project", projectID, "key", info.Key, "bytes", info.Size,
-		"sha256", info.SHA256, "attempts", info.Attempts,
-		"pack_ms", packDur.Milliseconds(), "upload_ms", time.Since(uploadStart).Milliseconds())
+	info.Transfer.add(up)
+	if info.Unchanged {
+		m.log.Info("snapshot unchanged: the newest snapshot holds this archive", "project", projectID, "key", info.Key,
+			"bytes", info.Size, "sha256", info.SHA256)
+	} else {
+		m.log.Info("snapshot saved", "project", projectID, "key", info.Key, "bytes", info.Size,
+			"sha256", info.SHA256, "attempts", info.Attempts, "transfer", info.Transfer.String())
+	}
 
-	pruned, err := m.prune(ctx, projectID, info.Key)
+	pruned, err := m.prune(ctx, projectID, info.Key, m.cfg.Keep)
 	info.Pruned = pruned
 	if err != nil {
 		m.log.Warn("snapshot retention failed; will retry after the next save", "project", projectID, "err", err)
@@ -278,311 +383,518 @@ func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Write
 	return info, nil
 }
 
-// upload stores the archive in f under the first free key for info.Time, and returns it.
-func (m *Manager) upload(ctx context.Context, f *os.File, info *Info) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-	defer cancel()
-	for seq := 0; seq <= maxSeq; seq++ {
-		key := Key(info.ProjectID, info.Time, seq)
-		// A HEAD first: some S3-compatible stores ignore If-None-Match.
-		oi, err := m.cfg.Store.Head(ctx, key)
-		if err == nil {
-			if oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size {
-				return key, nil // our own earlier attempt landed, its answer was lost
+// uploadOnce is one attempt of a save's store work: find the newest snapshot (is it this
+// very archive?), claim a key past it and PUT the archive there. A retry after a lost
+// answer finds its own object and takes it as saved.
+func (m *Manager) uploadOnce(ctx context.Context, f *os.File, info *Info, up *Phase) error {
+	for range 3 { // another saver can only take our key with the same nonce: vanishingly rare
+		if info.Key == "" {
+			newest, err := m.newest(ctx, info.ProjectID)
+			if err != nil {
+				return err
 			}
-			continue
+			var after time.Time
+			if newest != nil {
+				after = newest.after
+				oi, err := m.cfg.Store.Head(ctx, newest.Key)
+				switch {
+				case err == nil && oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size:
+					info.Key, info.Time, info.Unchanged = newest.Key, newest.Time, true
+					return nil
+				case err != nil && !errors.Is(err, store.ErrNotFound):
+					return err
+				}
+			}
+			info.Time = m.claim(info.ProjectID, after)
+			info.Key = Key(info.ProjectID, info.Time, NewNonce())
 		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return "", fmt.Errorf("check %s: %w", key, err)
-		}
+		start := time.Now()
 		body := &progressFile{f: f, report: m.reporter(info.ProjectID, "upload", info.Size)}
-		_, err = m.cfg.Store.Put(ctx, key, body, store.PutOptions{
+		_, err := m.cfg.Store.Put(ctx, info.Key, body, store.PutOptions{
 			Size:        info.Size,
 			ContentType: "application/gzip",
 			Metadata:    map[string]string{MetaSHA256: info.SHA256},
 			IfNotExists: true,
 		})
 		if errors.Is(err, store.ErrExists) {
-			// Someone else's snapshot, or ours from a try whose answer was lost.
-			if oi, herr := m.cfg.Store.Head(ctx, key); herr == nil && oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size {
-				return key, nil
+			// Ours from a try whose answer was lost, or (same millisecond, same nonce)
+			// someone else's.
+			if oi, herr := m.cfg.Store.Head(ctx, info.Key); herr == nil && oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size {
+				return nil
 			}
+			info.Key = ""
 			continue
 		}
 		if err != nil {
-			return "", err
+			return err
 		}
-		return key, nil
+		up.Bytes, up.Duration = info.Size, time.Since(start)
+		return nil
 	}
-	return "", fmt.Errorf("more than %d snapshots in the second %s", maxSeq+1, info.Time.Format(timeLayout))
+	return fmt.Errorf("another saver took the key %s each time", info.Key)
 }
 
-// prune deletes all but the newest Keep snapshots of the project, never keep.
-func (m *Manager) prune(ctx context.Context, projectID, keep string) ([]string, error) {
-	if m.cfg.Keep < 0 {
+// listed is a snapshot found in the store.
+type listed struct {
+	Info
+	after time.Time // the earliest time of a key that sorts after this one
+}
+
+// newest returns the project's newest snapshot, or nil.
+func (m *Manager) newest(ctx context.Context, projectID string) (*listed, error) {
+	all, err := m.list(ctx, projectID)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	return &all[0], nil
+}
+
+// Prune deletes all but the newest keep snapshots of the project (snapshot prune --keep
+// N); keep must be at least 1. It returns the keys deleted, oldest last.
+func (m *Manager) Prune(ctx context.Context, projectID string, keep int) ([]string, error) {
+	if err := ValidProjectID(projectID); err != nil {
+		return nil, err
+	}
+	if keep < 1 {
+		return nil, fmt.Errorf("%w: keep at least 1 snapshot, not %d (delete the last ones by key)", ErrInvalidKeep, keep)
+	}
+	return m.prune(ctx, projectID, "", keep)
+}
+
+// prune deletes all but the newest keep snapshots of the project, and never exempt (the
+// snapshot a Save just wrote): when savers overlap it can be older than the newest keep,
+// written by others meanwhile; those stay, and so does it, until the next save.
+func (m *Manager) prune(ctx context.Context, projectID, exempt string, keep int) ([]string, error) {
+	if keep < 0 {
 		return nil, nil
 	}
 	start := time.Now()
-	infos, err := m.List(ctx, projectID)
+	all, err := m.list(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
-	// The snapshot just written always stays and counts towards Keep, even when it is
-	// not the newest (a clock that went back).
-	budget := m.cfg.Keep
-	if slices.ContainsFunc(infos, func(i Info) bool { return i.Key == keep }) {
-		budget--
-	}
 	var doomed []string
-	for _, in := range infos { // newest first
-		if in.Key == keep {
-			continue
+	for _, in := range all { // newest first
+		switch {
+		case keep > 0:
+			keep--
+		case in.Key == exempt:
+		default:
+			doomed = append(doomed, in.Key)
 		}
-		if budget > 0 {
-			budget--
-			continue
-		}
-		doomed = append(doomed, in.Key)
 	}
 	if len(doomed) == 0 {
 		return nil, nil
 	}
 	if err := m.cfg.Store.Delete(ctx, doomed...); err != nil {
-		return nil, fmt.Errorf("delete %d old snapshots: %w", len(doomed), err)
+		return nil, fmt.Errorf("delete %d old snapshots of project %s: %w", len(doomed), projectID, err)
 	}
 	for _, k := range doomed {
 		m.log.Info("snapshot retention delete", "project", projectID, "key", k)
 	}
-	m.log.Info("snapshot retention", "project", projectID, "kept", m.cfg.Keep, "deleted", len(doomed),
-		"ms", time.Since(start).Milliseconds())
+	m.log.Info("snapshot retention", "project", projectID, "deleted", len(doomed), "ms", time.Since(start).Milliseconds())
 	return doomed, nil
+}
+
+// Delete removes one snapshot of the project (snapshot delete KEY). A key that is not a
+// snapshot key of the project gives ErrNotSnapshotKey, one that names nothing
+// ErrNoSuchSnapshot.
+func (m *Manager) Delete(ctx context.Context, projectID, key string) error {
+	if err := m.checkKey(projectID, key); err != nil {
+		return err
+	}
+	if _, err := m.cfg.Store.Head(ctx, key); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: project %s has no snapshot %s", ErrNoSuchSnapshot, projectID, key)
+		}
+		return fmt.Errorf("delete snapshot %s: %w", key, err)
+	}
+	if err := m.cfg.Store.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", key, err)
+	}
+	m.log.Info("snapshot deleted", "project", projectID, "key", key)
+	return nil
+}
+
+func (m *Manager) checkKey(projectID, key string) error {
+	if err := ValidProjectID(projectID); err != nil {
+		return err
+	}
+	if pid, _, ok := ParseKey(key); !ok || pid != projectID {
+		return fmt.Errorf("%w: %q is not a snapshot key of project %s (keys look like %s; snapshot list shows them)",
+			ErrNotSnapshotKey, key, projectID, Key(projectID, time.Date(2026, 11, 21, 9, 30, 0, 42e6, time.UTC), "7f3a9c"))
+	}
+	return nil
 }
 
 // List returns the project's snapshots, newest first. Objects under the prefix that are
 // not snapshot keys are ignored.
 func (m *Manager) List(ctx context.Context, projectID string) ([]Info, error) {
+	all, err := m.list(ctx, projectID)
+	infos := make([]Info, len(all))
+	for i, l := range all {
+		infos[i] = l.Info
+	}
+	return infos, err
+}
+
+func (m *Manager) list(ctx context.Context, projectID string) ([]listed, error) {
 	if err := ValidProjectID(projectID); err != nil {
 		return nil, err
 	}
 	objs, err := store.ListAll(ctx, m.cfg.Store, Prefix(projectID))
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots of %s: %w", projectID, err)
+		return nil, err // the store's error names the prefix listed
 	}
-	var infos []Info
+	var all []listed
 	for _, o := range objs {
-		pid, t, seq, ok := ParseKey(o.Key)
+		pid, t, after, ok := parseKey(o.Key)
 		if !ok || pid != projectID {
 			continue
 		}
-		infos = append(infos, Info{ProjectID: pid, Key: o.Key, Time: t, Seq: seq, Size: o.Size})
+		all = append(all, listed{Info{ProjectID: pid, Key: o.Key, Time: t, Size: o.Size}, after})
 	}
-	slices.SortFunc(infos, func(a, b Info) int { return strings.Compare(b.Key, a.Key) })
-	return infos, nil
+	slices.SortFunc(all, func(a, b listed) int { return strings.Compare(b.Key, a.Key) })
+	return all, nil
 }
 
-// Restore finds the newest snapshot of the project that verifies, and calls extract
-// with its bytes. Snapshots are downloaded to a temp file and checked against their
-// stored size and SHA-256 first; one that does not verify (or has no checksum) is logged
-// and skipped for the previous one. A download that fails for other reasons is retried
-// like an upload, and then fails the Restore: an older snapshot is not silently restored
-// because the store is unreachable.
+// Restore restores the project's newest snapshot that restores: it calls extract with
+// the bytes of the newest snapshot that verifies (downloaded to a temp file and checked
+// against its stored size and SHA-256 first), and when a snapshot does not verify or
+// extract fails on it, logs why and goes on to the next older one. extract may thus be
+// called more than once; each call must start from a clean destination (the caller
+// discards what a failed call left behind). Info.Refused says which newer snapshots were
+// passed over and why.
 //
-// It returns ErrNoSnapshot when the project has none, ErrCorrupt when none verifies.
-// extract's error is returned as is, wrapped; extract is called at most once.
+// A download that fails because the store does (not the snapshot) is retried, and then
+// fails the Restore: an older snapshot is not silently restored because the store is
+// unreachable. Nor is one when ctx ends.
+//
+// It returns ErrNoSnapshot when the project has none, ErrCorrupt when none restores.
 func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (Info, error) {
 	start := time.Now()
 	if err := ValidProjectID(projectID); err != nil {
 		return Info{ProjectID: projectID}, err
 	}
-	var infos []Info
-	err := m.retry(ctx, "list", projectID, func(ctx context.Context) error {
+	var all []listed
+	_, err := m.retry.Do(ctx, func(ctx context.Context) error {
 		var err error
-		infos, err = m.List(ctx, projectID)
+		all, err = m.list(ctx, projectID)
 		return err
-	})
+	}, m.logAttempt("list", projectID))
 	if err != nil {
-		return Info{ProjectID: projectID}, fmt.Errorf("restore %s: %w", projectID, err)
+		return Info{ProjectID: projectID}, fmt.Errorf("restore project %s: %w", projectID, err)
 	}
-	if len(infos) == 0 {
-		return Info{ProjectID: projectID}, fmt.Errorf("restore %s: %w", projectID, ErrNoSnapshot)
+	if len(all) == 0 {
+		return Info{ProjectID: projectID}, fmt.Errorf("restore project %s: %w", projectID, ErrNoSnapshot)
 	}
 	f, err := os.CreateTemp(m.cfg.TempDir, "toolhost-restore-*.tar.gz")
 	if err != nil {
-		return Info{ProjectID: projectID}, fmt.Errorf("restore %s: temp file: %w", projectID, err)
+		return Info{ProjectID: projectID}, fmt.Errorf("restore project %s: temp file: %w", projectID, err)
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
 
-	for _, in := range infos {
-		dlStart := time.Now()
-		ok, err := m.download(ctx, f, &in)
+	var refused []Refusal
+	var tr Transfer
+	for _, l := range all {
+		in := l.Info
+		in.Refused = refused
+		why, err := m.restoreOne(ctx, f, &in, &tr, extract)
 		if err != nil {
-			return in, fmt.Errorf("restore %s: %w", in.Key, err)
+			in.Transfer = tr
+			return in, err
 		}
-		if !ok {
+		if why != "" {
+			refused = append(refused, Refusal{Key: in.Key, Reason: why})
 			continue
 		}
-		dlDur := time.Since(dlStart)
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return in, fmt.Errorf("restore %s: %w", in.Key, err)
-		}
-		exStart := time.Now()
-		pr := &progressFile{f: f, report: m.reporter(projectID, "extract", in.Size)}
-		if err := extract(pr); err != nil {
-			m.log.Error("snapshot extract failed", "project", projectID, "key", in.Key, "err", err)
-			return in, fmt.Errorf("restore %s: extract: %w", in.Key, err)
+		in.Refused, in.Transfer = refused, tr
+		if len(refused) > 0 {
+			m.log.Warn("snapshot restored an older snapshot: the newer ones were refused", "project", projectID,
+				"key", in.Key, "refused", refusals(refused))
 		}
 		m.log.Info("snapshot restored", "project", projectID, "key", in.Key, "bytes", in.Size,
-			"attempts", in.Attempts, "download_ms", dlDur.Milliseconds(),
-			"extract_ms", time.Since(exStart).Milliseconds(), "total_ms", time.Since(start).Milliseconds())
+			"attempts", in.Attempts, "transfer", tr.String(), "total_ms", time.Since(start).Milliseconds())
 		return in, nil
 	}
-	return Info{ProjectID: projectID}, fmt.Errorf("restore %s: %w (%d tried)", projectID, ErrCorrupt, len(infos))
+	return Info{ProjectID: projectID, Refused: refused, Transfer: tr},
+		fmt.Errorf("restore project %s: %w (%d tried: %s)", projectID, ErrCorrupt, len(all), refusals(refused))
 }
 
-// download fetches in.Key into f (truncated first) and verifies it. ok is false when the
-// snapshot is gone or does not verify; err is set when the store keeps failing.
-func (m *Manager) download(ctx context.Context, f *os.File, in *Info) (ok bool, err error) {
-	for attempt := 0; ; attempt++ {
-		in.Attempts = attempt + 1
-		ok, retry, err := m.downloadOnce(ctx, f, in)
-		if err == nil || !retry {
-			return ok, err
-		}
-		if attempt >= m.cfg.Retries || ctx.Err() != nil {
-			if errors.Is(err, store.ErrChecksum) && ctx.Err() == nil {
-				// The store's own checksum fails on every read: the stored bytes are bad.
-				m.log.Warn("snapshot is corrupt (store checksum mismatch on every try), falling back to the previous one",
-					"project", in.ProjectID, "key", in.Key, "attempts", in.Attempts, "err", err)
-				return false, nil
-			}
-			return false, err
-		}
-		wait := m.backoff(attempt)
-		m.log.Warn("snapshot download failed, retrying", "project", in.ProjectID, "key", in.Key,
-			"attempt", in.Attempts, "backoff_ms", wait.Milliseconds(), "err", err)
-		if err := sleep(ctx, wait); err != nil {
-			return false, err
-		}
+// restoreOne downloads, verifies and extracts one snapshot. why is set when the snapshot
+// was refused (the Restore goes on), err when the Restore must stop.
+func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, extract func(io.Reader) error) (why string, err error) {
+	why, err = m.download(ctx, f, in, tr)
+	if err != nil {
+		return "", fmt.Errorf("restore %s: %w", in.Key, err)
 	}
-}
-
-func (m *Manager) downloadOnce(ctx context.Context, f *os.File, in *Info) (ok, retry bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-	defer cancel()
-	if err := f.Truncate(0); err != nil {
-		return false, false, err
+	if why != "" {
+		m.log.Warn("snapshot refused, trying the next older one", "project", in.ProjectID, "key", in.Key, "why", why)
+		return why, nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return false, false, err
+		return "", fmt.Errorf("restore %s: %w", in.Key, err)
+	}
+	exStart := time.Now()
+	pr := &progressFile{f: f, report: m.reporter(in.ProjectID, "extract", in.Size)}
+	err = extract(pr)
+	tr.add(Phase{Name: "extract", Bytes: pr.pos, Duration: time.Since(exStart)})
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("restore %s: extract: %w", in.Key, err)
+		}
+		why = "extracting it failed: " + err.Error()
+		m.log.Warn("snapshot refused, trying the next older one", "project", in.ProjectID, "key", in.Key, "why", why)
+		return why, nil
+	}
+	return "", nil
+}
+
+func refusals(rs []Refusal) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = r.Key + ": " + r.Reason
+	}
+	return strings.Join(parts, "; ")
+}
+
+// RestoreKey restores the one snapshot key of the project (snapshot restore --key KEY),
+// with no fallback: a key that is not one of the project's gives ErrNotSnapshotKey, a
+// missing one ErrNoSuchSnapshot, one that does not verify ErrCorrupt, and extract's
+// error is returned wrapped.
+func (m *Manager) RestoreKey(ctx context.Context, projectID, key string, extract func(io.Reader) error) (Info, error) {
+	if err := m.checkKey(projectID, key); err != nil {
+		return Info{ProjectID: projectID, Key: key}, err
+	}
+	_, t, _ := ParseKey(key)
+	in := Info{ProjectID: projectID, Key: key, Time: t}
+	f, err := os.CreateTemp(m.cfg.TempDir, "toolhost-restore-*.tar.gz")
+	if err != nil {
+		return in, fmt.Errorf("restore %s: temp file: %w", key, err)
+	}
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	why, err := m.restoreOne(ctx, f, &in, &in.Transfer, extract)
+	switch {
+	case err != nil:
+		return in, err
+	case why == gone:
+		return in, fmt.Errorf("%w: project %s has no snapshot %s", ErrNoSuchSnapshot, projectID, key)
+	case why != "":
+		return in, fmt.Errorf("restore %s: %w: %s", key, ErrCorrupt, why)
+	}
+	m.log.Info("snapshot restored", "project", projectID, "key", key, "bytes", in.Size, "transfer", in.Transfer.String())
+	return in, nil
+}
+
+const gone = "it was deleted before it could be downloaded"
+
+// download fetches in.Key into f (truncated first) and verifies it, retrying failures
+// of the store. why is set when the snapshot is gone or does not verify; err when the
+// store keeps failing.
+func (m *Manager) download(ctx context.Context, f *os.File, in *Info, tr *Transfer) (why string, err error) {
+	var corrupt error // the store's own checksum failed: on every try, the bytes are bad
+	dl := Phase{Name: "download"}
+	n, err := m.retry.Do(ctx, func(ctx context.Context) error {
+		why, corrupt = "", nil
+		start := time.Now()
+		w, err := m.downloadOnce(ctx, f, in)
+		if errors.Is(err, store.ErrChecksum) {
+			corrupt = err
+		}
+		dl.Bytes += in.Size
+		dl.Duration += time.Since(start)
+		why = w
+		return err
+	}, m.logAttempt("download "+in.Key, in.ProjectID))
+	in.Attempts, dl.Attempts = n, n
+	tr.add(dl)
+	if err != nil && corrupt != nil && ctx.Err() == nil {
+		return "the store's checksum of it fails on every read", nil
+	}
+	return why, err
+}
+
+func (m *Manager) downloadOnce(ctx context.Context, f *os.File, in *Info) (why string, err error) {
+	in.Size = 0
+	if err := f.Truncate(0); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
 	}
 	rc, oi, err := m.cfg.Store.Get(ctx, in.Key)
 	if errors.Is(err, store.ErrNotFound) {
-		m.log.Warn("snapshot vanished before download (retention?), trying the previous one", "project", in.ProjectID, "key", in.Key)
-		return false, false, nil
+		return gone, nil
 	}
 	if err != nil {
-		return false, true, err
+		return "", err
 	}
 	defer rc.Close()
 	want := oi.Metadata[MetaSHA256]
 	h := sha256.New()
 	pw := &progressWriter{w: io.MultiWriter(f, h), report: m.reporter(in.ProjectID, "download", oi.Size)}
 	if _, err := io.Copy(pw, ctxReader{ctx, rc}); err != nil {
-		return false, true, fmt.Errorf("download: %w", err)
+		in.Size = pw.n
+		return "", fmt.Errorf("download %s: %w", in.Key, err)
 	}
 	in.Size = pw.n
 	in.SHA256 = hex.EncodeToString(h.Sum(nil))
 	switch {
 	case want == "":
-		m.log.Warn("snapshot has no checksum, skipping it for the previous one", "project", in.ProjectID, "key", in.Key)
-		return false, false, nil
+		return "it has no checksum", nil
 	case oi.Size > 0 && pw.n != oi.Size:
-		return false, true, fmt.Errorf("download: got %d of %d bytes", pw.n, oi.Size)
+		return "", fmt.Errorf("download %s: got %d of %d bytes", in.Key, pw.n, oi.Size)
 	case in.SHA256 != want:
-		m.log.Warn("snapshot is corrupt (SHA-256 mismatch), falling back to the previous one", "project", in.ProjectID,
-			"key", in.Key, "want", want, "got", in.SHA256, "bytes", pw.n)
-		return false, false, nil
+		return fmt.Sprintf("its SHA-256 does not match (stored %.12s, got %.12s)", want, in.SHA256), nil
 	}
-	return true, false, nil
+	return "", nil
 }
 
-// SaveDir saves dir with archive.Pack and the Manager's Excludes.
+// logAttempt logs one line per failed store attempt.
+func (m *Manager) logAttempt(what, projectID string) func(store.Attempt) {
+	return func(a store.Attempt) {
+		if a.Last {
+			return // the caller reports the failure
+		}
+		m.log.Warn("snapshot "+what+": attempt failed, retrying", "project", projectID,
+			"attempt", fmt.Sprintf("%d/%d", a.N, a.Of), "wait", a.Wait.Round(time.Millisecond), "err", a.Err)
+	}
+}
+
+// packOptions are SaveDir's bounds, those RestoreDir extracts with.
+func (m *Manager) packOptions() archive.PackOptions {
+	return archive.PackOptions{Excludes: m.cfg.Excludes, MaxEntries: m.cfg.MaxEntries, MaxNameLen: m.cfg.MaxNameLen, MaxBytes: m.cfg.MaxBytes}
+}
+
+func (m *Manager) extractOptions() archive.ExtractOptions {
+	return archive.ExtractOptions{MaxEntries: m.cfg.MaxEntries, MaxNameLen: m.cfg.MaxNameLen, MaxBytes: m.cfg.MaxBytes}
+}
+
+// SaveDir saves dir with archive.Pack and the Manager's Excludes and bounds. Entries the
+// pack leaves out are logged and reported in Info.Skipped and Info.Skips (and the stats).
 func (m *Manager) SaveDir(ctx context.Context, projectID, dir string) (Info, archive.PackStats, error) {
 	var st archive.PackStats
 	info, err := m.Save(ctx, projectID, func(w io.Writer) error {
 		var err error
-		st, err = archive.Pack(ctx, w, dir, archive.PackOptions{Excludes: m.cfg.Excludes})
+		st, err = archive.Pack(ctx, w, dir, m.packOptions())
 		return err
 	})
+	info.Skipped, info.Skips = st.Skipped, st.Skips
 	if err == nil {
 		m.log.Info("snapshot packed", "project", projectID, "dir", dir, "files", st.Files, "dirs", st.Dirs,
 			"symlinks", st.Symlinks, "skipped", st.Skipped, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut,
 			"pack_ms", st.Duration.Milliseconds())
+		LogSkips(m.log, projectID, st.Skipped, st.Skips)
 	}
 	return info, st, err
 }
 
-// RestoreDir restores the newest good snapshot into dir with archive.Extract, which wants
-// dir empty or absent. With replace, archive.ExtractReplace is used instead: dir may hold
-// files, which are moved aside to ExtractStats.Backup (never deleted) once the new tree
-// is complete.
+// LogSkips logs what a pack left out: one warning with the count and the first entries
+// (quoted: names come from the workspace).
+func LogSkips(log *slog.Logger, projectID string, skipped int, skips []archive.Skip) {
+	if skipped == 0 {
+		return
+	}
+	const show = 10
+	names := make([]string, 0, min(len(skips), show))
+	for _, s := range skips[:min(len(skips), show)] {
+		names = append(names, strconv.Quote(clipName(s.Path))+" ("+s.Reason+")")
+	}
+	log.Warn("snapshot left out entries it cannot store", "project", projectID, "skipped", skipped,
+		"first", strings.Join(names, "; "))
+}
+
+func clipName(s string) string {
+	if len(s) > 120 {
+		return s[:60] + "..." + s[len(s)-40:]
+	}
+	return s
+}
+
+// RestoreDir restores the newest snapshot that restores into dir with archive.Extract's
+// checks and the Manager's bounds. Without replace dir must be empty or absent; a
+// snapshot refused half way is cleared out of it (and dir removed if the restore made it)
+// before the next older one is tried. With replace, dir may hold files: each snapshot is
+// extracted next to dir and swapped in only when complete (archive.ExtractReplace), and
+// dir's previous contents are moved to ExtractStats.Backup, never deleted.
 func (m *Manager) RestoreDir(ctx context.Context, projectID, dir string, replace bool) (Info, archive.ExtractStats, error) {
 	var st archive.ExtractStats
+	if !replace {
+		if err := emptyOrAbsent(dir); err != nil {
+			return Info{ProjectID: projectID}, st, err
+		}
+	}
 	info, err := m.Restore(ctx, projectID, func(r io.Reader) error {
 		var err error
-		if replace {
-			st, err = archive.ExtractReplace(ctx, r, dir, archive.ExtractOptions{})
-		} else {
-			st, err = archive.Extract(ctx, r, dir, archive.ExtractOptions{})
-		}
+		st, err = m.extractDir(ctx, r, dir, replace)
 		return err
 	})
-	if err == nil && st.Backup != "" {
+	return info, m.logBackup(projectID, dir, st), err
+}
+
+// RestoreDirKey is RestoreDir for the one snapshot key, with no fallback (RestoreKey).
+func (m *Manager) RestoreDirKey(ctx context.Context, projectID, key, dir string, replace bool) (Info, archive.ExtractStats, error) {
+	var st archive.ExtractStats
+	if !replace {
+		if err := emptyOrAbsent(dir); err != nil {
+			return Info{ProjectID: projectID, Key: key}, st, err
+		}
+	}
+	info, err := m.RestoreKey(ctx, projectID, key, func(r io.Reader) error {
+		var err error
+		st, err = m.extractDir(ctx, r, dir, replace)
+		return err
+	})
+	return info, m.logBackup(projectID, dir, st), err
+}
+
+// extractDir extracts one snapshot into dir. Without replace (dir empty or absent), a
+// failed extraction leaves dir as it was: emptied, or removed when this call made it.
+func (m *Manager) extractDir(ctx context.Context, r io.Reader, dir string, replace bool) (archive.ExtractStats, error) {
+	if replace {
+		return archive.ExtractReplace(ctx, r, dir, m.extractOptions())
+	}
+	_, serr := os.Lstat(dir)
+	made := errors.Is(serr, os.ErrNotExist)
+	st, err := archive.Extract(ctx, r, dir, m.extractOptions())
+	if err != nil {
+		if made {
+			os.RemoveAll(dir)
+		} else {
+			clearDir(dir)
+		}
+	}
+	return st, err
+}
+
+// clearDir removes everything in dir (never through a link: RemoveAll removes a link, not
+// its target).
+func clearDir(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+func (m *Manager) logBackup(projectID, dir string, st archive.ExtractStats) archive.ExtractStats {
+	if st.Backup != "" {
 		m.log.Info("snapshot restore moved the previous tree aside", "project", projectID, "dir", dir, "backup", st.Backup)
 	}
-	return info, st, err
+	return st
 }
 
-// retry runs fn with the Manager's retries and backoff, each try bounded by
-// AttemptTimeout.
-func (m *Manager) retry(ctx context.Context, what, projectID string, fn func(context.Context) error) error {
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-		err := fn(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if attempt >= m.cfg.Retries || ctx.Err() != nil {
-			return err
-		}
-		wait := m.backoff(attempt)
-		m.log.Warn("snapshot "+what+" failed, retrying", "project", projectID, "attempt", attempt+1,
-			"backoff_ms", wait.Milliseconds(), "err", err)
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-	}
-}
-
-func (m *Manager) backoff(attempt int) time.Duration {
-	d := m.cfg.Backoff << min(attempt, 20)
-	if d <= 0 || d > m.cfg.MaxBackoff {
-		d = m.cfg.MaxBackoff
-	}
-	// Equal jitter: between half and all of d.
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
+// emptyOrAbsent refuses a dir that holds files (archive.ErrNotEmpty).
+func emptyOrAbsent(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("restore into %s: %w", dir, err)
+	case len(ents) > 0:
+		return fmt.Errorf("restore into %s: %w", dir, archive.ErrNotEmpty)
 	}
+	return nil
 }
 
 func (m *Manager) reporter(projectID, phase string, total int64) func(int64) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,9 @@ import (
 var srv *s3test.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" { // a saver process of TestFourProcessesSaveOneProject
+		os.Exit(m.Run())
+	}
 	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_REGION", "AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"} {
 		os.Unsetenv(k)
 	}
@@ -181,24 +185,37 @@ func keysOf(infos []snapshot.Info) []string {
 }
 
 func TestKeys(t *testing.T) {
-	ts := time.Date(2026, 1, 2, 3, 4, 5, 999, time.FixedZone("X", 3600))
-	keys := []string{snapshot.Key("p", ts, 0), snapshot.Key("p", ts, 1), snapshot.Key("p", ts, 2), snapshot.Key("p", ts, 10), snapshot.Key("p", ts.Add(time.Second), 0)}
-	if keys[0] != "projects/p/snapshots/20260102T020405Z.tar.gz" || keys[1] != "projects/p/snapshots/20260102T020405Z_01.tar.gz" {
-		t.Errorf("keys %q", keys)
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 42_999_999, time.FixedZone("X", 3600))
+	k := snapshot.Key("p", ts, "7f3a9c")
+	if k != "projects/p/snapshots/20260102T020405Z-042-7f3a9c.tar.gz" {
+		t.Errorf("key %q", k)
+	}
+	pid, pt, ok := snapshot.ParseKey(k)
+	if !ok || pid != "p" || !pt.Equal(ts.Truncate(time.Millisecond)) {
+		t.Errorf("ParseKey(%q) = %q %v %v", k, pid, pt, ok)
+	}
+	// Keys sort in time order, to the millisecond, across seconds and with any nonce.
+	keys := []string{
+		snapshot.Key("p", ts, "ffffff"), snapshot.Key("p", ts.Add(time.Millisecond), "000000"),
+		snapshot.Key("p", ts.Add(957*time.Millisecond), "abcdef"), snapshot.Key("p", ts.Add(958*time.Millisecond), "000001"),
+		snapshot.Key("p", ts.Add(time.Hour), snapshot.NewNonce()),
 	}
 	for i := 1; i < len(keys); i++ {
 		if keys[i-1] >= keys[i] {
 			t.Errorf("%q does not sort before %q", keys[i-1], keys[i])
 		}
 	}
-	for i, k := range keys {
-		pid, pt, seq, ok := snapshot.ParseKey(k)
-		if !ok || pid != "p" || !pt.Equal(ts.Truncate(time.Second)) && i < 4 {
-			t.Errorf("ParseKey(%q) = %q %v %d %v", k, pid, pt, seq, ok)
+	// Keys of older versions still parse, to the second.
+	for _, old := range []string{"projects/p/snapshots/20260102T020405Z.tar.gz", "projects/p/snapshots/20260102T020405Z_07.tar.gz"} {
+		if pid, pt, ok := snapshot.ParseKey(old); !ok || pid != "p" || !pt.Equal(ts.Truncate(time.Second)) {
+			t.Errorf("ParseKey(%q) = %q %v %v", old, pid, pt, ok)
 		}
 	}
-	for _, k := range []string{"projects/p/snapshots/README", "projects/p/snapshots/20260102T020405Z_00.tar.gz", "projects/p/snapshots/2026.tar.gz", "projects/a/b/snapshots/20260102T020405Z.tar.gz", "other/p/snapshots/20260102T020405Z.tar.gz"} {
-		if _, _, _, ok := snapshot.ParseKey(k); ok {
+	for _, k := range []string{"projects/p/snapshots/README", "projects/p/snapshots/20260102T020405Z_00.tar.gz",
+		"projects/p/snapshots/2026.tar.gz", "projects/a/b/snapshots/20260102T020405Z.tar.gz",
+		"other/p/snapshots/20260102T020405Z.tar.gz", "projects/p/snapshots/20260102T020405Z-042-7F3A9C.tar.gz",
+		"projects/p/snapshots/20260102T020405Z-42-7f3a9c.tar.gz", "projects/p/snapshots/20260102T020405Z-042-7f3a9c.tar.gz.tmp"} {
+		if _, _, ok := snapshot.ParseKey(k); ok {
 			t.Errorf("ParseKey(%q) accepted a foreign key", k)
 		}
 	}
@@ -228,29 +245,62 @@ func TestInvalidProject(t *testing.T) {
 	}
 }
 
-// Two (and more) saves in the same second get distinct keys that sort in save order.
-func TestSameSecond(t *testing.T) {
+// keep+2 saves in one millisecond (the clock stands still), for keep 1 to 5: each gets
+// a key past the one before, retention keeps the newest, and restore returns the last.
+// (The freed keys of the first saves are never taken again.)
+func TestKeepPlusTwoSavesInOneMillisecond(t *testing.T) {
+	for _, b := range backends(t) {
+		for keep := 1; keep <= 5; keep++ {
+			t.Run(fmt.Sprintf("%s/keep-%d", b.name, keep), func(t *testing.T) {
+				project := fmt.Sprintf("k%d", keep)
+				m, _, _ := newManager(t, b.s, func(c *snapshot.Config) { c.Keep = keep })
+				var infos []snapshot.Info
+				for i := range keep + 2 {
+					infos = append(infos, saveContent(t, m, project, fmt.Sprintf("save %d", i)))
+					if i > 0 && infos[i].Key <= infos[i-1].Key {
+						t.Errorf("save %d: key %s does not sort after %s", i, infos[i].Key, infos[i-1].Key)
+					}
+				}
+				list, err := m.List(context.Background(), project)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(list) != keep || list[0].Key != infos[keep+1].Key {
+					t.Errorf("kept %q, want the newest %d", keysOf(list), keep)
+				}
+				if _, got, err := restoreContent(t, m, project); err != nil || got != fmt.Sprintf("save %d", keep+1) {
+					t.Errorf("Restore got %q, %v; want the last save", got, err)
+				}
+			})
+		}
+	}
+}
+
+// A, B, A within one millisecond: the third save is not "unchanged" (that compares with
+// the newest snapshot only) and restore returns A. Saving the newest again is unchanged.
+func TestABA(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			m, _, _ := newManager(t, b.s, nil)
-			var infos []snapshot.Info
-			for i := range 3 {
-				infos = append(infos, saveContent(t, m, "p1", fmt.Sprintf("save %d", i)))
+			a1 := saveContent(t, m, "aba", "A")
+			bb := saveContent(t, m, "aba", "B")
+			a2 := saveContent(t, m, "aba", "A")
+			if a2.Unchanged || a2.Key == a1.Key || a2.Key <= bb.Key {
+				t.Errorf("A after B deduplicated onto %s (B is %s): %+v", a1.Key, bb.Key, a2)
 			}
-			for i, in := range infos {
-				if in.Seq != i {
-					t.Errorf("save %d: seq %d key %s", i, in.Seq, in.Key)
-				}
+			if _, got, err := restoreContent(t, m, "aba"); err != nil || got != "A" {
+				t.Errorf("restore after A-B-A: %q %v", got, err)
 			}
-			list, err := m.List(context.Background(), "p1")
-			if err != nil {
-				t.Fatal(err)
+			a3 := saveContent(t, m, "aba", "A")
+			if !a3.Unchanged || a3.Key != a2.Key {
+				t.Errorf("saving the newest snapshot's archive again: %+v", a3)
 			}
-			if len(list) != 3 || list[0].Key != infos[2].Key || list[2].Key != infos[0].Key {
-				t.Errorf("List (newest first): %q", keysOf(list))
+			if p, ok := a3.Transfer.Phase("upload"); !ok || p.Bytes != 0 || !strings.Contains(a3.Transfer.String(), "upload none (unchanged") {
+				t.Errorf("an unchanged save's transfer: %s", a3.Transfer)
 			}
-			if _, got, err := restoreContent(t, m, "p1"); err != nil || got != "save 2" {
-				t.Errorf("Restore got %q, %v; want the last save", got, err)
+			list, _ := m.List(context.Background(), "aba")
+			if len(list) != 3 {
+				t.Errorf("%d snapshots, want 3: %q", len(list), keysOf(list))
 			}
 		})
 	}
@@ -354,7 +404,7 @@ func TestRetentionPast1000(t *testing.T) {
 			for range 16 {
 				wg.Go(func() {
 					for i := range work {
-						k := snapshot.Key("big", base.Add(time.Duration(i)*time.Minute), 0)
+						k := snapshot.Key("big", base.Add(time.Duration(i)*time.Minute), "000000")
 						if _, err := b.s.Put(ctx, k, strings.NewReader("old"), store.PutOptions{Size: 3}); err != nil {
 							errs <- err
 						}
@@ -382,7 +432,7 @@ func TestRetentionPast1000(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(list) != 5 || list[0].Key != info.Key || list[1].Key != snapshot.Key("big", base.Add((n-1)*time.Minute), 0) {
+			if len(list) != 5 || list[0].Key != info.Key || list[1].Key != snapshot.Key("big", base.Add((n-1)*time.Minute), "000000") {
 				t.Errorf("after retention: %q", keysOf(list))
 			}
 			if _, err := b.s.Head(ctx, foreign); err != nil {
@@ -392,25 +442,32 @@ func TestRetentionPast1000(t *testing.T) {
 	}
 }
 
-// The snapshot just written survives retention even when newer ones exist (a clock that
-// went back).
-func TestNeverDeleteJustWritten(t *testing.T) {
-	b := newS3(t, srv.Endpoint, nil)
-	m, clk, _ := newManager(t, b.s, nil)
-	for i := range 6 {
-		k := snapshot.Key("p", clk.Now().Add(time.Duration(i+1)*time.Hour), 0)
-		if _, err := b.s.Put(context.Background(), k, strings.NewReader("future"), store.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	info := saveContent(t, m, "p", "now")
-	list, _ := m.List(context.Background(), "p")
-	found := false
-	for _, in := range list {
-		found = found || in.Key == info.Key
-	}
-	if !found || len(list) != 5 {
-		t.Errorf("just-written %s kept: %v; %d left: %q", info.Key, found, len(list), keysOf(list))
+// A host whose clock is behind (snapshots from the future are in the store) still saves
+// a snapshot that sorts after them, and that restore returns.
+func TestSaveSortsAfterNewestWhateverTheClock(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m, clk, _ := newManager(t, b.s, nil)
+			for i := range 3 {
+				k := snapshot.Key("p", clk.Now().Add(time.Duration(i+1)*time.Hour), "0000a"+strconv.Itoa(i))
+				if _, err := b.s.Put(context.Background(), k, strings.NewReader("future"), store.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// and one of an older version's format, in the same second as the newest
+			legacy := snapshot.Prefix("p") + clk.Now().Add(3*time.Hour).UTC().Format("20060102T150405Z") + "_05.tar.gz"
+			if _, err := b.s.Put(context.Background(), legacy, strings.NewReader("old format"), store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			info := saveContent(t, m, "p", "now")
+			list, _ := m.List(context.Background(), "p")
+			if len(list) != 5 || list[0].Key != info.Key || !info.Time.After(clk.Now().Add(3*time.Hour)) {
+				t.Errorf("saved %s at %v; list %q", info.Key, info.Time, keysOf(list))
+			}
+			if _, got, err := restoreContent(t, m, "p"); err != nil || got != "now" {
+				t.Errorf("restore: %q %v", got, err)
+			}
+		})
 	}
 }
 
@@ -433,6 +490,7 @@ func TestSaveFaults(t *testing.T) {
 			proxy.Reset()
 			proxy.Inject(f, http.MethodPut, -1)
 			clk.Add(time.Minute)
+			logged := strings.Count(logs.String(), "snapshot save: attempt failed, retrying")
 			data := tarGz(t, "note.txt", "lost "+f.String())
 			info, err := m.Save(context.Background(), "faulty", func(w io.Writer) error { _, err := w.Write(data); return err })
 			if !errors.Is(err, snapshot.ErrSaveFailed) {
@@ -442,7 +500,7 @@ func TestSaveFaults(t *testing.T) {
 			if got := proxy.Count(http.MethodPut); got != 4 || info.Attempts != 4 {
 				t.Errorf("%d PUTs reached the proxy, Info.Attempts %d; want 4 (1 + 3 retries)", got, info.Attempts)
 			}
-			if n := strings.Count(logs.String(), "snapshot upload failed, retrying"); n < 3 {
+			if n := strings.Count(logs.String(), "snapshot save: attempt failed, retrying") - logged; n != 3 {
 				t.Errorf("%d retries logged", n)
 			}
 			if !strings.Contains(logs.String(), "snapshot save failed") {
@@ -466,6 +524,14 @@ func TestSaveFaults(t *testing.T) {
 		info := saveContent(t, m, "faulty", "third time lucky")
 		if info.Attempts != 3 || proxy.Count(http.MethodPut) != 3 {
 			t.Errorf("attempts %d, PUTs %d; want 3", info.Attempts, proxy.Count(http.MethodPut))
+		}
+		// The summary says what really moved: the archive once, at the speed of the
+		// attempt that stored it.
+		up, ok := info.Transfer.Phase("upload")
+		if !ok || up.Bytes != info.Size || up.Attempts != 3 || up.Failed ||
+			!strings.Contains(info.Transfer.String(), "upload "+snapshot.HumanBytes(info.Size)+" in ") ||
+			!strings.Contains(info.Transfer.String(), "3 attempts") {
+			t.Errorf("transfer after 2 failed attempts: %+v %s", up, info.Transfer)
 		}
 	})
 	// Failed saves leave nothing behind: every snapshot listed restores.
@@ -494,7 +560,7 @@ func TestSaveLostAnswerNotDuplicated(t *testing.T) {
 				t.Fatalf("fault not injected")
 			}
 			list, _ := m.List(context.Background(), "p")
-			if len(list) != 1 || list[0].Key != info.Key || info.Seq != 0 {
+			if len(list) != 1 || list[0].Key != info.Key || info.Attempts != 2 && sdkAttempts == 1 {
 				t.Errorf("after a lost answer: %q (saved as %s)", keysOf(list), info.Key)
 			}
 		})
@@ -529,7 +595,10 @@ func TestRestoreFallsBackFromCorrupt(t *testing.T) {
 			if info.Key != infos[1].Key || got != "version 1" {
 				t.Errorf("restored %s (%q), want the previous snapshot %s", info.Key, got, infos[1].Key)
 			}
-			if !strings.Contains(logs.String(), "corrupt") || !strings.Contains(logs.String(), infos[2].Key) {
+			if len(info.Refused) != 1 || info.Refused[0].Key != infos[2].Key || !strings.Contains(info.Refused[0].Reason, "SHA-256") && !strings.Contains(info.Refused[0].Reason, "checksum") {
+				t.Errorf("the result does not say why %s was passed over: %+v", infos[2].Key, info.Refused)
+			}
+			if !strings.Contains(logs.String(), "snapshot refused") || !strings.Contains(logs.String(), infos[2].Key) {
 				t.Errorf("fallback not logged:\n%s", logs.String())
 			}
 			flip(infos[1].Key)
@@ -682,8 +751,11 @@ func TestRestoreRefusesCraftedSnapshot(t *testing.T) {
 	base := t.TempDir()
 	os.Mkdir(filepath.Join(base, "outside"), 0o755)
 	_, _, err := m.RestoreDir(context.Background(), "p", filepath.Join(base, "ws"), false)
-	if !errors.Is(err, archive.ErrUnsafe) || !strings.Contains(err.Error(), `"lnk"`) {
+	if !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), `"lnk"`) {
 		t.Fatalf("restore of a crafted snapshot: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "ws")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused restore left its destination behind: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(base, "outside")); len(ents) != 0 {
 		t.Errorf("written outside: %v", ents)

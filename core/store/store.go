@@ -29,7 +29,32 @@ var (
 	// ErrChecksum: the bytes read do not match the checksum the store holds for the
 	// object (reported by reads from Get, when the backend validates).
 	ErrChecksum = errors.New("object checksum mismatch")
+
+	// The store could not serve a request at all. Backends wrap one of these (with a
+	// one-line message naming the store) so callers can tell a passing outage from a
+	// setting that retrying cannot fix (see Permanent).
+
+	// ErrUnreachable: the store did not answer (connection refused, no such host, a
+	// timeout, a TLS failure) or answered with a server error. Retrying may help.
+	ErrUnreachable = errors.New("store unreachable")
+	// ErrNoCredentials: no credentials were found to sign requests with.
+	ErrNoCredentials = errors.New("no credentials")
+	// ErrAccessDenied: the store refused the credentials or their permissions.
+	ErrAccessDenied = errors.New("access denied")
+	// ErrNoBucket: the bucket (or the store's directory) does not exist.
+	ErrNoBucket = errors.New("bucket does not exist")
 )
+
+// Permanent reports whether err is a failure that retrying the same request cannot fix:
+// missing credentials, access denied, a missing bucket or an invalid key.
+func Permanent(err error) bool {
+	for _, e := range []error{ErrNoCredentials, ErrAccessDenied, ErrNoBucket, ErrInvalidKey} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // MaxListKeys is the largest page List returns, as in S3.
 const MaxListKeys = 1000

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -9,20 +10,23 @@ import (
 	"github.com/toolhost/toolhost/pdk"
 )
 
-const description = `Runs a bash command in the sandbox and returns its output.
+// descriptionText is the tool's description; %s are the default and the maximum timeout.
+const descriptionText = `Runs a bash command in the sandbox and returns its output.
 
 - Each call is a new bash -c process started in the workspace root (/home/user): the working directory and environment variables do not carry over between calls, so chain dependent steps with && or cd in the same command. Stdin is closed; do not start interactive programs.
 - The output shows the command, its stdout, its stderr under a [stderr] line, and [exit CODE]. A non-zero exit code is reported, not treated as a failure of the tool.
-- timeout is in seconds (default 60; the maximum is set by the host, 600 unless configured). A command that runs out of time is killed with its whole process group, and you get its output so far.
+- timeout is in seconds (default %s, at most %s). A command that runs out of time is killed with its whole process group, and you get its output so far.
 - Long output keeps its beginning and end; the middle is cut, and the result says how much.
-- background: true starts a long-running process (a dev server, a watcher) and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes. Read the log with bash (tail -n 50 LOG), stop it with kill PID.
+- background: true starts a long-running process (a dev server, a watcher) and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes, and if the sandbox is replaced it is started again (same id and log file, a new pid). Read the log with bash (tail -n 50 LOG), stop it with kill PID.
 - Prefer the dedicated tools for files: read_file, write_file and edit_file to read and change files, grep and glob to search.`
 
-const schema = `{
+// schemaText is the input schema; %d is the default timeout in whole seconds, %s the
+// default and the maximum as said in words.
+const schemaText = `{
   "type": "object",
   "properties": {
     "command": {"type": "string", "minLength": 1, "description": "The bash command to run."},
-    "timeout": {"type": "integer", "minimum": 1, "default": 60, "description": "Timeout in seconds (default 60, at most the configured maximum, 600 unless set otherwise); ignored with background."},
+    "timeout": {"type": "integer", "minimum": 1, "default": %d, "description": "Timeout in seconds (default %s, at most %s); ignored with background."},
     "background": {"type": "boolean", "default": false, "description": "Start the command in the background and return at once with its id, pid and log file."}
   },
   "required": ["command"],
@@ -30,20 +34,66 @@ const schema = `{
 }`
 
 const (
-	defaultTimeout    = 60
-	defaultMaxTimeout = 600
+	// Used when the host does not say (an older host): its own defaults.
+	fallbackDefaultMS = 60_000
+	fallbackMaxMS     = 600_000
 	// outputBudget keeps a result under the host's 50,000-character cut, so the host never
 	// drops the stderr or the exit line from the middle of a long result.
 	outputBudget = 40_000
 	stderrBudget = 12_000
 )
 
-// maxTimeout is the configured ceiling in seconds.
-func maxTimeout() int {
-	if n, err := strconv.Atoi(strings.TrimSpace(pdk.Config("TOOLHOST_BASH_MAX_TIMEOUT"))); err == nil && n > 0 {
-		return n
+// Environment the plugin reads. The host sets the first two for every plugin that may
+// run commands (host.EnvExecTimeoutDefault, host.EnvExecTimeoutMax): the timeouts it
+// enforces, in milliseconds. TOOLHOST_BASH_MAX_TIMEOUT (seconds) may lower the maximum
+// for this plugin alone.
+const (
+	envDefaultMS  = "TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS"
+	envMaxMS      = "TOOLHOST_EXEC_TIMEOUT_MAX_MS"
+	envMaxSeconds = "TOOLHOST_BASH_MAX_TIMEOUT"
+)
+
+// limits are the timeouts in effect, in milliseconds.
+type limits struct{ defaultMS, maxMS int64 }
+
+func positive(key string, unit int64) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(pdk.Config(key)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
 	}
-	return defaultMaxTimeout
+	return n * unit, true
+}
+
+// currentLimits reads the configuration: the host's timeouts, the plugin's own cap.
+func currentLimits() limits {
+	l := limits{defaultMS: fallbackDefaultMS, maxMS: fallbackMaxMS}
+	if v, ok := positive(envMaxMS, 1); ok {
+		l.maxMS = v
+	}
+	if v, ok := positive(envDefaultMS, 1); ok {
+		l.defaultMS = v
+	}
+	if v, ok := positive(envMaxSeconds, 1000); ok {
+		l.maxMS = min(l.maxMS, v)
+	}
+	l.defaultMS = min(l.defaultMS, l.maxMS)
+	return l
+}
+
+// seconds says a duration in milliseconds as seconds: "60", "1.5".
+func seconds(ms int64) string {
+	if ms%1000 == 0 {
+		return strconv.FormatInt(ms/1000, 10)
+	}
+	return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
+}
+
+func description(l limits) string {
+	return fmt.Sprintf(descriptionText, seconds(l.defaultMS), seconds(l.maxMS))
+}
+
+func schema(l limits) string {
+	return fmt.Sprintf(schemaText, max(1, l.defaultMS/1000), seconds(l.defaultMS), seconds(l.maxMS))
 }
 
 func run(in pdk.Input) abi.Result {
@@ -52,18 +102,24 @@ func run(in pdk.Input) abi.Result {
 		return abi.ErrorText("Error: command is empty")
 	}
 	bg := in.Bool("background")
-	limit := maxTimeout()
-	timeout := in.Int("timeout", min(defaultTimeout, limit))
-	if timeout < 1 {
-		return abi.ErrorText("Error: timeout must be at least 1 second")
-	}
-	if timeout > limit && !bg {
-		return abi.ErrorText("Error: timeout " + strconv.Itoa(timeout) + " s is above the maximum of " +
-			strconv.Itoa(limit) + " s; use at most " + strconv.Itoa(limit) + ", or background: true for long-running processes")
-	}
+	l := currentLimits()
 	req := abi.ExecRequest{Argv: []string{"bash", "-c", command}, Background: bg}
 	if !bg {
-		req.TimeoutMS = int64(timeout) * 1000
+		// No timeout given: the configured default, sent as it is, so the host enforces
+		// exactly what a timeout report will say.
+		ms := l.defaultMS
+		if in.Has("timeout") {
+			t := int64(in.Int("timeout", 0))
+			if t < 1 {
+				return abi.ErrorText("Error: timeout must be at least 1 second")
+			}
+			if t*1000 > l.maxMS {
+				return abi.ErrorText("Error: timeout " + strconv.FormatInt(t, 10) + " s is above the maximum of " +
+					seconds(l.maxMS) + " s; use at most " + seconds(l.maxMS) + ", or background: true for long-running processes")
+			}
+			ms = t * 1000
+		}
+		req.TimeoutMS = ms
 	}
 	res, err := pdk.Exec(req)
 	if err != nil {
@@ -72,23 +128,23 @@ func run(in pdk.Input) abi.Result {
 	if bg {
 		return background(res)
 	}
-	return format(command, timeout, res)
+	return format(command, seconds(req.TimeoutMS), res)
 }
 
 func background(res abi.ExecResult) abi.Result {
 	if res.ID == "" && res.LogPath == "" { // it did not start: the reply is a normal exit
-		return format("", 0, res)
+		return format("", "", res)
 	}
 	pid := strconv.Itoa(res.PID)
 	return abi.Text("Started in background: id " + res.ID + ", pid " + pid + ", log " + res.LogPath +
-		"\nIt runs until the sandbox closes. Read its output with bash `tail -n 50 " + res.LogPath +
+		"\nIt runs until the sandbox closes (if the sandbox is replaced, it is started again under the same id and log). Read its output with bash `tail -n 50 " + res.LogPath +
 		"`; stop it with `kill " + pid + "`.")
 }
 
 // format renders a finished command: "$ COMMAND", stdout, "[stderr]" and stderr when there
 // is any, then "[exit CODE]", or "[timed out after N s]" or "[killed: ... out of memory]"
 // (error results).
-func format(command string, timeout int, res abi.ExecResult) abi.Result {
+func format(command string, timeout string, res abi.ExecResult) abi.Result {
 	stdout, stderr := res.Stdout, res.Stderr
 	if len(stdout)+len(stderr) > outputBudget {
 		errMax := min(len(stderr), stderrBudget)
@@ -108,7 +164,7 @@ func format(command string, timeout int, res abi.ExecResult) abi.Result {
 		writeStream(&b, "stderr", stderr, res.StderrCut)
 	}
 	if res.TimedOut {
-		b.WriteString("[timed out after " + strconv.Itoa(timeout) + " s]")
+		b.WriteString("[timed out after " + timeout + " s]")
 		return abi.ErrorText(b.String())
 	}
 	if res.OOMKilled {

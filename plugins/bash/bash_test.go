@@ -39,7 +39,7 @@ func TestFormat(t *testing.T) {
 				"[stderr]\ne\n[stderr: 7 bytes were cut from the middle by the host; what is shown is the beginning and the end]\n[exit 0]", false},
 	}
 	for _, c := range cases {
-		r := format("cmd", 5, c.res)
+		r := format("cmd", "5", c.res)
 		if got := text(r); got != c.want || r.IsError != c.err {
 			t.Errorf("%s: got %v\n%q\nwant %v\n%q", c.name, r.IsError, got, c.err, c.want)
 		}
@@ -52,7 +52,7 @@ func TestFormatBudget(t *testing.T) {
 		out.WriteString("line é€ of stdout output\n")
 	}
 	errs := strings.Repeat("warning: something\n", 2000) // 38,000 bytes
-	r := format("make", 60, abi.ExecResult{Stdout: out.String(), Stderr: errs, ExitCode: 2})
+	r := format("make", "60", abi.ExecResult{Stdout: out.String(), Stderr: errs, ExitCode: 2})
 	got := text(r)
 	if len(got) > outputBudget+500 {
 		t.Errorf("result is %d bytes", len(got))
@@ -103,5 +103,37 @@ func TestBash(t *testing.T) {
 	}
 	if r := w.Execs[len(w.Execs)-1]; !r.Background || r.TimeoutMS != 0 {
 		t.Errorf("background request %+v", r)
+	}
+}
+
+// The host's timeouts are the tool's: the default applies when a call gives none (and is
+// what a timeout reports), the maximum bounds a call, and the description says both.
+func TestConfiguredTimeouts(t *testing.T) {
+	w := pdktest.New(t)
+	t.Setenv("TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS", "1500")
+	t.Setenv("TOOLHOST_EXEC_TIMEOUT_MAX_MS", "2000")
+	got, isErr := w.Call("bash", `{"command":"sleep 5"}`)
+	if r := w.Execs[len(w.Execs)-1]; r.TimeoutMS != 1500 || !isErr || !strings.HasSuffix(got, "[timed out after 1.5 s]") {
+		t.Errorf("no timeout given: sent %d ms, got %v %q", r.TimeoutMS, isErr, got)
+	}
+	got, isErr = w.Call("bash", `{"command":"true","timeout":3}`)
+	if !isErr || !strings.HasPrefix(got, "Error: timeout 3 s is above the maximum of 2 s") {
+		t.Errorf("over the host's maximum: %v %q", isErr, got)
+	}
+	// The plugin's own cap only lowers the host's.
+	t.Setenv("TOOLHOST_BASH_MAX_TIMEOUT", "900")
+	if l := currentLimits(); l.maxMS != 2000 || l.defaultMS != 1500 {
+		t.Errorf("limits %+v", l)
+	}
+	t.Setenv("TOOLHOST_BASH_MAX_TIMEOUT", "1")
+	if l := currentLimits(); l.maxMS != 1000 || l.defaultMS != 1000 {
+		t.Errorf("limits with a lower plugin cap %+v", l)
+	}
+	l := limits{defaultMS: 90_000, maxMS: 1_200_000}
+	if d := description(l); !strings.Contains(d, "timeout is in seconds (default 90, at most 1200)") || strings.Contains(d, "600") {
+		t.Errorf("description: %s", d)
+	}
+	if s := schema(l); !strings.Contains(s, `"default": 90`) || !strings.Contains(s, "default 90, at most 1200") {
+		t.Errorf("schema: %s", s)
 	}
 }

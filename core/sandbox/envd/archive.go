@@ -41,6 +41,9 @@ type ArchiveResult struct {
 	Bytes    int64  `json:"bytes"`
 	Error    string `json:"error,omitempty"`
 	Millis   int64  `json:"ms"`
+	// Skips names the first entries a pack left out and why (at most MaxTrailerSkips,
+	// names cut to MaxTrailerSkipName bytes). Sandbox-written names: quote them.
+	Skips []archive.Skip `json:"skips,omitempty"`
 }
 
 func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) {
@@ -58,6 +61,12 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) {
 	st, err := archive.Pack(r.Context(), w, s.cfg.Workspace, archive.PackOptions{Excludes: excludes})
 	res := ArchiveResult{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Skipped: st.Skipped,
 		Bytes: st.BytesIn, Millis: st.Duration.Milliseconds()}
+	for _, sk := range st.Skips[:min(len(st.Skips), MaxTrailerSkips)] {
+		if len(sk.Path) > MaxTrailerSkipName {
+			sk.Path = sk.Path[:MaxTrailerSkipName] + "..."
+		}
+		res.Skips = append(res.Skips, sk)
+	}
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -76,6 +85,12 @@ func (s *Server) handleExtract(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(ArchiveResult{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks,
 		Bytes: st.Bytes, Millis: time.Since(start).Milliseconds()})
 }
+
+// Bounds of ArchiveResult.Skips, which keep the trailer far below the client's 64 KiB.
+const (
+	MaxTrailerSkips    = 20
+	MaxTrailerSkipName = 256
+)
 
 // MaxArchiveBytes bounds the archive Client.Archive accepts from an agent: an agent is
 // inside the sandbox, so what it sends is hostile input, and an endless stream must not

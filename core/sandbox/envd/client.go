@@ -712,12 +712,15 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	}
 }
 
-// Start runs a background command whose output goes to a log file in the sandbox; it
-// returns once the process has started.
+// Start runs a background command whose output goes to a log file in the sandbox named
+// after its tag (r.Tag, else a fresh one); it returns once the process has started.
 func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Process, error) {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	tag := "bg-" + hex.EncodeToString(b[:])
+	tag := r.Tag
+	if tag == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		tag = "bg-" + hex.EncodeToString(b[:])
+	}
 	sr, err := startRequest(r, tag)
 	if err != nil {
 		return sandbox.Process{}, fmt.Errorf("start: %w", err)

@@ -40,9 +40,10 @@ const (
 	maxSeg  = 250
 )
 
-// Store is a directory object store. It is safe for concurrent use within a process;
-// several processes may share a directory, with only the single-object atomicity of
-// rename between them.
+// Store is a directory object store. It is safe for concurrent use within a process, and
+// several processes may share a directory: an object appears whole (its metadata with
+// it) or not at all, and a Put with IfNotExists is decided by hard links, which exactly
+// one writer wins, whichever process it is in.
 type Store struct {
 	dir  string // absolute
 	root *os.Root
@@ -197,24 +198,82 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 	return s.Head(ctx, key)
 }
 
+// commit moves a staged object into place. Another process may be deleting the last
+// object of a folder meanwhile (Delete removes empty folders), so a parent that vanished
+// between MkdirAll and the rename is made again.
 func (s *Store) commit(tmpData, tmpMeta, dataPath, metaPath string, exclusive bool) error {
-	for _, d := range []string{path.Dir(dataPath), path.Dir(metaPath)} {
-		if err := s.root.MkdirAll(d, 0o700); err != nil {
+	var err error
+	for range 3 {
+		if err = s.mkParents(dataPath, metaPath); err != nil {
+			return err
+		}
+		if exclusive {
+			err = s.commitExclusive(tmpData, tmpMeta, dataPath, metaPath)
+		} else {
+			err = s.commitReplace(tmpData, tmpMeta, dataPath, metaPath)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *Store) mkParents(paths ...string) error {
+	for _, p := range paths {
+		if err := s.root.MkdirAll(path.Dir(p), 0o700); err != nil {
 			if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("%w: a parent of the key is itself an object", store.ErrInvalidKey)
 			}
 			return err
 		}
 	}
-	if exclusive {
-		if err := s.root.Link(tmpData, dataPath); err != nil {
+	return nil
+}
+
+// orphanAge is how old a metadata file without its object must be before an exclusive
+// Put takes it for the leftover of a crash: a writer links its object microseconds after
+// its metadata.
+const orphanAge = time.Minute
+
+// commitExclusive claims the key with hard links, which fail when the name exists, across
+// processes too: the metadata first, then the object. A reader (Head, Get, List) only sees
+// an object once its data file is there, and by then its metadata is.
+func (s *Store) commitExclusive(tmpData, tmpMeta, dataPath, metaPath string) error {
+	if _, err := s.root.Lstat(dataPath); err == nil {
+		return store.ErrExists
+	}
+	if err := s.root.Link(tmpMeta, metaPath); err != nil {
+		if !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		// Another writer's claim, or the metadata of a crashed one whose object never
+		// arrived.
+		fi, serr := s.root.Lstat(metaPath)
+		if _, derr := s.root.Lstat(dataPath); derr == nil || serr != nil || time.Since(fi.ModTime()) < orphanAge {
+			return store.ErrExists
+		}
+		if err := s.root.Remove(metaPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := s.root.Link(tmpMeta, metaPath); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return store.ErrExists
 			}
 			return err
 		}
-		return s.root.Rename(tmpMeta, metaPath)
 	}
+	if err := s.root.Link(tmpData, dataPath); err != nil {
+		s.root.Remove(metaPath) // ours: the claim failed
+		if errors.Is(err, fs.ErrExist) {
+			return store.ErrExists
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Store) commitReplace(tmpData, tmpMeta, dataPath, metaPath string) error {
 	if err := s.root.Rename(tmpMeta, metaPath); err != nil {
 		return err
 	}

@@ -3,11 +3,16 @@ package dir
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/core/store/storetest"
@@ -116,5 +121,86 @@ func TestKeyFolderConflict(t *testing.T) {
 	}
 	if _, _, err := s.Get(ctx, "c"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get of a folder: %v", err)
+	}
+}
+
+// Stores opened on one directory (as separate processes would) racing for one key with
+// IfNotExists: one wins, and every reader of any instance sees the object whole, its
+// metadata with it, or not at all.
+func TestExclusivePutAcrossInstances(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	const n = 6
+	stores := make([]*Store, n)
+	for i := range stores {
+		s, err := New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	ctx := context.Background()
+	for round := range 20 {
+		key := fmt.Sprintf("projects/p/snapshots/%03d.tar.gz", round)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var torn atomic.Int32
+		wg.Go(func() { // a reader in yet another instance
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if oi, err := stores[0].Head(ctx, key); err == nil && oi.Metadata["writer"] == "" {
+					torn.Add(1)
+				}
+			}
+		})
+		var writers sync.WaitGroup
+		for i := range n {
+			writers.Go(func() {
+				body := strings.Repeat(strconv.Itoa(i), 1000)
+				_, errs[i] = stores[i].Put(ctx, key, strings.NewReader(body), store.PutOptions{
+					Size: int64(len(body)), Metadata: map[string]string{"writer": strconv.Itoa(i)}, IfNotExists: true})
+			})
+		}
+		writers.Wait()
+		close(stop)
+		wg.Wait()
+		wins := 0
+		for i, err := range errs {
+			if err == nil {
+				wins++
+			} else if !errors.Is(err, store.ErrExists) {
+				t.Errorf("round %d writer %d: %v", round, i, err)
+			}
+		}
+		if wins != 1 || torn.Load() != 0 {
+			t.Fatalf("round %d: %d winners, %d reads of an object without its metadata", round, wins, torn.Load())
+		}
+	}
+}
+
+// The metadata of a writer that crashed between its two links does not block the key
+// forever.
+func TestOrphanMetadataDoesNotBlockKey(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	key := "projects/p/snapshots/x.tar.gz"
+	meta := filepath.Join(s.Dir(), "meta", filepath.FromSlash(key)+".json")
+	os.MkdirAll(filepath.Dir(meta), 0o700)
+	os.WriteFile(meta, []byte(`{"size":1}`), 0o600)
+	if _, err := s.Put(ctx, key, strings.NewReader("x"), store.PutOptions{IfNotExists: true}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("a fresh claim by another writer must hold: %v", err)
+	}
+	old := time.Now().Add(-2 * orphanAge)
+	os.Chtimes(meta, old, old)
+	if _, err := s.Put(ctx, key, strings.NewReader("x"), store.PutOptions{IfNotExists: true, Metadata: map[string]string{"a": "b"}}); err != nil {
+		t.Fatalf("an orphaned claim blocks the key: %v", err)
+	}
+	if oi, err := s.Head(ctx, key); err != nil || oi.Metadata["a"] != "b" {
+		t.Fatalf("after reclaiming: %+v %v", oi, err)
 	}
 }

@@ -5,10 +5,19 @@
 // credentials files, SSO, web identity, container and instance roles) unless Config
 // gives static keys. Uploads are sent from a seekable body, so request checksums and
 // retries work over http and https alike: a reader that cannot seek is spooled to a temp
-// file first. Each request is retried by the SDK's standard retryer (Config.MaxAttempts,
-// 4 by default, i.e. 3 retries) with no client-side retry quota, and each attempt is
-// bounded by a response-header timeout and a read-idle timeout, so a hung server costs
-// one attempt, not the whole operation.
+// file first.
+//
+// Each request is one attempt by default (Config.MaxAttempts): retrying is the caller's
+// (core/snapshot retries a whole save or restore with store.Retry), so retries never nest
+// and a store that is down fails fast. Each attempt is bounded by a response-header
+// timeout and a read-idle timeout, so a hung server costs one attempt, not the whole
+// operation.
+//
+// Failures are *Error values: one line that names the bucket and the endpoint, the
+// operation and what went wrong (cannot reach the store, no credentials, access denied, no
+// such bucket with the hint to create it or set Config.CreateBucket), wrapping the store
+// sentinel callers branch on (store.ErrUnreachable, ErrNoCredentials, ErrAccessDenied,
+// ErrNoBucket, ErrNotFound, ErrExists) and the SDK's own error for errors.As.
 package s3
 
 import (
@@ -21,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -39,7 +49,7 @@ import (
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultRegion                = "us-east-1"
-	DefaultMaxAttempts           = 4 // the first try and 3 retries
+	DefaultMaxAttempts           = 1 // the caller retries (store.Retry)
 	DefaultMaxBackoff            = 20 * time.Second
 	DefaultResponseHeaderTimeout = time.Minute
 	DefaultReadTimeout           = time.Minute
@@ -63,7 +73,8 @@ type Config struct {
 	SecretAccessKey string
 	SessionToken    string
 	// MaxAttempts is the number of tries per request, the first included; 0 means
-	// DefaultMaxAttempts, 1 disables retries.
+	// DefaultMaxAttempts (one: no retries inside a request). Raise it only for callers
+	// that do not retry themselves; core/snapshot does.
 	MaxAttempts int
 	// MaxBackoff caps the jittered exponential backoff between tries; 0 means
 	// DefaultMaxBackoff.
@@ -84,6 +95,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// PresignExpiry is the validity of URL when its ttl is 0; 0 means DefaultPresignExpiry.
 	PresignExpiry time.Duration
+	// CreateBucket creates the bucket the first time a request finds it missing (the CLI's
+	// store.s3.create_bucket), then repeats the request once. Off, a missing bucket fails
+	// with store.ErrNoBucket and a message that says how to fix it.
+	CreateBucket bool
 	// TempDir is where unseekable upload bodies are spooled; empty means os.TempDir().
 	TempDir string
 	// Logger receives debug logs of spooled uploads; nil means slog.Default().
@@ -92,10 +107,14 @@ type Config struct {
 
 // Store is an S3 bucket as a store.Store.
 type Store struct {
-	cfg     Config
-	client  *s3.Client
-	presign *s3.PresignClient
-	log     *slog.Logger
+	cfg      Config
+	client   *s3.Client
+	presign  *s3.PresignClient
+	log      *slog.Logger
+	endpoint string // for messages: the configured endpoint, else AWS's for the region
+
+	createMu sync.Mutex
+	created  bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -137,6 +156,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		})
 	opts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
+		// The SDK's own log lines (an IMDS fallback, a skipped checksum) go to our log at
+		// debug level, never straight to stderr.
+		config.WithLogger(sdkLogger{cfg.Logger}),
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = cfg.MaxAttempts
@@ -166,6 +188,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if awsCfg.Region == "" {
 		awsCfg.Region = DefaultRegion
 	}
+	// A failure to find credentials is told apart from the rest by its type (the SDK
+	// only says it in words).
+	awsCfg.Credentials = credentialsProvider{awsCfg.Credentials}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -173,7 +198,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.UsePathStyle = cfg.PathStyle
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return &Store{cfg: cfg, client: client, presign: s3.NewPresignClient(client), log: cfg.Logger}, nil
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = "https://s3." + awsCfg.Region + ".amazonaws.com"
+	}
+	return &Store{cfg: cfg, client: client, presign: s3.NewPresignClient(client), log: cfg.Logger, endpoint: endpoint}, nil
 }
 
 // Client returns the underlying SDK client, for what the Store interface does not cover.
@@ -211,12 +240,19 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts store.Put
 	if opts.IfNotExists {
 		in.IfNoneMatch = aws.String("*")
 	}
-	out, err := s.client.PutObject(ctx, in)
-	if err != nil {
-		if opts.IfNotExists && httpStatus(err) == http.StatusPreconditionFailed {
-			return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, store.ErrExists)
+	var out *s3.PutObjectOutput
+	err = s.bucketed(ctx, func() error {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return err
 		}
-		return store.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		out, err = s.client.PutObject(ctx, in)
+		return err
+	})
+	if err != nil {
+		if opts.IfNotExists && (httpStatus(err) == http.StatusPreconditionFailed || apiCode(err) == "ConditionalRequestConflict") {
+			return store.ObjectInfo{}, s.fail("put", key, store.ErrExists, "an object with this key exists", err)
+		}
+		return store.ObjectInfo{}, s.wrap("put", key, err)
 	}
 	return store.ObjectInfo{
 		Key: key, Size: size, LastModified: time.Now().UTC(),
@@ -284,7 +320,11 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Objec
 	if err := store.ValidKey(key); err != nil {
 		return nil, store.ObjectInfo{}, err
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key)})
+	var out *s3.GetObjectOutput
+	err := s.bucketed(ctx, func() (err error) {
+		out, err = s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key)})
+		return err
+	})
 	if err != nil {
 		return nil, store.ObjectInfo{}, s.wrap("get", key, err)
 	}
@@ -314,7 +354,11 @@ func (s *Store) Head(ctx context.Context, key string) (store.ObjectInfo, error) 
 	if err := store.ValidKey(key); err != nil {
 		return store.ObjectInfo{}, err
 	}
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key)})
+	var out *s3.HeadObjectOutput
+	err := s.bucketed(ctx, func() (err error) {
+		out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key)})
+		return err
+	})
 	if err != nil {
 		return store.ObjectInfo{}, s.wrap("head", key, err)
 	}
@@ -348,9 +392,13 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 	if opts.Token != "" {
 		in.ContinuationToken = aws.String(opts.Token)
 	}
-	out, err := s.client.ListObjectsV2(ctx, in)
+	var out *s3.ListObjectsV2Output
+	err := s.bucketed(ctx, func() (err error) {
+		out, err = s.client.ListObjectsV2(ctx, in)
+		return err
+	})
 	if err != nil {
-		return store.ListPage{}, fmt.Errorf("list %q: %w", opts.Prefix, err)
+		return store.ListPage{}, s.wrap("list", opts.Prefix+"*", err)
 	}
 	page := store.ListPage{Objects: make([]store.ObjectInfo, 0, len(out.Contents))}
 	for _, o := range out.Contents {
@@ -388,7 +436,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
 		})
 		if err != nil {
-			return fmt.Errorf("delete %d objects: %w", len(batch), err)
+			return s.wrap("delete", fmt.Sprintf("%d objects", len(batch)), err)
 		}
 		var errs []error
 		for _, e := range out.Errors {
@@ -424,19 +472,6 @@ func (s *Store) PresignGet(ctx context.Context, key string, ttl time.Duration) (
 // URL is PresignGet, for store.URLer.
 func (s *Store) URL(ctx context.Context, key string, ttl time.Duration) (string, error) {
 	return s.PresignGet(ctx, key, ttl)
-}
-
-func (s *Store) wrap(op, key string, err error) error {
-	var nsk *types.NoSuchKey
-	var nf *types.NotFound
-	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" {
-		return fmt.Errorf("%s %s: bucket %s: %w", op, key, s.cfg.Bucket, err)
-	}
-	if errors.As(err, &nsk) || errors.As(err, &nf) || httpStatus(err) == http.StatusNotFound {
-		return fmt.Errorf("%s %s: %w", op, key, store.ErrNotFound)
-	}
-	return fmt.Errorf("%s %s: %w", op, key, err)
 }
 
 func httpStatus(err error) int {

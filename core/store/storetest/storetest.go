@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("PutSizeMismatch", func(t *testing.T) { testSizeMismatch(t, newStore(t)) })
 	t.Run("Overwrite", func(t *testing.T) { testOverwrite(t, newStore(t)) })
 	t.Run("IfNotExists", func(t *testing.T) { testIfNotExists(t, newStore(t)) })
+	t.Run("IfNotExistsRace", func(t *testing.T) { testIfNotExistsRace(t, newStore(t)) })
 	t.Run("NotFound", func(t *testing.T) { testNotFound(t, newStore(t)) })
 	t.Run("ListPagingPast1000", func(t *testing.T) { testListPaging(t, newStore(t)) })
 	t.Run("ListOrderAndPrefix", func(t *testing.T) { testListOrder(t, newStore(t)) })
@@ -143,6 +145,41 @@ func testIfNotExists(t *testing.T, s store.Store) {
 	}
 	if b, _ := get(t, s, key); string(b) != "first" {
 		t.Errorf("exclusive Put overwrote: %q", b)
+	}
+}
+
+// Writers racing for one key with IfNotExists: exactly one wins, the others get ErrExists,
+// and what is stored is the winner's bytes with the winner's metadata.
+func testIfNotExistsRace(t *testing.T, s store.Store) {
+	const n = 8
+	key := "race/object"
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf("written by writer %d", i)
+			_, errs[i] = s.Put(ctx(t), key, strings.NewReader(body), store.PutOptions{
+				Size: int64(len(body)), Metadata: map[string]string{"writer": strconv.Itoa(i)}, IfNotExists: true})
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("writers %d and %d both won the key", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, store.ErrExists):
+			t.Errorf("writer %d: %v, want ErrExists", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer won the key")
+	}
+	b, oi := get(t, s, key)
+	if string(b) != fmt.Sprintf("written by writer %d", winner) || oi.Metadata["writer"] != strconv.Itoa(winner) {
+		t.Errorf("stored %q with metadata %v; the winner was writer %d", b, oi.Metadata, winner)
 	}
 }
 
