@@ -69,6 +69,7 @@ func newProvider(t testing.TB) *local.Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close(context.Background()) }) // after the sandboxes (registered later)
 	return p
 }
 

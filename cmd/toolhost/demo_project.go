@@ -395,8 +395,3 @@ func (s *agingSandbox) StartedAt() time.Time {
 // Unwrap is the sandbox under the disguise: its abilities are the ones that count.
 func (s *agingSandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
 
-// Ports is here only for core/session, which still asks its sandbox for ports with a
-// plain type assertion instead of sandbox.As; drop it once it looks through Unwrap.
-func (s *agingSandbox) Ports(ctx context.Context) ([]sandbox.ListeningPort, error) {
-	return sandbox.Ports(ctx, s.Sandbox)
-}

@@ -5,15 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/toolhost/toolhost/core/sandbox/envd"
 	"github.com/toolhost/toolhost/core/screenshot"
 )
-
-// portLister is what a sandbox offers that can tell which ports its own processes listen
-// on (the local provider asks its agent).
-type portLister interface {
-	Ports(ctx context.Context) ([]envd.ListeningPort, error)
-}
 
 const (
 	devServerWatch = 60 * time.Second       // how long after a background start to look
@@ -34,16 +27,7 @@ func (s *Session) listening(ctx context.Context) ([]int, error) {
 		return nil, err
 	}
 	defer release()
-	pl, ok := sb.(portLister)
-	if !ok {
-		return nil, nil
-	}
-	ps, err := pl.Ports(ctx)
-	ports := make([]int, len(ps))
-	for i, p := range ps {
-		ports[i] = p.Port
-	}
-	return ports, err
+	return s.listeningOn(ctx, sb)
 }
 
 // watchDevServer watches for a port that was not listening before to start listening,

@@ -127,7 +127,7 @@ func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgPr
 // listeningOn lists the ports sb's processes listen on (not through the session: the
 // caller may hold its lock).
 func (s *Session) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, error) {
-	pl, ok := sb.(portLister)
+	pl, ok := sandbox.As[sandbox.PortLister](sb)
 	if !ok {
 		return nil, nil
 	}

@@ -10,7 +10,18 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 )
 
-var _ sandbox.Sandbox = (*Session)(nil)
+var (
+	_ sandbox.Sandbox = (*Session)(nil)
+	_ sandbox.Wrapper = (*Session)(nil)
+)
+
+// Unwrap is the sandbox under the session now: its abilities (sandbox.As) are the
+// session's too.
+func (s *Session) Unwrap() sandbox.Sandbox {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sb
+}
 
 // do runs op on the current sandbox. If the sandbox turns out to be gone (a sign of
 // trouble: it died before its cached end, or stopped answering), the session replaces it,
