@@ -25,6 +25,10 @@ type FilterOptions struct {
 	MaxBytes   int64
 	MaxEntries int
 	MaxNameLen int
+	// Links names symbolic links already in the destination (clean, relative), for an
+	// extraction into a directory that is not empty: an entry below one is judged as
+	// Extract judges an entry below a link the archive made.
+	Links []string
 }
 
 // FilterStats describe what Filter wrote.
@@ -53,8 +57,8 @@ type FilterStats struct {
 // stores it.
 //
 // What is written is rebuilt, never copied: entry names are cleaned, permission bits
-// masked to 0777, modification times kept to the second, and owners, extended headers
-// and everything else of the input dropped. So a reader other than Extract (GNU tar in a
+// masked to 0777, modification times kept to the second, and owners, extended headers,
+// the root's own entry and everything else of the input dropped. So a reader other than Extract (GNU tar in a
 // remote sandbox) sees only plain entries, and cannot read the input differently from
 // the way it was judged here.
 //
@@ -74,6 +78,11 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 	}
 	x := newExtractor(ctx, nil, ExtractOptions{MaxBytes: opts.MaxBytes, MaxEntries: opts.MaxEntries, MaxNameLen: opts.MaxNameLen})
 	f := &filter{x: x, strict: opts.Strict, kinds: map[string]byte{".": 'd'}}
+	for _, l := range opts.Links {
+		if name, err := x.checkName(l); err == nil && name != "." {
+			f.kinds[name] = 'l'
+		}
+	}
 
 	zr, err := pgzip.NewReader(r)
 	if err != nil {
@@ -197,9 +206,10 @@ func (f *filter) judge(hdr *tar.Header) (*tar.Header, error) {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if name == "." {
+			// The destination's own mode and times are the caller's (Extract changes
+			// nothing for it): a root entry is not passed on.
 			f.st.Dirs++
-			out.Typeflag, out.Name = tar.TypeDir, "./"
-			return out, nil
+			return nil, nil
 		}
 		if err := f.parents(hdr.Name, name); err != nil {
 			return nil, err

@@ -178,3 +178,18 @@ func TestFilterGNUTarArchive(t *testing.T) {
 		t.Errorf("filtered GNU tar archive restored differently:\n%s", d)
 	}
 }
+
+// A link already in the destination is a link the archive must not write below.
+func TestFilterKnowsExistingLinks(t *testing.T) {
+	data := craft(t, entry{name: "keep.txt", typ: tar.TypeReg, body: "x"}, entry{name: "lib/evil.so", typ: tar.TypeReg, body: "x"})
+	var out bytes.Buffer
+	_, err := Filter(context.Background(), &out, bytes.NewReader(data), FilterOptions{Strict: true, Links: []string{"lib"}})
+	if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "lib/evil.so") {
+		t.Fatalf("entry below an existing link: %v", err)
+	}
+	out.Reset()
+	st, err := Filter(context.Background(), &out, bytes.NewReader(data), FilterOptions{Links: []string{"other"}})
+	if err != nil || st.Files != 2 {
+		t.Fatalf("unrelated link: %+v %v", st, err)
+	}
+}

@@ -186,6 +186,11 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
 	AutoPause           *bool             `json:"autoPause,omitempty"`
+	Network             *networkConfig    `json:"network,omitempty"`
+}
+
+type networkConfig struct {
+	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
 }
 
 type sandboxCreated struct {

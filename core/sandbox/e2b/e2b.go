@@ -134,6 +134,10 @@ type Config struct {
 	// templates such as base are not in the team's list); default DefaultTemplates.
 	Templates []Template
 
+	// PrivatePreviews makes every sandbox's ports other than envd's reachable only with
+	// its traffic token (allowPublicTraffic: false); the preview proxy adds the token.
+	PrivatePreviews bool
+
 	// Metadata is added to every sandbox (E2B labels, visible in its dashboard and list);
 	// the provider adds toolhost=1, host and project.
 	Metadata map[string]string
@@ -342,6 +346,10 @@ func (p *Provider) create(ctx context.Context, opts sandbox.CreateOptions, proje
 		Metadata:            meta,
 		EnvVars:             env,
 		AllowInternetAccess: &internet,
+	}
+	if p.cfg.PrivatePreviews {
+		public := false
+		in.Network = &networkConfig{AllowPublicTraffic: &public}
 	}
 	began := time.Now()
 	created, err := p.api.create(ctx, in)
