@@ -40,7 +40,9 @@ import (
 
 var routings = []routing{byHost, byHeader}
 
-func (r routing) String() string { return map[routing]string{byHost: "by-host", byHeader: "by-header"}[r] }
+func (r routing) String() string {
+	return map[routing]string{byHost: "by-host", byHeader: "by-header"}[r]
+}
 
 // eachRouting runs fn with a fresh fake and provider per routing.
 func eachRouting(t *testing.T, fc e2bfake.Config, fn func(t *testing.T, f *e2bfake.Server, p *e2b.Provider)) {
@@ -52,7 +54,9 @@ func eachRouting(t *testing.T, fc e2bfake.Config, fn func(t *testing.T, f *e2bfa
 	}
 }
 
-func uniqueMarker() string { return fmt.Sprintf("%d.%03d", 500+time.Now().UnixNano()%400, time.Now().UnixNano()%1000) }
+func uniqueMarker() string {
+	return fmt.Sprintf("%d.%03d", 500+time.Now().UnixNano()%400, time.Now().UnixNano()%1000)
+}
 
 // leftover lists the processes whose command line holds marker.
 func leftover(t *testing.T, sb sandbox.Sandbox, marker string) string {

@@ -34,7 +34,9 @@ const maxLinkHops = 16
 // with "L". FIFOs, sockets and devices have an unspecified type. Our agent gives a link
 // the symlink type and its target as written; both are understood here.
 
-func isType(e envd.EntryInfo, name, num string) bool { return string(e.Type) == name || string(e.Type) == num }
+func isType(e envd.EntryInfo, name, num string) bool {
+	return string(e.Type) == name || string(e.Type) == num
+}
 
 func isLink(e envd.EntryInfo) bool {
 	return e.SymlinkTarget != nil || isType(e, envd.FileTypeSymlink, "3") || strings.HasPrefix(e.Permissions, "L")

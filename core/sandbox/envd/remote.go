@@ -98,6 +98,9 @@ func (c *Client) StatEntry(ctx context.Context, p string) (EntryInfo, error) {
 	return out.Entry, nil
 }
 
+// FileInfo turns an entry into the Sandbox interface's description, named name.
+func FileInfo(e EntryInfo, name string) sandbox.FileInfo { return fileInfo(e, name) }
+
 // RemovePath deletes the absolute path p recursively (the provider's own files); a
 // missing path is not an error.
 func (c *Client) RemovePath(ctx context.Context, p string) error {

@@ -391,7 +391,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, v2 bool) {
 	sb := &fakeSandbox{
 		s: s, id: newID(), templateID: tmpl.ID, cpu: tmpl.CPUCount, mem: tmpl.MemoryMB,
 		metadata: maps.Clone(in.Metadata), envVars: maps.Clone(in.EnvVars),
-		internet: in.AllowInternetAccess == nil || *in.AllowInternetAccess,
+		internet:  in.AllowInternetAccess == nil || *in.AllowInternetAccess,
 		autoPause: in.AutoPause != nil && *in.AutoPause, state: "starting",
 	}
 	if *in.TemplateID != tmpl.ID {
