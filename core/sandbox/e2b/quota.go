@@ -302,7 +302,7 @@ func warnings(u Usage, plan Plan) []string {
 	if l := plan.CreationsPerSecond; l > 0 {
 		rate := float64(u.RecentCreations) / u.RateWindow.Seconds()
 		if rate >= plan.WarnAt*l {
-			w = append(w, fmt.Sprintf("creation rate: %.1f sandboxes per second over the last %s, the plan allows %.0f", rate, u.RateWindow, l))
+			w = append(w, fmt.Sprintf("creation rate: %.1f sandboxes per second over the last %s, the plan allows %g", rate, u.RateWindow, l))
 		}
 	}
 	return w
@@ -328,9 +328,9 @@ func (u Usage) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "E2B usage in %s (UTC), plan %s, as counted by toolhost:\n", u.Month, plan)
 	fmt.Fprintf(&b, "  sandboxes created  %d\n", u.Creations)
 	if u.Plan.MonthlyCPUMinutes > 0 {
-		fmt.Fprintf(&b, "  CPU minutes        %.1f of %.0f (%.0f%%)\n", u.CPUMinutes, u.Plan.MonthlyCPUMinutes, 100*u.CPUMinutes/u.Plan.MonthlyCPUMinutes)
+		fmt.Fprintf(&b, "  CPU minutes        %.2f of %.0f (%.0f%%)\n", u.CPUMinutes, u.Plan.MonthlyCPUMinutes, 100*u.CPUMinutes/u.Plan.MonthlyCPUMinutes)
 	} else {
-		fmt.Fprintf(&b, "  CPU minutes        %.1f\n", u.CPUMinutes)
+		fmt.Fprintf(&b, "  CPU minutes        %.2f\n", u.CPUMinutes)
 	}
 	if u.Plan.ConcurrentSandboxes > 0 {
 		fmt.Fprintf(&b, "  running now        %d of %d\n", u.Running, u.Plan.ConcurrentSandboxes)
@@ -347,7 +347,7 @@ func (u Usage) WriteText(w io.Writer) error {
 			if p == "" {
 				p = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t\n", d.Day, p, d.Creations, d.CPUMinutes)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t\n", d.Day, p, d.Creations, d.CPUMinutes)
 		}
 		tw.Flush()
 	}
