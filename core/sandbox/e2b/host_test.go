@@ -160,7 +160,9 @@ func TestEveryToolThroughTheHost(t *testing.T) {
 	got := e.expect("bash", `{"command":"for i in 1 2 3; do echo tick $i; sleep 0.1; done; sleep 600","background":true}`, false, "Started in background")
 	_, after, _ := strings.Cut(got, "log ")
 	logPath := strings.TrimRight(strings.Fields(after)[0], ",.;")
-	if !eventually(func() bool { return strings.Contains(resultText(e.call("bash", `{"command":"cat `+logPath+`"}`)), "tick 3") }) {
+	if !eventually(func() bool {
+		return strings.Contains(resultText(e.call("bash", `{"command":"cat `+logPath+`"}`)), "tick 3")
+	}) {
 		t.Errorf("background log %s never showed tick 3", logPath)
 	}
 
