@@ -300,7 +300,9 @@ func TestControlPlane(t *testing.T) {
 	}
 }
 
-func urlQueryEscape(s string) string { return strings.NewReplacer(" ", "%2520", "=", "%3D", "&", "%26").Replace(s) }
+func urlQueryEscape(s string) string {
+	return strings.NewReplacer(" ", "%2520", "=", "%3D", "&", "%26").Replace(s)
+}
 
 // A resume that loses files (E2B issue #884): the state of the first pause comes back,
 // and the resume says it succeeded.
