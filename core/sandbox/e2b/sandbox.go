@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,8 +134,7 @@ func (s *Sandbox) wrap(err error) error {
 		cancel()
 		return fmt.Errorf("E2B sandbox %s stopped answering and was ended: %w", s.id, errors.Join(sandbox.ErrClosed, err))
 	}
-	var ee *envd.Error
-	if errors.As(err, &ee) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if !transportFailure(err) {
 		return err
 	}
 	// A transport failure: is the sandbox still there?
@@ -143,6 +146,19 @@ func (s *Sandbox) wrap(err error) error {
 		return fmt.Errorf("E2B sandbox %s vanished: %w (%v)", s.id, sandbox.ErrClosed, err)
 	}
 	return err
+}
+
+// transportFailure: the exchange with envd broke (a reset, a stream cut short), as opposed
+// to an answer envd gave or a call the caller gave up on.
+func transportFailure(err error) bool {
+	var ee *envd.Error
+	if errors.As(err, &ee) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ue) || errors.As(err, &ne) ||
+		strings.Contains(err.Error(), "stream ended without")
 }
 
 // SetTimeout moves the end time to now+d (POST /sandboxes/{id}/timeout), within the
@@ -183,7 +199,9 @@ func (s *Sandbox) shutdown(ctx context.Context, reason string) error {
 		s.markGone(reason)
 		s.previews.close()
 		s.client.Close()
-		s.closeErr = s.p.api.kill(ctx, s.id)
+		// The kill is bounded by the API's own timeout, not ctx: a sandbox left running
+		// costs until its end time.
+		s.closeErr = s.p.api.kill(context.WithoutCancel(ctx), s.id)
 		if s.closeErr != nil {
 			s.closeErr = fmt.Errorf("close E2B sandbox %s: %w", s.id, s.closeErr)
 		}

@@ -154,3 +154,35 @@ func checkShot(t *testing.T, res abi.Result) {
 		t.Errorf("pixel %02x%02x%02x, want the page's 3366cc", r>>8, g>>8, b>>8)
 	}
 }
+
+// A sandbox that vanishes under a session (E2B issue #1381) is replaced: the session
+// restores the newest snapshot into a new sandbox and the next calls work.
+func TestSessionRecoversFromAVanishedSandbox(t *testing.T) {
+	f := startFake(t, byHeader, e2bfake.Config{})
+	p := newProvider(t, providerConfig(t, f, byHeader))
+	snaps, err := snapshot.New(snapshot.Config{Store: mustDir(t), TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := session.Open(ctx, session.Config{Provider: p, ProjectID: "vanish", Snapshots: snaps,
+		TTL: 10 * time.Minute, MaxLifetime: time.Hour, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	if err := s.WriteFile(ctx, "saved.txt", []byte("in the snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	first := s.SandboxID()
+	if !f.Vanish(first) {
+		t.Fatal("no such sandbox")
+	}
+	b, err := s.ReadFile(ctx, "saved.txt", 0)
+	if err != nil || string(b) != "in the snapshot" || s.SandboxID() == first {
+		t.Fatalf("after the sandbox vanished: %q %v (sandbox %s, was %s)", b, err, s.SandboxID(), first)
+	}
+}
