@@ -485,6 +485,16 @@ func TestPreview(t *testing.T) {
 				if resp.StatusCode != 200 || string(body) != "<h1>preview works</h1>" {
 					t.Errorf("preview: %d %q", resp.StatusCode, body)
 				}
+				// A page cannot aim the proxy at envd (or another sandbox) with E2B's
+				// routing headers: the proxy's own replace them.
+				req, _ := http.NewRequest(http.MethodGet, u.String()+"health", nil)
+				req.Header.Set("E2b-Sandbox-Port", "49983")
+				req.Header.Set("E2b-Sandbox-Id", "aaaaaaaaaaaaaaaaaaaa")
+				if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound || resp.Header.Get("Server") == "" {
+					t.Errorf("a request with routing headers of its own: %v %v", resp, err)
+				} else {
+					resp.Body.Close()
+				}
 				ports, err := sb.Ports(ctx)
 				if err != nil || len(ports) != 1 || ports[0].Port != 8000 {
 					t.Errorf("Ports: %+v %v", ports, err)

@@ -231,8 +231,9 @@ func (s *Sandbox) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.Lis
 // relative to the start, NUL-terminated (names may hold newlines).
 const findFormat = `%y %m %s %T@ %P\0`
 
-// maxListOutput bounds what a recursive listing may print (about a million entries).
-const maxListOutput = 128 << 20
+// maxListOutput bounds what a listing may print, and so what the host holds of it (about
+// 400,000 entries): the listing is the sandbox's word.
+const maxListOutput = 32 << 20
 
 func (s *Sandbox) find(ctx context.Context, dir string, lr sandbox.ListRequest) (sandbox.ListResult, error) {
 	args := []string{dir, "-mindepth", "1"}

@@ -149,10 +149,14 @@ func (p *previews) url(s *Sandbox, port int) (*url.URL, error) {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(to)
 			r.Out.Host = to.Host
+			// The page is the sandbox's and may send any header: none of E2B's routing or
+			// credential headers pass but the proxy's own, so it cannot aim elsewhere.
+			for _, h := range []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", trafficTokenHeader, "X-Access-Token", "X-Api-Key", "Forwarded"} {
+				r.Out.Header.Del(h)
+			}
 			for k, v := range hdr {
 				r.Out.Header[k] = v
 			}
-			r.Out.Header.Del("Forwarded")
 		},
 		Transport:     s.p.tr,
 		FlushInterval: -1, // stream: server-sent events, long polls
