@@ -234,6 +234,17 @@ func (s *Server) Close(ctx context.Context) error {
 
 // ServeHTTP routes a request to the control plane, a sandbox's envd or a preview.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every request is counted in wg, so Close waits for the sandboxes a request is
+	// still creating; none starts once Close has begun.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		apiError(w, http.StatusServiceUnavailable, "the fake is shutting down")
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
 	if strings.HasPrefix(r.URL.Path, "/_fake/") {
 		s.admin(w, r)
 		return
