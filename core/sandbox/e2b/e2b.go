@@ -269,6 +269,15 @@ func New(cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// Close drops the provider's idle connections. Sandboxes still open keep working; close
+// them first to kill them.
+func (p *Provider) Close(context.Context) error {
+	if ci, ok := p.tr.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+	return nil
+}
+
 // ForProject returns a view of p that counts its sandboxes under project in the quota
 // ledger (and labels them with it). It shares p's connections and template choice.
 func (p *Provider) ForProject(project string) sandbox.Provider {
