@@ -16,6 +16,10 @@ type recorderCapturer struct{ rec *screenshot.Recorder }
 
 var _ host.Capturer = recorderCapturer{}
 
+// Capturer serves host.Config.Capturer with rec, for programs that assemble a host.Host
+// themselves instead of using New.
+func Capturer(rec *screenshot.Recorder) host.Capturer { return recorderCapturer{rec} }
+
 func (c recorderCapturer) Capture(ctx context.Context, base *url.URL, pagePath, project string) (*host.Capture, error) {
 	pair, stored, err := c.rec.Shoot(ctx, base, pagePath, project, screenshot.KindAgent)
 	if pair == nil {

@@ -44,12 +44,36 @@ type ClientConfig struct {
 	// agent kills the command at its timeout and answers; an agent that does not answer
 	// by timeout + grace is unresponsive. Default DefaultExecGrace.
 	ExecGrace time.Duration
+
+	// The fields below adapt the client to an agent that is not ours (E2B's envd), which
+	// ignores the toolhost extensions: it kills only the process it started when a
+	// command's timeout passes or SendSignal arrives, and writes no background log.
+
+	// WrapTimeout, when set, returns the argv that runs argv under a wrapper inside the
+	// sandbox that kills the command's whole process group at timeout (zero: no timeout,
+	// but the command still leads its own group and a KillSignal sent to the wrapper
+	// reaches all of it). Exec then gives the agent TimeoutMargin more than the timeout
+	// before its own kill, so the wrapper acts first, and reports a command that a
+	// signal killed at or after its timeout as timed out.
+	WrapTimeout func(argv []string, timeout time.Duration) []string
+	// TimeoutMargin is what Exec adds to the timeout it gives the agent when WrapTimeout
+	// is set. Default DefaultTimeoutMargin.
+	TimeoutMargin time.Duration
+	// WrapBackground, when set, returns the argv that runs a background command with its
+	// output appended to a log file in the sandbox (named after tag), and that file's
+	// path; Start reports it as the process's LogPath.
+	WrapBackground func(argv []string, tag string) (wrapped []string, logPath string)
+	// KillSignal is what the client sends a command it gives up on (its call's ctx
+	// ended, or its stream was cut): SignalKill (the default) or SignalTerm, for a
+	// wrapper that passes it on to the command's group.
+	KillSignal string
 }
 
 // Host-side bounds on an agent, when ClientConfig leaves them zero.
 const (
-	DefaultIdleTimeout = 30 * time.Second
-	DefaultExecGrace   = 5 * time.Second
+	DefaultIdleTimeout   = 30 * time.Second
+	DefaultExecGrace     = 5 * time.Second
+	DefaultTimeoutMargin = 2 * time.Second
 )
 
 // Client talks to one agent. It is safe for concurrent use.
@@ -62,12 +86,28 @@ type Client struct {
 	idle   time.Duration
 	grace  time.Duration
 	closed atomic.Bool
+
+	wrapTimeout    func([]string, time.Duration) []string
+	margin         time.Duration
+	wrapBackground func([]string, string) ([]string, string)
+	killSignal     string
 }
 
 // NewClient builds a client; it does not connect.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/"), sock: cfg.SocketPath,
-		idle: cfg.IdleTimeout, grace: cfg.ExecGrace}
+		idle: cfg.IdleTimeout, grace: cfg.ExecGrace,
+		wrapTimeout: cfg.WrapTimeout, margin: cfg.TimeoutMargin, wrapBackground: cfg.WrapBackground, killSignal: cfg.KillSignal}
+	if c.margin <= 0 {
+		c.margin = DefaultTimeoutMargin
+	}
+	switch c.killSignal {
+	case "":
+		c.killSignal = SignalKill
+	case SignalKill, SignalTerm:
+	default:
+		return nil, fmt.Errorf("envd client: KillSignal %q is neither %s nor %s", cfg.KillSignal, SignalKill, SignalTerm)
+	}
 	if c.idle <= 0 {
 		c.idle = DefaultIdleTimeout
 	}
@@ -492,11 +532,35 @@ func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
 
 // Signal sends SIGNAL_SIGKILL or SIGNAL_SIGTERM to a process (its group, on our agent).
 func (c *Client) Signal(ctx context.Context, pid uint32, signal string) error {
+	return c.signal(ctx, ProcessSelector{Pid: pid}, signal)
+}
+
+func (c *Client) signal(ctx context.Context, sel ProcessSelector, signal string) error {
 	var out Empty
-	if err := c.unary(ctx, PathProcessSignal, SendSignalRequest{Process: ProcessSelector{Pid: pid}, Signal: Enum(signal)}, &out); err != nil {
-		return fmt.Errorf("signal process %d: %w", pid, err)
+	if err := c.unary(ctx, PathProcessSignal, SendSignalRequest{Process: sel, Signal: Enum(signal)}, &out); err != nil {
+		return fmt.Errorf("signal process %d %s: %w", sel.Pid, sel.Tag, err)
 	}
 	return nil
+}
+
+// giveUp sends KillSignal to a command the call no longer waits for: by pid once the
+// start event told it, else by its tag (a cancel that lands before the start event).
+// Best effort, bounded by the exec grace.
+func (c *Client) giveUp(ctx context.Context, pid uint32, tag string) {
+	sel := ProcessSelector{Pid: pid}
+	if pid == 0 {
+		sel = ProcessSelector{Tag: tag}
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.grace)
+	defer cancel()
+	_ = c.signal(kctx, sel, c.killSignal)
+}
+
+// newTag names a process uniquely, so it can be signalled before its pid is known.
+func newTag(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 func startRequest(r sandbox.ExecRequest, tag string) (StartRequest, error) {
@@ -561,15 +625,16 @@ func (c *Client) streamErr(err error) error {
 }
 
 // Exec runs a foreground command. The agent kills its process group at the timeout (sent
-// as Connect-Timeout-Ms, the earlier of req.Timeout and ctx's deadline); when ctx is
-// canceled the client kills it with SendSignal. Either way the partial output comes back
-// with TimedOut set; a cancellation also returns ctx's error.
+// as Connect-Timeout-Ms, the earlier of req.Timeout and ctx's deadline), or the wrapper
+// of WrapTimeout does; when ctx is canceled the client sends KillSignal with SendSignal.
+// Either way the partial output comes back with TimedOut set; a cancellation also returns
+// ctx's error. A stream cut before its end gets the command the same signal.
 func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	began := time.Now()
-	sr, err := startRequest(r, "")
-	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return sandbox.ExecResult{}, errors.New("exec: empty argv")
 	}
+	cmdName := r.Argv[0]
 	maxOut := r.MaxOutputBytes
 	if maxOut <= 0 {
 		maxOut = sandbox.DefaultMaxOutputBytes
@@ -577,14 +642,29 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	timeout := r.Timeout
 	if dl, ok := ctx.Deadline(); ok {
 		if left := time.Until(dl); timeout <= 0 || left < timeout {
-			timeout = left
+			timeout = max(left, time.Millisecond)
 		}
 	}
+	// The agent's own deadline: the timeout, or a little more when a wrapper inside the
+	// sandbox enforces it on the whole group (the agent's kill would reach only the
+	// wrapper, and must not win the race).
+	agentTimeout := timeout
+	if c.wrapTimeout != nil {
+		r.Argv = c.wrapTimeout(r.Argv, timeout)
+		if timeout > 0 {
+			agentTimeout = timeout + c.margin
+		}
+	}
+	tag := newTag("fg-")
+	sr, err := startRequest(r, tag)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
 	// Kill-on-disconnect covers a cancel that lands before the start event told us the pid
-	// (and a host that dies mid-call); SendSignal below covers a real envd.
+	// (and a host that dies mid-call) on our agent; the tag covers it on a real envd.
 	hdr := map[string]string{HeaderMaxOutputBytes: strconv.Itoa(maxOut), HeaderKillOnClose: "1"}
-	if timeout > 0 {
-		ms := timeout.Milliseconds()
+	if agentTimeout > 0 {
+		ms := agentTimeout.Milliseconds()
 		if ms < 1 {
 			ms = 1
 		}
@@ -599,7 +679,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	stop := context.AfterFunc(ctx, func() {
 		canceled.Store(true)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
-			t := time.AfterFunc(c.grace, cancel)
+			t := time.AfterFunc(agentTimeout-timeout+c.grace, cancel)
 			context.AfterFunc(sctx, func() { t.Stop() })
 			return
 		}
@@ -610,13 +690,13 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	// command then); one that has not answered by timeout + grace is not answering at all
 	// (stopped, wedged), and the call must not wait for it any longer.
 	var unresponsive atomic.Bool
-	if timeout > 0 {
-		t := time.AfterFunc(timeout+c.grace, func() { unresponsive.Store(true); cancel() })
+	if agentTimeout > 0 {
+		t := time.AfterFunc(agentTimeout+c.grace, func() { unresponsive.Store(true); cancel() })
 		defer t.Stop()
 	}
 	noAnswer := func(err error) error {
 		return fmt.Errorf("exec %s: %w: no answer %s after the command's %s timeout (%v)",
-			sr.Process.Cmd, sandbox.ErrUnresponsive, c.grace, timeout, err)
+			cmdName, sandbox.ErrUnresponsive, c.grace, timeout, err)
 	}
 
 	res := sandbox.ExecResult{ExitCode: -1}
@@ -627,10 +707,11 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			return res, noAnswer(err)
 		}
 		if canceled.Load() {
+			c.giveUp(ctx, 0, tag)
 			res.TimedOut, res.Duration = true, time.Since(began)
-			return res, fmt.Errorf("exec %s: %w", sr.Process.Cmd, ctx.Err())
+			return res, fmt.Errorf("exec %s: %w", cmdName, ctx.Err())
 		}
-		return res, fmt.Errorf("exec %s: %w", sr.Process.Cmd, err)
+		return res, fmt.Errorf("exec %s: %w", cmdName, err)
 	}
 	defer resp.Body.Close()
 
@@ -644,6 +725,11 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 		res.StdoutCut = outDropped + out.Dropped()
 		res.StderrCut = errDropped + errb.Dropped()
 		res.Duration = time.Since(began)
+		// Behind a timeout wrapper the command ends like any killed one: it timed out when
+		// the signal came no earlier than its timeout (the wrapper starts after the call).
+		if c.wrapTimeout != nil && timeout > 0 && sawEnd && res.ExitCode == -1 && res.Duration >= timeout {
+			res.TimedOut = true
+		}
 		return res
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -655,20 +741,23 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			}
 			if canceled.Load() || sctx.Err() != nil {
 				// ctx ended and we cut the stream: kill what we started.
-				if pid != 0 {
-					kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), c.grace)
-					_ = c.Signal(kctx, pid, SignalKill)
-					kcancel()
-				}
+				c.giveUp(ctx, pid, tag)
 				res.TimedOut = true
-				return finish(), fmt.Errorf("exec %s: %w", sr.Process.Cmd, ctx.Err())
+				return finish(), fmt.Errorf("exec %s: %w", cmdName, ctx.Err())
 			}
-			return finish(), fmt.Errorf("exec %s: stream ended without end-of-stream: %w", sr.Process.Cmd, c.streamErr(err))
+			// The stream was cut under us (a proxy, the network). Our agent kills the
+			// command with its stream; an agent that does not would leave it running with
+			// nobody to read its output: end it.
+			err = c.streamErr(err)
+			if c.wrapTimeout != nil && !errors.Is(err, sandbox.ErrClosed) {
+				c.giveUp(ctx, pid, tag)
+			}
+			return finish(), fmt.Errorf("exec %s: stream ended without end-of-stream: %w", cmdName, err)
 		}
 		if flags&flagEndStream != 0 {
 			var es EndStreamResponse
 			if err := json.Unmarshal(payload, &es); err != nil {
-				return finish(), fmt.Errorf("exec %s: decode end of stream: %w", sr.Process.Cmd, err)
+				return finish(), fmt.Errorf("exec %s: decode end of stream: %w", cmdName, err)
 			}
 			if es.Error != nil {
 				if es.Error.Code == CodeDeadlineExceeded {
@@ -679,16 +768,16 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 				if e.Kind == nil {
 					e.Kind = guessKind(0, e.Code, e.Message)
 				}
-				return finish(), fmt.Errorf("exec %s: %w", sr.Process.Cmd, e)
+				return finish(), fmt.Errorf("exec %s: %w", cmdName, e)
 			}
 			if !sawEnd {
-				return finish(), fmt.Errorf("exec %s: stream ended without an end event", sr.Process.Cmd)
+				return finish(), fmt.Errorf("exec %s: stream ended without an end event", cmdName)
 			}
 			return finish(), nil
 		}
 		var ev StartResponse
 		if err := json.Unmarshal(payload, &ev); err != nil {
-			return finish(), fmt.Errorf("exec %s: decode event: %w", sr.Process.Cmd, err)
+			return finish(), fmt.Errorf("exec %s: decode event: %w", cmdName, err)
 		}
 		switch e := ev.Event; {
 		case e.Start != nil:
@@ -717,9 +806,15 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Process, error) {
 	tag := r.Tag
 	if tag == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		tag = "bg-" + hex.EncodeToString(b[:])
+		tag = newTag("bg-")
+	}
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return sandbox.Process{}, errors.New("start: empty argv")
+	}
+	cmdName := r.Argv[0]
+	var logPath string
+	if c.wrapBackground != nil {
+		r.Argv, logPath = c.wrapBackground(r.Argv, tag)
 	}
 	sr, err := startRequest(r, tag)
 	if err != nil {
@@ -729,28 +824,31 @@ func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Proc
 	defer cancel() // closing the stream leaves the process running
 	resp, err := c.openStream(sctx, sr, map[string]string{HeaderBackground: "1"}, true)
 	if err != nil {
-		return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, err)
+		return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, err)
 	}
 	defer resp.Body.Close()
 	for {
 		flags, payload, err := readEnvelope(resp.Body)
 		if err != nil {
-			return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, c.streamErr(err))
+			return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, c.streamErr(err))
 		}
 		if flags&flagEndStream != 0 {
 			var es EndStreamResponse
 			_ = json.Unmarshal(payload, &es)
 			if es.Error != nil {
-				return sandbox.Process{}, fmt.Errorf("start %s: %w", sr.Process.Cmd, &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)})
+				return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)})
 			}
-			return sandbox.Process{}, fmt.Errorf("start %s: stream ended before the start event", sr.Process.Cmd)
+			return sandbox.Process{}, fmt.Errorf("start %s: stream ended before the start event", cmdName)
 		}
 		var ev StartResponse
 		if err := json.Unmarshal(payload, &ev); err != nil {
-			return sandbox.Process{}, fmt.Errorf("start %s: decode event: %w", sr.Process.Cmd, err)
+			return sandbox.Process{}, fmt.Errorf("start %s: decode event: %w", cmdName, err)
 		}
 		if s := ev.Event.Start; s != nil {
-			return sandbox.Process{ID: tag, PID: int(s.Pid), LogPath: s.ToolhostLogPath}, nil
+			if s.ToolhostLogPath != "" {
+				logPath = s.ToolhostLogPath
+			}
+			return sandbox.Process{ID: tag, PID: int(s.Pid), LogPath: logPath}, nil
 		}
 	}
 }

@@ -21,7 +21,7 @@ var _ sandbox.Handoff = (*Provider)(nil)
 func (p *Provider) Handoff(ctx context.Context, old sandbox.Sandbox, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	o, ok := sandbox.As[*Sandbox](old)
 	if !ok || o.p != p {
-		return nil, fmt.Errorf("handoff: sandbox %s is not one of this provider's", old.ID())
+		return nil, fmt.Errorf("handoff: sandbox %s is not one of this provider's: %w", old.ID(), sandbox.ErrForeign)
 	}
 	timeout, err := p.check(opts)
 	if err != nil {

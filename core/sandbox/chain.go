@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// ErrUnavailable: a provider cannot create a sandbox now, for a reason that is not the
+// caller's fault: it is not configured (no API key), its service cannot be reached, or
+// it is out of capacity. A Chain gives way to its next provider on such an error; any
+// other error is the caller's to fix (a bad template, a timeout past the plan's maximum,
+// a key the service refused) and stops the chain.
+var ErrUnavailable = errors.New("sandbox provider unavailable")
+
+// ErrForeign: a provider was handed a sandbox another provider made (Handoff).
+var ErrForeign = errors.New("the sandbox belongs to another provider")
+
+// Named is a provider with the name it was configured under ("e2b", "local").
+type Named struct {
+	Name     string
+	Provider Provider
+}
+
+// Chain is a Provider that tries its providers in order ("e2b,local"): one that answers
+// with ErrUnavailable gives way to the next, and the reason is logged. An error that is
+// not ErrUnavailable is reported and stops the chain, unless ContinueOnError is set. The
+// sandbox returned is the serving provider's own, so its optional abilities stay visible.
+type Chain struct {
+	Providers []Named
+	// ContinueOnError makes every error give way to the next provider, not only
+	// ErrUnavailable (the last provider's error is still returned).
+	ContinueOnError bool
+	Logger          *slog.Logger
+}
+
+var (
+	_ Provider = (*Chain)(nil)
+	_ Handoff  = (*Chain)(nil)
+)
+
+// NewChain builds a chain over providers, tried in the order given.
+func NewChain(log *slog.Logger, providers ...Named) *Chain {
+	return &Chain{Providers: providers, Logger: log}
+}
+
+func (c *Chain) log() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// Create asks each provider in turn. When all give way, the error joins their reasons
+// and wraps ErrUnavailable.
+func (c *Chain) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {
+	if len(c.Providers) == 0 {
+		return nil, fmt.Errorf("create sandbox: no provider configured: %w", ErrUnavailable)
+	}
+	var reasons []string
+	for i, p := range c.Providers {
+		sb, err := p.Provider.Create(ctx, opts)
+		if err == nil {
+			if i > 0 {
+				c.log().Info("sandbox provider fallback: created the sandbox with a later provider",
+					"provider", p.Name, "sandbox", sb.ID(), "skipped", strings.Join(reasons, "; "))
+			}
+			return sb, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
+		}
+		last := i == len(c.Providers)-1
+		if !errors.Is(err, ErrUnavailable) && !c.ContinueOnError {
+			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
+		}
+		reasons = append(reasons, p.Name+": "+err.Error())
+		if last {
+			if len(c.Providers) == 1 {
+				return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
+			}
+			return nil, fmt.Errorf("create sandbox: no provider could (%s): %w", strings.Join(reasons, "; "), errors.Join(ErrUnavailable, err))
+		}
+		c.log().Warn("sandbox provider unavailable; trying the next one",
+			"provider", p.Name, "next", c.Providers[i+1].Name, "reason", err.Error())
+	}
+	panic("unreachable")
+}
+
+// Handoff passes the rotation to the provider that made old, when that provider can hand
+// a workspace over; providers that do not know old answer ErrForeign and are skipped.
+// When none can, the error wraps ErrForeign and the caller restores a snapshot instead.
+func (c *Chain) Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (Sandbox, error) {
+	for _, p := range c.Providers {
+		h, ok := p.Provider.(Handoff)
+		if !ok {
+			continue
+		}
+		sb, err := h.Handoff(ctx, old, opts)
+		if errors.Is(err, ErrForeign) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("handoff with %s: %w", p.Name, err)
+		}
+		return sb, nil
+	}
+	return nil, fmt.Errorf("handoff of sandbox %s: no provider in the chain can hand it over: %w", old.ID(), ErrForeign)
+}

@@ -1,0 +1,90 @@
+// The official E2B JavaScript SDK drives the fake E2B. The SDK reads E2B_API_KEY,
+// E2B_API_URL and E2B_SANDBOX_URL (and E2B_DOMAIN); TOOLHOST_E2B_SDK_DIR is where
+// scripts/setup-e2b-sdk.sh installed it. One JSON object goes to stdout: what each step
+// saw, for the Go test to check. Any unexpected error exits 1.
+'use strict';
+
+const { createRequire } = require('node:module');
+const path = require('node:path');
+
+const sdkDir = process.env.TOOLHOST_E2B_SDK_DIR;
+if (!sdkDir) {
+  console.error('TOOLHOST_E2B_SDK_DIR is not set');
+  process.exit(2);
+}
+const sdk = createRequire(path.join(sdkDir, 'package.json'))('e2b');
+const { Sandbox } = sdk;
+
+function errName(e) {
+  return e && e.constructor ? e.constructor.name : String(e);
+}
+
+async function main() {
+  const out = { sdkVersion: require(path.join(sdkDir, 'node_modules', 'e2b', 'package.json')).version };
+
+  // Create, with metadata and an environment variable.
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { from: 'official-sdk' }, envs: { GREETING: 'hello' } });
+  out.id = sbx.sandboxId;
+
+  // Run a command.
+  const r = await sbx.commands.run('echo "$GREETING from $(id -un) in $(pwd)"');
+  out.stdout = r.stdout;
+  out.exitCode = r.exitCode;
+  try {
+    await sbx.commands.run('echo oops >&2; exit 3');
+    out.failed = 'no error';
+  } catch (e) {
+    out.failed = { error: errName(e), exitCode: e.exitCode, stderr: e.stderr };
+  }
+  try {
+    await sbx.commands.run('sleep 30', { timeoutMs: 1000 });
+    out.commandTimeout = 'no error';
+  } catch (e) {
+    out.commandTimeout = errName(e);
+  }
+  const bg = await sbx.commands.run('sleep 300', { background: true });
+  out.backgroundPid = bg.pid;
+  out.killedBackground = await bg.kill();
+
+  // Write a file and read it back, through the SDK and through a command.
+  const w = await sbx.files.write('/home/user/dir/hello.txt', 'written by the official SDK\n');
+  out.writtenPath = w.path;
+  out.read = await sbx.files.read('/home/user/dir/hello.txt');
+  out.catted = (await sbx.commands.run('cat dir/hello.txt')).stdout;
+  out.exists = await sbx.files.exists('dir/hello.txt');
+  out.listed = (await sbx.files.list('/home/user/dir')).map((e) => `${e.name}:${e.type}`);
+  try {
+    await sbx.files.read('/home/user/nope.txt');
+    out.missing = 'no error';
+  } catch (e) {
+    out.missing = errName(e);
+  }
+
+  // Set a timeout: the end time moves.
+  const before = new Date((await sbx.getInfo()).endAt);
+  await sbx.setTimeout(600_000);
+  const info = await sbx.getInfo();
+  out.extendedSeconds = Math.round((new Date(info.endAt) - before) / 1000);
+  out.metadata = info.metadata;
+  out.state = info.state;
+  out.running = await sbx.isRunning();
+  const page = await Sandbox.list().nextItems();
+  out.inList = page.some((s) => s.sandboxId === out.id);
+
+  // Kill.
+  out.killed = await sbx.kill();
+  out.runningAfterKill = await sbx.isRunning();
+  try {
+    await Sandbox.getInfo(out.id);
+    out.infoAfterKill = 'found';
+  } catch (e) {
+    out.infoAfterKill = errName(e);
+  }
+  out.killedAgain = await Sandbox.kill(out.id);
+  process.stdout.write(JSON.stringify(out) + '\n');
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : e);
+  process.exit(1);
+});
