@@ -394,4 +394,3 @@ func (s *agingSandbox) StartedAt() time.Time {
 
 // Unwrap is the sandbox under the disguise: its abilities are the ones that count.
 func (s *agingSandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
-
