@@ -173,11 +173,19 @@ func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs 
 		why, files, strings.Join(lines, "\n"))
 	s.bg.mu.Lock()
 	s.bg.notice = notice
-	if len(ports) > 0 {
-		s.bg.expect = map[int]bool{}
-		for _, p := range ports {
-			s.bg.expect[p] = true
+	// A port still expected from an earlier restart (its server had not come back when
+	// this rotation began) is expected again: the processes restarted here include it.
+	expect := map[int]bool{}
+	for p := range s.bg.expect {
+		if time.Now().Before(s.bg.expectUntil) {
+			expect[p] = true
 		}
+	}
+	for _, p := range ports {
+		expect[p] = true
+	}
+	if len(expect) > 0 {
+		s.bg.expect = expect
 		s.bg.expectUntil = time.Now().Add(restartWait)
 	}
 	s.bg.mu.Unlock()
@@ -229,8 +237,24 @@ func (s *Session) expecting(port int) bool {
 
 // PreviewURL maps a port of the current sandbox. Right after a rotation restarted the
 // process that listened on it, it waits (up to restartWait) for the port to listen again,
-// so a screenshot after a rotation needs nothing of the agent.
+// so a screenshot after a rotation needs nothing of the agent. The wait asks the sandbox
+// which ports are listened on (a remote provider's preview URL exists whether or not
+// anything listens behind it); a sandbox that cannot tell is trusted to refuse a closed
+// port itself.
 func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
+	for s.expecting(port) {
+		ports, listed, err := s.listeningNow(ctx)
+		if err != nil || !listed || slices.Contains(ports, port) {
+			break
+		}
+		t := time.NewTimer(devServerPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 	for {
 		u, err := do(ctx, s, func(sb sandbox.Sandbox) (*url.URL, error) { return sb.PreviewURL(ctx, port) })
 		if err == nil {
@@ -249,4 +273,19 @@ func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// listeningNow lists the ports the current sandbox's processes listen on; listed is false
+// when the sandbox cannot tell.
+func (s *Session) listeningNow(ctx context.Context) (ports []int, listed bool, err error) {
+	sb, release, err := s.current(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
+	if _, ok := sandbox.As[sandbox.PortLister](sb); !ok {
+		return nil, false, nil
+	}
+	ports, err = s.listeningOn(ctx, sb)
+	return ports, true, err
 }
