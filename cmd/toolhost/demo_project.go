@@ -326,7 +326,15 @@ type agingProvider struct {
 	handoffs int
 }
 
-var _ sandbox.Handoff = (*agingProvider)(nil)
+var (
+	_ sandbox.Handoff        = (*agingProvider)(nil)
+	_ sandbox.HandoffChecker = (*agingProvider)(nil)
+)
+
+// CanHandoff asks the provider under it (which sees through old, an agingSandbox).
+func (p *agingProvider) CanHandoff(old sandbox.Sandbox) bool {
+	return sandbox.CanHandoff(p.Provider, old)
+}
 
 func (p *agingProvider) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	sb, err := p.Provider.Create(ctx, opts)

@@ -37,8 +37,9 @@ type Chain struct {
 }
 
 var (
-	_ Provider = (*Chain)(nil)
-	_ Handoff  = (*Chain)(nil)
+	_ Provider       = (*Chain)(nil)
+	_ Handoff        = (*Chain)(nil)
+	_ HandoffChecker = (*Chain)(nil)
 )
 
 // NewChain builds a chain over providers, tried in the order given.
@@ -108,4 +109,17 @@ func (c *Chain) Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (S
 		return sb, nil
 	}
 	return nil, fmt.Errorf("handoff of sandbox %s: no provider in the chain can hand it over: %w", old.ID(), ErrForeign)
+}
+
+// CanHandoff reports whether one of the chain's providers can hand old's workspace over:
+// the one that made it, when it can (a local sandbox in "e2b,local"; never an E2B one).
+// A provider that implements Handoff without HandoffChecker cannot tell whether old is
+// its own, so it is taken to be able to.
+func (c *Chain) CanHandoff(old Sandbox) bool {
+	for _, p := range c.Providers {
+		if CanHandoff(p.Provider, old) {
+			return true
+		}
+	}
+	return false
 }

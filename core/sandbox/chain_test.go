@@ -35,6 +35,8 @@ type handoffProvider struct {
 	handed int
 }
 
+func (h *handoffProvider) CanHandoff(old sandbox.Sandbox) bool { return old == h.sb }
+
 func (h *handoffProvider) Handoff(_ context.Context, old sandbox.Sandbox, _ sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	if old != h.sb {
 		return nil, fmt.Errorf("not mine: %w", sandbox.ErrForeign)
@@ -100,6 +102,18 @@ func TestChainHandoffGoesToTheOwner(t *testing.T) {
 	sb, err := c.Create(ctx, sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Asked before a rotation: only local's sandbox can be handed over.
+	if !c.CanHandoff(sb) || !sandbox.CanHandoff(c, sb) {
+		t.Error("the chain says it cannot hand over its local provider's sandbox")
+	}
+	remote.err = nil
+	rsb, err := remote.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CanHandoff(rsb) || c.CanHandoff(memsandbox.New()) {
+		t.Error("the chain says it can hand over a sandbox of a provider without Handoff, or of none")
 	}
 	if _, err := c.Handoff(ctx, sb, sandbox.CreateOptions{}); err != nil || local.handed != 1 {
 		t.Fatalf("handoff of local's sandbox: %v (handed %d)", err, local.handed)
