@@ -59,11 +59,12 @@ type StoreConfig struct {
 
 // S3Config is the store.s3.* keys.
 type S3Config struct {
-	Bucket    string `key:"bucket"`
-	Region    string `key:"region"`
-	Endpoint  string `key:"endpoint"`
-	PathStyle bool   `key:"path_style"`
-	Checksums string `key:"checksums"`
+	Bucket       string `key:"bucket"`
+	Region       string `key:"region"`
+	Endpoint     string `key:"endpoint"`
+	PathStyle    bool   `key:"path_style"`
+	CreateBucket bool   `key:"create_bucket"`
+	Checksums    string `key:"checksums"`
 }
 
 // SnapshotConfig is the snapshot.* keys.
@@ -77,6 +78,7 @@ type SnapshotConfig struct {
 type SessionConfig struct {
 	TTL             time.Duration `key:"ttl"`
 	KeepaliveMargin time.Duration `key:"keepalive_margin"`
+	LastCallMargin  time.Duration `key:"last_call_margin"`
 	MaxLifetime     time.Duration `key:"max_lifetime"`
 }
 
@@ -194,6 +196,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Session.KeepaliveMargin <= 0 || c.Session.KeepaliveMargin >= c.Session.TTL {
 		return bad("session.keepalive_margin", "must be positive and less than session.ttl (%s), got %s", c.Session.TTL, c.Session.KeepaliveMargin)
+	}
+	if c.Session.LastCallMargin < 0 || c.Session.LastCallMargin >= c.Session.KeepaliveMargin {
+		return bad("session.last_call_margin", "must be less than session.keepalive_margin (%s), or 0 for half of it, got %s", c.Session.KeepaliveMargin, c.Session.LastCallMargin)
 	}
 	if c.Session.MaxLifetime < c.Session.TTL {
 		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)

@@ -107,8 +107,10 @@ directory.`},
           plugin needs.
   env:    the plugin's own configuration, visible to it as environment variables.
 Listing plugins here replaces the default list; keep the built-ins you want. Plugins
-that are granted sandbox_exec also get TOOLHOST_BASH_MAX_TIMEOUT (seconds, from
-limits.exec_timeout_max) unless their env sets it.
+that are granted sandbox_exec also get the command timeouts the host enforces, in
+milliseconds: TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS and TOOLHOST_EXEC_TIMEOUT_MAX_MS (from
+limits.exec_timeout_default and limits.exec_timeout_max). The bash plugin's own
+TOOLHOST_BASH_MAX_TIMEOUT (seconds), set in its env, can only lower its maximum.
 No environment variable or flag; set it here.`},
 	{name: "project", flag: "project", def: "default",
 		usage: "project whose snapshots and screenshots are used",
@@ -140,6 +142,11 @@ directory store, the image's file path.`},
 	{name: "store.s3.path_style", flag: "s3-path-style", def: false,
 		usage: "address buckets as endpoint/bucket (most S3-compatible servers)",
 		doc:   `Address buckets as endpoint/bucket/key (most S3-compatible servers need it).`},
+	{name: "store.s3.create_bucket", flag: "s3-create-bucket", def: false,
+		usage: "create the bucket when a request finds it missing",
+		doc: `Create the bucket the first time a request finds it missing (a new S3-compatible
+server, a test). Off, a missing bucket fails with one line that names it and says how to
+fix it.`},
 	{name: "store.s3.checksums", flag: "s3-checksums", def: "when_supported",
 		usage: "request checksums: when_supported or when_required",
 		doc: `when_supported (the SDK's default) or when_required, for S3-compatible stores that
@@ -163,6 +170,14 @@ The variable and the flag take a comma-separated list.`},
 	{name: "session.keepalive_margin", flag: "keepalive-margin", def: 5 * time.Minute,
 		usage: "extend or rotate a sandbox when less than this is left",
 		doc:   `With less than this left, the session extends the sandbox or rotates it. Less than ttl.`},
+	{name: "session.last_call_margin", flag: "last-call-margin", def: time.Duration(0),
+		defText: "0 (half of keepalive_margin)",
+		usage:   "rotate with the best snapshot there is when this little is left and saves fail",
+		doc: `While saves fail, a session keeps its sandbox (it holds the only copy of the work) and
+tries again; when this little is left before an end it cannot extend, it rotates all the
+same with the best snapshot it can make (the workspace handed over, or an archive kept
+on this host until the store takes it), and says so at error level. 0: half of
+keepalive_margin; otherwise less than keepalive_margin.`},
 	{name: "session.max_lifetime", flag: "session-max-lifetime", def: 24 * time.Hour,
 		usage:   "the longest one sandbox may live; sessions rotate before it",
 		aliases: []Alias{{Name: "sandbox.max_lifetime", Flag: "sandbox-max-lifetime"}},

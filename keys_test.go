@@ -91,6 +91,11 @@ func TestZeroIsNotDefault(t *testing.T) {
 		t.Fatalf("pool size 0: %v", err)
 	}
 	c = DefaultConfig()
+	c.Session.LastCallMargin = c.Session.KeepaliveMargin
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "session.last_call_margin") {
+		t.Fatalf("last call margin as long as the keepalive margin: %v", err)
+	}
+	c = DefaultConfig()
 	c.Sandbox.Provider = "e2c"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sandbox.provider") || !strings.Contains(err.Error(), "local") {
 		t.Fatalf("unknown provider: %v", err)

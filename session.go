@@ -96,6 +96,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		Excludes:        cfg.Snapshot.Excludes,
 		TTL:             cfg.Session.TTL,
 		KeepaliveMargin: cfg.Session.KeepaliveMargin,
+		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     cfg.Session.MaxLifetime,
 		Screenshots:     t.rec,
 		Logger:          log,

@@ -31,9 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -117,6 +115,7 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 			Endpoint:             cfg.Store.S3.Endpoint,
 			PathStyle:            cfg.Store.S3.PathStyle,
 			ChecksumWhenRequired: cfg.Store.S3.Checksums == "when_required",
+			CreateBucket:         cfg.Store.S3.CreateBucket,
 			Logger:               o.log,
 		})
 		if err != nil {
@@ -192,10 +191,6 @@ type Toolhost struct {
 	closeErr  error
 }
 
-// EnvBashMaxTimeout tells a plugin granted sandbox_exec the longest command timeout it may
-// accept, in seconds (limits.exec_timeout_max), unless its own env sets it.
-const EnvBashMaxTimeout = "TOOLHOST_BASH_MAX_TIMEOUT"
-
 // New validates cfg, opens the store and loads the plugins. The sandbox provider is made
 // when the first session opens (so listing tools needs no sandbox), and the browser when
 // the first screenshot is taken.
@@ -267,7 +262,6 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 		}
 		dir = d
 	}
-	maxExec := strconv.FormatInt(int64(cfg.Limits.ExecTimeoutMax/time.Second), 10)
 	var specs []host.PluginSpec
 	for i, p := range cfg.Plugins {
 		spec := host.PluginSpec{Path: p.Path, Grants: append([]abi.Capability(nil), p.Grants...)}
@@ -288,16 +282,6 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 			spec.Path, spec.Wasm = "builtin:"+p.Path, wasm
 		default:
 			spec.Path = path
-		}
-		// A plugin that may run commands learns the configured maximum timeout, unless
-		// its own env says otherwise.
-		if hasGrant(spec.Grants, abi.CapSandboxExec) {
-			if _, set := spec.Env[EnvBashMaxTimeout]; !set {
-				if spec.Env == nil {
-					spec.Env = map[string]string{}
-				}
-				spec.Env[EnvBashMaxTimeout] = maxExec
-			}
 		}
 		specs = append(specs, spec)
 	}
@@ -325,15 +309,6 @@ func (t *Toolhost) pluginPath(p, dir string) (string, error) {
 		return "", fmt.Errorf("%w%s", err, hint)
 	}
 	return p, nil
-}
-
-func hasGrant(grants []abi.Capability, c abi.Capability) bool {
-	for _, g := range grants {
-		if g == c {
-			return true
-		}
-	}
-	return false
 }
 
 // Config is the configuration t was made with.
