@@ -1,12 +1,12 @@
 // Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
 //
-//	toolhost tools [--format anthropic|json]       print the tool definitions
-//	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in the project's sandbox
-//	toolhost demo                                  run a short scripted agent session
-//	toolhost snapshot save|list|restore            workspace snapshots of a project
-//	toolhost screenshot list                       a project's stored screenshots
-//	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
-//	toolhost version                               print the version (also --version)
+//	toolhost tools [--format anthropic|json]          print the tool definitions
+//	toolhost call TOOL 'JSON' [--workspace DIR]       run one tool call in the project's sandbox
+//	toolhost demo                                     run a short scripted agent session
+//	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
+//	toolhost screenshot list                          a project's stored screenshots
+//	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
+//	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
 // or ~/.config/toolhost/toolhost.yaml, never one in the working directory), then TOOLHOST_
@@ -75,7 +75,8 @@ func (cmd *command) usage() string {
 
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
-		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), screenshotListCommand(),
+		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
+		snapshotPruneCommand(), screenshotListCommand(),
 		inspectCommand(), versionCommand()}
 }
 
