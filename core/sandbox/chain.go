@@ -25,9 +25,11 @@ type Named struct {
 }
 
 // Chain is a Provider that tries its providers in order ("e2b,local"): one that answers
-// with ErrUnavailable gives way to the next, and the reason is logged. An error that is
-// not ErrUnavailable is reported and stops the chain, unless ContinueOnError is set. The
-// sandbox returned is the serving provider's own, so its optional abilities stay visible.
+// with ErrUnavailable gives way to the next, and the reason is logged; so does one that
+// answers ErrUnsupported (it cannot do what the options ask, such as mount a host
+// directory, and a later one may). Any other error is reported and stops the chain,
+// unless ContinueOnError is set. The sandbox returned is the serving provider's own, so
+// its optional abilities stay visible.
 type Chain struct {
 	Providers []Named
 	// ContinueOnError makes every error give way to the next provider, not only
@@ -74,7 +76,7 @@ func (c *Chain) Create(ctx context.Context, opts CreateOptions) (Sandbox, error)
 			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
 		}
 		last := i == len(c.Providers)-1
-		if !errors.Is(err, ErrUnavailable) && !c.ContinueOnError {
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrUnsupported) && !c.ContinueOnError {
 			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
 		}
 		reasons = append(reasons, p.Name+": "+err.Error())

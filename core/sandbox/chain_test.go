@@ -83,6 +83,14 @@ func TestChainGivesWayOnlyWhenUnavailable(t *testing.T) {
 		t.Fatalf("ContinueOnError: %v, %v", sb, err)
 	}
 
+	// A provider that cannot do what is asked (a remote one, a host directory) gives way.
+	cannot := &fakeProvider{err: fmt.Errorf("an E2B sandbox cannot mount the host directory /src: %w", sandbox.ErrUnsupported)}
+	local = &fakeProvider{}
+	c = sandbox.NewChain(log, sandbox.Named{Name: "e2b", Provider: cannot}, sandbox.Named{Name: "local", Provider: local})
+	if sb, err := c.Create(ctx, sandbox.CreateOptions{Workspace: "/src"}); err != nil || sb != local.sb {
+		t.Fatalf("a host workspace past a provider that cannot mount one: %v, %v", sb, err)
+	}
+
 	// All unavailable: the reasons are joined and the error is ErrUnavailable.
 	down := &fakeProvider{err: fmt.Errorf("api.e2b.app unreachable: %w", sandbox.ErrUnavailable)}
 	gone := &fakeProvider{err: fmt.Errorf("bubblewrap missing: %w", sandbox.ErrUnavailable)}
