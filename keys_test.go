@@ -45,9 +45,15 @@ func TestConfigKeys(t *testing.T) {
 		for _, a := range k.Aliases {
 			names = append(names, struct{ env, flag string }{a.Env, a.Flag})
 		}
+		// Only lists of records and mappings are the file's alone; a secret has a variable
+		// and no flag.
+		fileOnly := (k.Type.Kind() == reflect.Slice && k.Type.Elem().Kind() == reflect.Struct) || k.Type.Kind() == reflect.Map
+		if k.Secret != (k.Type == reflect.TypeFor[Secret]()) || (k.Secret && (k.Env == "" || k.Flag != "")) {
+			t.Errorf("key %s: a secret must be of type Secret, with a variable and no flag", k.Name)
+		}
 		for _, n := range names {
-			if n.env == "" && k.Name != "plugins" {
-				t.Errorf("key %s has no variable", k.Name)
+			if (n.env == "") != fileOnly || (n.flag == "" && !fileOnly && !k.Secret) {
+				t.Errorf("key %s (%s) has variable %q and flag %q: every key has both but lists of records and mappings (neither) and secrets (no flag)", k.Name, k.Type, n.env, n.flag)
 			}
 			if prev, dup := env[n.env]; dup && n.env != "" {
 				t.Errorf("variable %s sets both %s and %s", n.env, prev, k.Name)

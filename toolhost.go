@@ -29,9 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -89,6 +92,7 @@ func newOptions(opts []Option) options {
 // snapshots and stored screenshots. It needs no plugins and no sandbox: the CLI's
 // snapshot and screenshot commands use it alone.
 type Storage struct {
+	cfg   Config
 	store store.Store
 	where string
 	snaps *snapshot.Manager
@@ -106,7 +110,7 @@ func OpenStorage(ctx context.Context, cfg Config, opts ...Option) (*Storage, err
 }
 
 func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) {
-	s := &Storage{close: func() error { return nil }}
+	s := &Storage{cfg: cloneConfig(*cfg), close: func() error { return nil }}
 	switch cfg.Store.Kind {
 	case "s3":
 		st, err := s3.New(ctx, s3.Config{
@@ -185,7 +189,9 @@ type Toolhost struct {
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
 
 	provMu   sync.Mutex
-	provider sandbox.Provider // made on the first Open (or Provider)
+	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
+	members  []sandbox.Named  // the providers sandbox.provider names, in order
+	lifeCap  time.Duration    // the shortest lifetime bound of a member (E2B's plan), or 0
 
 	closeOnce sync.Once
 	closeErr  error
@@ -248,6 +254,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 func cloneConfig(c Config) Config {
 	c.Plugins = append([]Plugin(nil), c.Plugins...)
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	c.E2B.Templates = slices.Clone(c.E2B.Templates)
+	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
 	return c
 }
 
@@ -336,23 +344,46 @@ func (t *Toolhost) CheckBrowser() error {
 	return t.capt.Check()
 }
 
-// Provider is the sandbox provider sandbox.provider names, made on first use.
+// Provider is the sandbox provider sandbox.provider names, made on first use: the one
+// named, or, for a list such as "e2b,local", a sandbox.Chain that tries them in order
+// (giving way when one is unavailable; see e2b.continue_on_error).
 func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
 	t.provMu.Lock()
 	defer t.provMu.Unlock()
 	if t.provider != nil {
 		return t.provider, nil
 	}
-	f, ok := providers.lookup(t.cfg.Sandbox.Provider)
-	if !ok { // Validate checked; a registry cannot shrink
-		return nil, fmt.Errorf("sandbox provider %q is not registered", t.cfg.Sandbox.Provider)
-	}
-	p, err := f(ctx, &t.cfg, t.opts.log)
+	members, err := buildProviders(ctx, providerEnv{cfg: &t.cfg, log: t.opts.log, storage: t.storage})
 	if err != nil {
 		return nil, err
 	}
-	t.provider = p
-	return p, nil
+	for _, m := range members {
+		if lc, ok := m.Provider.(lifetimeCapped); ok && (t.lifeCap == 0 || lc.MaxLifetime() < t.lifeCap) {
+			t.lifeCap = lc.MaxLifetime()
+		}
+	}
+	t.members = members
+	t.provider = chainOf(&t.cfg, t.opts.log, members)
+	return t.provider, nil
+}
+
+// sessionProvider is the provider of one session of project: Provider, with each member
+// that counts per project (e2b's quota ledger) viewed for project.
+func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(t.members, func(m sandbox.Named) bool { _, ok := m.Provider.(projectScoped); return ok }) {
+		return p, nil
+	}
+	views := slices.Clone(t.members)
+	for i, m := range views {
+		if ps, ok := m.Provider.(projectScoped); ok {
+			views[i].Provider = ps.ForProject(project)
+		}
+	}
+	return chainOf(&t.cfg, t.opts.log, views), nil
 }
 
 // Close closes the host, the browser, the provider and the store. Sessions should be
@@ -369,8 +400,12 @@ func (t *Toolhost) Close(ctx context.Context) error {
 			}
 		}
 		t.provMu.Lock()
-		if c, ok := t.provider.(interface{ Close(context.Context) error }); ok {
-			errs = append(errs, c.Close(ctx))
+		for _, m := range t.members {
+			if c, ok := m.Provider.(interface{ Close(context.Context) error }); ok {
+				if err := c.Close(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("closing the %s sandbox provider: %w", m.Name, err))
+				}
+			}
 		}
 		t.provMu.Unlock()
 		if t.storage != nil {
