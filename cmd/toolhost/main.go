@@ -5,6 +5,7 @@
 //	toolhost demo                                     run a short scripted agent session
 //	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
 //	toolhost screenshot list                          a project's stored screenshots
+//	toolhost quota [--live]                           E2B usage this month, as toolhost counted it
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
 //	toolhost version                                  print the version (also --version)
 //
@@ -76,7 +77,7 @@ func (cmd *command) usage() string {
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
-		snapshotPruneCommand(), screenshotListCommand(),
+		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
 		inspectCommand(), versionCommand()}
 }
 
