@@ -28,9 +28,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -344,7 +346,26 @@ func commandUsage(w io.Writer, cmd *command) {
 
 // oneLine folds a message onto one line, for errors on stderr.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return printable(strings.Join(strings.Fields(err.Error()), " "))
+}
+
+// printable escapes what a terminal would act on (escape sequences, other control
+// characters) in text that may carry names from a workspace or a store, as Go escapes
+// them in a quoted string.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 func versionCommand() *command {

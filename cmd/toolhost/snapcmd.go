@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
@@ -189,7 +190,7 @@ Examples:
 		pr.finish()
 		printTransfer(c.stderr, info.Transfer)
 		for _, r := range info.Refused {
-			fmt.Fprintf(c.stderr, "skipped %s: %s\n", r.Key, r.Reason)
+			fmt.Fprintf(c.stderr, "skipped %s: %s\n", r.Key, printable(strings.Join(strings.Fields(r.Reason), " ")))
 		}
 		if errors.Is(err, snapshot.ErrNotSnapshotKey) {
 			return usagef(cmd, "--key: %v", err)

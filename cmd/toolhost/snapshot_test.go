@@ -480,3 +480,16 @@ func TestSnapshotManagement(t *testing.T) {
 		t.Errorf("a save with a FIFO in the workspace:\n%s", r)
 	}
 }
+
+// TestPrintable: what a terminal would act on never reaches it from an error or a reason.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text: ünïcode ok": "plain text: ünïcode ok",
+		"entry \"a\x1b[2J\" bad":  `entry "a\x1b[2J" bad`,
+		"bell\a and \u202e rtl":   `bell\a and \u202e rtl`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/toolhost/toolhost"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"golang.org/x/image/webp"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox/e2b"
 	"github.com/toolhost/toolhost/core/sandbox/e2b/e2bfake"
@@ -29,11 +29,8 @@ import (
 // screenshot after each. E2B sandboxes cannot outlive the plan's maximum (here 4 s), and
 // a remote provider cannot hand a workspace over, so every rotation saves a snapshot,
 // creates a new sandbox and restores the snapshot into it. Every file written survives;
-// the dev server serves the restored page after each rotation.
-//
-// The dev server: the session of this tree does not restart background processes after
-// a rotation (issue 8 adds that). Until then this test starts it again itself when it is
-// not there, and says so in its log; once the session restarts it, no restart happens here.
+// the dev server, which the session restarts in each new sandbox, serves the restored
+// page after each rotation.
 func TestSessionRotatesOnE2B(t *testing.T) {
 	needPython(t)
 	capt := capturer(t)
