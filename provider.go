@@ -97,10 +97,7 @@ func (p e2bProvider) MaxLifetime() time.Duration { return p.Plan().MaxLifetime }
 
 // unavailable stands for a provider of a list that could not be made (bubblewrap missing
 // for local): it gives way to the next one, saying why.
-type unavailable struct {
-	name string
-	err  error
-}
+type unavailable struct{ err error }
 
 func (u unavailable) Create(context.Context, sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, u.err)
@@ -123,7 +120,7 @@ func buildProviders(ctx context.Context, env providerEnv) ([]sandbox.Named, erro
 				return nil, err
 			}
 			env.log.Warn("sandbox provider not available; the others of sandbox.provider will serve", "provider", name, "err", err)
-			p = unavailable{name, err}
+			p = unavailable{err}
 		}
 		out = append(out, sandbox.Named{Name: name, Provider: p})
 	}

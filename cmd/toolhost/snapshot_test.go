@@ -485,8 +485,8 @@ func TestSnapshotManagement(t *testing.T) {
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain text: ünïcode ok": "plain text: ünïcode ok",
-		"entry \"a\x1b[2J\" bad":  `entry "a\x1b[2J" bad`,
-		"bell\a and \u202e rtl":   `bell\a and \u202e rtl`,
+		"entry \"a\x1b[2J\" bad": `entry "a\x1b[2J" bad`,
+		"bell\a and \u202e rtl":  `bell\a and \u202e rtl`,
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
