@@ -1,6 +1,7 @@
 # toolhost: `make run` builds the CLI and runs the demo; `make test` runs every test.
 # Both install what is missing first (scripts/setup.sh, and scripts/setup-browser.sh for
-# the screenshots). Go's build cache keeps repeat runs fast.
+# the screenshots; for the tests, scripts/setup-e2b-sdk.sh too). Go's build cache keeps
+# repeat runs fast.
 #
 # The built-in plugins are committed in plugins/wasm and embedded in the binary, so a build
 # needs no plugin step; `make plugins` rebuilds them after a change to their sources (a
@@ -39,10 +40,13 @@ setup:
 	@scripts/setup-browser.sh
 
 # Tests also need what core/screenshot drives: Chromium and the Playwright driver (tests
-# that need a missing one skip, saying so; with CI=true they fail).
+# that need a missing one skip, saying so; with CI=true they fail); and E2B's official
+# JavaScript SDK, which drives the fake E2B in a test (it needs Node.js >= 20: where the
+# machine has no such Node, the script says so and, unless CI=true, the test skips).
 setup-test:
 	@scripts/setup.sh --test
 	@scripts/setup-browser.sh
+	@scripts/setup-e2b-sdk.sh || [ "$${CI:-}" != true ]
 
 # The plugins are WASI reactors, built with -trimpath (no path of this machine in them)
 # and recorded with the digest of their sources in plugins/wasm/manifest.json.

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox/e2b"
 	"github.com/toolhost/toolhost/core/snapshot"
 )
 
@@ -33,6 +35,7 @@ type Config struct {
 	Session    SessionConfig    `key:"session"`
 	Screenshot ScreenshotConfig `key:"screenshot"`
 	Sandbox    SandboxConfig    `key:"sandbox"`
+	E2B        E2BConfig        `key:"e2b"`
 	Limits     LimitsConfig     `key:"limits"`
 	LogLevel   string           `key:"log_level"`
 }
@@ -59,11 +62,12 @@ type StoreConfig struct {
 
 // S3Config is the store.s3.* keys.
 type S3Config struct {
-	Bucket    string `key:"bucket"`
-	Region    string `key:"region"`
-	Endpoint  string `key:"endpoint"`
-	PathStyle bool   `key:"path_style"`
-	Checksums string `key:"checksums"`
+	Bucket       string `key:"bucket"`
+	Region       string `key:"region"`
+	Endpoint     string `key:"endpoint"`
+	PathStyle    bool   `key:"path_style"`
+	CreateBucket bool   `key:"create_bucket"`
+	Checksums    string `key:"checksums"`
 }
 
 // SnapshotConfig is the snapshot.* keys.
@@ -77,6 +81,7 @@ type SnapshotConfig struct {
 type SessionConfig struct {
 	TTL             time.Duration `key:"ttl"`
 	KeepaliveMargin time.Duration `key:"keepalive_margin"`
+	LastCallMargin  time.Duration `key:"last_call_margin"`
 	MaxLifetime     time.Duration `key:"max_lifetime"`
 }
 
@@ -103,6 +108,59 @@ type SandboxConfig struct {
 	RunDir       string  `key:"run_dir"`
 	WorkspaceDir string  `key:"workspace_dir"`
 }
+
+// E2BConfig is the e2b.* keys: the E2B provider (sandbox.provider: e2b, alone or in a
+// list). Empty strings take the variables E2B's official SDKs read (E2B_API_KEY,
+// E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL), then E2B's defaults.
+type E2BConfig struct {
+	APIKey            Secret            `key:"api_key"`
+	Domain            string            `key:"domain"`
+	APIURL            string            `key:"api_url"`
+	SandboxURL        string            `key:"sandbox_url"`
+	Template          string            `key:"template"`
+	Templates         []E2BTemplate     `key:"templates"`
+	CPUCount          int               `key:"cpu_count"`
+	MemoryMB          int               `key:"memory_mb"`
+	Plan              string            `key:"plan"`
+	MaxLifetime       time.Duration     `key:"max_lifetime"`
+	MonthlyCPUMinutes float64           `key:"monthly_cpu_minutes"`
+	PrivatePreviews   bool              `key:"private_previews"`
+	Metadata          map[string]string `key:"metadata"`
+	RequestTimeout    time.Duration     `key:"request_timeout"`
+	ConnectTimeout    time.Duration     `key:"connect_timeout"`
+	ContinueOnError   bool              `key:"continue_on_error"`
+}
+
+// E2BTemplate is an E2B template and its size (an entry of e2b.templates).
+type E2BTemplate struct {
+	ID       string `key:"id"`
+	CPUCount int    `key:"cpu_count"`
+	MemoryMB int    `key:"memory_mb"`
+}
+
+// Secret is a configuration value that is a credential. It never shows: fmt, slog and
+// text encoders see "[redacted]" (or "" when it is empty), so a logged or dumped Config
+// cannot leak it; string(s) is the value.
+type Secret string
+
+func (s Secret) redacted() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// String is "[redacted]", or "" when s is empty.
+func (s Secret) String() string { return s.redacted() }
+
+// GoString is what %#v shows.
+func (s Secret) GoString() string { return strconv.Quote(s.redacted()) }
+
+// LogValue is what slog records.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
+
+// MarshalText is what text, JSON and YAML encoders write.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.redacted()), nil }
 
 // LimitsConfig is the limits.* keys: what plugins and commands may use.
 type LimitsConfig struct {
@@ -195,6 +253,9 @@ func (c *Config) Validate() error {
 	if c.Session.KeepaliveMargin <= 0 || c.Session.KeepaliveMargin >= c.Session.TTL {
 		return bad("session.keepalive_margin", "must be positive and less than session.ttl (%s), got %s", c.Session.TTL, c.Session.KeepaliveMargin)
 	}
+	if c.Session.LastCallMargin < 0 || c.Session.LastCallMargin >= c.Session.KeepaliveMargin {
+		return bad("session.last_call_margin", "must be less than session.keepalive_margin (%s), or 0 for half of it, got %s", c.Session.KeepaliveMargin, c.Session.LastCallMargin)
+	}
 	if c.Session.MaxLifetime < c.Session.TTL {
 		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)
 	}
@@ -207,6 +268,9 @@ func (c *Config) Validate() error {
 	if c.Screenshot.Chromium != "" && !filepath.IsAbs(c.Screenshot.Chromium) {
 		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
 	}
+	if err := c.validateE2B(bad); err != nil {
+		return err
+	}
 	if err := c.validateLimits(bad); err != nil {
 		return err
 	}
@@ -215,9 +279,27 @@ func (c *Config) Validate() error {
 
 type badKey func(key, format string, args ...any) error
 
+// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
+// order a chain tries them: "e2b, local" is [e2b local].
+func ProviderNamesOf(value string) []string {
+	var names []string
+	for n := range strings.SplitSeq(value, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
+}
+
 func (c *Config) validateSandbox(bad badKey) error {
-	if _, ok := providers.lookup(c.Sandbox.Provider); !ok {
-		return bad("sandbox.provider", "unknown provider %q (known: %s)", c.Sandbox.Provider, strings.Join(providers.names(), ", "))
+	seen := map[string]bool{}
+	for _, name := range ProviderNamesOf(c.Sandbox.Provider) {
+		if _, ok := providers.lookup(name); !ok {
+			return bad("sandbox.provider", "unknown provider %q (known: %s; several, tried in order, as a comma-separated list such as e2b,local)",
+				name, strings.Join(providers.names(), ", "))
+		}
+		if seen[name] {
+			return bad("sandbox.provider", "%q is listed twice in %q", name, c.Sandbox.Provider)
+		}
+		seen[name] = true
 	}
 	switch c.Sandbox.Network {
 	case "none", "host":
@@ -298,6 +380,68 @@ func (c *Config) validateStorage(bad badKey) error {
 	}
 	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
 		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
+	}
+	return nil
+}
+
+// usesE2B reports whether sandbox.provider names e2b.
+func (c *Config) usesE2B() bool { return slices.Contains(ProviderNamesOf(c.Sandbox.Provider), "e2b") }
+
+// e2bPlan is the plan e2b.plan names, with e2b.max_lifetime and e2b.monthly_cpu_minutes.
+func (c *Config) e2bPlan() e2b.Plan {
+	plan, _ := e2b.PlanNamed(c.E2B.Plan)
+	if c.E2B.MaxLifetime > 0 {
+		plan.MaxLifetime = c.E2B.MaxLifetime
+	}
+	plan.MonthlyCPUMinutes = c.E2B.MonthlyCPUMinutes
+	return plan
+}
+
+func (c *Config) validateE2B(bad badKey) error {
+	e := &c.E2B
+	if _, ok := e2b.PlanNamed(e.Plan); !ok {
+		return bad("e2b.plan", "must be \"hobby\" or \"pro\" (set e2b.max_lifetime and e2b.monthly_cpu_minutes for what a plan of your own allows), got %q", e.Plan)
+	}
+	if strings.ContainsAny(e.Domain, "/: ") {
+		return bad("e2b.domain", "must be a domain name such as e2b.app (no scheme, port or path), got %q", e.Domain)
+	}
+	for _, u := range []struct{ key, v string }{{"e2b.api_url", e.APIURL}, {"e2b.sandbox_url", e.SandboxURL}} {
+		if u.v == "" {
+			continue
+		}
+		if pu, err := url.Parse(u.v); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.User != nil {
+			return bad(u.key, "must be an http or https URL such as https://api.e2b.app, got %q", u.v)
+		}
+	}
+	if e.CPUCount < 0 || e.MemoryMB < 0 {
+		return bad("e2b.cpu_count", "e2b.cpu_count and e2b.memory_mb must be 0 (the template's) or positive, got %d and %d", e.CPUCount, e.MemoryMB)
+	}
+	for i, t := range e.Templates {
+		if strings.TrimSpace(t.ID) == "" || t.CPUCount < 1 || t.MemoryMB < 1 {
+			return bad(fmt.Sprintf("e2b.templates[%d]", i), "needs an id, a cpu_count and a memory_mb (positive), got %+v", t)
+		}
+	}
+	if e.MaxLifetime < 0 {
+		return bad("e2b.max_lifetime", "must be positive, or 0 for the plan's, got %s", e.MaxLifetime)
+	}
+	if e.MonthlyCPUMinutes < 0 {
+		return bad("e2b.monthly_cpu_minutes", "must be positive, or 0 for no limit, got %g", e.MonthlyCPUMinutes)
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.Metadata)) {
+		if strings.TrimSpace(k) == "" {
+			return bad("e2b.metadata", "has an empty name")
+		}
+	}
+	if e.RequestTimeout <= 0 {
+		return bad("e2b.request_timeout", "must be positive, got %s", e.RequestTimeout)
+	}
+	if e.ConnectTimeout <= 0 {
+		return bad("e2b.connect_timeout", "must be positive, got %s", e.ConnectTimeout)
+	}
+	// A session on E2B lives within the plan's maximum lifetime (Open cuts its ttl and
+	// max_lifetime to it): the keepalive margin must leave it room to extend and rotate.
+	if max := c.e2bPlan().MaxLifetime; c.usesE2B() && c.Session.KeepaliveMargin >= max {
+		return bad("session.keepalive_margin", "must be less than the E2B plan's maximum sandbox lifetime (%s, e2b.plan and e2b.max_lifetime), got %s", max, c.Session.KeepaliveMargin)
 	}
 	return nil
 }

@@ -21,10 +21,16 @@ type ConfigKey struct {
 	// Name is the key as written in YAML, sections joined by dots: "sandbox.memory_mib".
 	Name string
 	// Env is the variable that sets it: EnvPrefix and the name in upper case with dots as
-	// underscores. Empty for plugins, which only a file sets.
+	// underscores. Empty for the keys only a file sets (plugins, e2b.templates,
+	// e2b.metadata: lists and mappings).
 	Env string
-	// Flag is the CLI's flag that sets it, without the dashes; empty for plugins.
+	// Flag is the CLI's flag that sets it, without the dashes; empty for the keys only a
+	// file sets, and for secrets.
 	Flag string
+	// Secret: the value is a credential (e2b.api_key). It has a variable but no flag (a
+	// command line is visible to every user of the machine), and it is of type Secret,
+	// which never prints.
+	Secret bool
 	// Default is the default as YAML shows it, or, when Derived, how it is found.
 	Default string
 	// Derived: the default depends on the machine or on another key ("$XDG_DATA_HOME/
@@ -63,6 +69,8 @@ type key struct {
 	defText    string
 	usage, doc string
 	aliases    []Alias
+	// secret: a variable, no flag (see ConfigKey.Secret).
+	secret bool
 }
 
 func (k key) defaultValue() any {
@@ -107,8 +115,10 @@ directory.`},
           plugin needs.
   env:    the plugin's own configuration, visible to it as environment variables.
 Listing plugins here replaces the default list; keep the built-ins you want. Plugins
-that are granted sandbox_exec also get TOOLHOST_BASH_MAX_TIMEOUT (seconds, from
-limits.exec_timeout_max) unless their env sets it.
+that are granted sandbox_exec also get the command timeouts the host enforces, in
+milliseconds: TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS and TOOLHOST_EXEC_TIMEOUT_MAX_MS (from
+limits.exec_timeout_default and limits.exec_timeout_max). The bash plugin's own
+TOOLHOST_BASH_MAX_TIMEOUT (seconds), set in its env, can only lower its maximum.
 No environment variable or flag; set it here.`},
 	{name: "project", flag: "project", def: "default",
 		usage: "project whose snapshots and screenshots are used",
@@ -140,6 +150,11 @@ directory store, the image's file path.`},
 	{name: "store.s3.path_style", flag: "s3-path-style", def: false,
 		usage: "address buckets as endpoint/bucket (most S3-compatible servers)",
 		doc:   `Address buckets as endpoint/bucket/key (most S3-compatible servers need it).`},
+	{name: "store.s3.create_bucket", flag: "s3-create-bucket", def: false,
+		usage: "create the bucket when a request finds it missing",
+		doc: `Create the bucket the first time a request finds it missing (a new S3-compatible
+server, a test). Off, a missing bucket fails with one line that names it and says how to
+fix it.`},
 	{name: "store.s3.checksums", flag: "s3-checksums", def: "when_supported",
 		usage: "request checksums: when_supported or when_required",
 		doc: `when_supported (the SDK's default) or when_required, for S3-compatible stores that
@@ -163,6 +178,14 @@ The variable and the flag take a comma-separated list.`},
 	{name: "session.keepalive_margin", flag: "keepalive-margin", def: 5 * time.Minute,
 		usage: "extend or rotate a sandbox when less than this is left",
 		doc:   `With less than this left, the session extends the sandbox or rotates it. Less than ttl.`},
+	{name: "session.last_call_margin", flag: "last-call-margin", def: time.Duration(0),
+		defText: "0 (half of keepalive_margin)",
+		usage:   "rotate with the best snapshot there is when this little is left and saves fail",
+		doc: `While saves fail, a session keeps its sandbox (it holds the only copy of the work) and
+tries again; when this little is left before an end it cannot extend, it rotates all the
+same with the best snapshot it can make (the workspace handed over, or an archive kept
+on this host until the store takes it), and says so at error level. 0: half of
+keepalive_margin; otherwise less than keepalive_margin.`},
 	{name: "session.max_lifetime", flag: "session-max-lifetime", def: 24 * time.Hour,
 		usage:   "the longest one sandbox may live; sessions rotate before it",
 		aliases: []Alias{{Name: "sandbox.max_lifetime", Flag: "sandbox-max-lifetime"}},
@@ -185,9 +208,13 @@ server start. 0: none (the call must name one).`},
 /usr/bin/chromium-headless-shell, /usr/bin/chromium.`},
 
 	{name: "sandbox.provider", flag: "sandbox-provider", def: "local",
-		usage: "sandbox provider, by name (local: bubblewrap)",
+		usage: "sandbox provider by name, or several tried in order (e2b,local)",
 		doc: `The sandbox provider, by name. local: bubblewrap on this machine (Debian package
-bubblewrap).`},
+bubblewrap). e2b: E2B's cloud sandboxes (the e2b keys below). Several, comma-separated,
+are tried in order for each new sandbox: with e2b,local a session runs on E2B when it
+can and here when E2B is unavailable (no API key, not reachable, out of capacity), the
+reason logged; an error that is the configuration's (a key E2B refuses, a template too
+small) stops there unless e2b.continue_on_error is set.`},
 	{name: "sandbox.network", flag: "network", def: "none",
 		usage: "sandbox network: none or host",
 		doc:   `none: no network at all. host: the host's network.`},
@@ -230,6 +257,71 @@ no one else.`},
 		usage: "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)",
 		doc: `Where private workspaces live (their volumes, as root): disk-backed, and below
 directories anyone may pass through (bubblewrap runs as the sandbox user).`},
+
+	{name: "e2b.api_key", secret: true, def: Secret(""), defText: `"" ($E2B_API_KEY)`,
+		doc: `The E2B API key (e2b_...). Empty: the variable E2B_API_KEY, as E2B's own SDKs read it.
+Without a key the e2b provider is unavailable ("E2B API key not configured") and a list
+such as e2b,local goes on to the next provider. A secret: no flag, and never printed.`},
+	{name: "e2b.domain", flag: "e2b-domain", def: "", defText: `"" ($E2B_DOMAIN, else e2b.app)`,
+		usage: "E2B's domain (default $E2B_DOMAIN, else e2b.app; a self-hosted cluster's own)",
+		doc: `E2B's domain: sandboxes are reached at {port}-{id}.{domain}. e2b.app is the managed
+service; a self-hosted E2B cluster has its own.`},
+	{name: "e2b.api_url", flag: "e2b-api-url", def: "", defText: `"" ($E2B_API_URL, else https://api.DOMAIN)`,
+		usage: "E2B's API (default $E2B_API_URL, else https://api.DOMAIN)",
+		doc:   `The control plane's URL, when it is not https://api.{domain}.`},
+	{name: "e2b.sandbox_url", flag: "e2b-sandbox-url", def: "", defText: `"" ($E2B_SANDBOX_URL, else each sandbox's own host)`,
+		usage: "one URL for all sandbox traffic (default $E2B_SANDBOX_URL)",
+		doc: `One URL for all traffic to sandboxes, routed by E2B's E2b-Sandbox-Id and
+E2b-Sandbox-Port headers (a proxy of a self-hosted cluster); empty: each sandbox's own
+host, https://{port}-{id}.{domain}.`},
+	{name: "e2b.template", flag: "e2b-template", def: "", defText: `"" (base, or the smallest known that fits cpu_count and memory_mb)`,
+		usage: "E2B template (ID or alias) sandboxes start from (default base)",
+		doc: `The template sandboxes start from, an ID or alias: base, or a team's own with its tools
+preinstalled. It needs coreutils, GNU tar and gzip (base has them).`},
+	{name: "e2b.templates", def: []E2BTemplate{},
+		doc: `Templates and their sizes, beyond what E2B's API lists (public templates such as base,
+2 CPUs and 512 MB, are known already). cpu_count and memory_mb below pick from them.
+No environment variable or flag; set it here.`},
+	{name: "e2b.cpu_count", flag: "e2b-cpu-count", def: 0,
+		usage: "CPUs per E2B sandbox (0: the template's)",
+		doc: `CPUs and memory per E2B sandbox. On E2B they belong to templates: a size picks the
+smallest known template that provides it, or fails naming the ones there are. 0: the
+template's.`},
+	{name: "e2b.memory_mb", flag: "e2b-memory-mb", def: 0,
+		usage: "memory per E2B sandbox, MB (0: the template's)",
+		doc:   `See cpu_count.`},
+	{name: "e2b.plan", flag: "e2b-plan", def: "hobby",
+		usage: "E2B plan: hobby or pro (lifetime, concurrency and rate limits)",
+		doc: `hobby (sandboxes live at most 1h; 20 at once; 1 creation a second) or pro (24h; 100; 5).
+Sessions on E2B keep ttl and max_lifetime within the plan's lifetime; toolhost quota and
+the log warn at 80% of a limit.`},
+	{name: "e2b.max_lifetime", flag: "e2b-max-lifetime", def: time.Duration(0), defText: "0 (the plan's)",
+		usage: "longest life of one E2B sandbox (0: the plan's)",
+		doc:   `The longest one E2B sandbox may live, when the team's plan differs from the named one.`},
+	{name: "e2b.monthly_cpu_minutes", flag: "e2b-monthly-cpu-minutes", def: 0.0,
+		usage: "E2B compute the team means to spend a month, CPU minutes (0: not watched)",
+		doc: `The compute the team means to spend in a calendar month, in CPU minutes (sandbox
+lifetime times CPUs), e.g. what its credits cover; toolhost quota and the log warn at
+80%. 0: not watched.`},
+	{name: "e2b.private_previews", flag: "e2b-private-previews", def: false,
+		usage: "E2B sandbox ports reachable only with their traffic token",
+		doc: `Make a sandbox's ports (other than E2B's own agent's) reachable only with the
+sandbox's traffic token; previews and screenshots go through a proxy on this host
+that adds it.`},
+	{name: "e2b.metadata", def: map[string]string{},
+		doc: `Labels added to every E2B sandbox, shown in E2B's dashboard and list; toolhost adds
+toolhost: "1", host and project. No environment variable or flag; set it here.`},
+	{name: "e2b.request_timeout", flag: "e2b-request-timeout", def: 60 * time.Second,
+		usage: "bound of each E2B API request, waits after a 429 included",
+		doc:   `The bound of each request to E2B's API, the waits a 429 asks for included.`},
+	{name: "e2b.connect_timeout", flag: "e2b-connect-timeout", def: 10 * time.Second,
+		usage: "bound of reaching E2B; past it the provider is unavailable",
+		doc:   `The bound of reaching E2B; past it the provider is unavailable and a list goes on.`},
+	{name: "e2b.continue_on_error", flag: "e2b-continue-on-error", def: false,
+		usage: "in a provider list, give way to the next provider on any error",
+		doc: `In a list of providers (sandbox.provider: e2b,local), give way to the next one on any
+error, not only when a provider is unavailable: a key E2B refuses or a template that
+does not exist then also falls back (and is logged), instead of failing the session.`},
 
 	{name: "limits.memory_mib", flag: "memory-mib", def: 128,
 		usage: "memory limit per plugin instance, MiB",
@@ -277,6 +369,11 @@ listening and after each commit), in Chromium (scripts/setup-browser.sh installs
 /home/user, private /tmp, an unprivileged user, a seccomp filter) and what each one may
 use. The limits in force, and how each is enforced on this host, are logged when the
 provider starts (a limit the host cannot enforce is a warning).`},
+	{"e2b", `The E2B provider (sandbox.provider: e2b, or e2b in a list): sandboxes on E2B's fleet,
+or on a self-hosted E2B cluster (set domain, and api_url when it is elsewhere). Its
+sandboxes are ephemeral: the work lives in the snapshots, restored into a new sandbox
+at each rotation. Every sandbox it creates is counted for toolhost quota, in data_dir
+(or in the store when it is S3, which several hosts may share). More: docs/E2B.md.`},
 	{"limits", `What plugins and commands may use.`},
 }
 
@@ -296,8 +393,8 @@ func ConfigKeys() []ConfigKey {
 			panic(err)
 		}
 		ck := ConfigKey{Name: k.name, Flag: k.flag, Usage: k.usage, Doc: k.doc, Type: f.Type(),
-			Default: k.defText, Derived: k.defText != ""}
-		if k.flag != "" {
+			Default: k.defText, Derived: k.defText != "", Secret: k.secret}
+		if k.flag != "" || k.secret {
 			ck.Env = EnvName(k.name)
 		}
 		if ck.Default == "" {
@@ -329,6 +426,16 @@ func yamlValue(v any) string {
 		return "[" + strings.Join(v, ", ") + "]"
 	case []Plugin:
 		return "the built-in plugins"
+	case []E2BTemplate:
+		if len(v) == 0 {
+			return "[]"
+		}
+	case map[string]string:
+		if len(v) == 0 {
+			return "{}"
+		}
+	case Secret:
+		return yamlValue(v.String())
 	}
 	return fmt.Sprint(v)
 }

@@ -45,9 +45,15 @@ func TestConfigKeys(t *testing.T) {
 		for _, a := range k.Aliases {
 			names = append(names, struct{ env, flag string }{a.Env, a.Flag})
 		}
+		// Only lists of records and mappings are the file's alone; a secret has a variable
+		// and no flag.
+		fileOnly := (k.Type.Kind() == reflect.Slice && k.Type.Elem().Kind() == reflect.Struct) || k.Type.Kind() == reflect.Map
+		if k.Secret != (k.Type == reflect.TypeFor[Secret]()) || (k.Secret && (k.Env == "" || k.Flag != "")) {
+			t.Errorf("key %s: a secret must be of type Secret, with a variable and no flag", k.Name)
+		}
 		for _, n := range names {
-			if n.env == "" && k.Name != "plugins" {
-				t.Errorf("key %s has no variable", k.Name)
+			if (n.env == "") != fileOnly || (n.flag == "" && !fileOnly && !k.Secret) {
+				t.Errorf("key %s (%s) has variable %q and flag %q: every key has both but lists of records and mappings (neither) and secrets (no flag)", k.Name, k.Type, n.env, n.flag)
 			}
 			if prev, dup := env[n.env]; dup && n.env != "" {
 				t.Errorf("variable %s sets both %s and %s", n.env, prev, k.Name)
@@ -89,6 +95,11 @@ func TestZeroIsNotDefault(t *testing.T) {
 	c.Limits.PoolSize = 0
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "limits.pool_size") {
 		t.Fatalf("pool size 0: %v", err)
+	}
+	c = DefaultConfig()
+	c.Session.LastCallMargin = c.Session.KeepaliveMargin
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "session.last_call_margin") {
+		t.Fatalf("last call margin as long as the keepalive margin: %v", err)
 	}
 	c = DefaultConfig()
 	c.Sandbox.Provider = "e2c"

@@ -77,11 +77,21 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	}
 	prov := opts.Provider
 	if prov == nil {
-		p, err := t.Provider(ctx)
+		p, err := t.sessionProvider(ctx, project)
 		if err != nil {
 			return nil, err
 		}
 		prov = p
+	} else if _, err := t.Provider(ctx); err != nil { // for its lifetime bound
+		return nil, err
+	}
+	// A sandbox of a provider with a lifetime bound (an E2B plan's) cannot be asked to
+	// live longer: the session's ttl and max_lifetime stay within it (Validate made sure
+	// the keepalive margin leaves room).
+	ttl, maxLife := cfg.Session.TTL, cfg.Session.MaxLifetime
+	if c := t.lifeCap; c > 0 && (ttl > c || maxLife > c) {
+		ttl, maxLife = min(ttl, c), min(maxLife, c)
+		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -94,9 +104,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		ProjectID:       project,
 		Snapshots:       wake,
 		Excludes:        cfg.Snapshot.Excludes,
-		TTL:             cfg.Session.TTL,
+		TTL:             ttl,
 		KeepaliveMargin: cfg.Session.KeepaliveMargin,
-		MaxLifetime:     cfg.Session.MaxLifetime,
+		LastCallMargin:  cfg.Session.LastCallMargin,
+		MaxLifetime:     maxLife,
 		Screenshots:     t.rec,
 		Logger:          log,
 	})

@@ -29,9 +29,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,6 +92,7 @@ func newOptions(opts []Option) options {
 // snapshots and stored screenshots. It needs no plugins and no sandbox: the CLI's
 // snapshot and screenshot commands use it alone.
 type Storage struct {
+	cfg   Config
 	store store.Store
 	where string
 	snaps *snapshot.Manager
@@ -108,7 +110,7 @@ func OpenStorage(ctx context.Context, cfg Config, opts ...Option) (*Storage, err
 }
 
 func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) {
-	s := &Storage{close: func() error { return nil }}
+	s := &Storage{cfg: cloneConfig(*cfg), close: func() error { return nil }}
 	switch cfg.Store.Kind {
 	case "s3":
 		st, err := s3.New(ctx, s3.Config{
@@ -117,6 +119,7 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 			Endpoint:             cfg.Store.S3.Endpoint,
 			PathStyle:            cfg.Store.S3.PathStyle,
 			ChecksumWhenRequired: cfg.Store.S3.Checksums == "when_required",
+			CreateBucket:         cfg.Store.S3.CreateBucket,
 			Logger:               o.log,
 		})
 		if err != nil {
@@ -186,15 +189,13 @@ type Toolhost struct {
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
 
 	provMu   sync.Mutex
-	provider sandbox.Provider // made on the first Open (or Provider)
+	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
+	members  []sandbox.Named  // the providers sandbox.provider names, in order
+	lifeCap  time.Duration    // the shortest lifetime bound of a member (E2B's plan), or 0
 
 	closeOnce sync.Once
 	closeErr  error
 }
-
-// EnvBashMaxTimeout tells a plugin granted sandbox_exec the longest command timeout it may
-// accept, in seconds (limits.exec_timeout_max), unless its own env sets it.
-const EnvBashMaxTimeout = "TOOLHOST_BASH_MAX_TIMEOUT"
 
 // New validates cfg, opens the store and loads the plugins. The sandbox provider is made
 // when the first session opens (so listing tools needs no sandbox), and the browser when
@@ -253,6 +254,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 func cloneConfig(c Config) Config {
 	c.Plugins = append([]Plugin(nil), c.Plugins...)
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	c.E2B.Templates = slices.Clone(c.E2B.Templates)
+	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
 	return c
 }
 
@@ -267,7 +270,6 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 		}
 		dir = d
 	}
-	maxExec := strconv.FormatInt(int64(cfg.Limits.ExecTimeoutMax/time.Second), 10)
 	var specs []host.PluginSpec
 	for i, p := range cfg.Plugins {
 		spec := host.PluginSpec{Path: p.Path, Grants: append([]abi.Capability(nil), p.Grants...)}
@@ -288,16 +290,6 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 			spec.Path, spec.Wasm = "builtin:"+p.Path, wasm
 		default:
 			spec.Path = path
-		}
-		// A plugin that may run commands learns the configured maximum timeout, unless
-		// its own env says otherwise.
-		if hasGrant(spec.Grants, abi.CapSandboxExec) {
-			if _, set := spec.Env[EnvBashMaxTimeout]; !set {
-				if spec.Env == nil {
-					spec.Env = map[string]string{}
-				}
-				spec.Env[EnvBashMaxTimeout] = maxExec
-			}
 		}
 		specs = append(specs, spec)
 	}
@@ -327,15 +319,6 @@ func (t *Toolhost) pluginPath(p, dir string) (string, error) {
 	return p, nil
 }
 
-func hasGrant(grants []abi.Capability, c abi.Capability) bool {
-	for _, g := range grants {
-		if g == c {
-			return true
-		}
-	}
-	return false
-}
-
 // Config is the configuration t was made with.
 func (t *Toolhost) Config() Config { return cloneConfig(t.cfg) }
 
@@ -361,23 +344,46 @@ func (t *Toolhost) CheckBrowser() error {
 	return t.capt.Check()
 }
 
-// Provider is the sandbox provider sandbox.provider names, made on first use.
+// Provider is the sandbox provider sandbox.provider names, made on first use: the one
+// named, or, for a list such as "e2b,local", a sandbox.Chain that tries them in order
+// (giving way when one is unavailable; see e2b.continue_on_error).
 func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
 	t.provMu.Lock()
 	defer t.provMu.Unlock()
 	if t.provider != nil {
 		return t.provider, nil
 	}
-	f, ok := providers.lookup(t.cfg.Sandbox.Provider)
-	if !ok { // Validate checked; a registry cannot shrink
-		return nil, fmt.Errorf("sandbox provider %q is not registered", t.cfg.Sandbox.Provider)
-	}
-	p, err := f(ctx, &t.cfg, t.opts.log)
+	members, err := buildProviders(ctx, providerEnv{cfg: &t.cfg, log: t.opts.log, storage: t.storage})
 	if err != nil {
 		return nil, err
 	}
-	t.provider = p
-	return p, nil
+	for _, m := range members {
+		if lc, ok := m.Provider.(lifetimeCapped); ok && (t.lifeCap == 0 || lc.MaxLifetime() < t.lifeCap) {
+			t.lifeCap = lc.MaxLifetime()
+		}
+	}
+	t.members = members
+	t.provider = chainOf(&t.cfg, t.opts.log, members)
+	return t.provider, nil
+}
+
+// sessionProvider is the provider of one session of project: Provider, with each member
+// that counts per project (e2b's quota ledger) viewed for project.
+func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(t.members, func(m sandbox.Named) bool { _, ok := m.Provider.(projectScoped); return ok }) {
+		return p, nil
+	}
+	views := slices.Clone(t.members)
+	for i, m := range views {
+		if ps, ok := m.Provider.(projectScoped); ok {
+			views[i].Provider = ps.ForProject(project)
+		}
+	}
+	return chainOf(&t.cfg, t.opts.log, views), nil
 }
 
 // Close closes the host, the browser, the provider and the store. Sessions should be
@@ -394,8 +400,12 @@ func (t *Toolhost) Close(ctx context.Context) error {
 			}
 		}
 		t.provMu.Lock()
-		if c, ok := t.provider.(interface{ Close(context.Context) error }); ok {
-			errs = append(errs, c.Close(ctx))
+		for _, m := range t.members {
+			if c, ok := m.Provider.(interface{ Close(context.Context) error }); ok {
+				if err := c.Close(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("closing the %s sandbox provider: %w", m.Name, err))
+				}
+			}
 		}
 		t.provMu.Unlock()
 		if t.storage != nil {

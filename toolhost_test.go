@@ -169,7 +169,7 @@ func TestProviders(t *testing.T) {
 			t.Error("registering local twice did not panic")
 		}
 	}()
-	RegisterProvider("local", newLocalProvider)
+	RegisterProvider("local", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) { return nil, nil })
 }
 
 // memProvider is a provider that cannot mount host directories, as a remote one.

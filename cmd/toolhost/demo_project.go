@@ -202,6 +202,8 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 		return "", err
 	}
 	before, oldID, handoffs := live.Rotations(), live.SandboxID(), st.provider.handoffCount()
+	// The provider that made the sandbox decides (an E2B one, even in a list, restores).
+	canHandOff := sandbox.CanHandoff(st.provider, live)
 	st.provider.ageCurrent(cfg.MaxLifetime)
 	left := min(cfg.KeepaliveMargin/2, 30*time.Second)
 	if err := live.SetTimeout(ctx, left); err != nil {
@@ -228,7 +230,7 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	switch {
 	case after <= before:
 		return b.String(), errors.New("the session did not rotate")
-	case !handedOff && st.provider.canHandOff():
+	case !handedOff && canHandOff:
 		return b.String(), errors.New("the rotation restored the snapshot although the provider can hand the workspace over (the log says why)")
 	}
 	return b.String(), nil
@@ -326,7 +328,15 @@ type agingProvider struct {
 	handoffs int
 }
 
-var _ sandbox.Handoff = (*agingProvider)(nil)
+var (
+	_ sandbox.Handoff        = (*agingProvider)(nil)
+	_ sandbox.HandoffChecker = (*agingProvider)(nil)
+)
+
+// CanHandoff asks the provider under it (which sees through old, an agingSandbox).
+func (p *agingProvider) CanHandoff(old sandbox.Sandbox) bool {
+	return sandbox.CanHandoff(p.Provider, old)
+}
 
 func (p *agingProvider) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	sb, err := p.Provider.Create(ctx, opts)
@@ -359,11 +369,6 @@ func (p *agingProvider) wrap(sb sandbox.Sandbox, handoff bool) *agingSandbox {
 		p.handoffs++
 	}
 	return a
-}
-
-func (p *agingProvider) canHandOff() bool {
-	_, ok := p.Provider.(sandbox.Handoff)
-	return ok
 }
 
 func (p *agingProvider) handoffCount() int {

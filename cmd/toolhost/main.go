@@ -1,12 +1,13 @@
 // Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
 //
-//	toolhost tools [--format anthropic|json]       print the tool definitions
-//	toolhost call TOOL 'JSON' [--workspace DIR]    run one tool call in the project's sandbox
-//	toolhost demo                                  run a short scripted agent session
-//	toolhost snapshot save|list|restore            workspace snapshots of a project
-//	toolhost screenshot list                       a project's stored screenshots
-//	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
-//	toolhost version                               print the version (also --version)
+//	toolhost tools [--format anthropic|json]          print the tool definitions
+//	toolhost call TOOL 'JSON' [--workspace DIR]       run one tool call in the project's sandbox
+//	toolhost demo                                     run a short scripted agent session
+//	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
+//	toolhost screenshot list                          a project's stored screenshots
+//	toolhost quota [--live]                           E2B usage this month, as toolhost counted it
+//	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
+//	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
 // or ~/.config/toolhost/toolhost.yaml, never one in the working directory), then TOOLHOST_
@@ -27,9 +28,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -75,7 +78,8 @@ func (cmd *command) usage() string {
 
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
-		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), screenshotListCommand(),
+		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
+		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
 		inspectCommand(), versionCommand()}
 }
 
@@ -342,7 +346,26 @@ func commandUsage(w io.Writer, cmd *command) {
 
 // oneLine folds a message onto one line, for errors on stderr.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return printable(strings.Join(strings.Fields(err.Error()), " "))
+}
+
+// printable escapes what a terminal would act on (escape sequences, other control
+// characters) in text that may carry names from a workspace or a store, as Go escapes
+// them in a quoted string.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 func versionCommand() *command {

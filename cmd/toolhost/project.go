@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,8 +33,18 @@ func (c *cli) newStorage(ctx context.Context, progress func(snapshot.Progress)) 
 }
 
 func (c *cli) options() []toolhost.Option {
-	return []toolhost.Option{toolhost.WithLogger(c.log), toolhost.WithSnapshotLogger(c.quietLog()),
+	return []toolhost.Option{toolhost.WithLogger(c.log), toolhost.WithSnapshotLogger(c.snapshotLog()),
 		toolhost.WithConfigFile(c.cfg.File)}
+}
+
+// snapshotLog is the snapshot manager's logger: its warnings (a retried attempt, an
+// entry left out, a snapshot refused for an older one), not its errors, which are the
+// errors it returns and the commands print themselves; everything at debug level.
+func (c *cli) snapshotLog() *slog.Logger {
+	if c.cfg.Level() <= slog.LevelDebug {
+		return c.log
+	}
+	return slog.New(levelRange{c.log.Handler(), slog.LevelWarn, slog.LevelError})
 }
 
 // closeToolhost closes th (its sessions first) and logs a failure.
@@ -65,42 +76,39 @@ func (c *cli) quietLog() *slog.Logger {
 	if c.cfg.Level() <= slog.LevelDebug {
 		return c.log
 	}
-	return slog.New(minLevel{c.log.Handler(), slog.LevelWarn})
+	return slog.New(levelRange{c.log.Handler(), slog.LevelWarn, slog.Level(math.MaxInt)})
 }
 
-// minLevel drops records below min.
-type minLevel struct {
+// levelRange passes the records from min up to, not including, below.
+type levelRange struct {
 	slog.Handler
-	min slog.Level
+	min, below slog.Level
 }
 
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
+func (h levelRange) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && l < h.below && h.Handler.Enabled(ctx, l)
 }
 
-func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(as), h.min}
+func (h levelRange) WithAttrs(as []slog.Attr) slog.Handler {
+	return levelRange{h.Handler.WithAttrs(as), h.min, h.below}
 }
 
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.min}
+func (h levelRange) WithGroup(name string) slog.Handler {
+	return levelRange{h.Handler.WithGroup(name), h.min, h.below}
 }
 
-// progress shows a snapshot transfer on stderr: a line rewritten with \r while it runs
-// when stderr is a terminal, and one summary line at the end either way.
+// progress draws a snapshot transfer's live line on stderr, rewritten with \r while it
+// runs, when stderr is a terminal; the summary of what moved is the command's (the
+// operation's snapshot.Info.Transfer, see printTransfer).
 type progress struct {
 	w   io.Writer
 	tty bool
 
-	mu      sync.Mutex
-	phase   string
-	start   time.Time
-	last    time.Time
-	done    int64
-	total   int64
-	drawn   bool
-	summary []string
-	seen    map[string]bool // phases that reported
+	mu    sync.Mutex
+	phase string
+	start time.Time
+	last  time.Time
+	drawn bool
 }
 
 func newProgress(w io.Writer) *progress {
@@ -115,56 +123,35 @@ func newProgress(w io.Writer) *progress {
 
 // update is the snapshot.Config.Progress callback.
 func (p *progress) update(pr snapshot.Progress) {
+	if !p.tty {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	if p.seen == nil {
-		p.seen = map[string]bool{}
-	}
-	p.seen[pr.Phase] = true
 	if pr.Phase != p.phase {
-		p.endPhase(now)
-		p.phase, p.start, p.done, p.total = pr.Phase, now, 0, pr.Total
+		p.phase, p.start = pr.Phase, now
 	}
-	p.done, p.total = pr.Done, pr.Total
 	// Draw at most 10 times a second, and only for transfers that last.
-	if p.tty && now.Sub(p.last) >= 100*time.Millisecond && now.Sub(p.start) >= 200*time.Millisecond {
-		p.last, p.drawn = now, true
-		line := fmt.Sprintf("%-8s %s", p.phase, humanBytes(p.done))
-		if p.total > 0 {
-			line += fmt.Sprintf(" / %s (%d%%)", humanBytes(p.total), p.done*100/p.total)
-		}
-		line += "  " + rate(p.done, now.Sub(p.start))
-		fmt.Fprintf(p.w, "\r%-72s", line)
-	}
-}
-
-func (p *progress) endPhase(now time.Time) {
-	if p.phase == "" {
+	if now.Sub(p.last) < 100*time.Millisecond || now.Sub(p.start) < 200*time.Millisecond {
 		return
 	}
-	d := now.Sub(p.start)
-	p.summary = append(p.summary, fmt.Sprintf("%s %s in %s (%s)", p.phase, humanBytes(p.done), ms(d), rate(p.done, d)))
-	p.phase = ""
+	p.last, p.drawn = now, true
+	line := fmt.Sprintf("%-8s %s", p.phase, humanBytes(pr.Done))
+	if pr.Total > 0 {
+		line += fmt.Sprintf(" / %s (%d%%)", humanBytes(pr.Total), pr.Done*100/pr.Total)
+	}
+	line += "  " + rate(pr.Done, now.Sub(p.start))
+	fmt.Fprintf(p.w, "\r%-72s", line)
 }
 
-// saw reports whether a phase reported progress.
-func (p *progress) saw(phase string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.seen[phase]
-}
-
-// finish prints the summary line (replacing the progress line on a terminal).
+// finish clears the live line.
 func (p *progress) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.endPhase(time.Now())
 	if p.drawn {
 		fmt.Fprintf(p.w, "\r%-72s\r", "")
-	}
-	if len(p.summary) > 0 {
-		fmt.Fprintf(p.w, "transfer: %s\n", strings.Join(p.summary, ", "))
+		p.drawn = false
 	}
 }
 
@@ -173,6 +160,14 @@ func rate(n int64, d time.Duration) string {
 		return "-"
 	}
 	return humanBytes(int64(float64(n)/d.Seconds())) + "/s"
+}
+
+// printTransfer prints what a save or restore really moved, one line on stderr, when a
+// phase moved anything or failed.
+func printTransfer(w io.Writer, tr snapshot.Transfer) {
+	if slices.ContainsFunc(tr.Phases, func(p snapshot.Phase) bool { return p.Bytes > 0 || p.Failed }) {
+		fmt.Fprintf(w, "transfer: %s\n", tr)
+	}
 }
 
 // errNoSnapshot says, for people, that a project has nothing to restore.

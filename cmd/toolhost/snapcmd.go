@@ -7,11 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost/core/archive"
 	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/core/snapshot"
 )
 
 const timeLayout = "2006-01-02 15:04:05"
@@ -24,8 +28,14 @@ func snapshotSaveCommand() *command {
 		help: `Packs DIR (default: the current directory) as one tar.gz, leaving out
 snapshot.excludes, and stores it under projects/PROJECT/snapshots/ in the
 configured store (store.kind; by default a directory under data_dir). Retention
-then keeps the newest snapshot.keep. A failed upload is retried snapshot.retries
-times. Progress goes to stderr (a live line on a terminal, else one summary line).
+then keeps the newest snapshot.keep. When the project's newest snapshot already
+holds this exact archive, nothing is uploaded ("unchanged").
+
+What a snapshot cannot hold (a name too long, an unreadable file, a socket or
+device, a link out of the tree) is left out and listed; the rest is saved. A store
+that fails is retried (snapshot.retries) within a few seconds, one log line per
+attempt, then the save fails with one line naming the store and the cause.
+What really moved goes to stderr ("transfer: ..."), with a live line on a terminal.
 
 Example:
   toolhost snapshot save --project shop --workspace ~/src/shop`,
@@ -46,31 +56,47 @@ Example:
 			return err
 		}
 		defer st.Close()
-		project := c.cfg.Project
-		info, stats, err := st.Snapshots().SaveDir(ctx, project, ws)
+		info, stats, err := st.Snapshots().SaveDir(ctx, c.cfg.Project, ws)
 		pr.finish()
+		printTransfer(c.stderr, info.Transfer)
 		if err != nil {
-			return fmt.Errorf("saving %s for project %s in %s: %w", ws, project, st.Where(), err)
+			// It names the project, the store and the cause: print it as it is.
+			return err
 		}
-		if !pr.saw("upload") && info.Size > 0 {
-			// The manager found this very archive already stored under the key (same
-			// second, same SHA-256): nothing new to upload.
-			fmt.Fprintf(c.stdout, "unchanged: %s already holds this exact archive (%s; %d files); nothing uploaded\n",
-				info.Key, humanBytes(info.Size), stats.Files)
+		if info.Unchanged {
+			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this exact archive (%s; %s); nothing uploaded\n",
+				info.Key, humanBytes(info.Size), count(stats.Files, "file", "files"))
 		} else {
-			fmt.Fprintf(c.stdout, "saved %s (%s; %d files, %s packed, in %s)\n", info.Key, humanBytes(info.Size),
-				stats.Files, humanBytes(stats.BytesIn), ms(stats.Duration))
+			fmt.Fprintf(c.stdout, "saved %s (%s; %s, %s packed, in %s)\n", info.Key, humanBytes(info.Size),
+				count(stats.Files, "file", "files"), humanBytes(stats.BytesIn), ms(stats.Duration))
 		}
 		fmt.Fprintf(c.stdout, "store: %s\n", st.Where())
-		if stats.Skipped > 0 {
-			fmt.Fprintf(c.stdout, "left out %d entries that cannot be archived safely (sockets, devices, links out of the tree)\n", stats.Skipped)
-		}
+		printSkips(c.stdout, info)
 		if len(info.Pruned) > 0 {
 			fmt.Fprintf(c.stdout, "retention removed %d older %s (snapshot.keep: %d)\n", len(info.Pruned), plural(len(info.Pruned), "snapshot", "snapshots"), c.cfg.Snapshot.Keep)
 		}
 		return nil
 	}
 	return cmd
+}
+
+// count is "1 file", "2 files".
+func count(n int, one, many string) string { return fmt.Sprintf("%d %s", n, plural(n, one, many)) }
+
+// printSkips says what a save left out because a snapshot cannot hold it: the count and
+// the first entries, quoted (names come from the workspace).
+func printSkips(w io.Writer, info snapshot.Info) {
+	if info.Skipped == 0 {
+		return
+	}
+	fmt.Fprintf(w, "left out %d %s that a snapshot cannot hold (the rest is saved):\n", info.Skipped, plural(info.Skipped, "entry", "entries"))
+	const show = 10
+	for _, sk := range info.Skips[:min(len(info.Skips), show)] {
+		fmt.Fprintf(w, "  %s: %s\n", strconv.Quote(sk.Path), sk.Reason)
+	}
+	if more := info.Skipped - min(len(info.Skips), show); more > 0 {
+		fmt.Fprintf(w, "  and %d more\n", more)
+	}
 }
 
 func snapshotListCommand() *command {
@@ -110,24 +136,31 @@ stdout and says so on stderr (exit status 0).`,
 func snapshotRestoreCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "restore"},
-		args:    "[--project ID] --workspace DIR",
-		summary: "extract the project's newest good snapshot into a directory",
-		help: `Downloads the newest snapshot of the project whose checksum verifies (an older one
-when the newest is corrupt) and extracts it into DIR, which is created if absent.
+		args:    "[--project ID] [--key KEY] --workspace DIR",
+		summary: "extract the project's newest good snapshot (or one by key) into a directory",
+		help: `Downloads the newest snapshot of the project that restores and extracts it into
+DIR, which is created if absent. A snapshot that is refused (its checksum does not
+verify, or extracting it fails) is skipped for the next older one, and the output
+says which were skipped and why. With --key KEY, only that snapshot is restored (a
+key from snapshot list), with no fallback.
+
 Nothing is ever lost: when DIR holds files, the snapshot is extracted next to it
 first and only then swapped in, and the previous contents are moved to
 DIR.before-restore-TIME (the output says where). Entries that would land outside
 DIR (.., absolute names, links out, devices) are refused.
 
-Example:
-  toolhost snapshot restore --project shop --workspace /tmp/shop`,
+Examples:
+  toolhost snapshot restore --project shop --workspace /tmp/shop
+  toolhost snapshot restore --project shop --key projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz -w /tmp/shop`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("workspace", "w", "", "directory to restore into (required)")
+			fs.String("key", "", "restore this snapshot (a key from snapshot list), not the newest good one")
 		},
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		ws, _ := c.flags.GetString("workspace")
+		key, _ := c.flags.GetString("key")
 		if ws == "" {
 			return usagef(cmd, "--workspace DIR is required (the directory to restore into)")
 		}
@@ -147,16 +180,105 @@ Example:
 		}
 		defer st.Close()
 		project := c.cfg.Project
-		info, stats, err := st.Snapshots().RestoreDir(ctx, project, abs, true)
+		var info snapshot.Info
+		var stats archive.ExtractStats
+		if key != "" {
+			info, stats, err = st.Snapshots().RestoreDirKey(ctx, project, key, abs, true)
+		} else {
+			info, stats, err = st.Snapshots().RestoreDir(ctx, project, abs, true)
+		}
 		pr.finish()
+		printTransfer(c.stderr, info.Transfer)
+		for _, r := range info.Refused {
+			fmt.Fprintf(c.stderr, "skipped %s: %s\n", r.Key, printable(strings.Join(strings.Fields(r.Reason), " ")))
+		}
+		if errors.Is(err, snapshot.ErrNotSnapshotKey) {
+			return usagef(cmd, "--key: %v", err)
+		}
 		if err != nil {
 			return fmt.Errorf("restoring project %s from %s into %s: %w", project, st.Where(), abs, errNoSnapshot(project, err))
 		}
-		fmt.Fprintf(c.stdout, "restored %s (saved %s UTC) into %s: %d files, %d dirs, %s, in %s\n",
-			info.Key, info.Time.UTC().Format(timeLayout), abs, stats.Files, stats.Dirs, humanBytes(stats.Bytes), ms(stats.Duration))
+		fmt.Fprintf(c.stdout, "restored %s (saved %s UTC) into %s: %s, %s, %s, in %s\n",
+			info.Key, info.Time.UTC().Format(timeLayout), abs, count(stats.Files, "file", "files"),
+			count(stats.Dirs, "dir", "dirs"), humanBytes(stats.Bytes), ms(stats.Duration))
 		if stats.Backup != "" {
 			fmt.Fprintf(c.stdout, "the previous contents of %s were moved to %s\n", abs, stats.Backup)
 		}
+		return nil
+	}
+	return cmd
+}
+
+func snapshotDeleteCommand() *command {
+	cmd := &command{
+		words:   []string{"snapshot", "delete"},
+		args:    "[--project ID] KEY",
+		summary: "delete one snapshot of the project",
+		help: `Deletes the snapshot KEY (a key from snapshot list) of the project from the store.
+A key that is not one of the project's snapshot keys is refused (exit 2); one that
+names no stored snapshot fails (exit 1).
+
+Example:
+  toolhost snapshot delete --project shop projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz`,
+		nargs: [2]int{1, 1},
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		key := args[0]
+		st, err := c.newStorage(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		err = st.Snapshots().Delete(ctx, c.cfg.Project, key)
+		switch {
+		case errors.Is(err, snapshot.ErrNotSnapshotKey):
+			return usagef(cmd, "%v", err)
+		case err != nil:
+			return fmt.Errorf("deleting from %s: %w", st.Where(), err)
+		}
+		fmt.Fprintf(c.stdout, "deleted %s\n", key)
+		return nil
+	}
+	return cmd
+}
+
+func snapshotPruneCommand() *command {
+	cmd := &command{
+		words:   []string{"snapshot", "prune"},
+		args:    "[--project ID] --keep N",
+		summary: "delete all but the project's newest N snapshots",
+		help: `Deletes every snapshot of the project but the newest N (at least 1; delete the last
+ones by key with snapshot delete), printing each key it deletes. Saves apply
+snapshot.keep on their own; this is for trimming by hand.
+
+Example:
+  toolhost snapshot prune --project shop --keep 2`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.Int("keep", 0, "how many of the newest snapshots to keep (required, at least 1)")
+		},
+		nargs: [2]int{0, 0},
+	}
+	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		if f := c.flags.Lookup("keep"); f == nil || !f.Changed {
+			return usagef(cmd, "--keep N is required (how many of the newest snapshots to keep)")
+		}
+		keep, _ := c.flags.GetInt("keep")
+		st, err := c.newStorage(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		pruned, err := st.Snapshots().Prune(ctx, c.cfg.Project, keep)
+		switch {
+		case errors.Is(err, snapshot.ErrInvalidKeep):
+			return usagef(cmd, "--keep: %v", err)
+		case err != nil:
+			return fmt.Errorf("pruning the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
+		}
+		for _, k := range pruned {
+			fmt.Fprintf(c.stdout, "deleted %s\n", k)
+		}
+		fmt.Fprintf(c.stdout, "pruned %d %s; kept the newest %d\n", len(pruned), plural(len(pruned), "snapshot", "snapshots"), keep)
 		return nil
 	}
 	return cmd

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/toolhost/toolhost/core/store/s3/s3test"
@@ -75,7 +78,7 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-var snapshotKeyRE = regexp.MustCompile(`projects/[^/\s]+/snapshots/\d{8}T\d{6}Z(_\d\d)?\.tar\.gz`)
+var snapshotKeyRE = regexp.MustCompile(`projects/[^/\s]+/snapshots/\d{8}T\d{6}Z-\d{3}-[0-9a-f]{6}\.tar\.gz`)
 
 // TestSnapshotRoundTrip: save a workspace, list it, restore it into a new directory and
 // into one that holds other files, which are moved aside, not lost.
@@ -175,7 +178,7 @@ func TestSnapshotErrors(t *testing.T) {
 		{"restore onto a file", []string{"snapshot", "restore", "--project", "x", "-w", writeFileIn(t, ws, "f.txt")}, 2, "not a directory"},
 		{"save of a missing dir", []string{"snapshot", "save", "-w", filepath.Join(ws, "nope")}, 2, "--workspace"},
 		{"no subcommand", []string{"snapshot"}, 2, "needs a subcommand"},
-		{"unknown subcommand", []string{"snapshot", "delete"}, 2, "snapshot save, snapshot list, snapshot restore"},
+		{"unknown subcommand", []string{"snapshot", "frobnicate"}, 2, "snapshot save, snapshot list, snapshot restore, snapshot delete, snapshot prune"},
 		{"bad store kind", []string{"snapshot", "list", "--store", "gcs"}, 2, "store.kind"},
 		{"s3 without bucket", []string{"snapshot", "list", "--store", "s3"}, 2, "store.s3.bucket"},
 		{"screenshot kind", []string{"screenshot", "list", "--kind", "all"}, 2, "--kind must be agent or auto"},
@@ -304,7 +307,189 @@ func TestSnapshotS3(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, key) {
 		t.Errorf("list with when_required checksums:\n%s", r)
 	}
-	// A bucket that does not exist: one line, exit 1.
+	// A bucket that does not exist: one line, exit 1, that says how to fix it...
 	r = runCLI(t, append(env, "TOOLHOST_STORE_S3_BUCKET=no-such-bucket"), "snapshot", "list", "--project", "s3-project")
 	oneLineError(t, r, 1, "no-such-bucket")
+	if !strings.Contains(r.stderr, "store.s3.create_bucket: true") {
+		t.Errorf("the missing bucket's error has no hint:\n%s", r)
+	}
+	// ...which works.
+	r = runCLI(t, append(env, "TOOLHOST_STORE_S3_BUCKET=made-by-toolhost", "TOOLHOST_STORE_S3_CREATE_BUCKET=true"),
+		"snapshot", "save", "--project", "s3-project", "-w", ws)
+	if r.code != 0 || !strings.Contains(r.stdout, "store: s3://made-by-toolhost") {
+		t.Errorf("save with store.s3.create_bucket:\n%s", r)
+	} else if _, err := os.Stat(srv.ObjectPath("made-by-toolhost", snapshotKeyRE.FindString(r.stdout))); err != nil {
+		t.Errorf("the snapshot is not in the bucket toolhost made: %v", err)
+	}
+}
+
+// TestSnapshotS3Down: a save to an S3 endpoint where nothing listens fails with one line
+// that names the bucket, the endpoint and the cause, after the store's few attempts, and
+// the transfer line says the upload stored nothing.
+func TestSnapshotS3Down(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	env := []string{
+		"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey,
+		"AWS_REGION=" + s3test.Region, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+		"AWS_EC2_METADATA_DISABLED=true",
+		"TOOLHOST_STORE_KIND=s3", "TOOLHOST_STORE_S3_BUCKET=down", "TOOLHOST_STORE_S3_ENDPOINT=" + endpoint,
+		"TOOLHOST_STORE_S3_PATH_STYLE=true",
+	}
+	ws := t.TempDir()
+	writeTree(t, ws, map[string]string{"a.txt": "never stored\n"})
+	r := runCLI(t, env, "snapshot", "save", "--project", "down", "-w", ws)
+	// One warning per failed attempt but the last, the transfer line, the error line.
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if r.code != 1 || r.stdout != "" || len(lines) < 3 {
+		t.Fatalf("save to a store that is down: want exit 1, a line per retry, a transfer line and an error line\n%s", r)
+	}
+	n := len(lines)
+	for _, l := range lines[:n-2] {
+		if !strings.Contains(l, "attempt failed, retrying") || !strings.Contains(l, "cannot reach the store") {
+			t.Errorf("not a retry line: %q", l)
+		}
+	}
+	if !strings.HasPrefix(lines[n-2], "transfer: pack ") || !strings.Contains(lines[n-2], fmt.Sprintf("upload failed after %d attempts, nothing stored", n-1)) {
+		t.Errorf("transfer line %q (after %d retry lines)", lines[n-2], n-2)
+	}
+	for _, want := range []string{"toolhost snapshot save: snapshot save failed: project down: ", "bucket down", endpoint,
+		"cannot reach the store (connection refused)", fmt.Sprintf("(%d attempts in ", n-1)} {
+		if !strings.Contains(lines[n-1], want) {
+			t.Errorf("error line %q lacks %q", lines[n-1], want)
+		}
+	}
+}
+
+// TestSnapshotManagement: what a user does with a project's snapshots besides saving and
+// restoring the newest: restore one by key, see a refused snapshot skipped, delete one,
+// prune, and what a save says when nothing changed or when it left entries out.
+func TestSnapshotManagement(t *testing.T) {
+	t.Parallel()
+	project := "snap-manage"
+	storeDir := t.TempDir()
+	env := []string{"TOOLHOST_STORE_DIR=" + storeDir}
+	cli := func(args ...string) runResult {
+		t.Helper()
+		return runCLI(t, env, append(args, "--project", project)...)
+	}
+	ws := t.TempDir()
+	var keys []string
+	states := []string{"state A\n", "state B\n", "state C\n"}
+	for i, body := range states {
+		writeTree(t, ws, map[string]string{"state.txt": body})
+		r := cli("snapshot", "save", "-w", ws)
+		key := snapshotKeyRE.FindString(r.stdout)
+		if r.code != 0 || key == "" {
+			t.Fatalf("save %d:\n%s", i, r)
+		}
+		if !strings.HasPrefix(r.stderr, "transfer: pack ") || !strings.Contains(r.stderr, ", upload ") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("save %d: stderr should be the one transfer line:\n%s", i, r)
+		}
+		keys = append(keys, key)
+	}
+	// The same state again: the newest snapshot holds it, nothing is uploaded.
+	r := cli("snapshot", "save", "-w", ws)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "unchanged: "+keys[2]) || !strings.Contains(r.stderr, "upload none (unchanged") {
+		t.Errorf("a save of an unchanged workspace:\n%s", r)
+	}
+
+	// Restore by key: that snapshot, not the newest.
+	out := filepath.Join(t.TempDir(), "a")
+	r = cli("snapshot", "restore", "--key", keys[0], "-w", out)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "restored "+keys[0]) || !strings.Contains(r.stderr, "transfer: download ") {
+		t.Fatalf("restore --key:\n%s", r)
+	}
+	sameTree(t, "restored by key", tree(t, out), map[string]string{"state.txt": states[0]})
+	other := strings.Replace(keys[0], "/"+project+"/", "/another/", 1)
+	missing := keys[0][:len(keys[0])-len("abcdef.tar.gz")] + "000000.tar.gz"
+	for _, tc := range []struct {
+		name, key string
+		code      int
+		want      string
+	}{
+		{"not a key", "latest", 2, "is not a snapshot key of project " + project},
+		{"another project's key", other, 2, "is not a snapshot key of project " + project},
+		{"a key nothing is stored under", missing, 1, "no such snapshot"},
+	} {
+		oneLineError(t, cli("snapshot", "restore", "--key", tc.key, "-w", filepath.Join(t.TempDir(), "x")), tc.code, tc.want)
+	}
+
+	// The newest snapshot is damaged in the store (same size, other bytes): a restore
+	// skips it, says why, and restores the one before; by key it fails.
+	data := filepath.Join(storeDir, "data", keys[2])
+	b, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, bytes.Repeat([]byte{0}, len(b)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = filepath.Join(t.TempDir(), "b")
+	r = cli("snapshot", "restore", "-w", out)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "restored "+keys[1]) ||
+		!strings.Contains(r.stderr, "skipped "+keys[2]+": its SHA-256 does not match") {
+		t.Fatalf("restore past a damaged snapshot:\n%s", r)
+	}
+	sameTree(t, "restored past a damaged snapshot", tree(t, out), map[string]string{"state.txt": states[1]})
+	r = cli("snapshot", "restore", "--key", keys[2], "-w", filepath.Join(t.TempDir(), "c"))
+	if r.code != 1 || !strings.Contains(r.stderr, "no snapshot of the project restores") || !strings.Contains(r.stderr, "SHA-256") {
+		t.Errorf("restore --key of the damaged snapshot:\n%s", r)
+	}
+
+	// Delete one by key; the others stay.
+	r = cli("snapshot", "delete", keys[1])
+	if r.code != 0 || r.stdout != "deleted "+keys[1]+"\n" {
+		t.Fatalf("delete:\n%s", r)
+	}
+	r = cli("snapshot", "list")
+	if listed := snapshotKeyRE.FindAllString(r.stdout, -1); len(listed) != 2 || listed[0] != keys[2] || listed[1] != keys[0] {
+		t.Errorf("list after delete = %v, want [%s %s]", listed, keys[2], keys[0])
+	}
+	oneLineError(t, cli("snapshot", "delete", keys[1]), 1, "no such snapshot")
+	oneLineError(t, cli("snapshot", "delete", "../../etc/passwd"), 2, "is not a snapshot key")
+	oneLineError(t, cli("snapshot", "delete"), 2, "missing argument")
+
+	// Prune to the newest one.
+	oneLineError(t, cli("snapshot", "prune"), 2, "--keep N is required")
+	oneLineError(t, cli("snapshot", "prune", "--keep", "0"), 2, "keep at least 1")
+	r = cli("snapshot", "prune", "--keep", "1")
+	if r.code != 0 || r.stdout != "deleted "+keys[0]+"\npruned 1 snapshot; kept the newest 1\n" {
+		t.Fatalf("prune --keep 1:\n%s", r)
+	}
+	r = cli("snapshot", "list")
+	if listed := snapshotKeyRE.FindAllString(r.stdout, -1); len(listed) != 1 || listed[0] != keys[2] {
+		t.Errorf("list after prune = %v, want [%s]", listed, keys[2])
+	}
+	if r = cli("snapshot", "prune", "--keep", "3"); r.code != 0 || r.stdout != "pruned 0 snapshots; kept the newest 3\n" {
+		t.Errorf("prune with nothing to prune:\n%s", r)
+	}
+
+	// An entry a snapshot cannot hold (a FIFO) is left out, named, and the rest saved.
+	if err := syscall.Mkfifo(filepath.Join(ws, "pipe\nname"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = cli("snapshot", "save", "-w", ws)
+	if r.code != 0 || !strings.Contains(r.stdout, "left out 1 entry that a snapshot cannot hold") ||
+		!strings.Contains(r.stdout, `  "pipe\nname": `) {
+		t.Errorf("a save with a FIFO in the workspace:\n%s", r)
+	}
+}
+
+// TestPrintable: what a terminal would act on never reaches it from an error or a reason.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text: ünïcode ok": "plain text: ünïcode ok",
+		"entry \"a\x1b[2J\" bad": `entry "a\x1b[2J" bad`,
+		"bell\a and \u202e rtl":  `bell\a and \u202e rtl`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

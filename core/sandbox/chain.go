@@ -25,9 +25,11 @@ type Named struct {
 }
 
 // Chain is a Provider that tries its providers in order ("e2b,local"): one that answers
-// with ErrUnavailable gives way to the next, and the reason is logged. An error that is
-// not ErrUnavailable is reported and stops the chain, unless ContinueOnError is set. The
-// sandbox returned is the serving provider's own, so its optional abilities stay visible.
+// with ErrUnavailable gives way to the next, and the reason is logged; so does one that
+// answers ErrUnsupported (it cannot do what the options ask, such as mount a host
+// directory, and a later one may). Any other error is reported and stops the chain,
+// unless ContinueOnError is set. The sandbox returned is the serving provider's own, so
+// its optional abilities stay visible.
 type Chain struct {
 	Providers []Named
 	// ContinueOnError makes every error give way to the next provider, not only
@@ -37,8 +39,9 @@ type Chain struct {
 }
 
 var (
-	_ Provider = (*Chain)(nil)
-	_ Handoff  = (*Chain)(nil)
+	_ Provider       = (*Chain)(nil)
+	_ Handoff        = (*Chain)(nil)
+	_ HandoffChecker = (*Chain)(nil)
 )
 
 // NewChain builds a chain over providers, tried in the order given.
@@ -73,7 +76,7 @@ func (c *Chain) Create(ctx context.Context, opts CreateOptions) (Sandbox, error)
 			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
 		}
 		last := i == len(c.Providers)-1
-		if !errors.Is(err, ErrUnavailable) && !c.ContinueOnError {
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrUnsupported) && !c.ContinueOnError {
 			return nil, fmt.Errorf("create sandbox with %s: %w", p.Name, err)
 		}
 		reasons = append(reasons, p.Name+": "+err.Error())
@@ -108,4 +111,17 @@ func (c *Chain) Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (S
 		return sb, nil
 	}
 	return nil, fmt.Errorf("handoff of sandbox %s: no provider in the chain can hand it over: %w", old.ID(), ErrForeign)
+}
+
+// CanHandoff reports whether one of the chain's providers can hand old's workspace over:
+// the one that made it, when it can (a local sandbox in "e2b,local"; never an E2B one).
+// A provider that implements Handoff without HandoffChecker cannot tell whether old is
+// its own, so it is taken to be able to.
+func (c *Chain) CanHandoff(old Sandbox) bool {
+	for _, p := range c.Providers {
+		if CanHandoff(p.Provider, old) {
+			return true
+		}
+	}
+	return false
 }

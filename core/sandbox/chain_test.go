@@ -35,6 +35,8 @@ type handoffProvider struct {
 	handed int
 }
 
+func (h *handoffProvider) CanHandoff(old sandbox.Sandbox) bool { return old == h.sb }
+
 func (h *handoffProvider) Handoff(_ context.Context, old sandbox.Sandbox, _ sandbox.CreateOptions) (sandbox.Sandbox, error) {
 	if old != h.sb {
 		return nil, fmt.Errorf("not mine: %w", sandbox.ErrForeign)
@@ -81,6 +83,14 @@ func TestChainGivesWayOnlyWhenUnavailable(t *testing.T) {
 		t.Fatalf("ContinueOnError: %v, %v", sb, err)
 	}
 
+	// A provider that cannot do what is asked (a remote one, a host directory) gives way.
+	cannot := &fakeProvider{err: fmt.Errorf("an E2B sandbox cannot mount the host directory /src: %w", sandbox.ErrUnsupported)}
+	local = &fakeProvider{}
+	c = sandbox.NewChain(log, sandbox.Named{Name: "e2b", Provider: cannot}, sandbox.Named{Name: "local", Provider: local})
+	if sb, err := c.Create(ctx, sandbox.CreateOptions{Workspace: "/src"}); err != nil || sb != local.sb {
+		t.Fatalf("a host workspace past a provider that cannot mount one: %v, %v", sb, err)
+	}
+
 	// All unavailable: the reasons are joined and the error is ErrUnavailable.
 	down := &fakeProvider{err: fmt.Errorf("api.e2b.app unreachable: %w", sandbox.ErrUnavailable)}
 	gone := &fakeProvider{err: fmt.Errorf("bubblewrap missing: %w", sandbox.ErrUnavailable)}
@@ -100,6 +110,18 @@ func TestChainHandoffGoesToTheOwner(t *testing.T) {
 	sb, err := c.Create(ctx, sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Asked before a rotation: only local's sandbox can be handed over.
+	if !c.CanHandoff(sb) || !sandbox.CanHandoff(c, sb) {
+		t.Error("the chain says it cannot hand over its local provider's sandbox")
+	}
+	remote.err = nil
+	rsb, err := remote.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CanHandoff(rsb) || c.CanHandoff(memsandbox.New()) {
+		t.Error("the chain says it can hand over a sandbox of a provider without Handoff, or of none")
 	}
 	if _, err := c.Handoff(ctx, sb, sandbox.CreateOptions{}); err != nil || local.handed != 1 {
 		t.Fatalf("handoff of local's sandbox: %v (handed %d)", err, local.handed)

@@ -71,6 +71,27 @@ type Handoff interface {
 	Handoff(ctx context.Context, old Sandbox, opts CreateOptions) (Sandbox, error)
 }
 
+// HandoffChecker is a Handoff provider that can tell, before a rotation saves, whether it
+// can hand one given sandbox's workspace over: a provider can only hand over its own
+// sandboxes, and a Chain only those of its providers that can. A caller that knows the
+// answer ahead takes the restore path from the start when it is no (keeping a copy of the
+// snapshot it restores from), instead of finding out from a failed Handoff.
+type HandoffChecker interface {
+	CanHandoff(old Sandbox) bool
+}
+
+// CanHandoff reports whether p can hand old's workspace over: p implements Handoff and,
+// when it implements HandoffChecker, says yes for old.
+func CanHandoff(p Provider, old Sandbox) bool {
+	if _, ok := p.(Handoff); !ok {
+		return false
+	}
+	if c, ok := p.(HandoffChecker); ok {
+		return c.CanHandoff(old)
+	}
+	return true
+}
+
 // CreateOptions configure a new sandbox.
 type CreateOptions struct {
 	// Workspace is a host directory to mount at WorkspaceRoot. Empty means a fresh, empty

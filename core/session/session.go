@@ -327,10 +327,11 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 // lastCall is when the session rotates whatever its saves do.
 func (s *Session) lastCall() time.Time { return s.endsAt.Add(-s.cfg.LastCallMargin) }
 
-// canHandoff: the provider can start the next sandbox over this one's workspace.
-func (s *Session) canHandoff() bool {
-	_, ok := s.cfg.Provider.(sandbox.Handoff)
-	return ok && !s.cfg.RestoreOnRotate
+// canHandoff: the provider can start the next sandbox over sb's workspace. The provider
+// that made sb decides (sandbox.CanHandoff): in a chain ("e2b,local") a local sandbox can
+// be handed over, an E2B one cannot, and its rotation restores a snapshot.
+func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
+	return !s.cfg.RestoreOnRotate && sandbox.CanHandoff(s.cfg.Provider, sb)
 }
 
 // rotate saves, replaces the sandbox and restarts its background processes. Called with mu
@@ -345,7 +346,7 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
-	handoff := s.canHandoff()
+	handoff := s.canHandoff(old)
 
 	// Leave the save time to finish before the last call, or (at the last call) half of
 	// what remains, so the move itself still fits before the end.
@@ -419,12 +420,15 @@ func minTime(a, b time.Time) time.Time {
 // next; the stored snapshot only when it is this rotation's (saved), since restoring an
 // older one would drop the work in old.
 func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *localArchive, saved bool) (sandbox.Sandbox, string, error) {
-	if s.canHandoff() {
+	handoff := s.canHandoff(old)
+	if handoff {
 		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			return next, "handoff", nil
 		}
-		s.log.Warn("session: handoff failed", "sandbox", old.ID(), "err", err)
+		if !errors.Is(err, sandbox.ErrForeign) { // not a failure: the restore path is the way
+			s.log.Warn("session: handoff failed", "sandbox", old.ID(), "err", err)
+		}
 	}
 	if local != nil {
 		next, err := s.createFrom(ctx, local)
@@ -434,7 +438,7 @@ func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *local
 		}
 		s.log.Error("session: restoring the local snapshot failed", "err", err)
 	}
-	if !saved && local == nil && s.canHandoff() {
+	if !saved && local == nil && handoff {
 		return nil, "", errors.New("the workspace was not saved and could not be handed over")
 	}
 	next, err := s.createRestored(ctx, "rotation")
@@ -470,7 +474,7 @@ func (s *Session) recoverDead(ctx context.Context) {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.rememberedProcs()
-	if s.canHandoff() {
+	if s.canHandoff(old) {
 		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
@@ -478,7 +482,9 @@ func (s *Session) recoverDead(ctx context.Context) {
 			s.adopt(ctx, next, running, filesKept)
 			return
 		}
-		s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
+		if !errors.Is(err, sandbox.ErrForeign) {
+			s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
+		}
 	}
 	var next sandbox.Sandbox
 	var err error

@@ -295,17 +295,27 @@ func TestFailedSaveKeepsTheOnlyCopy(t *testing.T) {
 // workspace over, or (restore path) from the archive it packed to this host's disk. It
 // says so loudly; and once the store is back, the work reaches it, so a new session wakes
 // with it.
+//
+// "chained" is an E2B sandbox's case in "e2b,local": the chain can hand over
+// local sandboxes, not this one, so the session must take the restore path (and keep the
+// archive on this host) from the start, not count on a handoff that cannot happen.
 func TestFailingSavesStillRotateBeforeTheEnd(t *testing.T) {
-	for _, restore := range []bool{false, true} {
-		t.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(t *testing.T) {
+	for _, mode := range []string{"handoff", "restore", "chained"} {
+		t.Run(mode, func(t *testing.T) {
+			restore := mode != "handoff"
 			c := newClocked(t, time.Hour)
 			var down *downStore
 			snaps, _ := snapshotsOn(t, func(st store.Store) store.Store { down = &downStore{Store: st}; return down })
 			cfg := c.config(session.Config{
-				ProjectID: "doomed", Snapshots: snaps, RestoreOnRotate: restore,
+				ProjectID: "doomed", Snapshots: snaps, RestoreOnRotate: mode == "restore",
 				TTL: time.Hour, MaxLifetime: time.Hour, KeepaliveMargin: 10 * time.Minute, LastCallMargin: 2 * time.Minute,
 				RetryInterval: 30 * time.Second,
 			})
+			if mode == "chained" {
+				c.provider.Inner = noHandoff{c.provider.Inner}
+				cfg.Provider = sandbox.NewChain(cfg.Logger,
+					sandbox.Named{Name: "remote", Provider: c.provider}, sandbox.Named{Name: "local", Provider: provider(t)})
+			}
 			s := open(t, cfg)
 			ctx := context.Background()
 			if _, err := s.Commit(ctx, "before the outage"); err != nil {
@@ -353,6 +363,9 @@ func TestFailingSavesStillRotateBeforeTheEnd(t *testing.T) {
 			if testing.Verbose() {
 				t.Logf("logs:\n%s", c.logs)
 			}
+			if mode == "chained" && strings.Contains(c.logs.String(), "handoff failed") {
+				t.Errorf("the session tried to hand a remote sandbox over:\n%s", c.logs)
+			}
 			s.Close(ctx)
 			s2 := open(t, cfg)
 			if b, err := s2.ReadFile(ctx, "/home/user/unsaved.txt", 0); err != nil || string(b) != "work since the last snapshot" {
@@ -361,6 +374,9 @@ func TestFailingSavesStillRotateBeforeTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// noHandoff is a provider that cannot hand a workspace over (a remote one).
+type noHandoff struct{ sandbox.Provider }
 
 // TestWakeRestoresNewestSnapshot: a new session for a project starts from its newest
 // snapshot.

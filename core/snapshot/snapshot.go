@@ -605,6 +605,7 @@ func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io
 			return in, err
 		}
 		if why != "" {
+			m.log.Warn("snapshot refused, trying the next older one", "project", projectID, "key", in.Key, "why", why)
 			refused = append(refused, Refusal{Key: in.Key, Reason: why})
 			continue
 		}
@@ -622,14 +623,14 @@ func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io
 }
 
 // restoreOne downloads, verifies and extracts one snapshot. why is set when the snapshot
-// was refused (the Restore goes on), err when the Restore must stop.
+// was refused (Restore goes on to the next, RestoreKey fails), err when the restore must
+// stop.
 func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, extract func(io.Reader) error) (why string, err error) {
 	why, err = m.download(ctx, f, in, tr)
 	if err != nil {
 		return "", fmt.Errorf("restore %s: %w", in.Key, err)
 	}
 	if why != "" {
-		m.log.Warn("snapshot refused, trying the next older one", "project", in.ProjectID, "key", in.Key, "why", why)
 		return why, nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -643,9 +644,7 @@ func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Tran
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("restore %s: extract: %w", in.Key, err)
 		}
-		why = "extracting it failed: " + err.Error()
-		m.log.Warn("snapshot refused, trying the next older one", "project", in.ProjectID, "key", in.Key, "why", why)
-		return why, nil
+		return "extracting it failed: " + err.Error(), nil
 	}
 	return "", nil
 }

@@ -8,7 +8,16 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 )
 
-var _ sandbox.Handoff = (*Provider)(nil)
+var (
+	_ sandbox.Handoff        = (*Provider)(nil)
+	_ sandbox.HandoffChecker = (*Provider)(nil)
+)
+
+// CanHandoff reports whether old (or a sandbox it wraps) is one of this provider's.
+func (p *Provider) CanHandoff(old sandbox.Sandbox) bool {
+	o, ok := sandbox.As[*Sandbox](old)
+	return ok && o.p == p
+}
 
 // Handoff ends old and starts a new sandbox over the same workspace. A local workspace is
 // a host directory (or a volume mounted on one) that outlives the bubblewrap process

@@ -46,9 +46,16 @@ func (p *Provider) Last() *Sandbox {
 }
 
 var (
-	_ sandbox.Provider = (*Provider)(nil)
-	_ sandbox.Handoff  = (*Provider)(nil)
+	_ sandbox.Provider       = (*Provider)(nil)
+	_ sandbox.Handoff        = (*Provider)(nil)
+	_ sandbox.HandoffChecker = (*Provider)(nil)
 )
+
+// CanHandoff reports whether Inner can hand over the sandbox under old, one of ours.
+func (p *Provider) CanHandoff(old sandbox.Sandbox) bool {
+	o, ok := old.(*Sandbox)
+	return ok && sandbox.CanHandoff(p.Inner, o.Sandbox)
+}
 
 func (p *Provider) real(opts sandbox.CreateOptions) (sandbox.CreateOptions, time.Duration) {
 	ttl := opts.Timeout

@@ -45,6 +45,7 @@ var otherVars = map[string]string{
 	EnvConfigFile:              "the config file",
 	"TOOLHOST_BROWSER_PACKAGE": "the Debian package scripts/setup-browser.sh installs",
 	"TOOLHOST_BENCH_DIR":       "where benchmarks put their scratch files",
+	"TOOLHOST_E2B_SDK_DIR":     "where scripts/setup-e2b-sdk.sh installs E2B's SDK for the tests",
 }
 
 // UserConfigFile is the default config file under configHome (os.UserConfigDir when
@@ -83,6 +84,7 @@ type table struct {
 	flags   map[string]string // flag name (older names too) -> key
 	aliases map[string]string // older key name -> key
 	lists   map[string]bool   // keys whose variable is a comma-separated list
+	maps    []string          // keys that hold a mapping (the file's names under them are its own)
 }
 
 func loadTable() *table {
@@ -93,11 +95,16 @@ func loadTable() *table {
 		t.env[toolhost.EnvPrefix+strings.ToUpper(strings.ReplaceAll(name, ".", "__"))] = key
 	}
 	for _, k := range t.keys {
+		if k.Type.Kind() == reflect.Map {
+			t.maps = append(t.maps, k.Name)
+		}
 		if k.Env == "" {
-			continue // plugins: the file only
+			continue // plugins, e2b.templates, e2b.metadata: the file only
 		}
 		addEnv(k.Name, k.Name)
-		t.flags[k.Flag] = k.Name
+		if k.Flag != "" { // not a secret's
+			t.flags[k.Flag] = k.Name
+		}
 		t.lists[k.Name] = k.Type.Kind() == reflect.Slice
 		for _, a := range k.Aliases {
 			addEnv(a.Name, k.Name)
@@ -109,7 +116,8 @@ func loadTable() *table {
 }
 
 func (t *table) known(key string) bool {
-	return slices.ContainsFunc(t.keys, func(k toolhost.ConfigKey) bool { return k.Name == key }) || t.aliases[key] != ""
+	return slices.ContainsFunc(t.keys, func(k toolhost.ConfigKey) bool { return k.Name == key }) || t.aliases[key] != "" ||
+		slices.ContainsFunc(t.maps, func(m string) bool { return strings.HasPrefix(key, m+".") })
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

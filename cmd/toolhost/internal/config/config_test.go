@@ -1,7 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -301,14 +305,14 @@ func TestExampleFile(t *testing.T) {
 	if !reflect.DeepEqual(l.Config, Default()) {
 		t.Errorf("toolhost.example.yaml differs from the defaults:\n file %+v\n code %+v", l.Config, Default())
 	}
-	// Every key is in it, with its variable.
-	for _, k := range Keys() {
-		leaf := k[strings.LastIndex(k, ".")+1:]
+	// Every key is in it, with its variable (the keys only a file sets have none).
+	for _, k := range toolhost.ConfigKeys() {
+		leaf := k.Name[strings.LastIndex(k.Name, ".")+1:]
 		if !strings.Contains(string(body), "\n"+leaf+":") && !strings.Contains(string(body), " "+leaf+":") {
-			t.Errorf("toolhost.example.yaml does not mention %s", k)
+			t.Errorf("toolhost.example.yaml does not mention %s", k.Name)
 		}
-		if k != "plugins" && !strings.Contains(string(body), EnvName(k)) {
-			t.Errorf("toolhost.example.yaml does not name the variable %s", EnvName(k))
+		if k.Env != "" && !strings.Contains(string(body), k.Env) {
+			t.Errorf("toolhost.example.yaml does not name the variable %s", k.Env)
 		}
 	}
 }
@@ -439,4 +443,86 @@ func TestWorkingDirectoryFileIsNotRead(t *testing.T) {
 	if l.File != "" || l.Sandbox.Network != "none" || l.Screenshot.Chromium != "" {
 		t.Fatalf("the working directory's toolhost.yaml was read: file %q, network %q, chromium %q", l.File, l.Sandbox.Network, l.Screenshot.Chromium)
 	}
+}
+
+// TestE2BKeys: the e2b keys through the layers: lists and mappings from the file only, the
+// API key from a variable and never a flag, and never shown.
+func TestE2BKeys(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "c.yaml", `
+sandbox:
+  provider: e2b, local
+e2b:
+  domain: e2b.internal.example.com
+  plan: pro
+  templates:
+    - id: team-dev
+      cpu_count: 4
+      memory_mb: 4096
+  metadata:
+    team: web
+    cost_center: "42"
+`)
+	env := []string{"TOOLHOST_E2B_API_KEY=e2b_not_so_secret_0123456789", "TOOLHOST_E2B_REQUEST_TIMEOUT=30s"}
+	l, err := Load(Sources{Flags: flags(t, "--config", cfg, "--e2b-cpu-count", "4"), Environ: env, ConfigHome: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.E2B
+	want := toolhost.E2BConfig{
+		APIKey: "e2b_not_so_secret_0123456789", Domain: "e2b.internal.example.com", Plan: "pro", CPUCount: 4,
+		Templates:      []toolhost.E2BTemplate{{ID: "team-dev", CPUCount: 4, MemoryMB: 4096}},
+		Metadata:       map[string]string{"team": "web", "cost_center": "42"},
+		RequestTimeout: 30 * time.Second, ConnectTimeout: 10 * time.Second,
+	}
+	if !reflect.DeepEqual(e, want) {
+		t.Errorf("e2b = %#v\nwant %#v", e, want)
+	}
+	if got := toolhost.ProviderNamesOf(l.Sandbox.Provider); !reflect.DeepEqual(got, []string{"e2b", "local"}) {
+		t.Errorf("providers %v", got)
+	}
+	// The key never shows, however the configuration is printed.
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "e2b", l.E2B, "key", l.E2B.APIKey)
+	for _, shown := range []string{fmt.Sprint(l.Config), fmt.Sprintf("%+v", l.Config), fmt.Sprintf("%#v", l.Config),
+		fmt.Sprintf("%q", l.E2B.APIKey), logged.String(), string(must(json.Marshal(l.Config)))} {
+		if strings.Contains(shown, "not_so_secret") || !strings.Contains(shown, "[redacted]") {
+			t.Errorf("the API key shows, or its redaction does not: %s", shown)
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"a mapping from a variable", []string{"TOOLHOST_E2B_METADATA=team=web"}, nil, "TOOLHOST_E2B_METADATA is not a toolhost variable"},
+		{"an unknown provider in a list", []string{"TOOLHOST_SANDBOX_PROVIDER=e2b,lokal"}, nil, `unknown provider "lokal"`},
+		{"a provider twice", []string{"TOOLHOST_SANDBOX_PROVIDER=local,e2b,local"}, nil, `"local" is listed twice`},
+		{"an unknown plan", []string{"TOOLHOST_E2B_PLAN=enterprise"}, nil, "e2b.plan"},
+		{"a URL for a domain", []string{"TOOLHOST_E2B_DOMAIN=https://e2b.app"}, nil, "e2b.domain"},
+		{"a margin past the plan", []string{"TOOLHOST_SANDBOX_PROVIDER=e2b", "TOOLHOST_E2B_MAX_LIFETIME=4m"}, nil, "session.keepalive_margin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(Sources{Flags: flags(t, tc.args...), Environ: tc.env, ConfigHome: t.TempDir()})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %v, want one line with %q", err, tc.want)
+			}
+		})
+	}
+	// A secret has no flag: a command line is visible to every user of the machine.
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	RegisterFlags(fs)
+	if err := fs.Parse([]string{"--e2b-api-key", "e2b_x"}); err == nil {
+		t.Error("--e2b-api-key is a flag")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

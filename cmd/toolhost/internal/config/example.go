@@ -27,6 +27,17 @@ const exampleHeader = `# toolhost.example.yaml: every configuration key of toolh
 # need a unit: 90s, 10m, 1h. A key whose default depends on the machine is commented out.
 `
 
+const exampleTemplates = `  # A team's own template, for example:
+  # - id: my-team-dev
+  #   cpu_count: 4
+  #   memory_mb: 4096
+`
+
+const exampleMetadata = `  # For example:
+  # metadata:
+  #   team: web
+`
+
 const examplePlugins = `  # A third-party plugin, for example:
   # - path: /opt/toolhost/plugins/lint.wasm
   #   grants: [sandbox_files]
@@ -72,8 +83,13 @@ func Example() []byte {
 		if k.Derived {
 			comment(&b, ind, "Default: "+k.Default+".")
 		}
-		if k.Env != "" {
+		switch {
+		case k.Secret:
+			comment(&b, ind, "Env: "+k.Env+". No flag.")
+		case k.Env != "":
 			comment(&b, ind, "Env: "+k.Env+". Flag: --"+k.Flag+".")
+		}
+		if k.Env != "" {
 			for _, a := range k.Aliases {
 				comment(&b, ind, "Older name, still accepted: "+a.Name+" ("+a.Env+", --"+a.Flag+").")
 			}
@@ -89,6 +105,10 @@ func Example() []byte {
 				fmt.Fprintf(&b, "  - path: %s\n    grants: [%s]\n", p.Path, strings.Join(grants, ", "))
 			}
 			b.WriteString(examplePlugins)
+		case k.Name == "e2b.templates":
+			fmt.Fprintf(&b, "%s%s: %s\n%s", ind, leaf, yamlScalar(v), exampleTemplates)
+		case k.Name == "e2b.metadata":
+			fmt.Fprintf(&b, "%s%s: %s\n%s", ind, leaf, yamlScalar(v), exampleMetadata)
 		case k.Derived && !v.IsZero():
 			// The value is this machine's: show the rule, not a path of the machine that
 			// generated the file.
@@ -122,6 +142,10 @@ func yamlScalar(v reflect.Value) string {
 			return `""`
 		}
 		return v.String()
+	case reflect.Map:
+		if v.Len() == 0 {
+			return "{}"
+		}
 	case reflect.Slice:
 		var items []string
 		for i := range v.Len() {
