@@ -8,6 +8,9 @@ type Manifest struct {
 	Name       string `json:"name"`
 	Version    string `json:"version"`
 	Tools      []Tool `json:"tools"`
+	// InputForms lists the request forms the plugin reads besides JSON (ABI.md section
+	// 9): with InputFramed1 the host sends framed requests.
+	InputForms []string `json:"input_forms,omitempty"`
 }
 
 // Tool describes one tool: its name (what the model calls), a description written for the

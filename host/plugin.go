@@ -33,6 +33,8 @@ type plugin struct {
 	modCfg   wazero.ModuleConfig
 	pool     *pool
 	h        *Host
+	// framedInput: the manifest lists abi.InputFramed1, so requests go framed.
+	framedInput bool
 }
 
 var (
@@ -99,12 +101,20 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 	// One throwaway call warms the guest's first-call costs (heap growth, caches).
-	if _, err := inst.call(ctx, []byte(`{"tool":"","input":{}}`), nil, h.cfg.CallTimeout); err != nil {
+	if _, err := inst.call(ctx, p.warmRequest(), nil, h.cfg.CallTimeout); err != nil {
 		p.pool.discard(ctx, inst)
 	} else {
 		p.pool.release(ctx, inst)
 	}
 	return p, nil
+}
+
+// warmRequest is a request for no tool, in the form the plugin reads.
+func (p *plugin) warmRequest() []byte {
+	if p.framedInput {
+		return abi.AppendFramedInput(nil, "", nil)
+	}
+	return []byte(`{"tool":"","input":{}}`)
 }
 
 func importsOf(m wazero.CompiledModule) []Import {
@@ -244,6 +254,7 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 	}
 	p.name = m.Name
 	p.manifest = m
+	p.framedInput = slices.Contains(m.InputForms, abi.InputFramed1)
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -280,5 +282,76 @@ func TestHandle(t *testing.T) {
 			}()
 			bad()
 		}()
+	}
+}
+
+// TestHandleFramed: the framed input (what the host sends) gives a tool the same answers
+// as the JSON request, with strings decoded and nothing scanned.
+func TestHandleFramed(t *testing.T) {
+	saved := tools
+	savedName := pluginName
+	t.Cleanup(func() { tools, pluginName, manifest = saved, savedName, nil })
+	tools, pluginName, manifest = nil, "", nil
+	Plugin("demo", "0.1.0")
+	Register(Tool{Name: "show", Schema: `{"type":"object"}`, Run: func(in Input) abi.Result {
+		s := in.String("s") + "|" + string(in.Bytes("s")) + "|" + string(in.Raw("s")) + "|" +
+			strconv.Itoa(in.Int("n", -1)) + "|" + strconv.FormatBool(in.Bool("b")) + "|" +
+			strings.Join(in.Strings("l"), ",") + "|" + strconv.FormatBool(in.Has("z")) + "|" +
+			strconv.Itoa(in.Int("s", -1)) + "|" + in.String("n") + "|" + string(in.JSON())
+		var v struct {
+			S string `json:"s"`
+			N int    `json:"n"`
+		}
+		if err := in.Decode(&v); err != nil {
+			return abi.ErrorText(err.Error())
+		}
+		return abi.Text(s + "|" + v.S + strconv.Itoa(v.N))
+	}})
+
+	var m abi.Manifest
+	if err := json.Unmarshal(Manifest(), &m); err != nil || !slices.Contains(m.InputForms, abi.InputFramed1) {
+		t.Fatalf("manifest %s does not offer the framed input (%v)", Manifest(), err)
+	}
+	input := `{"s":"a\"b\n\u00e9","n":7,"b":true,"l":["x","y"],"z":null}`
+	want := "a\"b\né|a\"b\né|\"a\\\"b\\né\"|7|true|x,y|false|-1||" +
+		`{"b":true,"l":["x","y"],"n":7,"s":"a\"b\né","z":null}|a"b` + "\n" + `é7`
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(input), &obj); err != nil {
+		t.Fatal(err)
+	}
+	req, err := abi.EncodeFramedInput("show", obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string][]byte{"framed": req, "json": []byte(`{"tool":"show","input":` + input + `}`)} {
+		res, err := decodeFramed(Handle(r))
+		if err != nil || len(res.Content) != 1 || res.IsError {
+			t.Fatalf("%s: %+v, %v", name, res, err)
+		}
+		got := res.Content[0].Text
+		if name == "json" { // Raw and JSON keep the input as it was sent
+			want := strings.Replace(want, `{"b":true,"l":["x","y"],"n":7,"s":"a\"b\né","z":null}`, input, 1)
+			want = strings.Replace(want, `"a\"b\né"`, `"a\"b\n\u00e9"`, 1)
+			if got != want {
+				t.Errorf("%s:\n got %q\nwant %q", name, got, want)
+			}
+			continue
+		}
+		if got != want {
+			t.Errorf("%s:\n got %q\nwant %q", name, got, want)
+		}
+	}
+
+	for name, c := range map[string]struct {
+		req  []byte
+		text string
+	}{
+		"unknown tool": {abi.AppendFramedInput(nil, "nope", nil), `Error: plugin demo has no tool "nope"`},
+		"damaged":      {append([]byte(abi.FramedInputMagic), 200), "Error: framed input: tool name cut short"},
+	} {
+		res, err := decodeFramed(Handle(c.req))
+		if err != nil || !res.IsError || len(res.Content) != 1 || res.Content[0].Text != c.text {
+			t.Errorf("%s: %+v, %v", name, res, err)
+		}
 	}
 }
