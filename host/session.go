@@ -65,6 +65,9 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 		req = append(req, '}')
 	}
 
+	if err := t.plugin.await(ctx); err != nil {
+		return hostFailure(name, err)
+	}
 	pool := t.plugin.pool
 	inst, err := pool.acquire(ctx)
 	if err != nil {
