@@ -1,19 +1,16 @@
 package abi
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"slices"
+	"strconv"
 )
 
 // The framed input (ABI.md section 9): the request in a binary form whose string members
 // are already decoded, so a plugin reads a 64 KB file content as one copy instead of
 // scanning and unescaping it byte by byte. The host sends it only to a plugin whose
 // manifest lists InputFramed1 in its input_forms; every other plugin gets the JSON request
-// of section 5.
+// of section 5. Package internal/framedinput encodes a decoded JSON object this way.
 
 // InputFramed1 names the framed input in a manifest's input_forms.
 const InputFramed1 = "framed1"
@@ -79,11 +76,11 @@ func ParseFramedInput(b []byte, dst []InputMember) (tool []byte, members []Input
 	tool, b = b[1:1+n], b[1+n:]
 	field := func(what string) ([]byte, error) {
 		if len(b) < 4 {
-			return nil, fmt.Errorf("framed input: member %d: %s length cut short", len(dst), what)
+			return nil, errors.New("framed input: member " + strconv.Itoa(len(dst)) + ": " + what + " length cut short")
 		}
 		n := binary.LittleEndian.Uint32(b)
 		if uint64(n) > uint64(len(b)-4) {
-			return nil, fmt.Errorf("framed input: member %d: %s runs past the end", len(dst), what)
+			return nil, errors.New("framed input: member " + strconv.Itoa(len(dst)) + ": " + what + " runs past the end")
 		}
 		v := b[4 : 4+n]
 		b = b[4+n:]
@@ -92,7 +89,7 @@ func ParseFramedInput(b []byte, dst []InputMember) (tool []byte, members []Input
 	for len(b) > 0 {
 		m := InputMember{Kind: b[0]}
 		if m.Kind != MemberString && m.Kind != MemberJSON {
-			return nil, dst, fmt.Errorf("framed input: member %d: unknown kind %q", len(dst), m.Kind)
+			return nil, dst, errors.New("framed input: member " + strconv.Itoa(len(dst)) + ": unknown kind " + strconv.QuoteRune(rune(m.Kind)))
 		}
 		b = b[1:]
 		if m.Key, err = field("key"); err != nil {
@@ -104,33 +101,4 @@ func ParseFramedInput(b []byte, dst []InputMember) (tool []byte, members []Input
 		dst = append(dst, m)
 	}
 	return tool, dst, nil
-}
-
-// EncodeFramedInput encodes a decoded tool input (as encoding/json decodes an object, with
-// or without UseNumber) as the framed request of tool: each member in the order of the
-// keys, a string's value decoded, any other value as its JSON text (HTML characters not
-// escaped). This is what the host sends; package pdktest sends the same.
-func EncodeFramedInput(tool string, input map[string]any) ([]byte, error) {
-	keys := make([]string, 0, len(input))
-	for k := range input {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	members := make([]InputMember, len(keys))
-	for i, k := range keys {
-		m := InputMember{Kind: MemberString, Key: []byte(k)}
-		if s, ok := input[k].(string); ok {
-			m.Value = []byte(s)
-		} else {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(input[k]); err != nil {
-				return nil, fmt.Errorf("encode input member %q: %w", k, err)
-			}
-			m.Kind, m.Value = MemberJSON, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-		}
-		members[i] = m
-	}
-	return AppendFramedInput(make([]byte, 0, FramedInputSize(tool, members)), tool, members), nil
 }

@@ -354,7 +354,7 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 		if strings.TrimSpace(t.Description) == "" {
 			return fmt.Errorf("manifest: tool %q has no description", t.Name)
 		}
-		s, err := compileToolSchema(t.InputSchema)
+		s, err := compileToolSchema(json.RawMessage(t.InputSchema))
 		if err != nil {
 			return fmt.Errorf("manifest: tool %q: %w", t.Name, err)
 		}

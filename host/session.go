@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
 // Session dispatches tool calls into one sandbox. It is safe for concurrent use; calls
@@ -53,7 +54,7 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	var req []byte
 	if t.plugin.framedInput {
 		// The input is an object: the schema says so, and it was checked.
-		if req, err = abi.EncodeFramedInput(name, decoded.(map[string]any)); err != nil {
+		if req, err = framedinput.Encode(name, decoded.(map[string]any)); err != nil {
 			return hostFailure(name, err)
 		}
 	} else {

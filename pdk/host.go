@@ -1,10 +1,9 @@
 package pdk
 
 import (
-	"io/fs"
-	"os"
-	"sort"
+	"slices"
 	"strconv"
+	"syscall"
 	"unsafe"
 
 	"github.com/toolhost/toolhost/abi"
@@ -26,17 +25,22 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinels of this package by status, and the io/fs ones where they mean
-// the same, so errors.Is(err, fs.ErrNotExist) works as it does with package os.
+// the same, so errors.Is(err, fs.ErrNotExist) works as it does with package os. The io/fs
+// sentinels are recognised by their text: the kit does not import io/fs, which would link
+// package time into every plugin.
 func (e *Error) Is(target error) bool {
 	if t, ok := target.(*Error); ok {
 		return t.Op == "" && t.Msg == "" && t.Status == e.Status
 	}
-	switch target {
-	case fs.ErrNotExist:
+	if target == nil {
+		return false
+	}
+	switch target.Error() {
+	case "file does not exist": // fs.ErrNotExist
 		return e.Status == abi.StatusNotFound
-	case fs.ErrExist:
+	case "file already exists": // fs.ErrExist
 		return e.Status == abi.StatusExists
-	case fs.ErrPermission:
+	case "permission denied": // fs.ErrPermission
 		return e.Status == abi.StatusPermission
 	}
 	return false
@@ -168,6 +172,19 @@ func ReadFile(path string) ([]byte, error) {
 	return b, nil
 }
 
+// ReadFileString is ReadFile returning a string, copying the host's reply once, where
+// string(ReadFile(path)) copies it twice (capability sandbox_files).
+func ReadFileString(path string) (string, error) {
+	b, owned, err := reply("read", func(out []byte) int64 { return rawRead(path, out) })
+	if err != nil {
+		return "", err
+	}
+	if owned { // a buffer of its own, which nothing else holds
+		return unsafe.String(unsafe.SliceData(b), len(b)), nil
+	}
+	return string(b), nil
+}
+
 // WriteFile creates or replaces a file in the workspace, creating its parent directories
 // (capability sandbox_files).
 func WriteFile(path string, data []byte) error {
@@ -240,7 +257,10 @@ func List(req abi.ListRequest) (abi.ListResult, error) {
 func Log(level int32, msg string) { rawLog(level, msg) }
 
 // Config returns the plugin configuration value key (ABI.md section 6), or "".
-func Config(key string) string { return os.Getenv(key) }
+func Config(key string) string {
+	v, _ := syscall.Getenv(key) // os.Getenv without package os, which a plugin need not link
+	return v
+}
 
 // Encoders and decoders of the wire types in abi/wire.go.
 
@@ -262,7 +282,7 @@ func appendExecRequest(b []byte, r abi.ExecRequest) []byte {
 		for k := range r.Env {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		b = append(b, `,"env":{`...)
 		for i, k := range keys {
 			if i > 0 {

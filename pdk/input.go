@@ -1,7 +1,6 @@
 package pdk
 
 import (
-	"encoding/json"
 	"errors"
 	"unsafe"
 
@@ -154,7 +153,9 @@ func (in Input) Raw(key string) []byte {
 }
 
 // JSON returns the whole input object as raw JSON; it is valid only while Run runs. For a
-// framed input it is built anew at each call (a copy of every member, escaped).
+// framed input it is built anew at each call (a copy of every member, escaped). An input
+// too complex for the accessors can be decoded with json.Unmarshal(in.JSON(), &v); the
+// kit itself does not link encoding/json.
 func (in Input) JSON() []byte {
 	if in.raw != nil {
 		return in.raw
@@ -175,7 +176,3 @@ func (in Input) JSON() []byte {
 	}
 	return append(b, '}')
 }
-
-// Decode unmarshals the whole input into v with encoding/json, for inputs too complex for
-// the accessors. It costs reflection; prefer the accessors on hot tools.
-func (in Input) Decode(v any) error { return json.Unmarshal(in.JSON(), v) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
 // fakeHost answers with canned replies and records requests.
@@ -78,6 +79,16 @@ func TestHostFunctions(t *testing.T) {
 		if err != nil || string(got) != string(want) {
 			t.Errorf("ReadFile(%s): %d bytes, %v", name, len(got), err)
 		}
+		s, err := ReadFileString(name)
+		if err != nil || s != string(want) {
+			t.Errorf("ReadFileString(%s): %d bytes, %v", name, len(s), err)
+		}
+	}
+	// A returned string must not alias the scratch buffer either.
+	small, _ := ReadFileString("small")
+	_, _ = ReadFile("mid")
+	if small != "hello" {
+		t.Errorf("ReadFileString result was overwritten: %q", small)
 	}
 	if len(scratch) != 16<<10 {
 		t.Errorf("the scratch buffer grew to %d, want 16 KiB for a 10,000-byte reply", len(scratch))
@@ -302,7 +313,7 @@ func TestHandleFramed(t *testing.T) {
 			S string `json:"s"`
 			N int    `json:"n"`
 		}
-		if err := in.Decode(&v); err != nil {
+		if err := json.Unmarshal(in.JSON(), &v); err != nil {
 			return abi.ErrorText(err.Error())
 		}
 		return abi.Text(s + "|" + v.S + strconv.Itoa(v.N))
@@ -319,7 +330,7 @@ func TestHandleFramed(t *testing.T) {
 	if err := json.Unmarshal([]byte(input), &obj); err != nil {
 		t.Fatal(err)
 	}
-	req, err := abi.EncodeFramedInput("show", obj)
+	req, err := framedinput.Encode("show", obj)
 	if err != nil {
 		t.Fatal(err)
 	}

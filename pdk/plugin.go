@@ -3,7 +3,6 @@ package pdk
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"strconv"
 	"unsafe"
 
@@ -81,9 +80,12 @@ func validName(s string, upper bool) bool {
 	return true
 }
 
-// Errorf returns an error result (IsError set) holding the formatted text.
+// Errorf returns an error result (IsError set) holding the formatted text. It formats as
+// fmt.Sprintf does for %s, %v, %q, %d, %x, %t and %% with strings, byte slices, errors,
+// Stringers, booleans, integers and floats (flags and widths are not read): the kit does
+// not link package fmt, which would add a third to every plugin's module.
 func Errorf(format string, args ...any) abi.Result {
-	return abi.ErrorText(fmt.Sprintf(format, args...))
+	return abi.ErrorText(sprintf(format, args))
 }
 
 // Manifest returns the manifest JSON that the toolhost_describe export returns.
@@ -204,15 +206,7 @@ func run(t *Tool, in Input) (res abi.Result) {
 }
 
 func panicText(r any) string {
-	switch v := r.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	case fmt.Stringer:
-		return v.String()
-	}
-	return fmt.Sprint(r)
+	return sprintf("%v", []any{r})
 }
 
 // appendFramed encodes r in the framed form of ABI.md section 5: the magic, a flags byte,

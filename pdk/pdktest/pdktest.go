@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/framedinput"
 	"github.com/toolhost/toolhost/pdk"
 )
 
@@ -117,7 +118,7 @@ func (h *Host) Result(tool, input string) abi.Result {
 	if obj == nil { // absent or null: the host sends an empty object
 		obj = map[string]any{}
 	}
-	req, err := abi.EncodeFramedInput(tool, obj)
+	req, err := framedinput.Encode(tool, obj)
 	if err != nil {
 		h.t.Fatalf("bad test input %s: %v", input, err)
 	}
