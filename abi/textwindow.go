@@ -2,6 +2,7 @@ package abi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -90,6 +91,16 @@ func LooksBinary(data []byte) bool {
 	}
 	odd := 0
 	for i := 0; i < len(sample); {
+		if i+8 <= len(sample) {
+			// Eight printable ASCII bytes at a time: the common case, several times
+			// faster than decoding byte by byte.
+			x := binary.LittleEndian.Uint64(sample[i:])
+			const lo, hi = 0x0101010101010101, 0x8080808080808080
+			if x&hi == 0 && (x-lo*0x20)&^x&hi == 0 {
+				i += 8
+				continue
+			}
+		}
 		c := sample[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' && c != '\b' && c != 0x1b {

@@ -366,3 +366,64 @@ func TestHandleFramed(t *testing.T) {
 		}
 	}
 }
+
+// The fast header readers read what the host's encoding/json writes, the same as the
+// generic reader, and step aside for anything else.
+func TestFastHeaders(t *testing.T) {
+	execs := []abi.ExecResult{
+		{ExitCode: 0, StdoutLen: 3, DurationMS: 12},
+		{ExitCode: -1, StdoutLen: 10, StderrLen: 2, StdoutCut: 99, StderrCut: 7, TimedOut: true, OOMKilled: true, DurationMS: 600000},
+		{ID: "p-1", PID: 4242, LogPath: "/tmp/p-1.log"},
+		{ExitCode: 127, StderrLen: 5, TimedOut: true},
+	}
+	for _, want := range execs {
+		hb, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := fastExecHeader(hb)
+		slow, sok := slowExecHeader(hb)
+		if !ok || !sok || got != slow || got != want {
+			t.Errorf("%s:\nfast %+v (%v)\nslow %+v (%v)", hb, got, ok, slow, sok)
+		}
+	}
+	headers := []abi.ReadTextHeader{
+		{Size: 5120, TotalLines: 120, First: 1, Last: 120},
+		{Size: 1 << 40, TotalLines: 9, First: 3, Last: 4, Binary: true, CutLines: 2, Full: true},
+		{},
+	}
+	for _, want := range headers {
+		hb, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := fastReadTextHeader(hb)
+		if !ok || got != want {
+			t.Errorf("%s: fast %+v (%v)", hb, got, ok)
+		}
+		full, _, ok := decodeReadText(append(hb, '\n'))
+		if !ok || full != want {
+			t.Errorf("%s: decodeReadText %+v (%v)", hb, full, ok)
+		}
+	}
+	// Other shapes: whitespace, another order, escapes, a fraction; the fast readers
+	// refuse them and the generic one reads them.
+	for _, hb := range []string{
+		`{ "exit_code": 1, "stdout_len": 0, "stderr_len": 0, "duration_ms": 1 }`,
+		`{"stdout_len":0,"exit_code":1,"stderr_len":0,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"duration_ms":1,"id":"a\"b"}`,
+		`{"exit_code":1.0,"stdout_len":0,"stderr_len":0,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"timed_out":false,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"duration_ms":1}x`,
+	} {
+		if _, ok := fastExecHeader([]byte(hb)); ok {
+			t.Errorf("fast reader took %s", hb)
+		}
+		if r, ok := decodeExecResult([]byte(hb + "\n")); (!ok || r.ExitCode != 1) != strings.HasSuffix(hb, "x") {
+			t.Errorf("%s: %+v %v", hb, r, ok)
+		}
+	}
+	if _, ok := fastReadTextHeader([]byte(`{"size":1,"total_lines":1,"first":1,"last":1,"binary":0,"cut_lines":0,"full":false}`)); ok {
+		t.Error("fast reader took a number for a boolean")
+	}
+}
