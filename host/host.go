@@ -1,7 +1,9 @@
 // Package host runs tool plugins: WebAssembly modules that implement the ABI in package abi.
 //
-// A Host compiles and validates plugins once (with a compilation cache on disk), keeps a
-// bounded pool of warm instances per plugin, and dispatches tool calls by name. Plugins act
+// A Host compiles and validates plugins once (with a compilation cache on disk, bounded),
+// keeps a bounded pool of warm instances per plugin, and dispatches tool calls by name. A
+// plugin it has loaded before is registered from its record (records.go) and compiled in
+// the background, so a warm New costs milliseconds; a call waits for its own plugin. Plugins act
 // only through the host functions they were granted; a plugin that imports more than its
 // grants is refused at load, before any of its code runs. Sessions bind a Host to a sandbox:
 // the host functions of a call act on its session's sandbox.
