@@ -90,16 +90,19 @@ func LooksBinary(data []byte) bool {
 		return true
 	}
 	odd := 0
+	slow := 0 // bytes below it are looked at one by one
 	for i := 0; i < len(sample); {
-		if i+8 <= len(sample) {
+		if i >= slow && i+8 <= len(sample) {
 			// Eight printable ASCII bytes at a time: the common case, several times
-			// faster than decoding byte by byte.
+			// faster than decoding byte by byte. Eight with something else in them
+			// (a newline, a tab, a multi-byte character) go one by one.
 			x := binary.LittleEndian.Uint64(sample[i:])
 			const lo, hi = 0x0101010101010101, 0x8080808080808080
 			if x&hi == 0 && (x-lo*0x20)&^x&hi == 0 {
 				i += 8
 				continue
 			}
+			slow = i + 8
 		}
 		c := sample[i]
 		if c < utf8.RuneSelf {

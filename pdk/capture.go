@@ -11,7 +11,7 @@ import (
 // never a URL; port 0 means the session's dev server. The images are returned raw: put
 // them in a result with Image, which never base64-encodes them in the plugin.
 func Capture(req abi.CaptureRequest) (rep abi.CaptureReply, desktop, mobile []byte, err error) {
-	enc := appendCaptureRequest(nil, req)
+	enc := requestBuf(appendCaptureRequest(reqBuf[:0], req))
 	b, _, err := reply("capture", func(out []byte) int64 { return rawCapture(enc, out) })
 	if err != nil {
 		return rep, nil, nil, err
