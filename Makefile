@@ -15,6 +15,7 @@ BENCH        ?= .
 BENCH_PKGS   ?= ./...
 BENCH_COUNT  ?= 1
 BENCHFLAGS   ?=
+DUEL_ROUNDS  ?= 10
 
 # The test-only S3 server, a module of its own (see core/store/s3/s3test).
 GATEWAY      := core/store/s3/s3test/gateway
@@ -22,7 +23,7 @@ GATEWAY      := core/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test bench build plugins setup setup-test vet clean help
+.PHONY: all run test bench duel build plugins setup setup-test vet clean help
 
 all: build
 
@@ -30,6 +31,7 @@ help:
 	@echo "make run      install what is missing, build, run the demo (bin/toolhost demo)"
 	@echo "make test     install what is missing, go vet, go test -race ./..."
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./host BENCH_COUNT=5)"
+	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
 	@echo "make plugins  rebuild the built-in plugins into plugins/wasm (commit the result)"
 	@echo "make clean    remove bin/"
@@ -75,6 +77,15 @@ bench: setup
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCHFLAGS) $(BENCH_PKGS) | tee $(BIN)/bench.txt
 	@echo "saved to $(BIN)/bench.txt"
+
+# The duel against Extism's Go SDK: a module of its own (bench/duel), so Extism never
+# enters toolhost's go.mod. It prints its table; benchstat, when installed, compares the
+# batches it saved.
+duel:
+	@mkdir -p $(BIN)
+	cd bench/duel && $(GO) run . -rounds $(DUEL_ROUNDS) -out $(CURDIR)/$(BIN)/duel.txt
+	@if command -v benchstat >/dev/null; then benchstat -col /rt $(BIN)/duel.txt; \
+	else echo "(go install golang.org/x/perf/cmd/benchstat@latest to compare the batches in $(BIN)/duel.txt)"; fi
 
 clean:
 	rm -rf $(BIN)

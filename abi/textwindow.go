@@ -2,6 +2,7 @@ package abi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -89,7 +90,20 @@ func LooksBinary(data []byte) bool {
 		return true
 	}
 	odd := 0
+	slow := 0 // bytes below it are looked at one by one
 	for i := 0; i < len(sample); {
+		if i >= slow && i+8 <= len(sample) {
+			// Eight printable ASCII bytes at a time: the common case, several times
+			// faster than decoding byte by byte. Eight with something else in them
+			// (a newline, a tab, a multi-byte character) go one by one.
+			x := binary.LittleEndian.Uint64(sample[i:])
+			const lo, hi = 0x0101010101010101, 0x8080808080808080
+			if x&hi == 0 && (x-lo*0x20)&^x&hi == 0 {
+				i += 8
+				continue
+			}
+			slow = i + 8
+		}
 		c := sample[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' && c != '\b' && c != 0x1b {

@@ -1,8 +1,10 @@
 package abi
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestTextWindow(t *testing.T) {
@@ -43,5 +45,49 @@ func TestTextWindow(t *testing.T) {
 	}
 	if h, _ := TextWindow([]byte("caf\xe9 au lait, cr\xe8me br\xfbl\xe9e, and a long tail of plain ascii text"), ReadTextRequest{}); h.Binary {
 		t.Error("Latin-1 text with a few accents seen as binary")
+	}
+}
+
+// looksBinarySlow is LooksBinary byte by byte, as it was before its eight-byte fast path.
+func looksBinarySlow(data []byte) bool {
+	sample := data[:min(len(data), binarySniffBytes)]
+	if strings.IndexByte(string(sample), 0) >= 0 {
+		return true
+	}
+	odd := 0
+	for i := 0; i < len(sample); {
+		c := sample[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' && c != '\b' && c != 0x1b {
+				odd++
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(sample[i:])
+		if r == utf8.RuneError && n == 1 {
+			if len(sample) < len(data) && !utf8.FullRune(sample[i:]) {
+				break
+			}
+			odd++
+		}
+		i += n
+	}
+	return odd*10 > len(sample)
+}
+
+func TestLooksBinaryFastPathAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", " ", "\n", "\t", "\x01", "\x7f", "é", "日本", "\xff", "\xc3", "\x1b[0m", "0123456789abcdef"}
+	for range 2000 {
+		var b strings.Builder
+		n := rng.IntN(12000)
+		for b.Len() < n {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		data := []byte(b.String())
+		if got, want := LooksBinary(data), looksBinarySlow(data); got != want {
+			t.Fatalf("LooksBinary = %v, byte by byte %v, for %q", got, want, data[:min(len(data), 200)])
+		}
 	}
 }

@@ -1,6 +1,24 @@
 package abi
 
-import "encoding/json"
+// RawJSON is raw JSON text, as encoding/json's RawMessage: it is its own encoding and
+// decodes as the text it was. abi does not import encoding/json, so that a plugin built
+// with the kit, which imports abi, does not link it (half a megabyte of module that the
+// host decodes and validates at every load).
+type RawJSON []byte
+
+// MarshalJSON returns m, or null when m is nil.
+func (m RawJSON) MarshalJSON() ([]byte, error) {
+	if m == nil {
+		return []byte("null"), nil
+	}
+	return m, nil
+}
+
+// UnmarshalJSON sets *m to a copy of data.
+func (m *RawJSON) UnmarshalJSON(data []byte) error {
+	*m = append((*m)[0:0], data...)
+	return nil
+}
 
 // Manifest is what a plugin's describe export returns.
 type Manifest struct {
@@ -8,20 +26,23 @@ type Manifest struct {
 	Name       string `json:"name"`
 	Version    string `json:"version"`
 	Tools      []Tool `json:"tools"`
+	// InputForms lists the request forms the plugin reads besides JSON (ABI.md section
+	// 9): with InputFramed1 the host sends framed requests.
+	InputForms []string `json:"input_forms,omitempty"`
 }
 
 // Tool describes one tool: its name (what the model calls), a description written for the
 // model, and the JSON Schema its input must satisfy.
 type Tool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	InputSchema RawJSON `json:"input_schema"`
 }
 
 // Request is what the host writes into the input buffer before calling the call export.
 type Request struct {
-	Tool  string          `json:"tool"`
-	Input json.RawMessage `json:"input"`
+	Tool  string  `json:"tool"`
+	Input RawJSON `json:"input"`
 }
 
 // Result is what a tool returns, and what Dispatch hands to the embedding program. Its JSON

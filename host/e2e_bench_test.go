@@ -3,8 +3,10 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/memsandbox"
@@ -59,6 +61,22 @@ func BenchmarkReadFile4K(b *testing.B) {
 				b.Fatal(res, err)
 			}
 		}
+
+	})
+	// The same with a deadline on each read, as the plugin's read has (its call's).
+	b.Run("native_deadline", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			abs, err := sandbox.Resolve("f.txt")
+			if err != nil {
+				b.Fatal(err)
+			}
+			data, err := sb.ReadFile(ctx, abs, 16<<20)
+			cancel()
+			if err != nil || len(data) != len(fourK) {
+				b.Fatal(err)
+			}
+		}
 	})
 	b.Run("native", func(b *testing.B) {
 		for b.Loop() {
@@ -68,6 +86,50 @@ func BenchmarkReadFile4K(b *testing.B) {
 			}
 			data, err := sb.ReadFile(ctx, abs, 16<<20)
 			if err != nil || len(data) != len(fourK) {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// sixtyFourK is 64 KiB of Go-like source in 1,024 lines, each with a tab, quotes and a
+// backslash: what JSON escapes most in a write_file input.
+var sixtyFourK = func() string {
+	var b strings.Builder
+	for i := range 1024 {
+		line := "\tfmt.Printf(\"line " + strconv.Itoa(10000 + i)[1:] + ": %s\\n\", name) // "
+		b.WriteString(line + strings.Repeat("y", 63-len(line)) + "\n")
+	}
+	return b.String()
+}()
+
+// BenchmarkWriteFile64K compares write_file of 64 KiB in 1,024 lines through the plugin
+// with the same write done natively in Go against the same local sandbox.
+func BenchmarkWriteFile64K(b *testing.B) {
+	sb, _ := newSandbox(b, newProvider(b))
+	ctx := context.Background()
+	input, err := json.Marshal(map[string]string{"path": "out/big.go", "content": sixtyFourK})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("plugin", func(b *testing.B) {
+		s := newHost(b).OpenSession(sb)
+		b.SetBytes(int64(len(sixtyFourK)))
+		for b.Loop() {
+			res, err := s.Dispatch(ctx, "write_file", input)
+			if err != nil || res.IsError {
+				b.Fatal(res, err)
+			}
+		}
+	})
+	b.Run("native", func(b *testing.B) {
+		b.SetBytes(int64(len(sixtyFourK)))
+		for b.Loop() {
+			abs, err := sandbox.Resolve("out/big.go")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sb.WriteFile(ctx, abs, []byte(sixtyFourK)); err != nil {
 				b.Fatal(err)
 			}
 		}

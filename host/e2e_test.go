@@ -59,6 +59,11 @@ func newHost(t testing.TB) *host.Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close(context.Background()) })
+	// Plugins found recorded finish loading in the background; tests that measure start
+	// from a host that has.
+	if err := h.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/abi"
 )
@@ -41,7 +42,11 @@ func parseFramed(raw []byte) (abi.Result, error) {
 			if err != nil {
 				return res, err
 			}
-			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: strings.ToValidUTF8(string(b[:n]), "\uFFFD")})
+			text := string(b[:n])
+			if !utf8.ValidString(text) { // ValidString is fast on ASCII; ToValidUTF8 is not
+				text = strings.ToValidUTF8(text, "\uFFFD")
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: text})
 			b = b[n:]
 		case 'i':
 			if len(b) < 1 || int(b[0]) > len(b)-1 {

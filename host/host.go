@@ -1,7 +1,9 @@
 // Package host runs tool plugins: WebAssembly modules that implement the ABI in package abi.
 //
-// A Host compiles and validates plugins once (with a compilation cache on disk), keeps a
-// bounded pool of warm instances per plugin, and dispatches tool calls by name. Plugins act
+// A Host compiles and validates plugins once (with a compilation cache on disk, bounded),
+// keeps a bounded pool of warm instances per plugin, and dispatches tool calls by name. A
+// plugin it has loaded before is registered from its record (records.go) and compiled in
+// the background, so a warm New costs milliseconds; a call waits for its own plugin. Plugins act
 // only through the host functions they were granted; a plugin that imports more than its
 // grants is refused at load, before any of its code runs. Sessions bind a Host to a sandbox:
 // the host functions of a call act on its session's sandbox.
@@ -62,6 +64,10 @@ type Config struct {
 	Capturer Capturer
 	// Store serves the store capability: each plugin gets plugins/{name}/ of it.
 	Store store.Store
+	// MaxCacheBytes bounds the compilation cache in DataDir/cache: past it, New removes the
+	// entries used least recently, in the background (see PruneCache). Default
+	// DefaultMaxCacheBytes; negative: never prune.
+	MaxCacheBytes int64
 }
 
 // PluginSpec names one plugin to load and what it may do.
@@ -139,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxCacheBytes == 0 {
+		c.MaxCacheBytes = DefaultMaxCacheBytes
+	}
 	return c
 }
 
@@ -151,6 +160,13 @@ type Host struct {
 	tools   map[string]*tool
 	order   []*tool  // load order, for Tools
 	edits   keyLocks // write_versioned's check-and-write, per session and path
+	records string   // the directory of the plugins' records (records.go)
+
+	// The background work New starts (finishing the plugins loaded from their records,
+	// pruning the cache) runs under finishCtx; Close cancels it and waits for finishing.
+	finishCtx    context.Context
+	finishCancel context.CancelFunc
+	finishing    sync.WaitGroup
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -172,9 +188,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	if err := h.load(ctx, cfg.Plugins); err != nil {
+		h.finishCancel()
 		h.rt.Close(ctx)
 		return nil, err
 	}
+	h.pruneInBackground()
 	return h, nil
 }
 
@@ -217,7 +235,8 @@ func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
 		WithCloseOnContextDone(true). // the only way to stop a runaway guest
 		WithMemoryLimitPages(uint32(cfg.MemoryLimitMiB) * 16)
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}}
+	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir)}
+	h.finishCtx, h.finishCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("instantiate WASI: %w", err)
@@ -263,7 +282,38 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 		}
 		h.plugins = append(h.plugins, p)
 	}
+	// Plugins registered from their records are compiled and warmed in the background,
+	// as many at a time as there are cores.
+	sem = make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, p := range h.plugins {
+		if !p.deferred {
+			continue
+		}
+		h.finishing.Go(func() {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-h.finishCtx.Done():
+			}
+			p.finish(h.finishCtx)
+			if p.loadErr != nil && h.finishCtx.Err() == nil {
+				h.log.Warn("plugin failed to load", "plugin", p.name, "err", p.loadErr)
+			}
+		})
+	}
 	h.log.Debug("plugins loaded", "count", len(loaded), "tools", len(h.order), "took", time.Since(start))
+	return nil
+}
+
+// Ready waits until every plugin is compiled and has an instance warm, which New leaves to
+// the background for the plugins it found recorded, and returns the first plugin's load
+// failure. Calls need not wait for it: a call waits for its own plugin.
+func (h *Host) Ready(ctx context.Context) error {
+	for _, p := range h.plugins {
+		if err := p.await(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -332,6 +382,8 @@ func (h *Host) Close(ctx context.Context) error {
 	var err error
 	h.closeOnce.Do(func() {
 		h.closed.Store(true)
+		h.finishCancel()
+		h.finishing.Wait()
 		for _, p := range h.plugins {
 			p.pool.close(ctx)
 		}

@@ -33,6 +33,16 @@ type plugin struct {
 	modCfg   wazero.ModuleConfig
 	pool     *pool
 	h        *Host
+	// framedInput: the manifest lists abi.InputFramed1, so requests go framed.
+	framedInput bool
+
+	key     string        // of its record
+	ready   chan struct{} // closed once it can serve calls
+	loadErr error         // why it cannot, set before ready is closed
+	wasm    []byte        // its bytes, until finish has compiled them
+	// deferred: registered from its record, its compilation left to finish.
+	deferred    bool
+	rawManifest string // the recorded manifest, which finish compares with the module's
 }
 
 var (
@@ -64,11 +74,34 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 			return nil, fmt.Errorf("plugin %s: %w", label, err)
 		}
 	}
+	env := h.pluginEnv(spec)
+	p := &plugin{path: label, spec: spec, h: h, modCfg: moduleConfig(env), key: recordKey(wasm, env)}
+	p.pool = newPool(p, h.cfg.PoolSize)
+
+	// A recorded plugin is registered from its record; finish compiles it later.
+	if rec, ok := h.readRecord(p.key); ok {
+		p.imports = rec.Imports
+		if err := checkGrants(label, p.imports, spec.Grants); err != nil {
+			return nil, err
+		}
+		var m abi.Manifest
+		err := json.Unmarshal([]byte(rec.Manifest), &m)
+		if err == nil {
+			err = p.setManifest(m)
+		}
+		if err == nil {
+			p.wasm, p.ready, p.deferred, p.rawManifest = wasm, make(chan struct{}), true, rec.Manifest
+			return p, nil
+		}
+		h.dropRecord(p.key) // recorded by a host that accepted more: load it in full
+		p.tools = nil
+	}
+
 	compiled, err := h.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", label, err)
 	}
-	p := &plugin{path: label, spec: spec, compiled: compiled, h: h}
+	p.compiled = compiled
 	p.imports = importsOf(compiled)
 	if err := checkGrants(label, p.imports, spec.Grants); err != nil {
 		compiled.Close(ctx)
@@ -78,8 +111,6 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
-	p.modCfg = moduleConfig(h.pluginEnv(spec))
-	p.pool = newPool(p, h.cfg.PoolSize)
 
 	// The first instance answers the manifest and then serves calls.
 	inst, err := p.pool.acquire(ctx)
@@ -87,7 +118,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
-	manifest, err := inst.describe(ctx)
+	manifest, rawManifest, err := inst.describe(ctx)
 	if err != nil {
 		p.pool.discard(ctx, inst)
 		compiled.Close(ctx)
@@ -98,13 +129,100 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
-	// One throwaway call warms the guest's first-call costs (heap growth, caches).
-	if _, err := inst.call(ctx, []byte(`{"tool":"","input":{}}`), nil, h.cfg.CallTimeout); err != nil {
-		p.pool.discard(ctx, inst)
-	} else {
-		p.pool.release(ctx, inst)
+	p.warm(ctx, inst)
+	if err := h.writeRecord(p.key, record{Imports: p.imports, Manifest: string(rawManifest)}); err != nil {
+		h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
 	}
+	p.ready = closedChan
 	return p, nil
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// warm makes one throwaway call, which pays the guest's first-call costs (heap growth,
+// caches), and hands the instance to the pool.
+func (p *plugin) warm(ctx context.Context, inst *instance) {
+	if _, err := inst.call(ctx, p.warmRequest(), nil, p.h.cfg.CallTimeout); err != nil {
+		p.pool.discard(ctx, inst)
+		return
+	}
+	p.pool.release(ctx, inst)
+}
+
+// finish completes the load of a plugin registered from its record: it compiles the
+// module, checks that its imports, exports and manifest are still what the record says
+// (else the record is dropped and the plugin fails its calls), and warms one instance.
+// The host runs it in the background from New; calls to the plugin wait for it (await).
+func (p *plugin) finish(ctx context.Context) {
+	defer close(p.ready)
+	defer func() { p.wasm = nil }()
+	if err := ctx.Err(); err != nil {
+		p.loadErr = fmt.Errorf("plugin %s: %w", p, ErrClosed)
+		return
+	}
+	// changed: the module is not what its record says (a record from another toolhost,
+	// or tampered with): drop the record, so the next start loads the module in full.
+	changed := func(what string) {
+		p.h.dropRecord(p.key)
+		p.loadErr = fmt.Errorf("%w: plugin %s: its %s differ from those recorded when it was last loaded; start again to load it anew",
+			ErrPluginFailed, p, what)
+	}
+	compiled, err := p.h.rt.CompileModule(ctx, p.wasm)
+	if err != nil {
+		p.loadErr = fmt.Errorf("%w: plugin %s: compile: %w", ErrPluginFailed, p, err)
+		return
+	}
+	if !slices.Equal(importsOf(compiled), p.imports) {
+		compiled.Close(ctx)
+		changed("imports")
+		return
+	}
+	if err := checkExports(compiled); err != nil {
+		compiled.Close(ctx)
+		changed("exports")
+		return
+	}
+	p.compiled = compiled
+	inst, err := p.pool.acquire(ctx)
+	if err != nil {
+		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
+		return
+	}
+	_, raw, err := inst.describe(ctx)
+	if err != nil {
+		p.pool.discard(ctx, inst)
+		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
+		return
+	}
+	if string(raw) != p.rawManifest {
+		p.pool.discard(ctx, inst)
+		changed("tools")
+		return
+	}
+	p.warm(ctx, inst)
+}
+
+// await waits until the plugin is ready to serve calls.
+func (p *plugin) await(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return p.loadErr
+	default:
+	}
+	select {
+	case <-p.ready:
+		return p.loadErr
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for plugin %s to load: %w", p, ctx.Err())
+	}
+}
+
+// warmRequest is a request for no tool, in the form the plugin reads.
+func (p *plugin) warmRequest() []byte {
+	if p.framedInput {
+		return abi.AppendFramedInput(nil, "", nil)
+	}
+	return []byte(`{"tool":"","input":{}}`)
 }
 
 func importsOf(m wazero.CompiledModule) []Import {
@@ -236,7 +354,7 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 		if strings.TrimSpace(t.Description) == "" {
 			return fmt.Errorf("manifest: tool %q has no description", t.Name)
 		}
-		s, err := compileToolSchema(t.InputSchema)
+		s, err := compileToolSchema(json.RawMessage(t.InputSchema))
 		if err != nil {
 			return fmt.Errorf("manifest: tool %q: %w", t.Name, err)
 		}
@@ -244,6 +362,7 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 	}
 	p.name = m.Name
 	p.manifest = m
+	p.framedInput = slices.Contains(m.InputForms, abi.InputFramed1)
 	return nil
 }
 
@@ -306,33 +425,32 @@ func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
 		return in, err
 	}
 	defer inst.mod.Close(ctx)
-	in.Manifest, err = inst.describe(ctx)
+	in.Manifest, _, err = inst.describe(ctx)
 	return in, err
 }
 
-// describe calls the describe export and decodes the manifest.
-func (inst *instance) describe(ctx context.Context) (abi.Manifest, error) {
+// describe calls the describe export and decodes the manifest; raw is its text.
+func (inst *instance) describe(ctx context.Context) (m abi.Manifest, raw []byte, err error) {
 	ctx, cancel := context.WithTimeout(ctx, inst.p.h.cfg.CallTimeout)
 	defer cancel()
 	inst.stack[0] = 0
 	if err := inst.fnVersion.CallWithStack(ctx, inst.stack); err != nil {
-		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportVersion, err)
+		return m, nil, fmt.Errorf("%s: %w", abi.ExportVersion, err)
 	}
 	if got := int(int32(uint32(inst.stack[0]))); got != abi.Version {
-		return abi.Manifest{}, fmt.Errorf("ABI version %d, this host speaks %d", got, abi.Version)
+		return m, nil, fmt.Errorf("ABI version %d, this host speaks %d", got, abi.Version)
 	}
 	if err := inst.fnDescribe.CallWithStack(ctx, inst.stack); err != nil {
-		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
+		return m, nil, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
 	}
-	raw, err := inst.readPacked(inst.stack[0])
+	raw, err = inst.readPacked(inst.stack[0])
 	if err != nil {
-		return abi.Manifest{}, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
+		return m, nil, fmt.Errorf("%s: %w", abi.ExportDescribe, err)
 	}
-	var m abi.Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return abi.Manifest{}, fmt.Errorf("manifest is not valid JSON: %w", err)
+		return m, nil, fmt.Errorf("manifest is not valid JSON: %w", err)
 	}
-	return m, nil
+	return m, raw, nil
 }
 
 func (p *plugin) String() string { return p.name + " (" + filepath.Base(p.path) + ")" }

@@ -158,19 +158,20 @@ func compileCount(v json.RawMessage) (*int, error) {
 	return &n, nil
 }
 
-// validateInput decodes raw and checks it against s. The error names the offending
-// property path and is written for the model that sent the input.
-func (s *schema) validateInput(raw []byte) error {
+// validateInput decodes raw, checks it against s and returns it decoded (numbers as
+// json.Number). The error names the offending property path and is written for the model
+// that sent the input.
+func (s *schema) validateInput(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf("input is not valid JSON: %w", err)
+		return nil, fmt.Errorf("input is not valid JSON: %w", err)
 	}
 	if dec.More() {
-		return errors.New("input is not valid JSON: extra data after the object")
+		return nil, errors.New("input is not valid JSON: extra data after the object")
 	}
-	return s.validate(v, "")
+	return v, s.validate(v, "")
 }
 
 func (s *schema) validate(v any, at string) error {

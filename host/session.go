@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
 // Session dispatches tool calls into one sandbox. It is safe for concurrent use; calls
@@ -42,20 +43,32 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	if len(input) > maxInputBytes {
 		return abi.ErrorText(fmt.Sprintf("[%s: input is %d bytes, over the %d-byte limit]", name, len(input), maxInputBytes)), nil
 	}
-	if err := t.schema.validateInput(input); err != nil {
+	decoded, err := t.schema.validateInput(input)
+	if err != nil {
 		return abi.ErrorText(fmt.Sprintf("[%s: invalid input: %v]", name, err)), nil
 	}
 	if s.h.closed.Load() {
 		return hostFailure(name, ErrClosed)
 	}
 
-	req := make([]byte, 0, len(name)+len(input)+22)
-	req = append(req, `{"tool":"`...)
-	req = append(req, name...) // tool names are [a-zA-Z0-9_-], nothing to escape
-	req = append(req, `","input":`...)
-	req = append(req, input...)
-	req = append(req, '}')
+	var req []byte
+	if t.plugin.framedInput {
+		// The input is an object: the schema says so, and it was checked.
+		if req, err = framedinput.Encode(name, decoded.(map[string]any)); err != nil {
+			return hostFailure(name, err)
+		}
+	} else {
+		req = make([]byte, 0, len(name)+len(input)+22)
+		req = append(req, `{"tool":"`...)
+		req = append(req, name...) // tool names are [a-zA-Z0-9_-], nothing to escape
+		req = append(req, `","input":`...)
+		req = append(req, input...)
+		req = append(req, '}')
+	}
 
+	if err := t.plugin.await(ctx); err != nil {
+		return hostFailure(name, err)
+	}
 	pool := t.plugin.pool
 	inst, err := pool.acquire(ctx)
 	if err != nil {

@@ -1,7 +1,7 @@
 package pdk
 
 import (
-	"encoding/json"
+	"strconv"
 
 	"github.com/toolhost/toolhost/abi"
 )
@@ -11,13 +11,17 @@ import (
 // never a URL; port 0 means the session's dev server. The images are returned raw: put
 // them in a result with Image, which never base64-encodes them in the plugin.
 func Capture(req abi.CaptureRequest) (rep abi.CaptureReply, desktop, mobile []byte, err error) {
-	enc, _ := json.Marshal(req)
+	enc := requestBuf(appendCaptureRequest(reqBuf[:0], req))
 	b, _, err := reply("capture", func(out []byte) int64 { return rawCapture(enc, out) })
 	if err != nil {
 		return rep, nil, nil, err
 	}
 	i := indexNewline(b)
-	if i < 0 || json.Unmarshal(b[:i], &rep) != nil {
+	if i < 0 {
+		return rep, nil, nil, decodeError("capture")
+	}
+	var ok bool
+	if rep, ok = decodeCaptureReply(b[:i]); !ok {
 		return rep, nil, nil, decodeError("capture")
 	}
 	rest := b[i+1:]
@@ -62,13 +66,11 @@ func StoreList(prefix string) ([]abi.StoreObject, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out struct {
-		Objects []abi.StoreObject `json:"objects"`
-	}
-	if json.Unmarshal(b, &out) != nil {
+	objects, ok := decodeStoreList(b)
+	if !ok {
 		return nil, decodeError("store list")
 	}
-	return out.Objects, nil
+	return objects, nil
 }
 
 // StoreDelete removes the object at key; removing a missing key is not an error.
@@ -77,4 +79,118 @@ func StoreDelete(key string) error {
 		return statusError("store delete", n)
 	}
 	return nil
+}
+
+func appendCaptureRequest(b []byte, r abi.CaptureRequest) []byte {
+	b = append(b, '{')
+	if r.Port != 0 {
+		b = append(b, `"port":`...)
+		b = strconv.AppendInt(b, int64(r.Port), 10)
+	}
+	if r.Path != "" {
+		if r.Port != 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `"path":`...)
+		b = appendString(b, r.Path)
+	}
+	return append(b, '}')
+}
+
+// decodeCaptureReply decodes the header line of a capture reply.
+func decodeCaptureReply(b []byte) (r abi.CaptureReply, ok bool) {
+	d := cursor{b: b}
+	ok = d.object(func(key []byte) bool {
+		switch string(key) {
+		case "port":
+			r.Port = int(d.int())
+		case "page":
+			r.Page = d.str()
+		case "desktop":
+			return d.shot(&r.Desktop)
+		case "mobile":
+			return d.shot(&r.Mobile)
+		case "blocked":
+			return d.strings(&r.Blocked)
+		case "page_errors":
+			return d.strings(&r.PageErrors)
+		case "store_error":
+			r.StoreError = d.str()
+		default:
+			return d.skip()
+		}
+		return d.i >= 0
+	})
+	return r, ok && d.end()
+}
+
+func (d *cursor) shot(s *abi.Shot) bool {
+	return d.object(func(key []byte) bool {
+		switch string(key) {
+		case "width":
+			s.Width = int(d.int())
+		case "height":
+			s.Height = int(d.int())
+		case "bytes":
+			s.Bytes = int(d.int())
+		case "status":
+			s.Status = int(d.int())
+		case "idle":
+			s.Idle = d.boolean()
+		case "key":
+			s.Key = d.str()
+		case "url":
+			s.URL = d.str()
+		default:
+			return d.skip()
+		}
+		return d.i >= 0
+	})
+}
+
+// strings reads an array of strings, or null.
+func (d *cursor) strings(out *[]string) bool {
+	if d.null() {
+		return true
+	}
+	return d.array(func() bool {
+		if d.peek() != '"' {
+			return false
+		}
+		*out = append(*out, d.str())
+		return d.i >= 0
+	})
+}
+
+// decodeStoreList decodes a store list reply: {"objects": [{"key": ..., "size": ...}]}.
+func decodeStoreList(b []byte) (objects []abi.StoreObject, ok bool) {
+	d := cursor{b: b}
+	ok = d.object(func(key []byte) bool {
+		if string(key) != "objects" {
+			return d.skip()
+		}
+		if d.null() {
+			return true
+		}
+		return d.array(func() bool {
+			var o abi.StoreObject
+			ok := d.object(func(key []byte) bool {
+				switch string(key) {
+				case "key":
+					o.Key = d.str()
+				case "size":
+					o.Size = d.int()
+				default:
+					return d.skip()
+				}
+				return d.i >= 0
+			})
+			objects = append(objects, o)
+			return ok
+		})
+	})
+	if objects == nil {
+		objects = []abi.StoreObject{}
+	}
+	return objects, ok && d.end()
 }

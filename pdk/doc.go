@@ -47,15 +47,21 @@
 //
 // The guest is slow at byte-by-byte work: under wazero's CloseOnContextDone every branch
 // of Go-compiled wasm passes an interrupt check, so a plain byte loop costs about 30 ns a
-// byte and reflection far more. Hence the request envelope and the tool input go through a
-// small hand-written JSON scanner (word-at-a-time over string bodies), results are framed,
-// exec replies carry their output raw, and ReadText leaves line counting to the host.
-// Input's accessors (String, Int, Bool, Strings, Has, Raw) read the tool input from one
-// pass over it; Input.Decode is there for complex inputs and costs reflection.
+// byte and reflection far more. Hence the host sends the tool input framed (ABI.md section
+// 9): its string members arrive decoded, so a 64 KB file content costs one copy (String)
+// or none (Bytes), whatever its escapes. Results are framed too, exec replies carry their
+// output raw, and ReadText leaves line counting to the host. Input's accessors (String,
+// Bytes, Int, Bool, Strings, Has, Raw) read the members; JSON gives the whole object, for
+// json.Unmarshal when an input is too complex for them. The kit still reads the JSON
+// request of ABI.md section 5, which older hosts send, with a small hand-written scanner.
+//
+// The kit links neither fmt, os, io/fs nor encoding/json (Errorf formats the common verbs
+// itself): each brings half a megabyte of module that the host decodes and validates at
+// every load, and a plugin that needs them pays for them itself.
 //
 // # Host functions
 //
-// Exec, ReadFile, ReadText, WriteFile, Stat, List and Log call the host functions of
+// Exec, ReadFile, ReadFileString, ReadText, WriteFile, Stat, List and Log call the host functions of
 // ABI.md section 3 with the two-call protocol and a reusable buffer (4 KiB, growing to
 // 64 KiB), so most replies take one host call. Each belongs to a capability (sandbox_exec,
 // sandbox_files, log) that the plugin must be granted; Go's linker drops the imports of

@@ -1,10 +1,9 @@
 package pdk
 
 import (
-	"io/fs"
-	"os"
-	"sort"
+	"slices"
 	"strconv"
+	"syscall"
 	"unsafe"
 
 	"github.com/toolhost/toolhost/abi"
@@ -26,17 +25,22 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinels of this package by status, and the io/fs ones where they mean
-// the same, so errors.Is(err, fs.ErrNotExist) works as it does with package os.
+// the same, so errors.Is(err, fs.ErrNotExist) works as it does with package os. The io/fs
+// sentinels are recognised by their text: the kit does not import io/fs, which would link
+// package time into every plugin.
 func (e *Error) Is(target error) bool {
 	if t, ok := target.(*Error); ok {
 		return t.Op == "" && t.Msg == "" && t.Status == e.Status
 	}
-	switch target {
-	case fs.ErrNotExist:
+	if target == nil {
+		return false
+	}
+	switch target.Error() {
+	case "file does not exist": // fs.ErrNotExist
 		return e.Status == abi.StatusNotFound
-	case fs.ErrExist:
+	case "file already exists": // fs.ErrExist
 		return e.Status == abi.StatusExists
-	case fs.ErrPermission:
+	case "permission denied": // fs.ErrPermission
 		return e.Status == abi.StatusPermission
 	}
 	return false
@@ -86,6 +90,20 @@ const (
 
 var scratch []byte
 
+// reqBuf holds the request of the host call under way: an allocation in a guest costs
+// about 1.5 µs (mallocgc is branchy code, and every branch pays an exit check), and
+// building a request from nil took five.
+var reqBuf []byte
+
+// requestBuf keeps b's array for the next request, unless it has grown past 64 KiB, and
+// returns b.
+func requestBuf(b []byte) []byte {
+	if cap(b) <= scratchMax {
+		reqBuf = b[:0]
+	}
+	return b
+}
+
 // reply calls fn with the reply buffer and takes a parked reply if it was too short. The
 // result aliases scratch (owned false) unless it needed its own allocation; either way it
 // is valid only until the next host call.
@@ -128,7 +146,7 @@ func decodeError(op string) error {
 // runs and fails is not an error: look at ExitCode and TimedOut. Stdout and Stderr hold the
 // bytes the command wrote, which need not be UTF-8.
 func Exec(req abi.ExecRequest) (abi.ExecResult, error) {
-	enc := appendExecRequest(nil, req)
+	enc := requestBuf(appendExecRequest(reqBuf[:0], req))
 	b, _, err := reply("exec", func(out []byte) int64 { return rawExec(enc, out) })
 	if err != nil {
 		return abi.ExecResult{}, err
@@ -144,7 +162,7 @@ func Exec(req abi.ExecRequest) (abi.ExecResult, error) {
 // host counts lines, sniffs for binary data, cuts long lines and numbers them, so a large
 // file never has to enter the plugin. See abi.ReadTextRequest for the options.
 func ReadText(req abi.ReadTextRequest) (abi.ReadTextHeader, string, error) {
-	enc := appendReadTextRequest(nil, req)
+	enc := requestBuf(appendReadTextRequest(reqBuf[:0], req))
 	b, _, err := reply("read_text", func(out []byte) int64 { return rawReadText(enc, out) })
 	if err != nil {
 		return abi.ReadTextHeader{}, "", err
@@ -166,6 +184,19 @@ func ReadFile(path string) ([]byte, error) {
 		b = append([]byte(nil), b...)
 	}
 	return b, nil
+}
+
+// ReadFileString is ReadFile returning a string, copying the host's reply once, where
+// string(ReadFile(path)) copies it twice (capability sandbox_files).
+func ReadFileString(path string) (string, error) {
+	b, owned, err := reply("read", func(out []byte) int64 { return rawRead(path, out) })
+	if err != nil {
+		return "", err
+	}
+	if owned { // a buffer of its own, which nothing else holds
+		return unsafe.String(unsafe.SliceData(b), len(b)), nil
+	}
+	return string(b), nil
 }
 
 // WriteFile creates or replaces a file in the workspace, creating its parent directories
@@ -223,7 +254,7 @@ func Stat(path string) (abi.FileInfo, error) {
 // List returns the entries below a directory of the workspace, sorted by path
 // (capability sandbox_files).
 func List(req abi.ListRequest) (abi.ListResult, error) {
-	enc := appendListRequest(nil, req)
+	enc := requestBuf(appendListRequest(reqBuf[:0], req))
 	b, _, err := reply("list", func(out []byte) int64 { return rawList(enc, out) })
 	if err != nil {
 		return abi.ListResult{}, err
@@ -240,7 +271,10 @@ func List(req abi.ListRequest) (abi.ListResult, error) {
 func Log(level int32, msg string) { rawLog(level, msg) }
 
 // Config returns the plugin configuration value key (ABI.md section 6), or "".
-func Config(key string) string { return os.Getenv(key) }
+func Config(key string) string {
+	v, _ := syscall.Getenv(key) // os.Getenv without package os, which a plugin need not link
+	return v
+}
 
 // Encoders and decoders of the wire types in abi/wire.go.
 
@@ -262,7 +296,7 @@ func appendExecRequest(b []byte, r abi.ExecRequest) []byte {
 		for k := range r.Env {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		b = append(b, `,"env":{`...)
 		for i, k := range keys {
 			if i > 0 {
@@ -325,6 +359,96 @@ func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
 	if i := indexNewline(b); i >= 0 {
 		header, rest, framed = b[:i], b[i+1:], true
 	}
+	if fr, ok := fastExecHeader(header); ok {
+		r = fr
+	} else if r, ok = slowExecHeader(header); !ok {
+		return r, false
+	}
+	if framed {
+		if r.StdoutLen < 0 || r.StderrLen < 0 || r.StdoutLen+r.StderrLen != len(rest) {
+			return r, false
+		}
+		r.Stdout = string(rest[:r.StdoutLen])
+		r.Stderr = string(rest[r.StdoutLen:])
+	} else {
+		r.StdoutLen, r.StderrLen = len(r.Stdout), len(r.Stderr)
+	}
+	return r, true
+}
+
+// fastExecHeader reads an exec header in exactly the shape encoding/json gives it (the
+// host's): its keys in order, those with omitempty only when set, no whitespace, strings
+// without escapes. A generic JSON scan of the same header costs a guest about 25 µs
+// (every branch of Go wasm under CloseOnContextDone pays an exit check); this is a few.
+// Anything else is left to slowExecHeader (ok false).
+func fastExecHeader(b []byte) (r abi.ExecResult, ok bool) {
+	var n int64
+	i := 0
+	if n, i = digits(b, lit(b, i, `{"exit_code":`)); i < 0 {
+		return r, false
+	}
+	r.ExitCode = int(n)
+	if n, i = digits(b, lit(b, i, `,"stdout_len":`)); i < 0 {
+		return r, false
+	}
+	r.StdoutLen = int(n)
+	if n, i = digits(b, lit(b, i, `,"stderr_len":`)); i < 0 {
+		return r, false
+	}
+	r.StderrLen = int(n)
+	if j := lit(b, i, `,"stdout_cut":`); j > 0 {
+		if r.StdoutCut, i = digits(b, j); i < 0 {
+			return r, false
+		}
+	}
+	if j := lit(b, i, `,"stderr_cut":`); j > 0 {
+		if r.StderrCut, i = digits(b, j); i < 0 {
+			return r, false
+		}
+	}
+	if j := lit(b, i, `,"timed_out":true`); j > 0 {
+		r.TimedOut, i = true, j
+	}
+	if j := lit(b, i, `,"oom_killed":true`); j > 0 {
+		r.OOMKilled, i = true, j
+	}
+	if r.DurationMS, i = digits(b, lit(b, i, `,"duration_ms":`)); i < 0 {
+		return r, false
+	}
+	if j := lit(b, i, `,"id":`); j > 0 {
+		if r.ID, i = plainString(b, j); i < 0 {
+			return r, false
+		}
+	}
+	if j := lit(b, i, `,"pid":`); j > 0 {
+		if n, i = digits(b, j); i < 0 {
+			return r, false
+		}
+		r.PID = int(n)
+	}
+	if j := lit(b, i, `,"log_path":`); j > 0 {
+		if r.LogPath, i = plainString(b, j); i < 0 {
+			return r, false
+		}
+	}
+	return r, i == len(b)-1 && b[i] == '}'
+}
+
+// plainString reads a JSON string without escapes at b[i]; -1 if there is none.
+func plainString(b []byte, i int) (string, int) {
+	if i < 0 || i >= len(b) || b[i] != '"' {
+		return "", -1
+	}
+	end, esc := scanString(b, i)
+	if end < 0 || esc {
+		return "", -1
+	}
+	return string(b[i+1 : end-1]), end
+}
+
+// slowExecHeader reads an exec header in any shape, including the whole-JSON reply of
+// earlier hosts with the streams as JSON strings.
+func slowExecHeader(header []byte) (r abi.ExecResult, ok bool) {
 	fields, ok := members(header)
 	if !ok {
 		return r, false
@@ -364,15 +488,6 @@ func decodeExecResult(b []byte) (r abi.ExecResult, ok bool) {
 			r.LogPath, _ = jsonString(v)
 		}
 	}
-	if framed {
-		if r.StdoutLen < 0 || r.StderrLen < 0 || r.StdoutLen+r.StderrLen != len(rest) {
-			return r, false
-		}
-		r.Stdout = string(rest[:r.StdoutLen])
-		r.Stderr = string(rest[r.StdoutLen:])
-	} else {
-		r.StdoutLen, r.StderrLen = len(r.Stdout), len(r.Stderr)
-	}
 	return r, true
 }
 
@@ -395,6 +510,9 @@ func decodeReadText(b []byte) (h abi.ReadTextHeader, text string, ok bool) {
 	i := indexNewline(b)
 	if i < 0 {
 		return h, "", false
+	}
+	if h, ok := fastReadTextHeader(b[:i]); ok {
+		return h, string(b[i+1:]), true
 	}
 	fields, ok := members(b[:i])
 	if !ok {
@@ -424,6 +542,47 @@ func decodeReadText(b []byte) (h abi.ReadTextHeader, text string, ok bool) {
 		}
 	}
 	return h, string(b[i+1:]), true
+}
+
+// fastReadTextHeader reads a read_text header in exactly the shape encoding/json gives it
+// (see fastExecHeader); ok false leaves it to the generic reader.
+func fastReadTextHeader(b []byte) (h abi.ReadTextHeader, ok bool) {
+	var n int64
+	i := 0
+	if h.Size, i = digits(b, lit(b, i, `{"size":`)); i < 0 {
+		return h, false
+	}
+	if n, i = digits(b, lit(b, i, `,"total_lines":`)); i < 0 {
+		return h, false
+	}
+	h.TotalLines = int(n)
+	if n, i = digits(b, lit(b, i, `,"first":`)); i < 0 {
+		return h, false
+	}
+	h.First = int(n)
+	if n, i = digits(b, lit(b, i, `,"last":`)); i < 0 {
+		return h, false
+	}
+	h.Last = int(n)
+	if h.Binary, i = boolean(b, lit(b, i, `,"binary":`)); i < 0 {
+		return h, false
+	}
+	if n, i = digits(b, lit(b, i, `,"cut_lines":`)); i < 0 {
+		return h, false
+	}
+	h.CutLines = int(n)
+	if h.Full, i = boolean(b, lit(b, i, `,"full":`)); i < 0 {
+		return h, false
+	}
+	return h, i == len(b)-1 && b[i] == '}'
+}
+
+// boolean reads true or false at b[i]; -1 if neither.
+func boolean(b []byte, i int) (bool, int) {
+	if j := lit(b, i, "true"); j > 0 {
+		return true, j
+	}
+	return false, lit(b, i, "false")
 }
 
 func appendReadTextRequest(b []byte, r abi.ReadTextRequest) []byte {

@@ -271,10 +271,12 @@ func unescape(dst, s []byte) []byte {
 	return dst
 }
 
-// field is one member of a JSON object: its decoded key and its raw value.
+// field is one member of a JSON object: its decoded key and its raw value, or (str set,
+// from a framed input) the decoded bytes of a string value.
 type field struct {
 	key []byte
 	val []byte
+	str bool
 }
 
 // objectFields appends the members of the object b (surrounding whitespace allowed) to

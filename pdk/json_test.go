@@ -145,7 +145,7 @@ func TestInputAccessors(t *testing.T) {
 	var v struct {
 		Nested struct{ Path string }
 	}
-	if err := in.Decode(&v); err != nil || v.Nested.Path != "inner" {
+	if err := json.Unmarshal(in.JSON(), &v); err != nil || v.Nested.Path != "inner" {
 		t.Errorf("Decode: %v %+v", err, v)
 	}
 	for _, s := range []string{``, `null`, `  `} {

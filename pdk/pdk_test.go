@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
 // fakeHost answers with canned replies and records requests.
@@ -76,6 +79,16 @@ func TestHostFunctions(t *testing.T) {
 		if err != nil || string(got) != string(want) {
 			t.Errorf("ReadFile(%s): %d bytes, %v", name, len(got), err)
 		}
+		s, err := ReadFileString(name)
+		if err != nil || s != string(want) {
+			t.Errorf("ReadFileString(%s): %d bytes, %v", name, len(s), err)
+		}
+	}
+	// A returned string must not alias the scratch buffer either.
+	small, _ := ReadFileString("small")
+	_, _ = ReadFile("mid")
+	if small != "hello" {
+		t.Errorf("ReadFileString result was overwritten: %q", small)
 	}
 	if len(scratch) != 16<<10 {
 		t.Errorf("the scratch buffer grew to %d, want 16 KiB for a 10,000-byte reply", len(scratch))
@@ -280,5 +293,137 @@ func TestHandle(t *testing.T) {
 			}()
 			bad()
 		}()
+	}
+}
+
+// TestHandleFramed: the framed input (what the host sends) gives a tool the same answers
+// as the JSON request, with strings decoded and nothing scanned.
+func TestHandleFramed(t *testing.T) {
+	saved := tools
+	savedName := pluginName
+	t.Cleanup(func() { tools, pluginName, manifest = saved, savedName, nil })
+	tools, pluginName, manifest = nil, "", nil
+	Plugin("demo", "0.1.0")
+	Register(Tool{Name: "show", Schema: `{"type":"object"}`, Run: func(in Input) abi.Result {
+		s := in.String("s") + "|" + string(in.Bytes("s")) + "|" + string(in.Raw("s")) + "|" +
+			strconv.Itoa(in.Int("n", -1)) + "|" + strconv.FormatBool(in.Bool("b")) + "|" +
+			strings.Join(in.Strings("l"), ",") + "|" + strconv.FormatBool(in.Has("z")) + "|" +
+			strconv.Itoa(in.Int("s", -1)) + "|" + in.String("n") + "|" + string(in.JSON())
+		var v struct {
+			S string `json:"s"`
+			N int    `json:"n"`
+		}
+		if err := json.Unmarshal(in.JSON(), &v); err != nil {
+			return abi.ErrorText(err.Error())
+		}
+		return abi.Text(s + "|" + v.S + strconv.Itoa(v.N))
+	}})
+
+	var m abi.Manifest
+	if err := json.Unmarshal(Manifest(), &m); err != nil || !slices.Contains(m.InputForms, abi.InputFramed1) {
+		t.Fatalf("manifest %s does not offer the framed input (%v)", Manifest(), err)
+	}
+	input := `{"s":"a\"b\n\u00e9","n":7,"b":true,"l":["x","y"],"z":null}`
+	want := "a\"b\né|a\"b\né|\"a\\\"b\\né\"|7|true|x,y|false|-1||" +
+		`{"b":true,"l":["x","y"],"n":7,"s":"a\"b\né","z":null}|a"b` + "\n" + `é7`
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(input), &obj); err != nil {
+		t.Fatal(err)
+	}
+	req, err := framedinput.Encode("show", obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string][]byte{"framed": req, "json": []byte(`{"tool":"show","input":` + input + `}`)} {
+		res, err := decodeFramed(Handle(r))
+		if err != nil || len(res.Content) != 1 || res.IsError {
+			t.Fatalf("%s: %+v, %v", name, res, err)
+		}
+		got := res.Content[0].Text
+		if name == "json" { // Raw and JSON keep the input as it was sent
+			want := strings.Replace(want, `{"b":true,"l":["x","y"],"n":7,"s":"a\"b\né","z":null}`, input, 1)
+			want = strings.Replace(want, `"a\"b\né"`, `"a\"b\n\u00e9"`, 1)
+			if got != want {
+				t.Errorf("%s:\n got %q\nwant %q", name, got, want)
+			}
+			continue
+		}
+		if got != want {
+			t.Errorf("%s:\n got %q\nwant %q", name, got, want)
+		}
+	}
+
+	for name, c := range map[string]struct {
+		req  []byte
+		text string
+	}{
+		"unknown tool": {abi.AppendFramedInput(nil, "nope", nil), `Error: plugin demo has no tool "nope"`},
+		"damaged":      {append([]byte(abi.FramedInputMagic), 200), "Error: framed input: tool name cut short"},
+	} {
+		res, err := decodeFramed(Handle(c.req))
+		if err != nil || !res.IsError || len(res.Content) != 1 || res.Content[0].Text != c.text {
+			t.Errorf("%s: %+v, %v", name, res, err)
+		}
+	}
+}
+
+// The fast header readers read what the host's encoding/json writes, the same as the
+// generic reader, and step aside for anything else.
+func TestFastHeaders(t *testing.T) {
+	execs := []abi.ExecResult{
+		{ExitCode: 0, StdoutLen: 3, DurationMS: 12},
+		{ExitCode: -1, StdoutLen: 10, StderrLen: 2, StdoutCut: 99, StderrCut: 7, TimedOut: true, OOMKilled: true, DurationMS: 600000},
+		{ID: "p-1", PID: 4242, LogPath: "/tmp/p-1.log"},
+		{ExitCode: 127, StderrLen: 5, TimedOut: true},
+	}
+	for _, want := range execs {
+		hb, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := fastExecHeader(hb)
+		slow, sok := slowExecHeader(hb)
+		if !ok || !sok || got != slow || got != want {
+			t.Errorf("%s:\nfast %+v (%v)\nslow %+v (%v)", hb, got, ok, slow, sok)
+		}
+	}
+	headers := []abi.ReadTextHeader{
+		{Size: 5120, TotalLines: 120, First: 1, Last: 120},
+		{Size: 1 << 40, TotalLines: 9, First: 3, Last: 4, Binary: true, CutLines: 2, Full: true},
+		{},
+	}
+	for _, want := range headers {
+		hb, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := fastReadTextHeader(hb)
+		if !ok || got != want {
+			t.Errorf("%s: fast %+v (%v)", hb, got, ok)
+		}
+		full, _, ok := decodeReadText(append(hb, '\n'))
+		if !ok || full != want {
+			t.Errorf("%s: decodeReadText %+v (%v)", hb, full, ok)
+		}
+	}
+	// Other shapes: whitespace, another order, escapes, a fraction; the fast readers
+	// refuse them and the generic one reads them.
+	for _, hb := range []string{
+		`{ "exit_code": 1, "stdout_len": 0, "stderr_len": 0, "duration_ms": 1 }`,
+		`{"stdout_len":0,"exit_code":1,"stderr_len":0,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"duration_ms":1,"id":"a\"b"}`,
+		`{"exit_code":1.0,"stdout_len":0,"stderr_len":0,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"timed_out":false,"duration_ms":1}`,
+		`{"exit_code":1,"stdout_len":0,"stderr_len":0,"duration_ms":1}x`,
+	} {
+		if _, ok := fastExecHeader([]byte(hb)); ok {
+			t.Errorf("fast reader took %s", hb)
+		}
+		if r, ok := decodeExecResult([]byte(hb + "\n")); (!ok || r.ExitCode != 1) != strings.HasSuffix(hb, "x") {
+			t.Errorf("%s: %+v %v", hb, r, ok)
+		}
+	}
+	if _, ok := fastReadTextHeader([]byte(`{"size":1,"total_lines":1,"first":1,"last":1,"binary":0,"cut_lines":0,"full":false}`)); ok {
+		t.Error("fast reader took a number for a boolean")
 	}
 }

@@ -3,8 +3,8 @@ package pdk
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"strconv"
+	"unsafe"
 
 	"github.com/toolhost/toolhost/abi"
 )
@@ -80,9 +80,12 @@ func validName(s string, upper bool) bool {
 	return true
 }
 
-// Errorf returns an error result (IsError set) holding the formatted text.
+// Errorf returns an error result (IsError set) holding the formatted text. It formats as
+// fmt.Sprintf does for %s, %v, %q, %d, %x, %t and %% with strings, byte slices, errors,
+// Stringers, booleans, integers and floats (flags and widths are not read): the kit does
+// not link package fmt, which would add a third to every plugin's module.
 func Errorf(format string, args ...any) abi.Result {
-	return abi.ErrorText(fmt.Sprintf(format, args...))
+	return abi.ErrorText(sprintf(format, args))
 }
 
 // Manifest returns the manifest JSON that the toolhost_describe export returns.
@@ -109,20 +112,23 @@ func Manifest() []byte {
 		b = append(b, t.Schema...)
 		b = append(b, '}')
 	}
-	manifest = append(b, "]}"...)
+	b = append(b, `],"input_forms":["`...)
+	b = append(b, abi.InputFramed1...)
+	manifest = append(b, `"]}`...)
 	return manifest
 }
 
 var (
-	outBuf   []byte  // the last result; must stay valid until the next export call
-	envBuf   []field // reused for every request envelope
-	fieldBuf []field // reused for every Input
+	outBuf    []byte            // the last result; must stay valid until the next export call
+	envBuf    []field           // reused for every request envelope
+	fieldBuf  []field           // reused for every Input
+	memberBuf []abi.InputMember // reused for every framed request
 )
 
-// Handle does what the toolhost_call export does: it decodes a request
-// ({"tool": ..., "input": {...}}), runs the tool and returns the result in the framed form
-// of ABI.md section 5. The returned bytes are reused by the next call. Exported so tests
-// can drive tools natively (package pdktest decodes the result).
+// Handle does what the toolhost_call export does: it decodes a request, framed (ABI.md
+// section 9) or JSON ({"tool": ..., "input": {...}}), runs the tool and returns the result
+// in the framed form of ABI.md section 5. The returned bytes are reused by the next call.
+// Exported so tests can drive tools natively (package pdktest decodes the result).
 func Handle(request []byte) []byte {
 	if cap(outBuf) > 1<<20 {
 		outBuf = nil // do not keep a huge result's buffer for the life of the instance
@@ -133,6 +139,20 @@ func Handle(request []byte) []byte {
 }
 
 func handle(request []byte) abi.Result {
+	if len(request) > 0 && request[0] == 0 {
+		tool, members, err := abi.ParseFramedInput(request, memberBuf[:0])
+		memberBuf = members[:0]
+		if err != nil {
+			return abi.ErrorText("Error: " + err.Error())
+		}
+		t := lookupTool(unsafe.String(unsafe.SliceData(tool), len(tool)))
+		if t == nil {
+			return noTool(string(tool))
+		}
+		in := Input{fields: framedFields(fieldBuf, members)}
+		fieldBuf = in.fields[:0]
+		return run(t, in)
+	}
 	var tool, input []byte
 	fields, ok := objectFields(envBuf[:0], request)
 	envBuf = fields[:0]
@@ -150,18 +170,28 @@ func handle(request []byte) abi.Result {
 	if !ok || !isStr {
 		return abi.ErrorText(`Error: the request is not {"tool": NAME, "input": {...}}`)
 	}
-	for i := range tools {
-		t := &tools[i]
-		if t.Name != name {
-			continue
-		}
-		in, err := parseInputInto(fieldBuf, input)
-		if err != nil {
-			return abi.ErrorText("Error: " + t.Name + ": " + err.Error())
-		}
-		fieldBuf = in.fields[:0]
-		return run(t, in)
+	t := lookupTool(name)
+	if t == nil {
+		return noTool(name)
 	}
+	in, err := parseInputInto(fieldBuf, input)
+	if err != nil {
+		return abi.ErrorText("Error: " + t.Name + ": " + err.Error())
+	}
+	fieldBuf = in.fields[:0]
+	return run(t, in)
+}
+
+func lookupTool(name string) *Tool {
+	for i := range tools {
+		if tools[i].Name == name {
+			return &tools[i]
+		}
+	}
+	return nil
+}
+
+func noTool(name string) abi.Result {
 	return abi.ErrorText("Error: plugin " + pluginName + " has no tool " + strconv.Quote(name))
 }
 
@@ -176,15 +206,7 @@ func run(t *Tool, in Input) (res abi.Result) {
 }
 
 func panicText(r any) string {
-	switch v := r.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	case fmt.Stringer:
-		return v.String()
-	}
-	return fmt.Sprint(r)
+	return sprintf("%v", []any{r})
 }
 
 // appendFramed encodes r in the framed form of ABI.md section 5: the magic, a flags byte,

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/framedinput"
 	"github.com/toolhost/toolhost/pdk"
 )
 
@@ -101,15 +102,43 @@ func (h *Host) Read(name string) string {
 	return string(b)
 }
 
-// Result calls a tool through pdk.Handle with the input JSON and decodes the result JSON
-// strictly, failing the test if it is not valid.
+// Result calls a tool through pdk.Handle with the input JSON, sent as the host sends it
+// (the framed input of ABI.md section 9), and decodes the result strictly, failing the
+// test if it is not valid.
 func (h *Host) Result(tool, input string) abi.Result {
+	h.t.Helper()
+	var obj map[string]any
+	dec := json.NewDecoder(strings.NewReader(input))
+	dec.UseNumber()
+	if strings.TrimSpace(input) != "" {
+		if err := dec.Decode(&obj); err != nil {
+			h.t.Fatalf("bad test input %s: %v", input, err)
+		}
+	}
+	if obj == nil { // absent or null: the host sends an empty object
+		obj = map[string]any{}
+	}
+	req, err := framedinput.Encode(tool, obj)
+	if err != nil {
+		h.t.Fatalf("bad test input %s: %v", input, err)
+	}
+	return h.decode(tool, pdk.Handle(req))
+}
+
+// ResultJSON is Result with the request sent as JSON, the form hosts before the framed
+// input sent and plugins without the kit read.
+func (h *Host) ResultJSON(tool, input string) abi.Result {
 	h.t.Helper()
 	req, err := json.Marshal(map[string]json.RawMessage{"tool": json.RawMessage(strconv.Quote(tool)), "input": json.RawMessage(input)})
 	if err != nil {
 		h.t.Fatalf("bad test input %s: %v", input, err)
 	}
-	res, err := DecodeResult(pdk.Handle(req))
+	return h.decode(tool, pdk.Handle(req))
+}
+
+func (h *Host) decode(tool string, raw []byte) abi.Result {
+	h.t.Helper()
+	res, err := DecodeResult(raw)
 	if err != nil {
 		h.t.Fatalf("result of %s: %v", tool, err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -89,11 +88,11 @@ func seconds(ms int64) string {
 }
 
 func description(l limits) string {
-	return fmt.Sprintf(descriptionText, seconds(l.defaultMS), seconds(l.maxMS))
+	return fill(descriptionText, seconds(l.defaultMS), seconds(l.maxMS))
 }
 
 func schema(l limits) string {
-	return fmt.Sprintf(schemaText, max(1, l.defaultMS/1000), seconds(l.defaultMS), seconds(l.maxMS))
+	return fill(schemaText, strconv.FormatInt(max(1, l.defaultMS/1000), 10), seconds(l.defaultMS), seconds(l.maxMS))
 }
 
 func run(in pdk.Input) abi.Result {
@@ -226,4 +225,29 @@ func trimRunes(head, tail string) (string, string) {
 		tail = tail[1:]
 	}
 	return head, tail
+}
+
+// fill replaces each %s or %d of tmpl by the next of args (without package fmt, which would
+// add a third to the plugin's module).
+func fill(tmpl string, args ...string) string {
+	var b strings.Builder
+	for _, a := range args {
+		i := strings.IndexByte(tmpl, '%')
+		for i >= 0 && i+1 < len(tmpl) && tmpl[i+1] != 's' && tmpl[i+1] != 'd' {
+			j := strings.IndexByte(tmpl[i+1:], '%')
+			if j < 0 {
+				i = -1
+				break
+			}
+			i += 1 + j
+		}
+		if i < 0 || i+1 >= len(tmpl) {
+			break
+		}
+		b.WriteString(tmpl[:i])
+		b.WriteString(a)
+		tmpl = tmpl[i+2:]
+	}
+	b.WriteString(tmpl)
+	return b.String()
 }

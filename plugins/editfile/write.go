@@ -25,8 +25,9 @@ const writeSchema = `{
 }`
 
 func writeFile(in pdk.Input) abi.Result {
-	path, content := in.String("path"), in.String("content")
-	if err := pdk.WriteFile(path, []byte(content)); err != nil {
+	// The content goes from the input buffer to the host as it is: no copy in the plugin.
+	path, content := in.String("path"), in.Bytes("content")
+	if err := pdk.WriteFile(path, content); err != nil {
 		if errors.Is(err, pdk.ErrIsDir) {
 			return abi.ErrorText("Error: " + path + " is a directory; give the path of a file")
 		}

@@ -1,0 +1,117 @@
+package host
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// A plugin's record is what loading it learnt that does not change while its bytes and its
+// configuration do not: its imports and its manifest. With a record, New checks the
+// grants and registers the tools without compiling anything; the module is compiled,
+// checked again against the record and warmed in the background, and a call to one of its
+// tools waits for that (see plugin.finish). A warm start thus skips what dominated it:
+// wazero decoding and validating each 3 MB module, about 30 ms each, even on a hit of its
+// compilation cache.
+//
+// Records live next to the compiled code, in the data dir's cache, which privateDir keeps
+// this user's own: they are trusted as the compiled code is. They are keyed by the
+// SHA-256 of the module and of its environment (a manifest may depend on its
+// configuration: bash's description states its timeouts), so a changed module or
+// configuration is a miss and is loaded in full.
+
+// recordsDir is the directory of the records under the cache dir; the suffix changes with
+// the record's format.
+const recordsDir = "toolhost-records-v1"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type record struct {
+	Imports []Import `json:"imports"`
+	// Manifest is the manifest's text as the plugin's describe export returned it.
+	Manifest string `json:"manifest"`
+}
+
+// recordKey is the key of a module with its environment. The module is summed with two
+// CRC-32s (Castagnoli and IEEE, both done by the CPU, about 1 ms for the 12 MB of the
+// built-ins, where SHA-256 took 30 ms here): the key finds a record, it proves nothing,
+// because finish checks the compiled module against its record before the plugin serves
+// a call. A collision, by chance or made on purpose, costs a failed load, never a grant.
+func recordKey(wasm []byte, env map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "module %d %08x %08x\n", len(wasm), crc32.Checksum(wasm, castagnoli), crc32.ChecksumIEEE(wasm))
+	fmt.Fprintf(h, "abi %d\n", abi.Version)
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\n", k, env[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (h *Host) recordPath(key string) string {
+	return filepath.Join(h.records, key+".json")
+}
+
+// readRecord returns the record of key, if there is a readable one. A hit marks the
+// record used (its modification time), which is what PruneCache goes by.
+func (h *Host) readRecord(key string) (record, bool) {
+	p := h.recordPath(key)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return record{}, false
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return record{}, false
+	}
+	now := time.Now()
+	_ = os.Chtimes(p, now, now)
+	return r, true
+}
+
+// writeRecord stores a record atomically (a temporary file renamed), so that a concurrent
+// reader sees the whole of it or nothing.
+func (h *Host) writeRecord(key string, r record) error {
+	p := h.recordPath(key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), key+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+func (h *Host) dropRecord(key string) {
+	if err := os.Remove(h.recordPath(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.log.Warn("could not remove a plugin record", "err", err)
+	}
+}
