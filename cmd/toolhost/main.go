@@ -6,6 +6,8 @@
 //	toolhost snapshot save|list|restore            workspace snapshots of a project
 //	toolhost screenshot list                       a project's stored screenshots
 //	toolhost plugin inspect FILE.wasm              show a plugin's manifest, imports and needs
+//	toolhost policy test CASES.yaml                prove a tool policy holds
+//	toolhost audit [FILE]                          show the audit of what plugins did
 //	toolhost version                               print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
@@ -76,7 +78,7 @@ func (cmd *command) usage() string {
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), screenshotListCommand(),
-		inspectCommand(), versionCommand()}
+		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand()}
 }
 
 // cli is what a command runs with.
