@@ -37,7 +37,8 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 	// The sandbox follows links inside the workspace: docs/evil -> ../src/main.go would
 	// take a write allowed by docs/** to src/main.go. A scoped path goes through none.
 	link, err := policy.CheckLinks(c.req.Path, func(rel string) (bool, bool, error) {
-		fi, err := inst.sb.Stat(ctx, sandbox.WorkspaceRoot+"/"+rel)
+		// rel is a prefix of the call's path, so its absolute form is a prefix of c.abs.
+		fi, err := inst.sb.Stat(ctx, c.abs[:len(sandbox.WorkspaceRoot)+1+len(rel)])
 		switch {
 		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotDir):
 			return false, false, nil
@@ -57,10 +58,8 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 	return d, 0, true
 }
 
-// callInfo is what the audit needs to know of the tool call a host call belongs to; it
-// travels in the call's context (only when the audit is on).
-type callInfo struct{ tool string }
-
+// callInfoKey keys the *tool a host call belongs to in the call's context, for the audit
+// (only when the audit is on).
 type callInfoKey struct{}
 
 // records pools the audit records of host calls: a Sink must not keep the pointer.
@@ -80,8 +79,8 @@ func (h *Host) auditCall(ctx context.Context, inst *instance, c *hostCall, start
 		Port: c.req.Port, Key: h.secrets.redact(c.req.Key), Decision: decision, Why: why,
 		Micros: now.Sub(start).Microseconds(), In: c.in,
 	}
-	if ci, ok := ctx.Value(callInfoKey{}).(*callInfo); ok {
-		r.Tool = ci.tool
+	if t, ok := ctx.Value(callInfoKey{}).(*tool); ok {
+		r.Tool = t.def.Name
 	}
 	if inst.sb != nil {
 		r.Sandbox = inst.sb.ID()
@@ -166,7 +165,7 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	var start time.Time
 	if h.audit != nil {
 		start = time.Now()
-		ctx = context.WithValue(ctx, callInfoKey{}, &callInfo{tool: name})
+		ctx = context.WithValue(ctx, callInfoKey{}, t)
 	}
 	if lim := t.plugin.limiter; lim != nil {
 		if wait, ok := lim.admit(time.Now()); !ok {

@@ -107,6 +107,15 @@ func TestCreateRefusesLinks(t *testing.T) {
 	}
 }
 
+func TestAppendTime(t *testing.T) {
+	for _, tm := range []time.Time{sample.Time, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)} {
+		want := tm.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+		if got := string(appendTime(nil, tm.UTC())); got != want {
+			t.Errorf("appendTime = %s, want %s", got, want)
+		}
+	}
+}
+
 func BenchmarkAppendJSON(b *testing.B) {
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()

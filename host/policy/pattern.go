@@ -32,6 +32,7 @@ type pattern struct {
 // matches it and no refusing pattern matches it or one of its directories.
 type patternSet struct {
 	src   []string // as written, for messages
+	str   string   // src joined, or "nothing"
 	allow []pattern
 	deny  []pattern // lower-cased: they match any case
 	// all: "**" and nothing refused, so every path is allowed and none needs checking.
@@ -60,6 +61,10 @@ func compilePatterns(list []string) (*patternSet, error) {
 		s.allow = append(s.allow, c)
 	}
 	s.all = hasAll && len(s.deny) == 0
+	s.str = "nothing"
+	if len(list) > 0 {
+		s.str = strings.Join(list, ", ")
+	}
 	return s, nil
 }
 
@@ -99,12 +104,20 @@ func compilePattern(p string) (pattern, error) {
 	return c, nil
 }
 
-// split turns a clean workspace-relative path into its segments ("." is none).
-func split(rel string) []string {
+// split appends the segments of a clean workspace-relative path to buf ("." has none).
+// Callers pass a small array on their stack, so a decision allocates nothing.
+func split(buf []string, rel string) []string {
 	if rel == "." || rel == "" {
-		return nil
+		return buf
 	}
-	return strings.Split(rel, "/")
+	for {
+		i := strings.IndexByte(rel, '/')
+		if i < 0 {
+			return append(buf, rel)
+		}
+		buf = append(buf, rel[:i])
+		rel = rel[i+1:]
+	}
 }
 
 // allowed reports whether the set allows the path.
@@ -129,9 +142,10 @@ func (s *patternSet) denied(segs []string) bool {
 	if len(s.deny) == 0 {
 		return false
 	}
-	lower := make([]string, len(segs))
-	for i, seg := range segs {
-		lower[i] = strings.ToLower(seg)
+	var buf [16]string
+	lower := buf[:0]
+	for _, seg := range segs {
+		lower = append(lower, strings.ToLower(seg))
 	}
 	for _, p := range s.deny {
 		for n := 1; n <= len(lower); n++ {
@@ -207,9 +221,4 @@ func prefixMatch(p, s []string) bool {
 }
 
 // String lists the patterns as written, or "nothing".
-func (s *patternSet) String() string {
-	if len(s.src) == 0 {
-		return "nothing"
-	}
-	return strings.Join(s.src, ", ")
-}
+func (s *patternSet) String() string { return s.str }

@@ -149,6 +149,8 @@ type Decision struct {
 type Policy struct {
 	scope       Scope
 	read, write *patternSet
+	// The rules of file decisions, for the audit: "read: **", "write: docs/**".
+	readRule, writeRule string
 	programs    []string
 	env         []string
 	maxTimeout  time.Duration
@@ -171,6 +173,7 @@ func Compile(s Scope) (*Policy, error) {
 		if p.write, err = compilePatterns(f.Write); err != nil {
 			return nil, fmt.Errorf("sandbox_files.write: %w", err)
 		}
+		p.readRule, p.writeRule = "read: "+p.read.String(), "write: "+p.write.String()
 	}
 	if e := s.Exec; e != nil {
 		for _, prog := range e.Programs {
@@ -267,12 +270,12 @@ func (p *Policy) decideFiles(plugin string, r Request) Decision {
 	if p.read == nil {
 		return unscoped
 	}
-	set, kind := p.read, "read"
+	set, rule := p.read, p.readRule
 	if isWrite(r.Op) {
-		set, kind = p.write, "write"
+		set, rule = p.write, p.writeRule
 	}
-	rule := kind + ": " + set.String()
-	segs := split(r.Path)
+	var buf [16]string
+	segs := split(buf[:0], r.Path)
 	ok := set.allowed(segs)
 	if !ok && (r.Op == OpList || r.Op == OpStat) {
 		// A directory on the way to what may be read may be listed and looked at; what the
@@ -292,22 +295,23 @@ func (p *Policy) Visible(rel string, dir bool) bool {
 	if p == nil || p.read == nil || p.read.all {
 		return true
 	}
-	segs := split(rel)
+	var buf [16]string
+	segs := split(buf[:0], rel)
 	return p.read.allowed(segs) || (dir && p.read.leadsTo(segs))
 }
 
 // LinkRefusal is the refusal of a call whose path goes through the symbolic link at link
 // (a workspace-relative path, r.Path or one of its directories).
 func (p *Policy) LinkRefusal(plugin string, r Request, link string) Decision {
-	set, kind := p.read, "read"
+	set, rule := p.read, p.readRule
 	if isWrite(r.Op) {
-		set, kind = p.write, "write"
+		set, rule = p.write, p.writeRule
 	}
 	what := link + " is a symbolic link"
 	if link != r.Path {
 		what = "its directory " + link + " is a symbolic link"
 	}
-	return Decision{Rule: kind + ": " + set.String() + " (no links)",
+	return Decision{Rule: rule + " (no links)",
 		Message: fmt.Sprintf("policy: plugin %s may not %s %s: %s, and a plugin whose paths are scoped never goes through one (allowed: %s)",
 			plugin, fileVerb(r.Op), r.Path, what, set)}
 }
