@@ -151,11 +151,11 @@ type Policy struct {
 	read, write *patternSet
 	// The rules of file decisions, for the audit: "read: **", "write: docs/**".
 	readRule, writeRule string
-	programs    []string
-	env         []string
-	maxTimeout  time.Duration
-	storeRead   bool
-	ports       []int
+	programs            []string
+	env                 []string
+	maxTimeout          time.Duration
+	storeRead           bool
+	ports               []int
 }
 
 // Compile checks a Scope and compiles it. It returns nil, which allows everything, for a
