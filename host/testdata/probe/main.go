@@ -4,6 +4,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -76,6 +77,7 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"image","description":"Returns an image with the given media type.","input_schema":{"type":"object","properties":{"media_type":{"type":"string"}}}},
 {"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}},
 {"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}},
+{"name":"raw","description":"Returns the base64-decoded b64 as its result, byte for byte.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]}},
 {"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both.","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}
 ]}`
 
@@ -106,6 +108,7 @@ type request struct {
 		S         string   `json:"s"`
 		MediaType string   `json:"media_type"`
 		MB        int      `json:"mb"`
+		B64       string   `json:"b64"`
 		Op        string   `json:"op"`
 		Key       string   `json:"key"`
 	} `json:"input"`
@@ -202,6 +205,12 @@ func call(n uint32) uint64 {
 			return text(err.Error(), true)
 		}
 		return text(s, false)
+	case "raw":
+		b, err := base64.StdEncoding.DecodeString(req.Input.B64)
+		if err != nil {
+			return text(err.Error(), true)
+		}
+		return ret(b)
 	case "leak":
 		// Everything a plugin can do with a secret it came across: log it, use it as a
 		// path (last_error and the audit see it), return it.
