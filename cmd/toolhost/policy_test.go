@@ -166,3 +166,37 @@ audit:
 	oneLineError(t, runCLI(t, nil, "audit"), 2, "no audit file")
 	oneLineError(t, runCLI(t, env, "audit", "--decision", "maybe"), 2, "--decision")
 }
+
+// TestPolicyExample: the README's worked example (examples/policy) holds: its cases pass,
+// and its two configurations load and refuse what they should.
+func TestPolicyExample(t *testing.T) {
+	requireBwrap(t) // one case runs in a local sandbox
+	t.Parallel()
+	dir := filepath.Join(moduleRoot, "examples", "policy")
+	for _, f := range []string{"cases.yaml", "reviewer.yaml", "docs-writer.yaml"} {
+		os.Stat(filepath.Join(dir, f)) // in the test cache's key
+	}
+	r := runCLI(t, nil, "policy", "test", filepath.Join(dir, "cases.yaml"))
+	if r.code != 0 || !strings.Contains(r.stdout, "7 of 7 cases passed") {
+		t.Fatalf("examples/policy/cases.yaml:\n%s", r)
+	}
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644)
+	for _, c := range []struct{ config, tool, input, want string }{
+		{"reviewer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: nothing)"},
+		{"docs-writer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: docs/**)"},
+	} {
+		audit := filepath.Join(t.TempDir(), "audit.jsonl")
+		env := []string{"TOOLHOST_AUDIT_FILE=" + audit} // not /var/log/toolhost
+		r := runCLI(t, env, "call", c.tool, c.input, "--workspace", ws, "--config", filepath.Join(dir, c.config))
+		if r.code != 0 {
+			t.Fatalf("%s:\n%s", c.config, r)
+		}
+		if res := decodeResult(t, r); !res.IsError || !strings.Contains(res.Content[0].Text, c.want) {
+			t.Errorf("%s: %+v", c.config, res)
+		}
+		if b, err := os.ReadFile(audit); err != nil || !strings.Contains(string(b), `"decision":"deny"`) {
+			t.Errorf("%s: the audit %q, %v", c.config, b, err)
+		}
+	}
+}
