@@ -178,7 +178,7 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	res, err := s.dispatch(ctx, name, input)
 	h.secrets.redactResult(&res)
 	if h.audit != nil {
-		why := "unscoped"
+		why := "" // nothing decides a tool call but its calls per minute
 		if t.plugin.limiter != nil {
 			why = fmt.Sprintf("calls_per_minute: %d", t.plugin.limiter.n)
 		}

@@ -254,15 +254,15 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 	}
 	want := []string{
 		"editfile|write_file|sandbox_files|write|docs/a.md||allow|write: docs/**",
-		"editfile|write_file|tool|call|||allow|unscoped",
+		"editfile|write_file|tool|call|||allow|",
 		"editfile|read_file|sandbox_files|read_text|docs/a.md||allow|read: **",
-		"editfile|read_file|tool|call|||allow|unscoped",
+		"editfile|read_file|tool|call|||allow|",
 		"editfile|write_file|sandbox_files|write|src/main.go||deny|write: docs/**|-1",
-		"editfile|write_file|tool|call|||allow|unscoped",
+		"editfile|write_file|tool|call|||allow|",
 		"bash|bash|sandbox_exec|run||bash -c echo hi|allow|unscoped",
-		"bash|bash|tool|call|||allow|unscoped",
+		"bash|bash|tool|call|||allow|",
 		"editfile|read_file|sandbox_files|read_text|../etc/passwd||invalid||-18",
-		"editfile|read_file|tool|call|||allow|unscoped",
+		"editfile|read_file|tool|call|||allow|",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
