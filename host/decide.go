@@ -177,6 +177,9 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 	res, err := s.dispatch(ctx, name, input)
 	h.secrets.redactResult(&res)
+	if err != nil && h.secrets != nil {
+		err = redactedError{err, h.secrets.redact(err.Error())} // a plugin's stderr is quoted in it
+	}
 	if h.audit != nil {
 		why := "" // nothing decides a tool call but its calls per minute
 		if t.plugin.limiter != nil {

@@ -268,3 +268,30 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		t.Errorf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+func TestCaptureScope(t *testing.T) {
+	rec := &audit.Recorder{}
+	h := scopedHost(t, "screenshot", func(s *host.PluginSpec) {
+		s.Scope.Capture = &policy.Capture{Ports: []int{3000}}
+	}, func(c *host.Config) { c.Audit = rec })
+	s := h.OpenSession(memsandbox.New())
+	ctx := context.Background()
+	res, err := s.Dispatch(ctx, "take_screenshot", json.RawMessage(`{"port":5432}`))
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "policy: plugin screenshot may not capture port 5432 (allowed: 3000)") {
+		t.Errorf("port 5432: %+v, %v", res, err)
+	}
+	// Port 3000 is allowed: the capture goes on (and fails here, as nothing listens and
+	// there is no browser).
+	if _, err := s.Dispatch(ctx, "take_screenshot", json.RawMessage(`{"port":3000}`)); err != nil {
+		t.Fatal(err)
+	}
+	var decisions []string
+	for _, r := range rec.Records() {
+		if r.Cap == "capture" {
+			decisions = append(decisions, fmt.Sprintf("%d:%s", r.Port, r.Decision))
+		}
+	}
+	if strings.Join(decisions, " ") != "5432:deny 3000:allow" {
+		t.Errorf("capture decisions %v", decisions)
+	}
+}

@@ -62,6 +62,12 @@ func TestSecretsNeverShow(t *testing.T) {
 	if got := text(res); strings.Contains(got, secret) || !strings.Contains(got, "read [secret API_TOKEN]") || !strings.Contains(got, "read [secret API_TOKEN]: no such file") {
 		t.Errorf("leak result %q: want the secret replaced in it and in the last_error it quotes", got)
 	}
+	// A plugin that dies printing it: its stderr is quoted in the error and the result.
+	res, err = dispatch(t, s, "leak", `{"path":"leak.txt","panic":true}`)
+	if !errors.Is(err, ErrPluginFailed) || strings.Contains(err.Error(), secret) || strings.Contains(text(res), secret) ||
+		!strings.Contains(err.Error(), "[secret API_TOKEN]") {
+		t.Errorf("a plugin dying with the secret on its stderr: %v; result %q", err, text(res))
+	}
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -121,3 +121,13 @@ func (s *secrets) redactResult(r *abi.Result) {
 		}
 	}
 }
+
+// redactedError is an error whose message had secrets taken out; errors.Is and As still
+// see the error it wraps.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

@@ -60,7 +60,7 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
 	if err != nil {
 		pool.discard(ctx, inst)
-		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", err)
+		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
 		return hostFailure(name, err)
 	}
 	pool.release(ctx, inst)

@@ -78,7 +78,7 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}},
 {"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}},
 {"name":"raw","description":"Returns the base64-decoded b64 as its result, byte for byte.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]}},
-{"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both.","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}
+{"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both; or dies saying it.","input_schema":{"type":"object","properties":{"path":{"type":"string"},"panic":{"type":"boolean"}},"required":["path"]}}
 ]}`
 
 //go:wasmexport toolhost_describe
@@ -109,6 +109,7 @@ type request struct {
 		MediaType string   `json:"media_type"`
 		MB        int      `json:"mb"`
 		B64       string   `json:"b64"`
+		Panic     bool     `json:"panic"`
 		Op        string   `json:"op"`
 		Key       string   `json:"key"`
 	} `json:"input"`
@@ -221,6 +222,9 @@ func call(n uint32) uint64 {
 			return text(err.Error(), true)
 		}
 		got = strings.TrimSpace(got)
+		if req.Input.Panic {
+			panic("the file says " + got) // onto stderr, which the host quotes
+		}
 		msg := []byte("the file says " + got)
 		logWrite(0, addr(msg), uint32(len(msg)))
 		q := []byte(got)
