@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -97,6 +98,17 @@ Examples:
 	return cmd
 }
 
+// printable replaces the control characters of s (a path or a message a plugin chose):
+// printed raw, escape sequences would reach the terminal of whoever reads the audit.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
 // parseWhen reads a time (RFC 3339, or a date) or a duration before now.
 func parseWhen(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil {
@@ -138,7 +150,8 @@ func printAuditTable(w io.Writer, r io.Reader, f audit.Filter) error {
 			result += " (" + rec.Why + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s.%s\t%s\t%s\t%d\t%s\n", rec.Time.Local().Format("2006-01-02 15:04:05.000"),
-			rec.Plugin, rec.Tool, rec.Cap, rec.Op, rec.Decision, firstLine(on, 60), rec.Micros, firstLine(result, 100))
+			printable(rec.Plugin), printable(rec.Tool), printable(rec.Cap), printable(rec.Op), printable(rec.Decision),
+			firstLine(printable(on), 60), rec.Micros, firstLine(printable(result), 100))
 		return nil
 	})
 	tw.Flush()

@@ -156,6 +156,13 @@ audit:
 		rec.Why != "write: docs/**" || rec.Status != -1 || !strings.Contains(rec.Error, "may not write main.go") {
 		t.Errorf("the denial: %+v", rec)
 	}
+	// A path with an escape sequence reaches the table as something harmless.
+	if r := runCLI(t, env, "call", "write_file", `{"path":"\u001b]0;pwned\u0007x","content":"x"}`, "--workspace", ws); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI(t, env, "audit", "--format", "text", "--decision", "deny"); strings.ContainsAny(r.stdout, "\x1b\x07") || !strings.Contains(r.stdout, "\uFFFD]0;pwned") {
+		t.Errorf("control characters reach the terminal:\n%q", r.stdout)
+	}
 	r = runCLI(t, env, "audit", file, "--plugin", "bash", "--cap", "sandbox_exec", "--format", "text", "--since", "1h")
 	if r.code != 0 || !strings.Contains(r.stdout, "sandbox_exec.run") || !strings.Contains(r.stdout, "bash -c ls") || strings.Contains(r.stdout, "editfile") {
 		t.Errorf("bash's commands as a table:\n%s", r)

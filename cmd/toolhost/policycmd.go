@@ -221,7 +221,7 @@ func describeRecord(r *audit.Record) string {
 	if r.Error != "" {
 		s += ": " + r.Error
 	}
-	return strings.TrimSpace(s)
+	return printable(strings.TrimSpace(s))
 }
 
 // readCaseFile reads and checks a case file; unknown keys are refused, as in the
