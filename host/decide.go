@@ -36,31 +36,71 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 	}
 	// The sandbox follows links inside the workspace: docs/evil -> ../src/main.go would
 	// take a write allowed by docs/** to src/main.go. A scoped path goes through none.
-	link, err := policy.CheckLinks(c.req.Path, func(rel string) (bool, bool, error) {
-		// rel is a prefix of the call's path, so its absolute form is a prefix of c.abs.
-		fi, err := inst.sb.Stat(ctx, c.abs[:len(sandbox.WorkspaceRoot)+1+len(rel)])
-		switch {
-		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotDir):
-			return false, false, nil
-		case errors.Is(err, sandbox.ErrOutside):
-			return true, true, nil // only a link can lead out
-		case err != nil:
-			return false, false, err
-		}
-		return fi.Mode&fs.ModeSymlink != 0, true, nil
-	})
+	// A path found whole and free of links once in a tool call (edit_file reads, then
+	// writes) is not looked at again in that call: a process of the sandbox could swap a
+	// link in after the look either way (see the README).
+	cs, _ := ctx.Value(callStateKey{}).(*callState)
+	if cs != nil && cs.linkFree == c.abs {
+		return d, 0, true
+	}
+	link, whole, err := inst.firstLink(ctx, c)
 	if err != nil {
 		return d, inst.fileStatus(c.req.Op+" "+c.req.Path, err), false
 	}
 	if link != "" {
 		return p.LinkRefusal(inst.p.name, c.req, link), 0, true
 	}
+	if cs != nil && whole {
+		cs.linkFree = c.abs
+	}
 	return d, 0, true
 }
 
-// callInfoKey keys the *tool a host call belongs to in the call's context, for the audit
-// (only when the audit is on).
-type callInfoKey struct{}
+// firstLink looks at the parts of the call's path in the sandbox, up to eight at once (each
+// look is a round trip to a real sandbox's agent: one after another, a deep path would pay
+// them all in turn), in order of depth, stopping after a batch that found a link or a part
+// that does not exist; and says which part is the first link (policy.FirstLink).
+func (inst *instance) firstLink(ctx context.Context, c *hostCall) (string, bool, error) {
+	const batch = 8
+	parts := policy.Parts(c.req.Path)
+	states := make([]policy.PartState, len(parts))
+	look := func(i int) {
+		// parts[i] is a prefix of the call's path, so its absolute form is one of c.abs.
+		fi, err := inst.sb.Stat(ctx, c.abs[:len(sandbox.WorkspaceRoot)+1+len(parts[i])])
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotDir):
+		case errors.Is(err, sandbox.ErrOutside):
+			states[i] = policy.PartState{Link: true, Exists: true} // only a link can lead out
+		case err != nil:
+			states[i].Err = err
+		default:
+			states[i] = policy.PartState{Link: fi.Mode&fs.ModeSymlink != 0, Exists: true}
+		}
+	}
+	for from := 0; from < len(parts); from += batch {
+		to := min(from+batch, len(parts))
+		var wg sync.WaitGroup
+		for i := from + 1; i < to; i++ {
+			wg.Go(func() { look(i) }) // owned here: waited for below, before anything returns
+		}
+		look(from)
+		wg.Wait()
+		if link, whole, err := policy.FirstLink(parts[:to], states[:to]); err != nil || link != "" || !whole {
+			return link, false, err
+		}
+	}
+	return policy.FirstLink(parts, states)
+}
+
+// callState is what the host calls of one tool call share: the tool (for the audit) and
+// the last path the link check found whole and free of links. It travels in the call's
+// context when the audit is on or the plugin has a policy.
+type callState struct {
+	tool     *tool
+	linkFree string
+}
+
+type callStateKey struct{}
 
 // records pools the audit records of host calls: a Sink must not keep the pointer.
 var records = sync.Pool{New: func() any { return new(audit.Record) }}
@@ -79,8 +119,8 @@ func (h *Host) auditCall(ctx context.Context, inst *instance, c *hostCall, start
 		Port: c.req.Port, Key: h.secrets.redact(c.req.Key), Decision: decision, Why: why,
 		Micros: now.Sub(start).Microseconds(), In: c.in,
 	}
-	if t, ok := ctx.Value(callInfoKey{}).(*tool); ok {
-		r.Tool = t.def.Name
+	if cs, ok := ctx.Value(callStateKey{}).(*callState); ok {
+		r.Tool = cs.tool.def.Name
 	}
 	if inst.sb != nil {
 		r.Sandbox = inst.sb.ID()
@@ -165,7 +205,9 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	var start time.Time
 	if h.audit != nil {
 		start = time.Now()
-		ctx = context.WithValue(ctx, callInfoKey{}, t)
+	}
+	if h.audit != nil || t.plugin.policy != nil {
+		ctx = context.WithValue(ctx, callStateKey{}, &callState{tool: t})
 	}
 	if lim := t.plugin.limiter; lim != nil {
 		if wait, ok := lim.admit(time.Now()); !ok {

@@ -108,6 +108,20 @@ func TestScopedFilesDocsWriter(t *testing.T) {
 		"its directory docs/srcdir is a symbolic link")
 	e.expect("edit_file", `{"path":"docs/evil.md","old_string":"main","new_string":"pwned"}`, true, "is a symbolic link")
 	e.expect("read_file", `{"path":"notes.txt"}`, true, "may not read notes.txt: notes.txt is a symbolic link")
+	// Deep paths: the parts are looked at eight at a time, and a link past the first eight
+	// is found as well.
+	deep := "docs/1/2/3/4/5/6/7/8/9/10"
+	e.putw(deep+"/keep", "")
+	os.Symlink("../../../../../../../../../../../src", filepath.Join(e.ws, deep, "11"))
+	e.expect("write_file", `{"path":"`+deep+`/11/main.go","content":"pwned"}`, true, "its directory "+deep+"/11 is a symbolic link")
+	e.expect("write_file", `{"path":"`+deep+`/12/13/x.md","content":"ok"}`, false, "File written")
+	if e.file("src/main.go") != "package main\n" {
+		t.Fatal("a write through a deep link reached src/main.go")
+	}
+	// A path checked in one tool call is checked again in the next.
+	os.Remove(filepath.Join(e.ws, "docs/a.md"))
+	os.Symlink("../src/main.go", filepath.Join(e.ws, "docs/a.md"))
+	e.expect("edit_file", `{"path":"docs/a.md","old_string":"main","new_string":"pwned"}`, true, "docs/a.md is a symbolic link")
 	if e.file("src/main.go") != "package main\n" {
 		t.Fatal("a write through a link reached src/main.go")
 	}

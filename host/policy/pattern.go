@@ -26,6 +26,8 @@ const maxDoubleStars = 4
 // pattern is one compiled path pattern.
 type pattern struct {
 	segs []string // each "**" or a path.Match pattern
+	// fold: compare ignoring case (a refusing pattern; its segments are lower-cased).
+	fold bool
 }
 
 // patternSet is an operation's patterns: a path is allowed when an allowing pattern
@@ -52,6 +54,7 @@ func compilePatterns(list []string) (*patternSet, error) {
 			return nil, fmt.Errorf("pattern %q: %w", raw, err)
 		}
 		if deny {
+			c.fold = true
 			s.deny = append(s.deny, c)
 			continue
 		}
@@ -130,7 +133,7 @@ func (s *patternSet) allowed(segs []string) bool {
 
 func (s *patternSet) allowedByPattern(segs []string) bool {
 	for _, p := range s.allow {
-		if matchSegs(p.segs, segs) {
+		if matchSegs(p.segs, segs, false) {
 			return true
 		}
 	}
@@ -139,21 +142,13 @@ func (s *patternSet) allowedByPattern(segs []string) bool {
 
 // denied reports whether a refusing pattern matches the path or one of its directories.
 func (s *patternSet) denied(segs []string) bool {
-	if len(s.deny) == 0 {
-		return false
-	}
-	var buf [16]string
-	lower := buf[:0]
-	for _, seg := range segs {
-		lower = append(lower, strings.ToLower(seg))
-	}
 	for _, p := range s.deny {
-		for n := 1; n <= len(lower); n++ {
-			if matchSegs(p.segs, lower[:n]) {
+		for n := 1; n <= len(segs); n++ {
+			if matchSegs(p.segs, segs[:n], true) {
 				return true
 			}
 		}
-		if len(lower) == 0 && matchSegs(p.segs, nil) {
+		if len(segs) == 0 && matchSegs(p.segs, nil, true) {
 			return true
 		}
 	}
@@ -177,8 +172,9 @@ func (s *patternSet) leadsTo(segs []string) bool {
 	return false
 }
 
-// matchSegs matches a path's segments against a pattern's.
-func matchSegs(p, s []string) bool {
+// matchSegs matches a path's segments against a pattern's; fold ignores case (the
+// pattern's segments are lower-cased already).
+func matchSegs(p, s []string, fold bool) bool {
 	for len(p) > 0 {
 		if p[0] == "**" {
 			rest := p[1:]
@@ -186,21 +182,34 @@ func matchSegs(p, s []string) bool {
 				return true
 			}
 			for i := 0; i <= len(s); i++ {
-				if matchSegs(rest, s[i:]) {
+				if matchSegs(rest, s[i:], fold) {
 					return true
 				}
 			}
 			return false
 		}
-		if len(s) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(p[0], s[0]); !ok {
+		if len(s) == 0 || !matchSeg(p[0], s[0], fold) {
 			return false
 		}
 		p, s = p[1:], s[1:]
 	}
 	return len(s) == 0
+}
+
+// matchSeg matches one segment: a literal by comparison (no allocation), else path.Match.
+func matchSeg(pat, seg string, fold bool) bool {
+	if strings.IndexByte(pat, '*') < 0 && strings.IndexByte(pat, '?') < 0 &&
+		strings.IndexByte(pat, '[') < 0 && strings.IndexByte(pat, '\\') < 0 {
+		if fold {
+			return strings.EqualFold(pat, seg)
+		}
+		return pat == seg
+	}
+	if fold {
+		seg = strings.ToLower(seg)
+	}
+	ok, _ := path.Match(pat, seg)
+	return ok
 }
 
 // prefixMatch reports whether s followed by one or more segments can match p.
@@ -212,7 +221,7 @@ func prefixMatch(p, s []string) bool {
 		if p[0] == "**" {
 			return true // ** takes the rest of s, and what follows can match the rest of p
 		}
-		if ok, _ := path.Match(p[0], s[0]); !ok {
+		if !matchSeg(p[0], s[0], false) {
 			return false
 		}
 		p, s = p[1:], s[1:]

@@ -316,30 +316,60 @@ func (p *Policy) LinkRefusal(plugin string, r Request, link string) Decision {
 			plugin, fileVerb(r.Op), r.Path, what, set)}
 }
 
-// CheckLinks looks at each part of the workspace path rel from the root down ("docs",
-// "docs/a", "docs/a/b.md") with lstat, which must not follow a final link, and returns
-// the first that is a symbolic link, or "". It stops at the first part that does not
-// exist: nothing below it can be a link yet.
-func CheckLinks(rel string, lstat func(rel string) (link, exists bool, err error)) (string, error) {
+// Parts are the parts of a workspace path from the root down: "docs", "docs/a",
+// "docs/a/b.md" for docs/a/b.md; none for ".".
+func Parts(rel string) []string {
 	if rel == "." || rel == "" {
-		return "", nil
+		return nil
 	}
+	var parts []string
 	for i := 0; i <= len(rel); i++ {
-		if i < len(rel) && rel[i] != '/' {
-			continue
-		}
-		part := rel[:i]
-		link, exists, err := lstat(part)
-		switch {
-		case err != nil:
-			return "", err
-		case link:
-			return part, nil
-		case !exists:
-			return "", nil
+		if i == len(rel) || rel[i] == '/' {
+			parts = append(parts, rel[:i])
 		}
 	}
-	return "", nil
+	return parts
+}
+
+// PartState is what a look (lstat, never following a final link) at one part of a path
+// found.
+type PartState struct {
+	Link, Exists bool
+	Err          error
+}
+
+// FirstLink reads the looks at each part of a path (Parts, in order) and returns the
+// first part that is a symbolic link, or "". What follows the first part that does not
+// exist is not looked at: nothing below it can be a link yet. An error of a part that
+// counts is returned. whole says every part exists and none is a link.
+func FirstLink(parts []string, states []PartState) (link string, whole bool, err error) {
+	for i, st := range states {
+		switch {
+		case st.Err != nil:
+			return "", false, st.Err
+		case st.Link:
+			return parts[i], false, nil
+		case !st.Exists:
+			return "", false, nil
+		}
+	}
+	return "", true, nil
+}
+
+// CheckLinks looks at each part of the workspace path rel from the root down with lstat,
+// one after another, and returns the first that is a symbolic link, or "" (see FirstLink).
+func CheckLinks(rel string, lstat func(rel string) (link, exists bool, err error)) (string, error) {
+	parts := Parts(rel)
+	states := make([]PartState, 0, len(parts))
+	for _, part := range parts {
+		link, exists, err := lstat(part)
+		states = append(states, PartState{Link: link, Exists: exists, Err: err})
+		if err != nil || link || !exists {
+			break
+		}
+	}
+	l, _, err := FirstLink(parts, states)
+	return l, err
 }
 
 func (p *Policy) decideExec(plugin string, r Request) Decision {

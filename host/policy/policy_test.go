@@ -259,3 +259,30 @@ func TestGrantsEverything(t *testing.T) {
 		}
 	}
 }
+
+func TestPartsAndFirstLink(t *testing.T) {
+	if got := strings.Join(Parts("a/b/c.md"), " "); got != "a a/b a/b/c.md" {
+		t.Errorf("Parts = %s", got)
+	}
+	if Parts(".") != nil {
+		t.Error("the root has parts")
+	}
+	parts := Parts("a/b/c")
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		states []PartState
+		link   string
+		whole  bool
+		err    error
+	}{
+		{[]PartState{{Exists: true}, {Exists: true}, {Exists: true}}, "", true, nil},
+		{[]PartState{{Exists: true}, {Link: true, Exists: true}, {Err: boom}}, "a/b", false, nil}, // what follows a link does not count
+		{[]PartState{{Exists: true}, {}, {Link: true, Exists: true}}, "", false, nil},              // nor what follows a missing part
+		{[]PartState{{Err: boom}, {}, {}}, "", false, boom},
+	} {
+		link, whole, err := FirstLink(parts, c.states)
+		if link != c.link || whole != c.whole || err != c.err {
+			t.Errorf("FirstLink(%+v) = %q, %v, %v", c.states, link, whole, err)
+		}
+	}
+}
