@@ -277,7 +277,7 @@ func TestPartsAndFirstLink(t *testing.T) {
 	}{
 		{[]PartState{{Exists: true}, {Exists: true}, {Exists: true}}, "", true, nil},
 		{[]PartState{{Exists: true}, {Link: true, Exists: true}, {Err: boom}}, "a/b", false, nil}, // what follows a link does not count
-		{[]PartState{{Exists: true}, {}, {Link: true, Exists: true}}, "", false, nil},              // nor what follows a missing part
+		{[]PartState{{Exists: true}, {}, {Link: true, Exists: true}}, "", false, nil},             // nor what follows a missing part
 		{[]PartState{{Err: boom}, {}, {}}, "", false, boom},
 	} {
 		link, whole, err := FirstLink(parts, c.states)
