@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,9 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 		return d, 0, true
 	}
 	link, whole, err := inst.firstLink(ctx, c)
+	if errors.Is(err, errTooDeep) {
+		return d, inst.status(abi.StatusInvalid, "%s %v", c.req.Op, err), false
+	}
 	if err != nil {
 		return d, inst.fileStatus(c.req.Op+" "+c.req.Path, err), false
 	}
@@ -56,41 +60,37 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 	return d, 0, true
 }
 
-// firstLink looks at the parts of the call's path in the sandbox, up to eight at once (each
-// look is a round trip to a real sandbox's agent: one after another, a deep path would pay
-// them all in turn), in order of depth, stopping after a batch that found a link or a part
-// that does not exist; and says which part is the first link (policy.FirstLink).
-func (inst *instance) firstLink(ctx context.Context, c *hostCall) (string, bool, error) {
-	const batch = 8
-	parts := policy.Parts(c.req.Path)
-	states := make([]policy.PartState, len(parts))
-	look := func(i int) {
-		// parts[i] is a prefix of the call's path, so its absolute form is one of c.abs.
-		fi, err := inst.sb.Stat(ctx, c.abs[:len(sandbox.WorkspaceRoot)+1+len(parts[i])])
+// maxScopedDepth bounds the parts of a scoped path: each is a look, and a look is a round
+// trip to a real sandbox's agent.
+const maxScopedDepth = 64
+
+// firstLink looks at the parts of the call's path in the sandbox from the root down, one
+// after another, until one is a link or does not exist (policy.CheckLinks). Looking at
+// them at once was tried: in a local sandbox it saved little of the round trips, and the
+// goroutines cost more than the looks in an in-memory one.
+func (inst *instance) firstLink(ctx context.Context, c *hostCall) (link string, whole bool, err error) {
+	if n := strings.Count(c.req.Path, "/") + 1; n > maxScopedDepth {
+		return "", false, fmt.Errorf("%s is %d levels deep, more than the %d a plugin with scoped paths may use: %w",
+			c.req.Path, n, maxScopedDepth, errTooDeep)
+	}
+	link, err = policy.CheckLinks(c.req.Path, func(rel string) (bool, bool, error) {
+		// rel is a prefix of the call's path, so its absolute form is a prefix of c.abs.
+		fi, err := inst.sb.Stat(ctx, c.abs[:len(sandbox.WorkspaceRoot)+1+len(rel)])
 		switch {
 		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotDir):
+			return false, false, nil
 		case errors.Is(err, sandbox.ErrOutside):
-			states[i] = policy.PartState{Link: true, Exists: true} // only a link can lead out
+			return true, true, nil // only a link can lead out
 		case err != nil:
-			states[i].Err = err
-		default:
-			states[i] = policy.PartState{Link: fi.Mode&fs.ModeSymlink != 0, Exists: true}
+			return false, false, err
 		}
-	}
-	for from := 0; from < len(parts); from += batch {
-		to := min(from+batch, len(parts))
-		var wg sync.WaitGroup
-		for i := from + 1; i < to; i++ {
-			wg.Go(func() { look(i) }) // owned here: waited for below, before anything returns
-		}
-		look(from)
-		wg.Wait()
-		if link, whole, err := policy.FirstLink(parts[:to], states[:to]); err != nil || link != "" || !whole {
-			return link, false, err
-		}
-	}
-	return policy.FirstLink(parts, states)
+		whole = len(rel) == len(c.req.Path)
+		return fi.Mode&fs.ModeSymlink != 0, true, nil
+	})
+	return link, whole && link == "", err
 }
+
+var errTooDeep = errors.New("path too deep")
 
 // callState is what the host calls of one tool call share: the tool (for the audit) and
 // the last path the link check found whole and free of links. It travels in the call's

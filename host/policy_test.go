@@ -241,3 +241,14 @@ func TestAuditOffCostsNothing(t *testing.T) {
 		t.Error("an unscoped host without audit or secrets carries policy state")
 	}
 }
+
+func TestScopedPathDepth(t *testing.T) {
+	h := probeHostWith(t, func(s *PluginSpec) {
+		s.Scope.Files = &policy.Files{Read: []string{"**", "!**/.env"}}
+	}, nil)
+	deep := strings.Repeat("d/", 70) + "f.txt"
+	res, _ := dispatch(t, h.OpenSession(memsandbox.New()), "read", `{"path":"`+deep+`"}`)
+	if !strings.Contains(text(res), "status -22: read "+deep+" is 71 levels deep, more than the 64") {
+		t.Errorf("a 71-level scoped path: %q", text(res))
+	}
+}
