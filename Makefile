@@ -23,7 +23,7 @@ GATEWAY      := core/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test bench duel build plugins setup setup-test vet clean help
+.PHONY: all run test bench duel build plugins examples setup setup-test vet clean help
 
 all: build
 
@@ -34,6 +34,7 @@ help:
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
 	@echo "make plugins  rebuild the built-in plugins into plugins/wasm (commit the result)"
+	@echo "make examples build the C example plugin (examples/c-wordcount; make test builds and tests it)"
 	@echo "make clean    remove bin/"
 
 # The demo takes a screenshot, so it needs the browser as well.
@@ -54,6 +55,11 @@ setup-test:
 # and recorded with the digest of their sources in plugins/wasm/manifest.json.
 plugins:
 	$(GO) generate ./plugins
+
+# The C example plugin, with clang and wasi-libc (scripts/setup.sh --test installs them);
+# cmd/toolhost's TestCExamplePlugin builds it the same way and runs it through the CLI.
+examples: setup-test
+	$(MAKE) -C examples/c-wordcount
 
 # toolhost version reports the module version and VCS revision the build records.
 build:

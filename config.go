@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox/e2b"
 	"github.com/toolhost/toolhost/core/snapshot"
+	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/host/policy"
 )
 
 // Config is toolhost's whole configuration: what the CLI reads from its YAML file,
@@ -37,6 +41,7 @@ type Config struct {
 	Sandbox    SandboxConfig    `key:"sandbox"`
 	E2B        E2BConfig        `key:"e2b"`
 	Limits     LimitsConfig     `key:"limits"`
+	Audit      AuditConfig      `key:"audit"`
 	LogLevel   string           `key:"log_level"`
 }
 
@@ -50,6 +55,32 @@ type Plugin struct {
 	Grants []abi.Capability `key:"grants"`
 	// Env is the plugin's configuration, visible to it as environment variables.
 	Env map[string]string `key:"env"`
+	// Scope narrows the grants: the paths it may read and write (sandbox_files), the
+	// programs it may run (sandbox_exec), its store's access, the ports it may capture.
+	// Each is optional; left out, a grant reaches everything it can (policy.Scope).
+	policy.Scope `key:",squash"`
+	// Limits are the plugin's own; zero values take limits.*.
+	Limits PluginLimits `key:"limits"`
+	// Secrets name the variables the commands the plugin runs get, and where each value
+	// comes from: "env:VAR" (a variable of the toolhost process) or "file:/abs/path" (the
+	// file's contents, less a final newline). Never a value itself: a config file holds no
+	// secret. Values never appear in results, logs or the audit.
+	Secrets map[string]string `key:"secrets"`
+}
+
+// PluginLimits are the limits of one plugin (an entry's limits key).
+type PluginLimits struct {
+	// MemoryMiB caps each instance's linear memory (1 to 4096); 0: limits.memory_mib.
+	MemoryMiB int `key:"memory_mib"`
+	// CallTimeout is the deadline for its own work per call; 0: limits.call_timeout.
+	CallTimeout time.Duration `key:"call_timeout"`
+	// CallsPerMinute bounds the tool calls into it in any minute; 0: no bound.
+	CallsPerMinute int `key:"calls_per_minute"`
+}
+
+// AuditConfig is the audit.* keys.
+type AuditConfig struct {
+	File string `key:"file"`
 }
 
 // StoreConfig is the store.* keys: the object store of snapshots and screenshots.
@@ -479,6 +510,9 @@ func (c *Config) validatePlugins(bad badKey) error {
 	for _, cp := range abi.Capabilities() {
 		names = append(names, string(cp))
 	}
+	if c.Audit.File != "" && strings.TrimSpace(c.Audit.File) == "" {
+		return bad("audit.file", "is blank")
+	}
 	for i, p := range c.Plugins {
 		key := fmt.Sprintf("plugins[%d]", i)
 		if strings.TrimSpace(p.Path) == "" {
@@ -494,6 +528,84 @@ func (c *Config) validatePlugins(bad badKey) error {
 				return bad(key+".env", "invalid variable name %q", name)
 			}
 		}
+		for _, s := range []struct {
+			set bool
+			c   abi.Capability
+		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}} {
+			if s.set && !slices.Contains(p.Grants, s.c) {
+				return bad(key+"."+string(s.c), "scopes a capability the plugin is not granted: add %s to its grants, or remove this", s.c)
+			}
+		}
+		if _, err := policy.Compile(p.Scope); err != nil {
+			return bad(key, "%v", err)
+		}
+		l := p.Limits
+		switch {
+		case l.MemoryMiB < 0 || l.MemoryMiB > 4096:
+			return bad(key+".limits.memory_mib", "must be between 1 and 4096, or 0 for limits.memory_mib, got %d", l.MemoryMiB)
+		case l.CallTimeout < 0:
+			return bad(key+".limits.call_timeout", "must be positive, or 0 for limits.call_timeout, got %s", l.CallTimeout)
+		case l.CallsPerMinute < 0:
+			return bad(key+".limits.calls_per_minute", "must be positive, or 0 for no bound, got %d", l.CallsPerMinute)
+		}
+		if len(p.Secrets) > 0 && !slices.Contains(p.Grants, abi.CapSandboxExec) {
+			return bad(key+".secrets", "secrets reach the commands a plugin runs: grant it sandbox_exec, or remove them")
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.Secrets)) {
+			if err := checkSecretRef(name, p.Secrets[name]); err != nil {
+				return bad(key+".secrets."+name, "%v", err)
+			}
+		}
 	}
 	return nil
+}
+
+// checkSecretRef checks where a secret comes from: env:VAR or file:/abs/path.
+func checkSecretRef(name, ref string) error {
+	if !secretNameRE.MatchString(name) {
+		return fmt.Errorf("%q is not a variable name (letters, digits and _, not starting with a digit)", name)
+	}
+	kind, arg, _ := strings.Cut(ref, ":")
+	switch {
+	case kind == "env" && secretNameRE.MatchString(arg):
+	case kind == "file" && filepath.IsAbs(arg):
+	default:
+		return fmt.Errorf("must say where the value comes from, as env:VARIABLE or file:/absolute/path, not the value itself (a config file holds no secret)")
+	}
+	return nil
+}
+
+var secretNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// secretValues reads the values of a plugin's secrets from where they come from.
+func secretValues(p Plugin) (map[string]string, error) {
+	if len(p.Secrets) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(p.Secrets))
+	for _, name := range slices.Sorted(maps.Keys(p.Secrets)) {
+		kind, arg, _ := strings.Cut(p.Secrets[name], ":")
+		var v string
+		switch kind {
+		case "env":
+			val, ok := os.LookupEnv(arg)
+			if !ok || val == "" {
+				return nil, fmt.Errorf("secret %s: the variable %s is not set", name, arg)
+			}
+			v = val
+		case "file":
+			b, err := os.ReadFile(arg)
+			if err != nil {
+				return nil, fmt.Errorf("secret %s: %w", name, err)
+			}
+			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		default:
+			return nil, fmt.Errorf("secret %s: %q says neither env: nor file:", name, p.Secrets[name])
+		}
+		if len(v) < host.MinSecretLen {
+			return nil, fmt.Errorf("secret %s: its value is shorter than %d characters, too short to keep out of results", name, host.MinSecretLen)
+		}
+		out[name] = v
+	}
+	return out, nil
 }

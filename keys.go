@@ -110,15 +110,36 @@ directory.`},
   grants: the capabilities the plugin may import: log, sandbox_exec, sandbox_files,
           store (objects under plugins/{name}/ of the store below), capture (screenshots
           of a port inside the sandbox, through the browser). A plugin that imports a
-          capability it was not granted is refused at load with an error naming the
-          plugin, the import and the grant. ` + "`toolhost plugin inspect FILE.wasm`" + ` shows what a
-          plugin needs.
+          capability it was not granted is refused at load with one error naming the
+          plugin and every import it lacks a grant for (the CLI exits 1).
+          ` + "`toolhost plugin inspect FILE.wasm`" + ` shows what a plugin needs.
   env:    the plugin's own configuration, visible to it as environment variables.
+Each grant may be narrowed by a scope of the same name (leave it out for all of it):
+  sandbox_files: {read: [PATTERNS], write: [PATTERNS]}: the workspace paths it may
+          read and write (src/**, docs/*.md; !**/.env refuses, whatever the case). An
+          empty or missing list allows nothing. A scoped path never goes through a
+          symbolic link.
+  sandbox_exec: {programs: [git, ls], max_timeout: 30s, env: [LC_ALL]}: the programs
+          it may start (argv[0], exactly; a shell or any program that runs others grants
+          everything), the longest timeout (background commands are then refused), the
+          variables it may set for them.
+  store:  {access: read}: get and list only (default read-write).
+  capture: {ports: [3000, 8000]}: the ports it may shoot.
+  limits: {memory_mib: 64, call_timeout: 5s, calls_per_minute: 60}: its own (0: the
+          limits.* below; no bound on calls).
+  secrets: {GITHUB_TOKEN: env:GH_TOKEN, NPM_TOKEN: file:/run/secrets/npm}: variables
+          the commands it runs get (never the plugin itself), their values read from
+          this process's environment or a file; no value ever appears in a result, a log
+          or the audit. Needs sandbox_exec.
+A refused host call gets a message for the model, like "policy: plugin editfile may
+not write src/main.go (allowed: docs/**)". ` + "`toolhost policy test CASES.yaml`" + ` proves a
+policy holds.
 Listing plugins here replaces the default list; keep the built-ins you want. Plugins
 that are granted sandbox_exec also get the command timeouts the host enforces, in
 milliseconds: TOOLHOST_EXEC_TIMEOUT_DEFAULT_MS and TOOLHOST_EXEC_TIMEOUT_MAX_MS (from
 limits.exec_timeout_default and limits.exec_timeout_max). The bash plugin's own
-TOOLHOST_BASH_MAX_TIMEOUT (seconds), set in its env, can only lower its maximum.
+TOOLHOST_BASH_MAX_TIMEOUT (seconds), set in its env, can only lower its maximum, and
+so does the plugin's own sandbox_exec.max_timeout.
 No environment variable or flag; set it here.`},
 	{name: "project", flag: "project", def: "default",
 		usage: "project whose snapshots and screenshots are used",
@@ -349,6 +370,13 @@ seconds, at least exec_timeout_default.`},
 		doc: `What a command's stdout and stderr each keep, bytes (64 KiB): the head and the tail,
 with the middle dropped and counted, so a flood of output cannot exhaust memory.`},
 
+	{name: "audit.file", flag: "audit-file", def: "", defText: `"" (no audit)`,
+		usage: "append a JSON line per host call and tool call to this file (default: no audit)",
+		doc: `Where the audit goes: one JSON line per host call a plugin makes (its plugin,
+tool, capability, operation, paths or argv, the policy's decision and why, status,
+duration and bytes) and one per tool call, appended (the file is made 0600). Empty:
+no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in a workspace.`},
+
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
@@ -375,6 +403,7 @@ sandboxes are ephemeral: the work lives in the snapshots, restored into a new sa
 at each rotation. Every sandbox it creates is counted for toolhost quota, in data_dir
 (or in the store when it is S3, which several hosts may share). More: docs/E2B.md.`},
 	{"limits", `What plugins and commands may use.`},
+	{"audit", `A record of what plugins do, for whoever tests or reviews tool policy.`},
 }
 
 // EnvName is the variable of a key: EnvPrefix + the key in upper case, dots as underscores

@@ -44,6 +44,8 @@ import (
 	"github.com/toolhost/toolhost/core/store/dir"
 	"github.com/toolhost/toolhost/core/store/s3"
 	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/host/audit"
+	"github.com/toolhost/toolhost/host/policy"
 	"github.com/toolhost/toolhost/plugins"
 )
 
@@ -55,6 +57,7 @@ type options struct {
 	snapLog    *slog.Logger
 	progress   func(snapshot.Progress)
 	configFile string
+	audit      audit.Sink
 }
 
 // WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
@@ -73,6 +76,11 @@ func WithSnapshotProgress(fn func(snapshot.Progress)) Option {
 // WithConfigFile names the file the configuration was read from: like the data dir and the
 // plugins, it may never lie in a workspace a sandbox can write (see CheckWorkspace).
 func WithConfigFile(path string) Option { return func(o *options) { o.configFile = path } }
+
+// WithAudit sends a record of every host call and tool call of the plugins to s (package
+// host/audit; an audit.Recorder keeps them in memory), besides audit.file when that is
+// set.
+func WithAudit(s audit.Sink) Option { return func(o *options) { o.audit = s } }
 
 func newOptions(opts []Option) options {
 	var o options
@@ -187,6 +195,7 @@ type Toolhost struct {
 	host    *host.Host
 	capt    *screenshot.Capturer // nil when screenshot.enabled is false
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
+	audit   *audit.Writer        // audit.file's, or nil
 
 	provMu   sync.Mutex
 	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
@@ -228,6 +237,21 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		Logger:             o.log,
 		Store:              st.store,
 	}
+	if cfg.Audit.File != "" {
+		w, err := audit.Create(cfg.Audit.File)
+		if err != nil {
+			t.Close(ctx)
+			return nil, fmt.Errorf("audit.file: %w", err)
+		}
+		t.audit = w
+		hc.Audit = w
+	}
+	switch {
+	case o.audit != nil && hc.Audit != nil:
+		hc.Audit = audit.Tee{t.audit, o.audit}
+	case o.audit != nil:
+		hc.Audit = o.audit
+	}
 	if cfg.Screenshot.Enabled {
 		t.capt = screenshot.New(screenshot.Config{
 			ExecutablePath: cfg.Screenshot.Chromium,
@@ -253,6 +277,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 
 func cloneConfig(c Config) Config {
 	c.Plugins = append([]Plugin(nil), c.Plugins...)
+	for i := range c.Plugins {
+		p := &c.Plugins[i]
+		p.Grants = slices.Clone(p.Grants)
+		p.Env, p.Secrets = maps.Clone(p.Env), maps.Clone(p.Secrets)
+		p.Scope = cloneScope(p.Scope)
+	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
 	c.E2B.Templates = slices.Clone(c.E2B.Templates)
 	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
@@ -272,7 +302,14 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 	}
 	var specs []host.PluginSpec
 	for i, p := range cfg.Plugins {
-		spec := host.PluginSpec{Path: p.Path, Grants: append([]abi.Capability(nil), p.Grants...)}
+		spec := host.PluginSpec{Path: p.Path, Grants: append([]abi.Capability(nil), p.Grants...),
+			Scope: cloneScope(p.Scope), MemoryLimitMiB: p.Limits.MemoryMiB, CallTimeout: p.Limits.CallTimeout,
+			CallsPerMinute: p.Limits.CallsPerMinute}
+		secrets, err := secretValues(p)
+		if err != nil {
+			return nil, fmt.Errorf("plugins[%d]: %w", i, err)
+		}
+		spec.Secrets = secrets
 		for k, v := range p.Env {
 			if spec.Env == nil {
 				spec.Env = map[string]string{}
@@ -294,6 +331,24 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 		specs = append(specs, spec)
 	}
 	return specs, nil
+}
+
+// cloneScope copies a scope's lists, so a Toolhost's configuration is its own.
+func cloneScope(s policy.Scope) policy.Scope {
+	if f := s.Files; f != nil {
+		s.Files = &policy.Files{Read: slices.Clone(f.Read), Write: slices.Clone(f.Write)}
+	}
+	if e := s.Exec; e != nil {
+		s.Exec = &policy.Exec{Programs: slices.Clone(e.Programs), MaxTimeout: e.MaxTimeout, Env: slices.Clone(e.Env)}
+	}
+	if st := s.Store; st != nil {
+		c := *st
+		s.Store = &c
+	}
+	if c := s.Capture; c != nil {
+		s.Capture = &policy.Capture{Ports: slices.Clone(c.Ports)}
+	}
+	return s
 }
 
 // pluginPath is the file a plugin path names, or "" for a built-in. dir is the absolute
@@ -410,6 +465,9 @@ func (t *Toolhost) Close(ctx context.Context) error {
 		t.provMu.Unlock()
 		if t.storage != nil {
 			errs = append(errs, t.storage.Close())
+		}
+		if t.audit != nil {
+			errs = append(errs, t.audit.Close(ctx))
 		}
 		t.closeErr = errors.Join(errs...)
 	})

@@ -27,6 +27,7 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		{"the data dir", cfg.DataDir},
 		{"the browser (screenshot.chromium)", cfg.Screenshot.Chromium},
 		{"the directory store (store.dir)", cfg.Store.Dir},
+		{"the audit file (audit.file)", cfg.Audit.File},
 	}
 	if exe, err := os.Executable(); err == nil {
 		list = append(list, trusted{"the toolhost executable", exe})

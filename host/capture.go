@@ -60,22 +60,14 @@ var (
 	ErrCaptureOffOrigin = errors.New("the page left the preview origin")
 )
 
-// capture serves toolhost_capture.capture. The plugin names a port and a path; the URL is
-// built here from the sandbox's own preview mapping, so the browser can reach nothing but
-// what listens inside the sandbox (and package screenshot pins it to that origin).
-func (h *Host) capture(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
+// decodeCapture decodes a capture request and resolves its port: the plugin names a port
+// (or none, for the session's default) and a path; the policy decides on the port that
+// will be shot.
+func (h *Host) decodeCapture(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
 	var req abi.CaptureRequest
-	if !inst.jsonArg(stack, "capture", 64<<10, &req) {
-		return
-	}
-	stack[0] = h.doCapture(ctx, inst, req, outPtr, outCap)
-}
-
-func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureRequest, outPtr, outCap uint32) uint64 {
-	capt := h.cfg.Capturer
-	if capt == nil {
-		return inst.status(abi.StatusIO, "capture: this host has no browser configured for screenshots")
+	if !inst.jsonArg(stack, c, "capture", 64<<10, &req) {
+		return false
 	}
 	port := req.Port
 	if port == 0 {
@@ -85,11 +77,27 @@ func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureReq
 		}
 	}
 	if port == 0 {
-		return inst.status(abi.StatusInvalid, "capture: no port given and no dev server seen in this session; pass the port your server listens on")
+		stack[0] = inst.status(abi.StatusInvalid, "capture: no port given and no dev server seen in this session; pass the port your server listens on")
+		return false
 	}
 	if port < 1 || port > 65535 {
-		return inst.status(abi.StatusInvalid, "capture: port %d is not a TCP port (1-65535)", port)
+		stack[0] = inst.status(abi.StatusInvalid, "capture: port %d is not a TCP port (1-65535)", port)
+		return false
 	}
+	c.req.Port = port
+	c.raw = req.Path
+	return true
+}
+
+// capture serves toolhost_capture.capture. The URL is built here from the sandbox's own
+// preview mapping, so the browser can reach nothing but what listens inside the sandbox
+// (and package screenshot pins it to that origin).
+func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	capt := h.cfg.Capturer
+	if capt == nil {
+		return inst.status(abi.StatusIO, "capture: this host has no browser configured for screenshots")
+	}
+	port := c.req.Port
 	base, err := inst.sb.PreviewURL(ctx, port)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrPortClosed) {
@@ -97,7 +105,7 @@ func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureReq
 		}
 		return inst.fileStatus("capture: preview of port "+itoa(port), err)
 	}
-	path := req.Path
+	path := c.raw
 	if path == "" {
 		path = "/"
 	}
@@ -114,7 +122,7 @@ func (h *Host) doCapture(ctx context.Context, inst *instance, req abi.CaptureReq
 	header, _ := json.Marshal(reply)
 	out := make([]byte, 0, len(header)+1+len(shot.Desktop.WebP)+len(shot.Mobile.WebP))
 	out = append(append(append(append(out, header...), '\n'), shot.Desktop.WebP...), shot.Mobile.WebP...)
-	return inst.reply(outPtr, outCap, out)
+	return inst.reply(c.outPtr, c.outCap, out)
 }
 
 func wireShot(s *CaptureShot) abi.Shot {

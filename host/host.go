@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,6 +34,8 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/host/audit"
+	"github.com/toolhost/toolhost/host/policy"
 )
 
 // Config configures a Host. Zero values take the defaults documented on each field.
@@ -68,6 +72,9 @@ type Config struct {
 	// entries used least recently, in the background (see PruneCache). Default
 	// DefaultMaxCacheBytes; negative: never prune.
 	MaxCacheBytes int64
+	// Audit receives a record of every acting host call and every tool call (package
+	// audit); nil, the default, records nothing and costs nothing.
+	Audit audit.Sink
 }
 
 // PluginSpec names one plugin to load and what it may do.
@@ -80,6 +87,25 @@ type PluginSpec struct {
 	Grants []abi.Capability
 	// Env is the plugin's configuration, visible to it as environment variables.
 	Env map[string]string
+
+	// Scope narrows the granted capabilities: the paths the plugin may read and write,
+	// the programs it may run, its store's access, the ports it may capture (package
+	// policy). Its zero value narrows nothing. A refused call gets abi.StatusPermission
+	// and a message for the model.
+	Scope policy.Scope
+	// MemoryLimitMiB caps each of the plugin's instances; zero means Config's.
+	MemoryLimitMiB int
+	// CallTimeout is the budget for the plugin's own work in one call; zero means Config's.
+	CallTimeout time.Duration
+	// CallsPerMinute bounds the tool calls into the plugin in any minute, across all
+	// sessions of the host; a call over it is an is_error result that says when to try
+	// again. Zero: no bound.
+	CallsPerMinute int
+	// Secrets are added to the environment of every command the plugin runs (it must be
+	// granted sandbox_exec), by name; never to the plugin's own. Their values, each at
+	// least MinSecretLen bytes, never appear in the plugin's view of command output, in
+	// results, logs, last_error messages or the audit.
+	Secrets map[string]string
 }
 
 // Errors a caller of Dispatch may branch on.
@@ -155,12 +181,17 @@ func (c Config) withDefaults() Config {
 type Host struct {
 	cfg     Config
 	log     *slog.Logger
-	rt      wazero.Runtime
-	plugins []*plugin
-	tools   map[string]*tool
-	order   []*tool  // load order, for Tools
-	edits   keyLocks // write_versioned's check-and-write, per session and path
-	records string   // the directory of the plugins' records (records.go)
+	audit   audit.Sink // nil: off
+	secrets *secrets   // nil: none
+	// runtimeMiB is the runtime's memory cap per instance: the largest of the host's and
+	// the plugins' limits (memlimit.go).
+	runtimeMiB int
+	rt         wazero.Runtime
+	plugins    []*plugin
+	tools      map[string]*tool
+	order      []*tool  // load order, for Tools
+	edits      keyLocks // write_versioned's check-and-write, per session and path
+	records    string   // the directory of the plugins' records (records.go)
 
 	// The background work New starts (finishing the plugins loaded from their records,
 	// pruning the cache) runs under finishCtx; Close cancels it and waits for finishing.
@@ -233,9 +264,10 @@ func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(cache).
 		WithCloseOnContextDone(true). // the only way to stop a runaway guest
-		WithMemoryLimitPages(uint32(cfg.MemoryLimitMiB) * 16)
+		WithMemoryLimitPages(uint32(runtimeMemoryMiB(cfg)) * 16)
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir)}
+	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir),
+		runtimeMiB: runtimeMemoryMiB(cfg), audit: cfg.Audit, secrets: newSecrets(cfg.Plugins)}
 	h.finishCtx, h.finishCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
@@ -251,6 +283,14 @@ func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
 // load compiles and validates plugins concurrently, then registers their tools in order.
 func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 	start := time.Now()
+	policies := make([]*policy.Policy, len(specs))
+	for i, spec := range specs {
+		p, err := checkSpec(spec)
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", specLabel(spec), err)
+		}
+		policies[i] = p
+	}
 	loaded := make([]*plugin, len(specs))
 	errs := make([]error, len(specs))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -267,7 +307,8 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 		return err
 	}
 	names := map[string]string{}
-	for _, p := range loaded {
+	for i, p := range loaded {
+		p.policy, p.limiter = policies[i], newRateLimiter(specs[i].CallsPerMinute)
 		if prev, dup := names[p.name]; dup {
 			return fmt.Errorf("plugin %s (%s): name already used by %s", p.name, p.path, prev)
 		}
@@ -334,6 +375,10 @@ type PluginInfo struct {
 	Tools   []string
 	Imports []Import
 	Grants  []abi.Capability
+	// Scope narrows the grants (zero: it narrows nothing).
+	Scope policy.Scope
+	// Secrets names the plugin's secrets (never their values).
+	Secrets []string
 }
 
 // Import is one function a plugin imports.
@@ -347,7 +392,8 @@ func (h *Host) Plugins() []PluginInfo {
 	out := make([]PluginInfo, len(h.plugins))
 	for i, p := range h.plugins {
 		info := PluginInfo{Name: p.name, Version: p.manifest.Version, Path: p.path,
-			Imports: p.imports, Grants: p.spec.Grants}
+			Imports: p.imports, Grants: p.spec.Grants, Scope: p.spec.Scope,
+			Secrets: slices.Sorted(maps.Keys(p.spec.Secrets))}
 		for _, t := range p.tools {
 			info.Tools = append(info.Tools, t.def.Name)
 		}
@@ -376,6 +422,44 @@ func WithProject(id string) SessionOption { return func(s *Session) { s.project 
 // WithDefaultPort is the port take_screenshot captures when none is given and the sandbox
 // has not seen a dev server start.
 func WithDefaultPort(port int) SessionOption { return func(s *Session) { s.defaultPort = port } }
+
+// specLabel names a plugin before its manifest is read: its path.
+func specLabel(spec PluginSpec) string {
+	if spec.Path == "" {
+		return "(in-memory module)"
+	}
+	return spec.Path
+}
+
+// checkSpec checks what a spec asks beyond its module (its scope, limits and secrets) and
+// compiles its policy.
+func checkSpec(spec PluginSpec) (*policy.Policy, error) {
+	sc := spec.Scope
+	for _, s := range []struct {
+		set bool
+		c   abi.Capability
+	}{{sc.Files != nil, abi.CapSandboxFiles}, {sc.Exec != nil, abi.CapSandboxExec}, {sc.Store != nil, abi.CapStore}, {sc.Capture != nil, abi.CapCapture}} {
+		if s.set && !slices.Contains(spec.Grants, s.c) {
+			return nil, fmt.Errorf("scopes %s, which it is not granted (add it to its grants, or drop the scope)", s.c)
+		}
+	}
+	p, err := policy.Compile(sc)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case spec.MemoryLimitMiB < 0 || spec.MemoryLimitMiB > 4096:
+		return nil, fmt.Errorf("memory limit %d MiB: must be between 1 and 4096", spec.MemoryLimitMiB)
+	case spec.CallTimeout < 0:
+		return nil, fmt.Errorf("call timeout %s: must be positive", spec.CallTimeout)
+	case spec.CallsPerMinute < 0:
+		return nil, fmt.Errorf("calls per minute %d: must be positive (or zero for no bound)", spec.CallsPerMinute)
+	}
+	if err := checkSecrets(spec); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
 // Close stops every plugin instance. Calls in flight fail; later calls return ErrClosed.
 func (h *Host) Close(ctx context.Context) error {

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/host/audit"
+	"github.com/toolhost/toolhost/host/policy"
 )
 
 // Host functions never trap on guest input: a bad pointer or length gives StatusBadPointer,
@@ -34,35 +39,27 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 		params  []api.ValueType
 		results []api.ValueType
 	}
+	p4 := []api.ValueType{i32, i32, i32, i32}
+	r1 := []api.ValueType{i64}
 	modules := map[string][]fn{
 		abi.ModuleCore: {
-			{abi.FnTake, h.take, []api.ValueType{i32, i32}, []api.ValueType{i64}},
-			{abi.FnLastError, h.lastError, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+			{abi.FnTake, h.take, []api.ValueType{i32, i32}, r1},
+			{abi.FnLastError, h.lastError, []api.ValueType{i32, i32}, r1},
 		},
 		abi.CapLog.Module(): {
 			{abi.FnLog, h.logWrite, []api.ValueType{i32, i32, i32}, nil},
 		},
-		abi.CapSandboxExec.Module(): {
-			{abi.FnExec, acting(h.exec), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-		},
-		abi.CapSandboxFiles.Module(): {
-			{abi.FnRead, acting(h.readFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnReadText, acting(h.readText), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnWrite, acting(h.writeFile), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnReadVersioned, acting(h.readVersioned), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnWriteVersioned, acting(h.writeVersioned), []api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStat, acting(h.stat), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnList, acting(h.list), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-		},
-		abi.CapCapture.Module(): {
-			{abi.FnCapture, acting(h.capture), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-		},
-		abi.CapStore.Module(): {
-			{abi.FnStorePut, acting(h.storePut), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreGet, acting(h.storeGet), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreList, acting(h.storeList), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}},
-			{abi.FnStoreDelete, acting(h.storeDelete), []api.ValueType{i32, i32}, []api.ValueType{i64}},
-		},
+	}
+	for _, f := range hostFns {
+		params := p4
+		switch f.op {
+		case abi.FnWriteVersioned:
+			params = []api.ValueType{i32, i32, i32, i32, i32, i32}
+		case abi.FnStoreDelete:
+			params = []api.ValueType{i32, i32}
+		}
+		m := f.cap.Module()
+		modules[m] = append(modules[m], fn{f.op, h.acting(f), params, r1})
 	}
 	for module, fns := range modules {
 		b := h.rt.NewHostModuleBuilder(module)
@@ -76,9 +73,55 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 	return nil
 }
 
+// hostFn is a host function that acts in the session (the sandbox, the store, the
+// browser): its capability and operation, how its arguments are decoded into a hostCall,
+// and what it does once the policy allowed the call. Every one of them runs through acting,
+// the one place where calls are decided and audited.
+type hostFn struct {
+	cap abi.Capability
+	op  string
+	// decode reads the arguments from the stack and resolves them (paths, the default
+	// port); false means it failed and stack[0] holds the status.
+	decode func(h *Host, ctx context.Context, inst *instance, stack []uint64, c *hostCall) bool
+	// run does the call and returns the i64 result.
+	run func(h *Host, ctx context.Context, inst *instance, c *hostCall) uint64
+}
+
+// hostCall is one call of a hostFn, decoded: what the policy decides on, what run does,
+// what the audit records.
+type hostCall struct {
+	req            policy.Request
+	abs            string // the resolved path inside the sandbox (a file's, or a command's cwd)
+	raw            string // the path as the plugin gave it (stat echoes it)
+	outPtr, outCap uint32
+	data           []byte // write, write_versioned, put: the bytes to store
+	version        []byte // write_versioned: the version the plugin read
+	exec           abi.ExecRequest
+	list           abi.ListRequest
+	text           abi.ReadTextRequest
+	in             int // bytes the call took, for the audit
+}
+
+// hostFns lists the acting host functions. Their import names are the ops.
+var hostFns = []*hostFn{
+	{abi.CapSandboxExec, abi.FnExec, (*Host).decodeExec, (*Host).exec},
+	{abi.CapSandboxFiles, abi.FnRead, (*Host).decodePathOut, (*Host).readFile},
+	{abi.CapSandboxFiles, abi.FnReadText, (*Host).decodeReadText, (*Host).readText},
+	{abi.CapSandboxFiles, abi.FnWrite, (*Host).decodePathData, (*Host).writeFile},
+	{abi.CapSandboxFiles, abi.FnReadVersioned, (*Host).decodePathOut, (*Host).readVersioned},
+	{abi.CapSandboxFiles, abi.FnWriteVersioned, (*Host).decodeWriteVersioned, (*Host).writeVersioned},
+	{abi.CapSandboxFiles, abi.FnStat, (*Host).decodePathOut, (*Host).stat},
+	{abi.CapSandboxFiles, abi.FnList, (*Host).decodeList, (*Host).list},
+	{abi.CapCapture, abi.FnCapture, (*Host).decodeCapture, (*Host).capture},
+	{abi.CapStore, abi.FnStorePut, (*Host).decodeStorePut, (*Host).storePut},
+	{abi.CapStore, abi.FnStoreGet, (*Host).decodeStoreKeyOut, (*Host).storeGet},
+	{abi.CapStore, abi.FnStoreList, (*Host).decodeStoreKeyOut, (*Host).storeList},
+	{abi.CapStore, abi.FnStoreDelete, (*Host).decodeStoreKey, (*Host).storeDelete},
+}
+
 // status stores msg for last_error and returns s as the i64 result.
 func (inst *instance) status(s abi.Status, format string, args ...any) uint64 {
-	inst.lastErr = fmt.Sprintf(format, args...)
+	inst.lastErr = inst.p.h.secrets.redact(fmt.Sprintf(format, args...))
 	return statusWord(s)
 }
 
@@ -97,10 +140,12 @@ func (inst *instance) reply(outPtr, outCap uint32, data []byte) uint64 {
 	return uint64(len(data))
 }
 
-// acting makes a host function that acts in the session (sandbox, browser) out of fn:
-// outside a tool call it answers StatusPermission; inside one, fn runs with the call's
-// instance while the plugin's time budget is paused.
-func acting(fn func(ctx context.Context, inst *instance, stack []uint64)) api.GoModuleFunc {
+// acting makes the host function of fn. Outside a tool call it answers StatusPermission.
+// Inside one, with the plugin's time budget paused, it decodes the call's arguments (every
+// path through resolvePath), asks the plugin's policy (decide), runs fn only when the
+// policy allowed it, and audits the call: the one decision point of every acting host
+// call.
+func (h *Host) acting(fn *hostFn) api.GoModuleFunc {
 	return func(ctx context.Context, _ api.Module, stack []uint64) {
 		inst := enter(ctx)
 		if inst == nil {
@@ -108,7 +153,29 @@ func acting(fn func(ctx context.Context, inst *instance, stack []uint64)) api.Go
 			return
 		}
 		defer inst.leave()
-		fn(ctx, inst, stack)
+		var start time.Time
+		if h.audit != nil {
+			start = time.Now()
+		}
+		c := hostCalls.Get().(*hostCall)
+		defer hostCalls.Put(c)
+		*c = hostCall{req: policy.Request{Cap: fn.cap, Op: fn.op}}
+		if !fn.decode(h, ctx, inst, stack, c) {
+			h.auditCall(ctx, inst, c, start, audit.Invalid, inst.lastErr, stack[0])
+			return
+		}
+		d, st, ok := h.decide(ctx, inst, c)
+		switch {
+		case !ok:
+			stack[0] = st
+		case !d.Allowed:
+			stack[0] = inst.status(abi.StatusPermission, "%s", d.Message)
+			h.auditCall(ctx, inst, c, start, audit.Deny, d.Rule, stack[0])
+			return
+		default:
+			stack[0] = fn.run(h, ctx, inst, c)
+		}
+		h.auditCall(ctx, inst, c, start, audit.Allow, d.Rule, stack[0])
 	}
 }
 
@@ -185,7 +252,8 @@ func (h *Host) logWrite(ctx context.Context, m api.Module, stack []uint64) {
 	if inst := instanceFrom(ctx); inst != nil {
 		name = inst.p.name
 	}
-	h.log.Log(ctx, slog.Level(level), strings.ToValidUTF8(string(buf), "\uFFFD"), "plugin", name)
+	msg := h.secrets.redact(strings.ToValidUTF8(string(buf), "\uFFFD"))
+	h.log.Log(ctx, slog.Level(level), msg, "plugin", name)
 }
 
 // guestBytes copies an argument out of guest memory.
@@ -202,12 +270,13 @@ func (inst *instance) guestBytes(ptr, n uint32, limit int) ([]byte, abi.Status, 
 
 // jsonArg decodes the JSON request a host function got as (ptr, len) in stack[0:2] into
 // v. When it returns false, stack[0] holds the status to return.
-func (inst *instance) jsonArg(stack []uint64, what string, limit int, v any) bool {
+func (inst *instance) jsonArg(stack []uint64, c *hostCall, what string, limit int, v any) bool {
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), limit)
 	if s != 0 {
 		stack[0] = inst.status(s, "%s: %s", what, msg)
 		return false
 	}
+	c.in += len(raw)
 	if err := json.Unmarshal(raw, v); err != nil {
 		stack[0] = inst.status(abi.StatusInvalid, "%s: request is not valid JSON: %v", what, err)
 		return false
@@ -215,46 +284,112 @@ func (inst *instance) jsonArg(stack []uint64, what string, limit int, v any) boo
 	return true
 }
 
-func (h *Host) exec(ctx context.Context, inst *instance, stack []uint64) {
-	var req abi.ExecRequest
-	if inst.jsonArg(stack, "exec", maxInputBytes, &req) {
-		stack[0] = h.doExec(ctx, inst, req, uint32(stack[2]), uint32(stack[3]))
+// resolvePath is the one place where a path a plugin gave becomes a path in the sandbox:
+// a relative path resolves against the workspace, the result is made clean, and a path that
+// leaves the workspace (by .., or absolute elsewhere) is refused. The policy and the audit
+// see its workspace-relative form. False means stack[0] holds the status.
+func (inst *instance) resolvePath(raw string, c *hostCall, stack []uint64) bool {
+	abs, err := sandbox.Resolve(raw)
+	if err != nil {
+		stack[0] = inst.resolveStatus(err)
+		c.req.Path = raw
+		return false
 	}
+	c.abs, c.req.Path = abs, sandbox.Rel(abs)
+	return true
 }
 
-func (h *Host) doExec(ctx context.Context, inst *instance, req abi.ExecRequest, outPtr, outCap uint32) uint64 {
+// pathArg reads the path argument in stack[0:2] and resolves it.
+func (inst *instance) pathArg(stack []uint64, c *hostCall) bool {
+	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 4096)
+	if s != 0 {
+		stack[0] = inst.status(s, "path: %s", msg)
+		return false
+	}
+	c.raw = string(raw)
+	return inst.resolvePath(c.raw, c, stack)
+}
+
+// decodePathOut decodes (path_ptr, path_len, out_ptr, out_cap).
+func (h *Host) decodePathOut(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
+	return inst.pathArg(stack, c)
+}
+
+// decodePathData decodes (path_ptr, path_len, data_ptr, data_len).
+func (h *Host) decodePathData(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	dataPtr, dataLen := uint32(stack[2]), uint32(stack[3])
+	if !inst.pathArg(stack, c) {
+		return false
+	}
+	data, s, msg := inst.guestBytes(dataPtr, dataLen, int(h.cfg.MaxReadBytes))
+	if s != 0 {
+		stack[0] = inst.status(s, "write %s: %s", c.req.Path, msg)
+		return false
+	}
+	c.data, c.in = data, len(data)
+	return true
+}
+
+func (h *Host) decodeExec(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
+	req := &c.exec
+	if !inst.jsonArg(stack, c, "exec", maxInputBytes, req) {
+		return false
+	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return inst.status(abi.StatusInvalid, "exec: argv is empty")
+		stack[0] = inst.status(abi.StatusInvalid, "exec: argv is empty")
+		return false
 	}
-	cwd := ""
+	c.req.Argv, c.req.Background = req.Argv, req.Background
+	for name := range req.Env {
+		c.req.Env = append(c.req.Env, name)
+	}
+	slices.Sort(c.req.Env)
 	if req.Cwd != "" {
-		abs, err := sandbox.Resolve(req.Cwd)
-		if err != nil {
-			return inst.fileStatus("exec: cwd", err)
+		if !inst.resolvePath(req.Cwd, c, stack) {
+			inst.lastErr = "exec: cwd: " + inst.lastErr
+			return false
 		}
-		cwd = abs
 	}
-	sreq := sandbox.ExecRequest{Argv: req.Argv, Cwd: cwd, Env: req.Env, MaxOutputBytes: h.cfg.MaxExecOutputBytes}
+	return true
+}
+
+func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	req := c.exec
+	sreq := sandbox.ExecRequest{Argv: req.Argv, Cwd: c.abs, Env: req.Env, MaxOutputBytes: h.cfg.MaxExecOutputBytes}
+	if secrets := inst.p.spec.Secrets; len(secrets) > 0 {
+		// The plugin's secrets reach the commands it runs, never the plugin: they override
+		// what it asked for under the same names.
+		env := maps.Clone(req.Env)
+		if env == nil {
+			env = make(map[string]string, len(secrets))
+		}
+		maps.Copy(env, secrets)
+		sreq.Env = env
+	}
 	if req.Background {
 		proc, err := inst.sb.Start(ctx, sreq)
 		if err != nil {
 			return inst.execStatus(err)
 		}
 		out, _ := json.Marshal(abi.ExecResult{ID: proc.ID, PID: proc.PID, LogPath: proc.LogPath})
-		return inst.reply(outPtr, outCap, append(out, '\n'))
+		return inst.reply(c.outPtr, c.outCap, append(out, '\n'))
 	}
-	sreq.Timeout = h.cfg.DefaultExecTimeout
+	def, maxTimeout := inst.p.execTimeouts()
+	sreq.Timeout = def
 	if req.TimeoutMS > 0 {
-		sreq.Timeout = min(time.Duration(req.TimeoutMS)*time.Millisecond, h.cfg.MaxExecTimeout)
+		sreq.Timeout = min(time.Duration(req.TimeoutMS)*time.Millisecond, maxTimeout)
 	}
 	res, err := inst.sb.Exec(ctx, sreq)
 	if err != nil {
 		return inst.execStatus(err)
 	}
+	stdout, stderr := h.secrets.redactBytes(res.Stdout), h.secrets.redactBytes(res.Stderr)
 	header, err := json.Marshal(abi.ExecResult{
 		ExitCode:   res.ExitCode,
-		StdoutLen:  len(res.Stdout),
-		StderrLen:  len(res.Stderr),
+		StdoutLen:  len(stdout),
+		StderrLen:  len(stderr),
 		StdoutCut:  res.StdoutCut,
 		StderrCut:  res.StderrCut,
 		TimedOut:   res.TimedOut,
@@ -265,26 +400,31 @@ func (h *Host) doExec(ctx context.Context, inst *instance, req abi.ExecRequest, 
 		return inst.status(abi.StatusIO, "exec: encode reply: %v", err)
 	}
 	// Header line, then the raw streams: the guest never unescapes output byte by byte.
-	out := make([]byte, 0, len(header)+1+len(res.Stdout)+len(res.Stderr))
-	out = append(append(append(append(out, header...), '\n'), res.Stdout...), res.Stderr...)
-	return inst.reply(outPtr, outCap, out)
+	out := make([]byte, 0, len(header)+1+len(stdout)+len(stderr))
+	out = append(append(append(append(out, header...), '\n'), stdout...), stderr...)
+	return inst.reply(c.outPtr, c.outCap, out)
 }
 
 // execStatus maps a failure to start a command. A program that does not exist is a
-// normal reply (exit 127, as a shell would say), everything else a status.
+// normal reply (exit 127, as a shell would say), everything else a status whose message
+// says what happened in words, never the provider's internals.
 func (inst *instance) execStatus(err error) uint64 {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return inst.status(abi.StatusTimeout, "exec: %v", err)
+		return inst.status(abi.StatusTimeout, "exec: the call ran out of time")
+	case errors.Is(err, sandbox.ErrUnresponsive):
+		return inst.status(abi.StatusIO, "exec: the sandbox stopped answering and was replaced; try again")
 	case errors.Is(err, sandbox.ErrClosed):
-		return inst.status(abi.StatusIO, "exec: %v", err)
+		return inst.status(abi.StatusIO, "exec: the sandbox has ended")
 	}
-	return inst.status(abi.StatusIO, "exec: %v", err)
+	inst.p.h.log.Warn("exec failed", "plugin", inst.p.name, "err", inst.p.h.secrets.redact(err.Error()))
+	return inst.status(abi.StatusIO, "exec: the sandbox could not run the command")
 }
 
 // fileStatus maps a sandbox error to a status and a message naming what failed. The
 // message is for the model: what failed and why, in words (`read notes.txt: no such file
-// or directory`), never the provider's internals (protocol codes, host paths, syscalls).
+// or directory`), never the provider's internals (protocol codes, host paths, syscalls):
+// those go to the host's log.
 func (inst *instance) fileStatus(what string, err error) uint64 {
 	s, why := abi.StatusIO, ""
 	for _, c := range fileErrors {
@@ -301,7 +441,8 @@ func (inst *instance) fileStatus(what string, err error) uint64 {
 	case errors.Is(err, sandbox.ErrClosed):
 		s, why = abi.StatusIO, "the sandbox has ended"
 	case why == "":
-		why = err.Error() // an unexpected failure: say it as it is
+		inst.p.h.log.Warn("sandbox call failed", "plugin", inst.p.name, "op", what, "err", inst.p.h.secrets.redact(err.Error()))
+		why = "the sandbox could not do it"
 	}
 	if what == "" {
 		return inst.status(s, "%s", why)
@@ -340,99 +481,64 @@ var fileErrors = []struct {
 	{fs.ErrPermission, abi.StatusPermission},
 }
 
-// pathArg reads and resolves a path argument; ok is false when stack[0] holds a status.
-func (inst *instance) pathArg(ptr, n uint32) (abs string, st uint64, ok bool) {
-	raw, s, msg := inst.guestBytes(ptr, n, 4096)
-	if s != 0 {
-		return "", inst.status(s, "path: %s", msg), false
-	}
-	abs, err := sandbox.Resolve(string(raw))
+func (h *Host) readFile(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
 	if err != nil {
-		return "", inst.resolveStatus(err), false
+		return inst.fileStatus("read "+c.req.Path, err)
 	}
-	return abs, 0, true
+	return inst.reply(c.outPtr, c.outCap, data)
 }
 
-func (h *Host) readFile(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
-	if !ok {
-		stack[0] = st
-		return
+func (h *Host) writeFile(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	if err := inst.sb.WriteFile(ctx, c.abs, c.data); err != nil {
+		return inst.fileStatus("write "+c.req.Path, err)
 	}
-	data, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)
-	if err != nil {
-		stack[0] = inst.fileStatus("read "+sandbox.Rel(abs), err)
-		return
-	}
-	stack[0] = inst.reply(outPtr, outCap, data)
+	return uint64(len(c.data))
 }
 
-func (h *Host) writeFile(ctx context.Context, inst *instance, stack []uint64) {
-	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
-	if !ok {
-		stack[0] = st
-		return
-	}
-	data, s, msg := inst.guestBytes(uint32(stack[2]), uint32(stack[3]), int(h.cfg.MaxReadBytes))
-	if s != 0 {
-		stack[0] = inst.status(s, "write %s: %s", sandbox.Rel(abs), msg)
-		return
-	}
-	if err := inst.sb.WriteFile(ctx, abs, data); err != nil {
-		stack[0] = inst.fileStatus("write "+sandbox.Rel(abs), err)
-		return
-	}
-	stack[0] = uint64(len(data))
-}
-
-func (h *Host) stat(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 4096)
-	if s != 0 {
-		stack[0] = inst.status(s, "stat: %s", msg)
-		return
-	}
-	abs, err := sandbox.Resolve(string(raw))
+func (h *Host) stat(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	fi, err := inst.sb.Stat(ctx, c.abs)
 	if err != nil {
-		stack[0] = inst.resolveStatus(err)
-		return
+		return inst.fileStatus("stat "+c.req.Path, err)
 	}
-	fi, err := inst.sb.Stat(ctx, abs)
-	if err != nil {
-		stack[0] = inst.fileStatus("stat "+sandbox.Rel(abs), err)
-		return
+	if p := inst.p.policy; !p.Visible(c.req.Path, fi.IsDir()) {
+		// Allowed as a directory on the way to what may be read, but it is not one.
+		d := p.Decide(inst.p.name, policy.Request{Cap: abi.CapSandboxFiles, Op: policy.OpRead, Path: c.req.Path})
+		return inst.status(abi.StatusPermission, "%s", d.Message)
 	}
-	fi.Path = string(raw)
+	fi.Path = c.raw
 	out, _ := json.Marshal(wireInfo(fi))
-	stack[0] = inst.reply(outPtr, outCap, out)
+	return inst.reply(c.outPtr, c.outCap, out)
 }
 
-func (h *Host) list(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	var req abi.ListRequest
-	if !inst.jsonArg(stack, "list", maxInputBytes, &req) {
-		return
+func (h *Host) decodeList(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
+	if !inst.jsonArg(stack, c, "list", maxInputBytes, &c.list) {
+		return false
 	}
-	if req.Path == "" {
-		req.Path = "."
+	if c.list.Path == "" {
+		c.list.Path = "."
 	}
-	abs, err := sandbox.Resolve(req.Path)
+	return inst.resolvePath(c.list.Path, c, stack)
+}
+
+func (h *Host) list(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	req := c.list
+	res, err := inst.sb.List(ctx, sandbox.ListRequest{Path: c.abs, Recursive: req.Recursive, Skip: req.Skip, Limit: req.Limit})
 	if err != nil {
-		stack[0] = inst.resolveStatus(err)
-		return
+		return inst.fileStatus("list "+c.req.Path, err)
 	}
-	res, err := inst.sb.List(ctx, sandbox.ListRequest{Path: abs, Recursive: req.Recursive, Skip: req.Skip, Limit: req.Limit})
-	if err != nil {
-		stack[0] = inst.fileStatus("list "+sandbox.Rel(abs), err)
-		return
-	}
-	wire := abi.ListResult{Entries: make([]abi.FileInfo, len(res.Entries)), Truncated: res.Truncated}
-	for i, fi := range res.Entries {
-		wire.Entries[i] = wireInfo(fi)
+	wire := abi.ListResult{Entries: make([]abi.FileInfo, 0, len(res.Entries)), Truncated: res.Truncated}
+	p := inst.p.policy
+	for _, fi := range res.Entries {
+		// A scoped plugin sees what it may read and the directories on the way to it.
+		if p != nil && !p.Visible(path.Join(c.req.Path, fi.Path), fi.IsDir()) {
+			continue
+		}
+		wire.Entries = append(wire.Entries, wireInfo(fi))
 	}
 	out, _ := json.Marshal(wire)
-	stack[0] = inst.reply(outPtr, outCap, out)
+	return inst.reply(c.outPtr, c.outCap, out)
 }
 
 func wireInfo(fi sandbox.FileInfo) abi.FileInfo {

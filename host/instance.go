@@ -49,7 +49,7 @@ func newInstance(ctx context.Context, p *plugin) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.h.cfg.CallTimeout)
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
-	mod, err := p.h.rt.InstantiateModule(ctx, p.compiled, p.modCfg.WithStderr(stderr))
+	mod, err := p.h.rt.InstantiateModule(p.memoryContext(ctx), p.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.note())
 	}
@@ -213,7 +213,7 @@ func (pl *pool) acquire(ctx context.Context) (*instance, error) {
 // release returns a healthy instance, or retires one that has served long or grown large
 // (wasm memory never shrinks).
 func (pl *pool) release(ctx context.Context, inst *instance) {
-	limit := uint32(pl.p.h.cfg.MemoryLimitMiB) << 20
+	limit := uint32(pl.p.memoryLimitMiB()) << 20
 	if pl.closed.Load() || inst.calls >= maxCallsPerInstance || inst.mem.Size() > limit/2 {
 		pl.discard(ctx, inst)
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/host/policy"
 )
 
 // plugin is a compiled, validated module and its pool of instances.
@@ -33,6 +34,8 @@ type plugin struct {
 	modCfg   wazero.ModuleConfig
 	pool     *pool
 	h        *Host
+	policy   *policy.Policy // the spec's Scope compiled; nil allows everything
+	limiter  *rateLimiter   // the spec's CallsPerMinute; nil for none
 	// framedInput: the manifest lists abi.InputFramed1, so requests go framed.
 	framedInput bool
 
@@ -129,7 +132,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
-	p.warm(ctx, inst)
+	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
 	if err := h.writeRecord(p.key, record{Imports: p.imports, Manifest: string(rawManifest)}); err != nil {
 		h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
 	}
@@ -139,19 +142,10 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// warm makes one throwaway call, which pays the guest's first-call costs (heap growth,
-// caches), and hands the instance to the pool.
-func (p *plugin) warm(ctx context.Context, inst *instance) {
-	if _, err := inst.call(ctx, p.warmRequest(), nil, p.h.cfg.CallTimeout); err != nil {
-		p.pool.discard(ctx, inst)
-		return
-	}
-	p.pool.release(ctx, inst)
-}
-
 // finish completes the load of a plugin registered from its record: it compiles the
 // module, checks that its imports, exports and manifest are still what the record says
-// (else the record is dropped and the plugin fails its calls), and warms one instance.
+// (else the record is dropped and the plugin fails its calls), and keeps the instance that
+// answered the manifest for the first call.
 // The host runs it in the background from New; calls to the plugin wait for it (await).
 func (p *plugin) finish(ctx context.Context) {
 	defer close(p.ready)
@@ -199,7 +193,7 @@ func (p *plugin) finish(ctx context.Context) {
 		changed("tools")
 		return
 	}
-	p.warm(ctx, inst)
+	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
 }
 
 // await waits until the plugin is ready to serve calls.
@@ -217,14 +211,6 @@ func (p *plugin) await(ctx context.Context) error {
 	}
 }
 
-// warmRequest is a request for no tool, in the form the plugin reads.
-func (p *plugin) warmRequest() []byte {
-	if p.framedInput {
-		return abi.AppendFramedInput(nil, "", nil)
-	}
-	return []byte(`{"tool":"","input":{}}`)
-}
-
 func importsOf(m wazero.CompiledModule) []Import {
 	var out []Import
 	for _, f := range m.ImportedFunctions() {
@@ -238,9 +224,13 @@ func importsOf(m wazero.CompiledModule) []Import {
 }
 
 // checkGrants refuses a plugin that imports a capability it was not granted, or a function
-// the host does not provide. It runs before the module is instantiated.
+// the host does not provide. It runs before the module is instantiated, and names every
+// missing grant with the imports that need it, and every unknown import, in one error.
 func checkGrants(label string, imports []Import, grants []abi.Capability) error {
+	missing := map[abi.Capability][]string{}
+	var unknown []string
 	for _, imp := range imports {
+		name := imp.Module + "." + imp.Name
 		switch imp.Module {
 		case abi.ModuleWASI:
 			continue
@@ -248,20 +238,35 @@ func checkGrants(label string, imports []Import, grants []abi.Capability) error 
 		default:
 			c, ok := abi.CapabilityOfModule(imp.Module)
 			if !ok {
-				return fmt.Errorf("plugin %s: imports %s.%s from module %q, which the host does not provide",
-					label, imp.Module, imp.Name, imp.Module)
+				unknown = append(unknown, name)
+				continue
 			}
 			if !slices.Contains(grants, c) {
-				return fmt.Errorf("plugin %s: imports %s.%s but is not granted %q",
-					label, imp.Module, imp.Name, c)
+				missing[c] = append(missing[c], name)
+				continue
 			}
 		}
 		if !slices.Contains(hostFunctions[imp.Module], imp.Name) {
-			return fmt.Errorf("plugin %s: imports %s.%s, which the host does not provide",
-				label, imp.Module, imp.Name)
+			unknown = append(unknown, name)
 		}
 	}
-	return nil
+	var problems []string
+	for _, c := range abi.Capabilities() { // a stable order
+		if fns := missing[c]; len(fns) > 0 {
+			problems = append(problems, fmt.Sprintf("imports %s but is not granted %q", strings.Join(fns, ", "), c))
+		}
+	}
+	if len(unknown) > 0 {
+		problems = append(problems, fmt.Sprintf("imports %s, which the host does not provide", strings.Join(unknown, ", ")))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	hint := ""
+	if len(missing) > 0 {
+		hint = " (add the capabilities to its grants if it should have them)"
+	}
+	return fmt.Errorf("plugin %s: %s%s", label, strings.Join(problems, "; "), hint)
 }
 
 // Needs returns the capabilities an import list requires, in a stable order.
@@ -296,8 +301,12 @@ func checkExports(m wazero.CompiledModule) error {
 			return fmt.Errorf("export %s has the wrong signature", name)
 		}
 	}
+	// _initialize is a WASI reactor's runtime initialisation; a module that needs none (one
+	// that imports nothing from WASI, say) may leave it out. A command (_start) is refused.
 	if _, ok := exports[abi.ExportInitialize]; !ok {
-		return errors.New("does not export _initialize (build it as a WASI reactor: -buildmode=c-shared)")
+		if _, cmd := exports["_start"]; cmd {
+			return errors.New("is a WASI command (exports _start), not a reactor: build it as a reactor, exporting _initialize (Go: -buildmode=c-shared; clang: -mexec-model=reactor; Rust: crate-type cdylib)")
+		}
 	}
 	if _, ok := m.ExportedMemories()[abi.ExportMemory]; !ok {
 		return errors.New("does not export its memory")
@@ -393,8 +402,12 @@ func (h *Host) pluginEnv(spec PluginSpec) map[string]string {
 	if env == nil {
 		env = map[string]string{}
 	}
-	env[EnvExecTimeoutDefault] = strconv.FormatInt(h.cfg.DefaultExecTimeout.Milliseconds(), 10)
-	env[EnvExecTimeoutMax] = strconv.FormatInt(h.cfg.MaxExecTimeout.Milliseconds(), 10)
+	def, maxTimeout := h.cfg.DefaultExecTimeout, h.cfg.MaxExecTimeout
+	if e := spec.Scope.Exec; e != nil && e.MaxTimeout > 0 && e.MaxTimeout < maxTimeout {
+		maxTimeout, def = e.MaxTimeout, min(def, e.MaxTimeout)
+	}
+	env[EnvExecTimeoutDefault] = strconv.FormatInt(def.Milliseconds(), 10)
+	env[EnvExecTimeoutMax] = strconv.FormatInt(maxTimeout.Milliseconds(), 10)
 	return env
 }
 

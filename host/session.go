@@ -26,12 +26,8 @@ func (s *Session) Sandbox() sandbox.Sandbox { return s.sb }
 
 var imageMediaTypes = map[string]bool{"image/webp": true, "image/png": true, "image/jpeg": true, "image/gif": true}
 
-// Dispatch runs one tool call. A tool's own failure (bad input, file not found, a failing
-// command, an unknown tool) is a Result with IsError set and a nil error, for the model to
-// read. A non-nil error means the host could not run the tool (the plugin trapped or ran
-// past its budget, ctx ended, the host is closed); the Result then still holds an is_error
-// text saying so, ready to send back as a tool_result.
-func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
+// dispatch runs one tool call, as Dispatch (decide.go) says, once the call was admitted.
+func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
 	t := s.h.tools[name]
 	if t == nil {
 		return abi.ErrorText(fmt.Sprintf("[%s: unknown tool]", name)), nil
@@ -74,10 +70,10 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 	if err != nil {
 		return hostFailure(name, err)
 	}
-	raw, err := inst.call(ctx, req, s, s.h.cfg.CallTimeout)
+	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
 	if err != nil {
 		pool.discard(ctx, inst)
-		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", err)
+		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
 		return hostFailure(name, err)
 	}
 	pool.release(ctx, inst)

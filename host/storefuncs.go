@@ -39,91 +39,95 @@ func (inst *instance) storeKey(raw []byte, prefix bool) (string, bool) {
 	return "plugins/" + inst.p.name + "/" + k, true
 }
 
-// storeArgs reads the key argument of a store function; ok is false when stack[0]
-// already holds the status to return.
-func (h *Host) storeArgs(inst *instance, stack []uint64, what string) (store.Store, string, bool) {
+// decodeStoreKey decodes the key argument in stack[0:2] of a store function. A store
+// without an object store configured fails here, before the policy is asked.
+func (h *Host) decodeStoreKey(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	what := c.req.Op
 	if h.cfg.Store == nil {
 		stack[0] = inst.status(abi.StatusIO, "store %s: this host has no object store configured", what)
-		return nil, "", false
+		return false
 	}
 	raw, s, msg := inst.guestBytes(uint32(stack[0]), uint32(stack[1]), 1024)
 	if s != 0 {
 		stack[0] = inst.status(s, "store %s: key: %s", what, msg)
-		return nil, "", false
+		return false
 	}
-	key, ok := inst.storeKey(raw, what == "list")
+	c.req.Key = string(raw)
+	key, ok := inst.storeKey(raw, what == abi.FnStoreList)
 	if !ok {
 		stack[0] = inst.status(abi.StatusInvalid, "store %s: key %q must be relative, of letters, digits, '.', '_', '-' and '/', without '..' (at most 512 bytes)", what, raw)
-		return nil, "", false
+		return false
 	}
-	return h.cfg.Store, key, true
+	c.abs = key
+	return true
 }
 
-func (inst *instance) storeStatus(what, key string, err error) uint64 {
-	s := abi.StatusIO
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		s = abi.StatusNotFound
-	case errors.Is(err, store.ErrInvalidKey):
-		s = abi.StatusInvalid
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		s = abi.StatusTimeout
-	}
-	rel := strings.TrimPrefix(key, "plugins/"+inst.p.name+"/")
-	return inst.status(s, "store %s %s: %v", what, rel, err)
+// decodeStoreKeyOut decodes (key_ptr, key_len, out_ptr, out_cap).
+func (h *Host) decodeStoreKeyOut(ctx context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
+	return h.decodeStoreKey(ctx, inst, stack, c)
 }
 
-func (h *Host) storePut(ctx context.Context, inst *instance, stack []uint64) {
-	st, key, ok := h.storeArgs(inst, stack, "put")
-	if !ok {
-		return
+// decodeStorePut decodes (key_ptr, key_len, data_ptr, data_len).
+func (h *Host) decodeStorePut(ctx context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	dataPtr, dataLen := uint32(stack[2]), uint32(stack[3])
+	if !h.decodeStoreKey(ctx, inst, stack, c) {
+		return false
 	}
-	data, s, msg := inst.guestBytes(uint32(stack[2]), uint32(stack[3]), int(h.cfg.MaxReadBytes))
+	data, s, msg := inst.guestBytes(dataPtr, dataLen, int(h.cfg.MaxReadBytes))
 	if s != 0 {
 		stack[0] = inst.status(s, "store put: %s", msg)
-		return
+		return false
 	}
-	if _, err := st.Put(ctx, key, bytes.NewReader(data), store.PutOptions{Size: int64(len(data))}); err != nil {
-		stack[0] = inst.storeStatus("put", key, err)
-		return
-	}
-	stack[0] = uint64(len(data))
+	c.data, c.in = data, len(data)
+	return true
 }
 
-func (h *Host) storeGet(ctx context.Context, inst *instance, stack []uint64) {
-	st, key, ok := h.storeArgs(inst, stack, "get")
-	if !ok {
-		return
+// storeStatus maps a store failure to a status and a message in words; the store's own
+// error (its endpoint, its protocol) goes to the host's log.
+func (inst *instance) storeStatus(what, key string, err error) uint64 {
+	s, why := abi.StatusIO, "the object store failed"
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s, why = abi.StatusNotFound, "no such object"
+	case errors.Is(err, store.ErrInvalidKey):
+		s, why = abi.StatusInvalid, "the store refused the key"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		s, why = abi.StatusTimeout, "the call ran out of time"
+	default:
+		inst.p.h.log.Warn("store call failed", "plugin", inst.p.name, "op", what, "err", err)
 	}
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	rc, info, err := st.Get(ctx, key)
+	rel := strings.TrimPrefix(key, "plugins/"+inst.p.name+"/")
+	return inst.status(s, "store %s %s: %s", what, rel, why)
+}
+
+func (h *Host) storePut(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	if _, err := h.cfg.Store.Put(ctx, c.abs, bytes.NewReader(c.data), store.PutOptions{Size: int64(len(c.data))}); err != nil {
+		return inst.storeStatus("put", c.abs, err)
+	}
+	return uint64(len(c.data))
+}
+
+func (h *Host) storeGet(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	rc, info, err := h.cfg.Store.Get(ctx, c.abs)
 	if err != nil {
-		stack[0] = inst.storeStatus("get", key, err)
-		return
+		return inst.storeStatus("get", c.abs, err)
 	}
 	defer rc.Close()
 	if info.Size > h.cfg.MaxReadBytes {
-		stack[0] = inst.status(abi.StatusTooLarge, "store get: object of %d bytes is over the %d limit", info.Size, h.cfg.MaxReadBytes)
-		return
+		return inst.status(abi.StatusTooLarge, "store get %s: object of %d bytes is over the %d limit", c.req.Key, info.Size, h.cfg.MaxReadBytes)
 	}
 	data, err := io.ReadAll(io.LimitReader(rc, h.cfg.MaxReadBytes+1))
 	if err != nil {
-		stack[0] = inst.storeStatus("get", key, err)
-		return
+		return inst.storeStatus("get", c.abs, err)
 	}
-	stack[0] = inst.reply(outPtr, outCap, data)
+	return inst.reply(c.outPtr, c.outCap, data)
 }
 
-func (h *Host) storeList(ctx context.Context, inst *instance, stack []uint64) {
-	st, prefix, ok := h.storeArgs(inst, stack, "list")
-	if !ok {
-		return
-	}
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	objs, err := store.ListAll(ctx, st, prefix)
+func (h *Host) storeList(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	objs, err := store.ListAll(ctx, h.cfg.Store, c.abs)
 	if err != nil {
-		stack[0] = inst.storeStatus("list", prefix, err)
-		return
+		return inst.storeStatus("list", c.abs, err)
 	}
 	own := "plugins/" + inst.p.name + "/"
 	out := struct {
@@ -133,17 +137,12 @@ func (h *Host) storeList(ctx context.Context, inst *instance, stack []uint64) {
 		out.Objects = append(out.Objects, abi.StoreObject{Key: strings.TrimPrefix(o.Key, own), Size: o.Size})
 	}
 	b, _ := json.Marshal(out)
-	stack[0] = inst.reply(outPtr, outCap, b)
+	return inst.reply(c.outPtr, c.outCap, b)
 }
 
-func (h *Host) storeDelete(ctx context.Context, inst *instance, stack []uint64) {
-	st, key, ok := h.storeArgs(inst, stack, "delete")
-	if !ok {
-		return
+func (h *Host) storeDelete(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	if err := h.cfg.Store.Delete(ctx, c.abs); err != nil {
+		return inst.storeStatus("delete", c.abs, err)
 	}
-	if err := st.Delete(ctx, key); err != nil {
-		stack[0] = inst.storeStatus("delete", key, err)
-		return
-	}
-	stack[0] = 0
+	return 0
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/sandbox"
 )
 
 // read_text exists because byte-by-byte work is slow inside a guest: with
@@ -13,24 +12,21 @@ import (
 // lines or sniffing for binary data costs tens of nanoseconds a byte in the plugin and
 // next to nothing here. The plugin gets only the window it will show.
 
-func (h *Host) readText(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	var req abi.ReadTextRequest
-	if !inst.jsonArg(stack, "read_text", maxInputBytes, &req) {
-		return
+func (h *Host) decodeReadText(_ context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	c.outPtr, c.outCap = uint32(stack[2]), uint32(stack[3])
+	if !inst.jsonArg(stack, c, "read_text", maxInputBytes, &c.text) {
+		return false
 	}
-	abs, err := sandbox.Resolve(req.Path)
+	return inst.resolvePath(c.text.Path, c, stack)
+}
+
+func (h *Host) readText(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
 	if err != nil {
-		stack[0] = inst.resolveStatus(err)
-		return
+		return inst.fileStatus("read "+c.req.Path, err)
 	}
-	data, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)
-	if err != nil {
-		stack[0] = inst.fileStatus("read "+sandbox.Rel(abs), err)
-		return
-	}
-	header, text := abi.TextWindow(data, req)
+	header, text := abi.TextWindow(data, c.text)
 	hb, _ := json.Marshal(header)
 	out := make([]byte, 0, len(hb)+1+len(text))
-	stack[0] = inst.reply(outPtr, outCap, append(append(append(out, hb...), '\n'), text...))
+	return inst.reply(c.outPtr, c.outCap, append(append(append(out, hb...), '\n'), text...))
 }

@@ -25,61 +25,52 @@ func fileVersion(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (h *Host) readVersioned(ctx context.Context, inst *instance, stack []uint64) {
-	outPtr, outCap := uint32(stack[2]), uint32(stack[3])
-	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
-	if !ok {
-		stack[0] = st
-		return
-	}
-	data, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)
+func (h *Host) readVersioned(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
 	if err != nil {
-		stack[0] = inst.fileStatus("read "+sandbox.Rel(abs), err)
-		return
+		return inst.fileStatus("read "+c.req.Path, err)
 	}
 	out := make([]byte, 0, abi.VersionLen+1+len(data))
 	out = append(append(append(out, fileVersion(data)...), '\n'), data...)
-	stack[0] = inst.reply(outPtr, outCap, out)
+	return inst.reply(c.outPtr, c.outCap, out)
 }
 
-func (h *Host) writeVersioned(ctx context.Context, inst *instance, stack []uint64) {
-	abs, st, ok := inst.pathArg(uint32(stack[0]), uint32(stack[1]))
-	if !ok {
-		stack[0] = st
-		return
+// decodeWriteVersioned decodes (path_ptr, path_len, data_ptr, data_len, version_ptr,
+// version_len).
+func (h *Host) decodeWriteVersioned(ctx context.Context, inst *instance, stack []uint64, c *hostCall) bool {
+	verPtr, verLen := uint32(stack[4]), uint32(stack[5])
+	if !h.decodePathData(ctx, inst, stack, c) {
+		return false
 	}
-	rel := sandbox.Rel(abs)
-	data, s, msg := inst.guestBytes(uint32(stack[2]), uint32(stack[3]), int(h.cfg.MaxReadBytes))
+	want, s, msg := inst.guestBytes(verPtr, verLen, abi.VersionLen)
 	if s != 0 {
-		stack[0] = inst.status(s, "write %s: %s", rel, msg)
-		return
-	}
-	want, s, msg := inst.guestBytes(uint32(stack[4]), uint32(stack[5]), abi.VersionLen)
-	if s != 0 {
-		stack[0] = inst.status(s, "write %s: version: %s", rel, msg)
-		return
+		stack[0] = inst.status(s, "write %s: version: %s", c.req.Path, msg)
+		return false
 	}
 	if len(want) != 0 && len(want) != abi.VersionLen {
-		stack[0] = inst.status(abi.StatusInvalid, "write %s: a version is %d hex characters (or empty for a new file), not %d bytes", rel, abi.VersionLen, len(want))
-		return
+		stack[0] = inst.status(abi.StatusInvalid, "write %s: a version is %d hex characters (or empty for a new file), not %d bytes", c.req.Path, abi.VersionLen, len(want))
+		return false
 	}
+	c.version = want
+	return true
+}
+
+func (h *Host) writeVersioned(ctx context.Context, inst *instance, c *hostCall) uint64 {
+	rel, abs := c.req.Path, c.abs
 	unlock := h.edits.lock(inst.sb.ID() + "\x00" + abs)
 	defer unlock()
 	cur, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound) && len(want) == 0:
+	case errors.Is(err, sandbox.ErrNotFound) && len(c.version) == 0:
 	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
-		stack[0] = inst.fileStatus("write "+rel, err)
-		return
-	case err != nil || fileVersion(cur) != string(want):
-		stack[0] = inst.status(abi.StatusChanged, "write %s: the file changed since it was read; read it again", rel)
-		return
+		return inst.fileStatus("write "+rel, err)
+	case err != nil || fileVersion(cur) != string(c.version):
+		return inst.status(abi.StatusChanged, "write %s: the file changed since it was read; read it again", rel)
 	}
-	if err := inst.sb.WriteFile(ctx, abs, data); err != nil {
-		stack[0] = inst.fileStatus("write "+rel, err)
-		return
+	if err := inst.sb.WriteFile(ctx, abs, c.data); err != nil {
+		return inst.fileStatus("write "+rel, err)
 	}
-	stack[0] = uint64(len(data))
+	return uint64(len(c.data))
 }
 
 // keyLocks serialises work on the same key; a key's lock exists only while used.

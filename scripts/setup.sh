@@ -4,7 +4,9 @@
 #   scripts/setup.sh          what `make run` needs: bubblewrap, e2fsprogs (mkfs.ext4 for
 #                             the workspace volumes), and Debian's python3 (the demo serves
 #                             a page from the sandbox with python3 -m http.server)
-#   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo)
+#   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo), and
+#                             clang for wasm32-wasi (clang, lld, wasi-libc and the
+#                             wasm32 compiler runtime), which builds the C example plugin
 #
 # The browser for screenshots is scripts/setup-browser.sh's job (make run and make test run
 # both).
@@ -46,6 +48,12 @@ if $want_test; then
 	# -race needs cgo, which needs a C compiler and the C library headers.
 	command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 	[ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
+	# The C example plugin (examples/c-wordcount): clang, its WebAssembly linker, the WASI C
+	# library, and the compiler runtime for wasm32, without which clang cannot link
+	# (libclang_rt.builtins-wasm32.a). That last package is named after clang's major version.
+	command -v clang >/dev/null 2>&1 || missing+=(clang)
+	command -v wasm-ld >/dev/null 2>&1 || missing+=(lld)
+	[ -e /usr/include/wasm32-wasi/stdio.h ] || missing+=(wasi-libc)
 fi
 
 if ((${#missing[@]})); then
@@ -83,6 +91,19 @@ if ((${#missing[@]})); then
 		say "install failed; apt-get update and retry"
 		"${apt[@]}" update </dev/null
 		"${apt[@]}" install --no-install-recommends "${missing[@]}" </dev/null
+	fi
+fi
+
+# The wasm32 compiler runtime, named after the clang that is now installed
+# (libclang-rt-14-dev-wasm32 on Debian 12).
+if $want_test && command -v clang >/dev/null 2>&1; then
+	major=$(clang -dumpversion | cut -d. -f1)
+	rt=libclang-rt-$major-dev-wasm32
+	if ! compgen -G "/usr/lib/llvm-$major/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a" >/dev/null; then
+		say "installing $rt"
+		sudo=()
+		[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0 install --no-install-recommends "$rt" </dev/null
 	fi
 fi
 

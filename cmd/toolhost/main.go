@@ -7,6 +7,8 @@
 //	toolhost screenshot list                          a project's stored screenshots
 //	toolhost quota [--live]                           E2B usage this month, as toolhost counted it
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
+//	toolhost policy test CASES.yaml                   prove a tool policy holds
+//	toolhost audit [FILE]                             show the audit of what plugins did
 //	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
@@ -80,7 +82,7 @@ func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
-		inspectCommand(), versionCommand()}
+		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand()}
 }
 
 // cli is what a command runs with.

@@ -98,8 +98,12 @@ func reason(err error, path string) string {
 		return err.Error()
 	}
 	switch e.Status {
-	case abi.StatusNotFound, abi.StatusIsDir, abi.StatusNotDir, abi.StatusOutside,
-		abi.StatusPermission, abi.StatusExists:
+	case abi.StatusPermission:
+		if strings.HasPrefix(e.Msg, "policy: ") {
+			return e.Msg // the host's policy says what was refused and what is allowed
+		}
+		return e.Status.String()
+	case abi.StatusNotFound, abi.StatusIsDir, abi.StatusNotDir, abi.StatusOutside, abi.StatusExists:
 		return e.Status.String()
 	}
 	msg := e.Error()

@@ -124,8 +124,11 @@ func listError(base string, err error) abi.Result {
 		switch e.Status {
 		case abi.StatusNotDir:
 			return abi.ErrorText("Error: " + base + " is not a directory; path must be a directory to search")
-		case abi.StatusNotFound, abi.StatusOutside, abi.StatusPermission:
-			// The host's message for these carries sandbox internals.
+		case abi.StatusPermission:
+			if !strings.HasPrefix(e.Msg, "policy: ") { // the policy's message says what is allowed
+				msg = e.Status.String()
+			}
+		case abi.StatusNotFound, abi.StatusOutside:
 			msg = e.Status.String()
 		}
 	}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -75,7 +76,9 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"ansi","description":"Returns coloured text.","input_schema":{"type":"object"}},
 {"name":"image","description":"Returns an image with the given media type.","input_schema":{"type":"object","properties":{"media_type":{"type":"string"}}}},
 {"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}},
-{"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}}
+{"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}},
+{"name":"raw","description":"Returns the base64-decoded b64 as its result, byte for byte.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]}},
+{"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both; or dies saying it.","input_schema":{"type":"object","properties":{"path":{"type":"string"},"panic":{"type":"boolean"}},"required":["path"]}}
 ]}`
 
 //go:wasmexport toolhost_describe
@@ -105,6 +108,8 @@ type request struct {
 		S         string   `json:"s"`
 		MediaType string   `json:"media_type"`
 		MB        int      `json:"mb"`
+		B64       string   `json:"b64"`
+		Panic     bool     `json:"panic"`
 		Op        string   `json:"op"`
 		Key       string   `json:"key"`
 	} `json:"input"`
@@ -201,6 +206,30 @@ func call(n uint32) uint64 {
 			return text(err.Error(), true)
 		}
 		return text(s, false)
+	case "raw":
+		b, err := base64.StdEncoding.DecodeString(req.Input.B64)
+		if err != nil {
+			return text(err.Error(), true)
+		}
+		return ret(b)
+	case "leak":
+		// Everything a plugin can do with a secret it came across: log it, use it as a
+		// path (last_error and the audit see it), return it.
+		buf := make([]byte, 256)
+		p := []byte(req.Input.Path)
+		got, err := hostReply(fsRead(addr(p), uint32(len(p)), addr(buf), uint32(len(buf))), buf)
+		if err != nil {
+			return text(err.Error(), true)
+		}
+		got = strings.TrimSpace(got)
+		if req.Input.Panic {
+			panic("the file says " + got) // onto stderr, which the host quotes
+		}
+		msg := []byte("the file says " + got)
+		logWrite(0, addr(msg), uint32(len(msg)))
+		q := []byte(got)
+		_, err = hostReply(fsRead(addr(q), uint32(len(q)), addr(buf), uint32(len(buf))), buf)
+		return text("read "+got+"; then: "+fmt.Sprint(err), false)
 	case "garbage":
 		keep = make([]byte, req.Input.MB<<20)
 		keep = nil
