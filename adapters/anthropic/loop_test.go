@@ -32,7 +32,9 @@ func TestAgentLoopAgainstFakeMessagesAPI(t *testing.T) {
 	_, err := os.Stat("/usr/bin/python3")
 	testenv.Require(t, "python3 for the sandbox's web server (make setup installs it)", err)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A bound against a hang, not a timing: a first call may compile its plugin, which
+	// takes minutes under -race on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()

@@ -161,7 +161,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake_%d", n+1))
-	json.NewEncoder(w).Encode(map[string]any{
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(map[string]any{
 		"id": fmt.Sprintf("msg_fake_%d", n+1), "type": "message", "role": "assistant",
 		"model": req.Model, "content": turn.Content, "stop_reason": turn.StopReason,
 		"stop_sequence": nil, "usage": map[string]int{"input_tokens": 10, "output_tokens": 10},
