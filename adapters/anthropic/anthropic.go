@@ -93,11 +93,16 @@ func Tool(t abi.Tool) (*anthropic.ToolParam, error) {
 	return p, nil
 }
 
+// MaxImageBytes is the largest image a tool_result carries: the Messages API refuses a
+// request with a larger one (5 MB).
+const MaxImageBytes = 5 << 20
+
 // ToolResult returns a tool's result as the tool_result block answering the tool_use
 // block toolUseID: its text blocks as text blocks (empty ones left out: the API refuses
 // them), its images as base64 image blocks with their media type (take_screenshot's
 // image/webp), and is_error. A block the API cannot carry (an image of another media
-// type, a block of an unknown type) becomes a text block saying what was left out.
+// type, over MaxImageBytes or not base64; a block of an unknown type) becomes a text
+// block saying what was left out.
 func ToolResult(toolUseID string, res abi.Result) anthropic.ContentBlockParamUnion {
 	return anthropic.ContentBlockParamUnion{OfToolResult: ToolResultBlock(toolUseID, res)}
 }
@@ -140,6 +145,15 @@ func resultContent(c abi.Content) (anthropic.ToolResultBlockParamContentUnion, b
 		}
 		if data == "" {
 			return text("[an image without its data was left out]")
+		}
+		// One bad image would make the API refuse the whole request, and with it the
+		// conversation: whatever a plugin says is checked first.
+		raw, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			return text("[an image whose data is not base64 was left out]")
+		}
+		if len(raw) > MaxImageBytes {
+			return text(fmt.Sprintf("[an image of %d bytes was left out: images of at most %d MB can be shown]", len(raw), MaxImageBytes>>20))
 		}
 		return anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{
 			Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{

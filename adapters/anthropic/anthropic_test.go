@@ -98,6 +98,9 @@ func TestToolResultBlocks(t *testing.T) {
 		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/webp", Data: "UklGRg=="}},
 		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/png", Raw: []byte("PNG")}},
 		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/bmp", Data: "Qk0="}},
+		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/webp", Data: "not base64!"}},
+		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/webp", Raw: make([]byte, toolanthropic.MaxImageBytes+3)}},
+		{Type: abi.ContentImage},
 		{Type: "audio"},
 	}}
 	got := jsonOf(t, toolanthropic.ToolResult("toolu_1", res))
@@ -108,6 +111,9 @@ func TestToolResultBlocks(t *testing.T) {
 			map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/webp", "data": "UklGRg=="}},
 			map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": "UE5H"}},
 			map[string]any{"type": "text", "text": `[an image of type "image/bmp" was left out: only JPEG, PNG, GIF and WebP images can be shown]`},
+			map[string]any{"type": "text", "text": "[an image whose data is not base64 was left out]"},
+			map[string]any{"type": "text", "text": "[an image of 5242883 bytes was left out: images of at most 5 MB can be shown]"},
+			map[string]any{"type": "text", "text": "[an image without its data was left out]"},
 			map[string]any{"type": "text", "text": `[a result block of type "audio" was left out]`},
 		},
 	}
