@@ -171,8 +171,9 @@ func resultContent(c abi.Content) (anthropic.ToolResultBlockParamContentUnion, b
 // message asked for no tool, and the returned message is empty, not to be sent).
 //
 // Every tool_use block gets its tool_result, as the API requires: a tool's failure is an
-// is_error result; so is a call the host could not run (ctx ended, say), whose error is
-// also joined into err, wrapped with the tool's name and block id, for the program's log.
+// is_error result; so is a call the host could not run, and a call left when ctx ended
+// (it is not run), whose errors are also joined into err, wrapped with the tool's name and
+// block id, for the program's log.
 // The message is complete and ready to send even when err is not nil.
 func ToolResults(ctx context.Context, d Dispatcher, content []anthropic.ContentBlockUnion) (anthropic.MessageParam, int, error) {
 	var blocks []anthropic.ContentBlockParamUnion
@@ -185,6 +186,12 @@ func ToolResults(ctx context.Context, d Dispatcher, content []anthropic.ContentB
 		input := use.Input
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
+		}
+		if err := ctx.Err(); err != nil {
+			// Stopped: the calls left are answered, not run.
+			errs = append(errs, fmt.Errorf("tool %s (tool_use %s) not run: %w", use.Name, use.ID, err))
+			blocks = append(blocks, ToolResult(use.ID, abi.ErrorText(fmt.Sprintf("The tool %s was not run: the agent was stopped.", use.Name))))
+			continue
 		}
 		res, err := d.Dispatch(ctx, use.Name, input)
 		if err != nil {

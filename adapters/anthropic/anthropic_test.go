@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"reflect"
 	"slices"
@@ -214,5 +215,40 @@ func TestSDKStaysAtTheEdge(t *testing.T) {
 				t.Errorf("%s links %s", pkg, dep)
 			}
 		}
+	}
+}
+
+// canceller stops the run during its first call.
+type canceller struct {
+	cancel context.CancelFunc
+	calls  int
+}
+
+func (c *canceller) Dispatch(ctx context.Context, tool string, input json.RawMessage) (abi.Result, error) {
+	c.calls++
+	c.cancel()
+	return abi.Text("done"), nil
+}
+
+// Once ctx ends, the tool_use blocks left are answered with is_error results, not run.
+func TestToolResultsStopWithTheContext(t *testing.T) {
+	msg := message(t, `{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
+	"content":[{"type":"tool_use","id":"toolu_a","name":"bash","input":{"command":"true"}},
+		{"type":"tool_use","id":"toolu_b","name":"bash","input":{"command":"rm -rf build"}}],
+	"usage":{"input_tokens":1,"output_tokens":1}}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &canceller{cancel: cancel}
+	out, n, err := toolanthropic.ToolResults(ctx, d, msg.Content)
+	if d.calls != 1 || n != 2 {
+		t.Fatalf("%d calls run, %d results; want 1 run and 2 answered", d.calls, n)
+	}
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "toolu_b") {
+		t.Errorf("error %v, want the cancellation naming toolu_b", err)
+	}
+	blocks := jsonOf(t, out)["content"].([]any)
+	second := blocks[1].(map[string]any)
+	if second["is_error"] != true || !strings.Contains(fmt.Sprint(second["content"]), "was not run") {
+		t.Errorf("the call left: %v", second)
 	}
 }
