@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 
@@ -55,17 +56,28 @@ func run(ctx context.Context, task, model, project string, maxTurns int, log *sl
 	}
 	cfg := toolhost.DefaultConfig()
 	cfg.Project = project
+	// Saving and closing happen even after an interrupt, within their own bounds.
+	after := func(d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), d)
+	}
 	th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(log))
 	if err != nil {
-		return err
+		return fmt.Errorf("starting toolhost: %w", err)
 	}
-	// Closing waits for the sandbox to stop, even after an interrupt.
-	defer th.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := after(30 * time.Second)
+		defer cancel()
+		th.Close(cctx)
+	}()
 	sess, err := th.Open(ctx, toolhost.SessionOptions{})
 	if err != nil {
 		return err
 	}
-	defer sess.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := after(30 * time.Second)
+		defer cancel()
+		sess.Close(cctx)
+	}()
 	tools, err := toolanthropic.Tools(sess.Tools())
 	if err != nil {
 		return err
@@ -74,7 +86,9 @@ func run(ctx context.Context, task, model, project string, maxTurns int, log *sl
 	client := anthropic.NewClient()
 	_, loopErr := agent(ctx, client, sess, tools, model, task, maxTurns, os.Stdout, log)
 	// The work is kept even when the loop failed half-way.
-	info, err := sess.Commit(context.WithoutCancel(ctx), "agent-loop: "+firstLine(task))
+	cctx, cancel := after(5 * time.Minute)
+	defer cancel()
+	info, err := sess.Commit(cctx, "agent-loop: "+firstLine(task))
 	if err != nil {
 		return errors.Join(loopErr, fmt.Errorf("committing the workspace: %w", err))
 	}
