@@ -67,25 +67,39 @@ func Tools(tools []abi.Tool) ([]anthropic.ToolUnionParam, error) {
 	return out, nil
 }
 
-// Tool returns one tool definition as the SDK's ToolParam (see Tools).
+// Tool returns one tool definition as the SDK's ToolParam (see Tools). The schema's
+// members travel as their raw JSON, so the properties keep the plugin's order (the order
+// the model reads them in).
 func Tool(t abi.Tool) (*anthropic.ToolParam, error) {
-	var probe struct {
-		Type *string `json:"type"`
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(t.InputSchema, &members); err != nil || members == nil {
+		return nil, fmt.Errorf("tool %s: its input schema is not a JSON object (%.60q)", t.Name, t.InputSchema)
 	}
-	if err := json.Unmarshal(t.InputSchema, &probe); err != nil {
-		return nil, fmt.Errorf("tool %s: its input schema is not a JSON object: %w", t.Name, err)
+	if typ, ok := members["type"]; ok {
+		var s string
+		if json.Unmarshal(typ, &s); s != "object" {
+			return nil, fmt.Errorf("tool %s: its input schema has type %s; the Messages API takes only \"object\"", t.Name, typ)
+		}
 	}
-	if probe.Type != nil && *probe.Type != "object" {
-		return nil, fmt.Errorf("tool %s: its input schema has type %q; the Messages API takes only \"object\"", t.Name, *probe.Type)
-	}
-	var schema anthropic.ToolInputSchemaParam
-	if err := json.Unmarshal(t.InputSchema, &schema); err != nil {
-		return nil, fmt.Errorf("tool %s: reading its input schema: %w", t.Name, err)
-	}
-	// type is the SDK's own field, set (a zero schema, {}, would be left out of the
+	// type is the SDK's own field, always set (a zero schema, {}, would be left out of the
 	// request); a copy among the extra fields would be a second "type" member.
-	schema.Type = "object"
-	delete(schema.ExtraFields, "type")
+	schema := anthropic.ToolInputSchemaParam{Type: "object"}
+	for k, v := range members {
+		switch k {
+		case "type":
+		case "properties":
+			schema.Properties = v
+		case "required":
+			if err := json.Unmarshal(v, &schema.Required); err != nil {
+				return nil, fmt.Errorf("tool %s: its input schema's required is not a list of names: %w", t.Name, err)
+			}
+		default:
+			if schema.ExtraFields == nil {
+				schema.ExtraFields = map[string]any{}
+			}
+			schema.ExtraFields[k] = v
+		}
+	}
 	p := &anthropic.ToolParam{Name: t.Name, InputSchema: schema}
 	if t.Description != "" {
 		p.Description = anthropic.String(t.Description)

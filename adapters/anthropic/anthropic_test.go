@@ -1,6 +1,7 @@
 package anthropic_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,6 +71,20 @@ func TestToolsCarryTheSchemas(t *testing.T) {
 		if !reflect.DeepEqual(got["input_schema"], schema) {
 			t.Errorf("tool %s: input_schema\n%v\nwant\n%v", tools[i].Name, got["input_schema"], schema)
 		}
+		// The properties keep their order, the order the model reads them in.
+		var sent struct {
+			InputSchema struct{ Properties json.RawMessage } `json:"input_schema"`
+		}
+		var own struct{ Properties json.RawMessage }
+		b, _ := json.Marshal(p)
+		json.Unmarshal(b, &sent)
+		json.Unmarshal(tools[i].InputSchema, &own)
+		var gotProps, wantProps bytes.Buffer
+		json.Compact(&gotProps, sent.InputSchema.Properties)
+		json.Compact(&wantProps, own.Properties)
+		if gotProps.String() != wantProps.String() || gotProps.Len() == 0 {
+			t.Errorf("tool %s: properties sent as\n%s\nwant, in order,\n%s", tools[i].Name, gotProps.String(), wantProps.String())
+		}
 		if _, ok := schema["additionalProperties"]; !ok && tools[i].Name == "bash" {
 			t.Errorf("bash's schema has no additionalProperties: the comparison proves less than it should")
 		}
@@ -77,7 +92,7 @@ func TestToolsCarryTheSchemas(t *testing.T) {
 }
 
 func TestToolRefusesANonObjectSchema(t *testing.T) {
-	for _, schema := range []string{`{"type": "string"}`, `[1]`, `nope`} {
+	for _, schema := range []string{`{"type": "string"}`, `{"type": ["object", "null"]}`, `[1]`, `nope`, `null`, `{"required": "path"}`} {
 		_, err := toolanthropic.Tool(abi.Tool{Name: "odd", InputSchema: abi.RawJSON(schema)})
 		if err == nil || !strings.Contains(err.Error(), "tool odd") {
 			t.Errorf("schema %s: error %v, want one naming tool odd", schema, err)
