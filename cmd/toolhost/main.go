@@ -1,6 +1,6 @@
 // Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
 //
-//	toolhost tools [--format anthropic|json]          print the tool definitions
+//	toolhost tools [--format anthropic|openai|mcp|json] print the tool definitions
 //	toolhost call TOOL 'JSON' [--workspace DIR]       run one tool call in the project's sandbox
 //	toolhost demo                                     run a short scripted agent session
 //	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
