@@ -62,6 +62,9 @@ const (
 // ErrHeld matches a *HeldError: the project is open on another host.
 var ErrHeld = errors.New("project is open on another host")
 
+// ErrUnsupported: the store does not honour exclusive creation (Check).
+var ErrUnsupported = errors.New("the store cannot keep project leases")
+
 // ErrLost: the lease ran out before it could be renewed, or another host took it over.
 var ErrLost = errors.New("project lease lost")
 
@@ -111,7 +114,8 @@ type Config struct {
 	TTL time.Duration
 	// Renew is how often the holder renews (DefaultRenew when 0); less than TTL.
 	Renew time.Duration
-	// CallTimeout bounds each store call (Renew when 0).
+	// CallTimeout bounds each store call (when 0, the larger of Renew and 5 s); a renewal
+	// also ends at the lease's expiry.
 	CallTimeout time.Duration
 	// Host names this host in the record (os.Hostname when empty).
 	Host string
@@ -140,7 +144,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("lease: renew interval %s must be positive and less than the ttl %s", c.Renew, c.TTL)
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = c.Renew
+		c.CallTimeout = max(c.Renew, 5*time.Second)
 	}
 	if c.Host == "" {
 		h, err := os.Hostname()
@@ -465,7 +469,7 @@ func (l *Lease) remove(ctx context.Context, gens []uint64) {
 // Check reports whether st honours exclusive creation (store.PutOptions.IfNotExists),
 // which leases need: it creates a probe object twice and expects the second to fail with
 // store.ErrExists, then removes it. An S3-compatible endpoint that ignores If-None-Match
-// answers an error here. probeKey must be a key no one else uses.
+// answers an error matching ErrUnsupported here. probeKey must be a key no one else uses.
 func Check(ctx context.Context, st store.Store, probeKey string) error {
 	put := func() error {
 		_, err := st.Put(ctx, probeKey, strings.NewReader("probe"), store.PutOptions{Size: 5, IfNotExists: true})
@@ -479,7 +483,7 @@ func Check(ctx context.Context, st store.Store, probeKey string) error {
 	case errors.Is(err, store.ErrExists):
 		return nil
 	case err == nil:
-		return errors.New("the store replaced an object that a write asked not to replace (it ignores If-None-Match): project leases cannot be kept on it")
+		return fmt.Errorf("%w: it replaced an object that a write asked not to replace (it ignores If-None-Match)", ErrUnsupported)
 	default:
 		return fmt.Errorf("creating a probe object %s again: %w", probeKey, err)
 	}
