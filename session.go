@@ -81,6 +81,22 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		}
 		ws = abs
 	}
+	log := opts.Logger
+	if log == nil {
+		log = t.opts.log
+	}
+	// The project's lease comes before its sandbox, even before the provider: another
+	// host holding it means this one must not restore, run or save the project.
+	ls, err := t.takeLease(ctx, project, log)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			t.dropLease(context.WithoutCancel(ctx), ls)
+		}
+	}()
 	prov := opts.Provider
 	if prov == nil {
 		p, err := t.sessionProvider(ctx, project)
@@ -99,16 +115,6 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		ttl, maxLife = min(ttl, c), min(maxLife, c)
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
-	log := opts.Logger
-	if log == nil {
-		log = t.opts.log
-	}
-	// The project's lease comes before its sandbox: another host holding it means this
-	// one must not restore, run or save the project.
-	ls, err := t.takeLease(ctx, project, log)
-	if err != nil {
-		return nil, err
-	}
 	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != ""}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
@@ -124,10 +130,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		Logger:          log,
 	})
 	if err != nil {
-		t.dropLease(context.WithoutCancel(ctx), ls)
 		return nil, fmt.Errorf("opening a session for project %s: %w%s", project, err, bwrapHint())
 	}
 	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
+	opened = true
 	return &Session{th: t, project: project, live: live, tools: tools, wake: wake, lease: ls}, nil
 }
 
