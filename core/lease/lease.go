@@ -389,6 +389,9 @@ func (l *Lease) claim(ctx context.Context, n uint64, rec record) (bool, error) {
 	}
 	gens, err := l.list(ctx)
 	if err != nil {
+		// Unverified, the generation cannot be trusted; left, it would keep the project
+		// closed to others for a ttl with no one renewing it.
+		l.remove(ctx, []uint64{n})
 		return false, err
 	}
 	if len(gens) > 0 && gens[len(gens)-1] > n {

@@ -379,3 +379,85 @@ func TestConfig(t *testing.T) {
 		t.Errorf("bad project: %v", err)
 	}
 }
+
+// flakyStore fails List (and, with puts set, Put) while down is set.
+type flakyStore struct {
+	store.Store
+	down, puts atomic.Bool
+}
+
+var errDown = fmt.Errorf("%w: test outage", store.ErrUnreachable)
+
+func (f *flakyStore) List(ctx context.Context, opts store.ListOptions) (store.ListPage, error) {
+	if f.down.Load() {
+		return store.ListPage{}, errDown
+	}
+	return f.Store.List(ctx, opts)
+}
+
+func (f *flakyStore) Put(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.ObjectInfo, error) {
+	if f.down.Load() && f.puts.Load() {
+		return store.ObjectInfo{}, errDown
+	}
+	return f.Store.Put(ctx, key, r, opts)
+}
+
+// A generation whose creation cannot be verified is removed: it does not keep the
+// project closed with no one renewing it.
+func TestUnverifiedClaimRemoved(t *testing.T) {
+	st, err := dir.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	f := &flakyStore{Store: st}
+	a := &Lease{cfg: hostCfg(f, "host-a", nil), project: "shop", holder: Holder{Host: "host-a"}}
+	a.cfg.defaults()
+	f.down.Store(true)
+	if won, err := a.claim(ctx, 1, record{Holder: a.holder, Expires: time.Now().Add(time.Hour)}); won || !errors.Is(err, store.ErrUnreachable) {
+		t.Fatalf("claim with listing down: %v %v", won, err)
+	}
+	f.down.Store(false)
+	l, err := Acquire(ctx, hostCfg(st, "host-b", nil), "shop")
+	if err != nil {
+		t.Fatalf("after the unverified claim: %v", err)
+	}
+	l.Release(ctx)
+}
+
+// While the store is down the holder keeps trying; when its lease runs out before a
+// renewal gets through, the lease is lost: OnLost is called once, Err says so, and the
+// renewing goroutine ends.
+func TestLostWhenStoreDown(t *testing.T) {
+	st, err := dir.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	f := &flakyStore{Store: st}
+	f.puts.Store(true)
+	var c clock
+	cfg := hostCfg(f, "host-a", &c)
+	cfg.Renew, cfg.CallTimeout = 5*time.Millisecond, 30*time.Second
+	var lost atomic.Int32
+	cfg.OnLost = func(error) { lost.Add(1) }
+	l, err := Acquire(ctx, cfg, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.down.Store(true)
+	c.advance(3 * time.Hour)
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the renewing goroutine did not end when the lease ran out")
+	}
+	if lost.Load() != 1 || !errors.Is(l.Err(), ErrLost) {
+		t.Errorf("OnLost called %d times, Err %v", lost.Load(), l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release of a lost lease: %v", err)
+	}
+}
