@@ -26,7 +26,9 @@
 // The newest generation is never removed, so the numbers only grow.
 //
 // What the scheme assumes: the store's conditional create and listing are strongly
-// consistent (both backends are; so is AWS S3 since 2020 and 2024), and the hosts' clocks
+// consistent (both backends are, as storetest proves; AWS S3 lists consistently since
+// 2020 and honours If-None-Match since 2024; Check finds out a store that ignores it),
+// and the hosts' clocks
 // agree to well within the lease's ttl (expiry is a wall-clock time written by the holder
 // and judged by the taker). A holder treats its lease as lost once its last renewal's
 // expiry passes without a newer one (Err), so a host that stalls stops acting on the
