@@ -23,7 +23,9 @@
 // lease. Since generations are removed only once a newer one exists, a generation
 // number can be created again only when a higher one is already there; so after each
 // creation the creator lists the generations and, when a higher one exists, has lost.
-// The newest generation is never removed, so the numbers only grow.
+// The newest generation is never removed, but by the host that just created it when
+// that listing fails (it cannot tell whether it won; no one holds the lease then, and
+// the next host takes it).
 //
 // What the scheme assumes: the store's conditional create and listing are strongly
 // consistent (both backends are, as storetest proves; AWS S3 lists consistently since
