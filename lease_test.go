@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +188,47 @@ func TestLeaseOff(t *testing.T) {
 	open(t, b, SessionOptions{Project: "shop"})
 	if objs, err := store.ListAll(context.Background(), a.Storage().Store(), "projects/shop/lease/"); err != nil || len(objs) != 0 {
 		t.Errorf("lease objects with leases off: %v %v", objs, err)
+	}
+}
+
+// blindStore ignores IfNotExists, as an S3-compatible endpoint that ignores If-None-Match.
+type blindStore struct{ store.Store }
+
+func (b blindStore) Put(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.ObjectInfo, error) {
+	opts.IfNotExists = false
+	return b.Store.Put(ctx, key, r, opts)
+}
+
+// countHandler counts the records that contain a text.
+type countHandler struct {
+	slog.Handler
+	text string
+	n    *atomic.Int32
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.text) {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+// TestLeaseStoreWithoutConditionalWrites: on a store that ignores conditional writes no
+// lease can be kept: sessions open without one, and the Toolhost says so once.
+func TestLeaseStoreWithoutConditionalWrites(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.Provider = "test-memory"
+	var warned atomic.Int32
+	th := newToolhost(t, cfg, WithLogger(slog.New(countHandler{slog.DiscardHandler, "project leases are off", &warned})))
+	th.storage.store = blindStore{th.storage.store}
+	for range 3 {
+		open(t, th, SessionOptions{Project: "shop"})
+	}
+	if n := warned.Load(); n != 1 {
+		t.Errorf("warned %d times, want once", n)
+	}
+	if objs, err := store.ListAll(context.Background(), th.Storage().Store(), lease.Prefix("shop")); err != nil || len(objs) != 0 {
+		t.Errorf("lease objects on a store that cannot keep them: %v %v", objs, err)
 	}
 }
