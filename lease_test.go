@@ -152,6 +152,13 @@ func TestLeaseLost(t *testing.T) {
 	if _, err := s.Commit(context.Background(), "x"); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("a commit after the loss: %v", err)
 	}
+	// Nor does a rotation save: every save of the session goes through its recorder.
+	if _, err := s.wake.Save(context.Background(), "shop", func(w io.Writer) error { return nil }); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("a save after the loss: %v", err)
+	}
+	if objs, err := store.ListAll(context.Background(), th.Storage().Store(), "projects/shop/snapshots/"); err != nil || len(objs) != 0 {
+		t.Errorf("snapshots saved after the loss: %v %v", objs, err)
+	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Errorf("Close: %v", err)
 	}

@@ -115,7 +115,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		ttl, maxLife = min(ttl, c), min(maxLife, c)
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
-	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != ""}
+	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
@@ -251,12 +251,16 @@ func hostName() string {
 }
 
 // leaseErr is why the session may no longer act on its project (its lease was lost), or nil.
-func (s *Session) leaseErr() error {
-	if s.lease == nil {
+func (s *Session) leaseErr() error { return s.lease.check() }
+
+// check is why the sessions sharing e may no longer act on the project, or nil (also
+// when e is nil: leases are off).
+func (e *projectLease) check() error {
+	if e == nil {
 		return nil
 	}
-	if err := s.lease.l.Err(); err != nil {
-		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", s.project, err)
+	if err := e.l.Err(); err != nil {
+		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
 	}
 	return nil
 }
@@ -318,6 +322,7 @@ func (s *Session) Close(ctx context.Context) error {
 type wakeRecorder struct {
 	snaps   *snapshot.Manager
 	hostDir bool
+	lease   *projectLease // the session's, or nil: no save once it is lost
 
 	mu    sync.Mutex
 	woke  snapshot.Info
@@ -325,6 +330,11 @@ type wakeRecorder struct {
 }
 
 func (w *wakeRecorder) Save(ctx context.Context, project string, pack func(io.Writer) error) (snapshot.Info, error) {
+	// Every save (a commit, a rotation's) is the project's newest snapshot, which the
+	// host that took the lease over would wake from: none once the lease is lost.
+	if err := w.lease.check(); err != nil {
+		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
+	}
 	return w.snaps.Save(ctx, project, pack)
 }
 
