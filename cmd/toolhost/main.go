@@ -9,6 +9,7 @@
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
 //	toolhost policy test CASES.yaml                   prove a tool policy holds
 //	toolhost audit [FILE]                             show the audit of what plugins did
+//	toolhost doctor                                   what is installed and usable here, one line each
 //	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
@@ -82,7 +83,8 @@ func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
-		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand()}
+		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
+		doctorCommand()}
 }
 
 // cli is what a command runs with.

@@ -112,6 +112,20 @@ func trackSources() {
 	})
 }
 
+// testStores holds each test's directory store, by test name: the tests run in parallel,
+// and the project lease keeps two processes on one store from running one project (the
+// default one, say) at once.
+var testStores sync.Map
+
+// testStore is t's own store directory (env may still name another).
+func testStore(t *testing.T) string {
+	if d, ok := testStores.Load(t.Name()); ok {
+		return d.(string)
+	}
+	d, _ := testStores.LoadOrStore(t.Name(), t.TempDir())
+	return d.(string)
+}
+
 type runResult struct {
 	code           int
 	stdout, stderr string
@@ -136,7 +150,7 @@ func runCLIIn(t *testing.T, dir string, env []string, args ...string) runResult 
 		}
 	}
 	// No user config file: every test states its configuration.
-	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "XDG_CONFIG_HOME="+t.TempDir())
+	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t), "XDG_CONFIG_HOME="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -384,7 +398,7 @@ func TestCallWriteThenRead(t *testing.T) {
 
 	// Flags between them, the short spelling, and the input from stdin.
 	cmd := exec.Command(toolBin, "call", "-w", ws, "read_file", "-")
-	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t))
 	cmd.Stdin = strings.NewReader(`{"path": "notes/a.txt", "offset": 2}`)
 	out, err := cmd.Output()
 	if err != nil {
@@ -694,7 +708,7 @@ func TestInterrupt(t *testing.T) {
 	trackSources()
 	ws := t.TempDir()
 	cmd := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws)
-	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
