@@ -89,6 +89,10 @@ func (h *Host) decodeCapture(_ context.Context, inst *instance, stack []uint64, 
 	return true
 }
 
+// maxCaptureRetries bounds the captures taken again because the sandbox was replaced under
+// the previous one.
+const maxCaptureRetries = 3
+
 // capture serves toolhost_capture.capture. The URL is built here from the sandbox's own
 // preview mapping, so the browser can reach nothing but what listens inside the sandbox
 // (and package screenshot pins it to that origin).
@@ -110,13 +114,19 @@ func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 
 		path = "/"
 	}
 	shot, err := capt.Capture(ctx, base, path, inst.session.project)
-	if errors.Is(err, ErrCaptureUnreachable) {
-		// A sandbox replaced while the page was being fetched (a session's rotation) takes
-		// its preview with it. The new sandbox has a preview of its own: shoot that once.
-		// The same URL again means the port really is closed.
-		if again, perr := inst.sb.PreviewURL(ctx, port); perr == nil && again.String() != base.String() {
-			shot, err = capt.Capture(ctx, again, path, inst.session.project)
+	// A sandbox replaced while the page was being fetched (a session's rotation) takes its
+	// preview with it. The new sandbox has a preview of its own: shoot that instead, a few
+	// times at most. The same URL again means the port really is closed.
+	for range maxCaptureRetries {
+		if !errors.Is(err, ErrCaptureUnreachable) {
+			break
 		}
+		again, perr := inst.sb.PreviewURL(ctx, port)
+		if perr != nil || again.String() == base.String() {
+			break
+		}
+		base = again
+		shot, err = capt.Capture(ctx, base, path, inst.session.project)
 	}
 	if err != nil {
 		return inst.captureStatus(err)

@@ -26,23 +26,24 @@ import (
 )
 
 // A session on E2B through three rotations, with a dev server in the background and a
-// screenshot after each. E2B sandboxes cannot outlive the plan's maximum (here 12 s), and
+// screenshot after each. E2B sandboxes cannot outlive the plan's maximum (here 30 s), and
 // a remote provider cannot hand a workspace over, so every rotation saves a snapshot,
 // creates a new sandbox and restores the snapshot into it. Every file written survives;
 // the dev server, which the session restarts in each new sandbox, serves the restored
 // page after each rotation.
 //
 // The plan's lifetime is the session's whole time scale: each sandbox rotates once it has
-// less than the 5 s keepalive margin left, so a rotation, and a screenshot taken right
-// after one, have about 7 s before the next (with a browser already running, as on any
-// host after its first screenshot). With 4 s, under -race on a loaded machine, a sandbox
-// could end before its save, and a capture straddle the next rotation.
+// less than the 12 s keepalive margin left, so a rotation, and a screenshot taken right
+// after one, have about 18 s before the next. Shorter plans (12 s with a 5 s margin) were
+// not enough under -race on a machine that runs other suites at once: a pack of the
+// workspace took 2 s, a capture 11 s, a sandbox ended before its save and a capture
+// straddled the next rotation. Slow, but what it proves does not depend on the load.
 func TestSessionRotatesOnE2B(t *testing.T) {
 	needPython(t)
 	capt := capturer(t)
 	f := startFake(t, byHost, e2bfake.Config{})
 	cfg := providerConfig(t, f, byHost)
-	const life = 12 * time.Second
+	const life = 30 * time.Second
 	cfg.Plan = e2b.Plan{Name: "test", MaxLifetime: life}
 	ledger := e2b.NewLedger(mustDir(t), "")
 	cfg.Quota = ledger
@@ -60,7 +61,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 	}
 	s, err := session.Open(ctx, session.Config{
 		Provider: p.ForProject("rotating"), ProjectID: "rotating", Snapshots: snaps, Screenshots: rec,
-		TTL: life, MaxLifetime: life, KeepaliveMargin: 5 * time.Second,
+		TTL: life, MaxLifetime: life, KeepaliveMargin: 12 * time.Second,
 		RetryInterval: 100 * time.Millisecond, Logger: testLogger(t),
 	})
 	if err != nil {
@@ -86,7 +87,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 	shots := 0
 	seen := s.Rotations()
 	sandboxes := map[string]bool{s.SandboxID(): true}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for i := 0; shots < 3; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d rotations (%d screenshots) after %d calls", s.Rotations(), shots, i)
