@@ -9,6 +9,8 @@
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
 //	toolhost policy test CASES.yaml                   prove a tool policy holds
 //	toolhost audit [FILE]                             show the audit of what plugins did
+//	toolhost mcp                                      serve the tools to one MCP client on stdio
+//	toolhost serve [--listen ADDR]                    serve the tools over MCP (streamable HTTP)
 //	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
@@ -82,7 +84,8 @@ func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
-		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand()}
+		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
+		mcpCommand(), serveCommand()}
 }
 
 // cli is what a command runs with.
