@@ -41,6 +41,9 @@ import (
 	"github.com/toolhost/toolhost/abi"
 )
 
+// shutdownBound bounds the commit and close of a stdio session after its client went.
+const shutdownBound = 5 * time.Minute
+
 // CommitTool is the name of the tool that commits a session's workspace.
 const CommitTool = "commit"
 
@@ -186,7 +189,9 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
 	err := ms.Run(ctx, t)
-	serr := s.Shutdown(context.WithoutCancel(ctx))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
+	defer cancel()
+	serr := s.Shutdown(sctx)
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil // asked to stop (a signal): not a failure of the session
 	}

@@ -515,3 +515,61 @@ func TestNoSDKInHost(t *testing.T) {
 		}
 	}
 }
+
+// TestBounds: a session past MaxSessions is refused with 503; a body past MaxBodyBytes
+// gets 413; a session idle past IdleTimeout is committed and closed.
+func TestBounds(t *testing.T) {
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	post := func(url, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	ctx := context.Background()
+	t.Run("sessions and body", func(t *testing.T) {
+		s, _ := newServer(t, testConfig(t), Options{MaxSessions: 1, MaxBodyBytes: 64 << 10})
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		cs, err := connectHTTP(ctx, srv.URL+"/mcp", "", "one", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if res := call(t, cs, "bash", map[string]any{"command": "true"}); res.IsError {
+			t.Fatal(text(res))
+		}
+		if resp := post(srv.URL+"/mcp", initialize); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a session past max_sessions: status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		big := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"` + strings.Repeat("x", 128<<10) + `"}}`
+		cs.Close()
+		waitFor(t, "the session to end", func() bool { return s.OpenSessions() == 0 })
+		if resp := post(srv.URL+"/mcp", big); resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a 128 KiB body over a 64 KiB bound: status %d, want 413", resp.StatusCode)
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		s, th := newServer(t, testConfig(t), Options{IdleTimeout: 200 * time.Millisecond})
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		cs, err := connectHTTP(ctx, srv.URL+"/mcp", "", "idle", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if res := call(t, cs, "write_file", map[string]any{"path": "a.txt", "content": "kept\n"}); res.IsError {
+			t.Fatal(text(res))
+		}
+		waitFor(t, "the idle session to end", func() bool { return s.OpenSessions() == 0 })
+		if n := snapshotCount(t, th, "idle"); n != 1 {
+			t.Errorf("%d snapshots after the idle end, want 1", n)
+		}
+	})
+}
