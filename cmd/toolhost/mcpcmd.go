@@ -33,11 +33,10 @@ Example (.mcp.json or claude_desktop_config.json):
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
-		out, restore, err := c.protocolStdout()
+		out, err := c.protocolStdout()
 		if err != nil {
 			return err
 		}
-		defer restore()
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
@@ -51,23 +50,24 @@ Example (.mcp.json or claude_desktop_config.json):
 }
 
 // protocolStdout is where the MCP messages go: the process's stdout, which from then on
-// is only theirs. When c.stdout is the process's stdout, file descriptor 1 is pointed at
-// stderr, so nothing else (a library, a child process) can write into the protocol
-// stream; restore puts it back.
-func (c *cli) protocolStdout() (io.WriteCloser, func(), error) {
+// is only theirs. When c.stdout is the process's stdout, the stream moves to a duplicate
+// of file descriptor 1 (owned by the transport, which closes it) and descriptor 1 is
+// pointed at stderr until the process exits, so nothing else (a library, a child
+// process) can write into the protocol stream.
+func (c *cli) protocolStdout() (io.WriteCloser, error) {
 	if c.stdout != os.Stdout {
-		return nopWriteCloser{c.stdout}, func() {}, nil
+		return nopWriteCloser{c.stdout}, nil
 	}
 	fd, err := syscall.Dup(1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("keeping stdout for the protocol: %w", err)
+		return nil, fmt.Errorf("keeping stdout for the protocol: %w", err)
 	}
+	syscall.CloseOnExec(fd)
 	if err := syscall.Dup3(2, 1, 0); err != nil {
 		syscall.Close(fd)
-		return nil, nil, fmt.Errorf("pointing stdout at stderr: %w", err)
+		return nil, fmt.Errorf("pointing stdout at stderr: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "mcp-stdout")
-	return f, func() { syscall.Dup3(fd, 1, 0); f.Close() }, nil
+	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
 }
 
 type nopWriteCloser struct{ io.Writer }
