@@ -98,11 +98,20 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.base.RoundTrip(r)
 }
 
+// clientTransport is the test clients' HTTP transport: like a real client (a process of
+// its own), each session keeps its connections; http.DefaultTransport would keep only
+// two idle ones to the server for all of them and dial again for every other request.
+var clientTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 256
+	return t
+}()
+
 // connectHTTP is an SDK client session over streamable HTTP to url.
 func connectHTTP(ctx context.Context, url, token, project string, copts *mcp.ClientOptions) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
 	tr := &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1,
-		HTTPClient: &http.Client{Transport: bearer{token: token, project: project, base: http.DefaultTransport}}}
+		HTTPClient: &http.Client{Transport: bearer{token: token, project: project, base: clientTransport}}}
 	return c.Connect(ctx, tr, nil)
 }
 
