@@ -395,9 +395,9 @@ flag; set it here.`},
 none: any); # starts a comment. It may not be readable by group or others (chmod 600).
 Added to tokens.`},
 	{name: "serve.max_sessions", flag: "max-sessions", def: 64,
-		usage: "most sessions with an open sandbox at once (toolhost serve)",
-		doc: `The most sessions with an open sandbox at once; a client opening one more gets 503
-(Retry-After) until one ends.`},
+		usage: "most MCP sessions at once (toolhost serve)",
+		doc: `The most MCP sessions connected at once, each with its sandbox once it calls a tool; a
+client opening one more gets 503 (Retry-After) until one ends.`},
 	{name: "serve.idle_timeout", flag: "idle-timeout", def: 15 * time.Minute,
 		usage: "end a session idle this long (its work committed, its sandbox closed)",
 		doc: `A session that makes no request for this long ends: its workspace is committed and its

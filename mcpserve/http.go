@@ -233,7 +233,7 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			return
 		}
 		s.mu.Lock()
-		full, closing := len(s.open) >= s.opts.MaxSessions, s.closing
+		full, closing := len(s.connected) >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions, s.closing
 		s.mu.Unlock()
 		switch {
 		case closing:

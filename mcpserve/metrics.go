@@ -20,10 +20,11 @@ var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 type Metrics struct {
 	tools map[string]*toolMetrics // fixed at New: no lock for the map itself
 
-	sessionsOpen   atomic.Int64
-	sessionsTotal  atomic.Int64
-	authRefused    atomic.Int64
-	projectRefused atomic.Int64
+	clientsConnected atomic.Int64
+	sessionsOpen     atomic.Int64
+	sessionsTotal    atomic.Int64
+	authRefused      atomic.Int64
+	projectRefused   atomic.Int64
 }
 
 type toolMetrics struct {
@@ -116,6 +117,8 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	}
 	p("# HELP toolhost_mcp_sessions_open Sessions with an open sandbox.\n# TYPE toolhost_mcp_sessions_open gauge\n")
 	p("toolhost_mcp_sessions_open %d\n", m.sessionsOpen.Load())
+	p("# HELP toolhost_mcp_sessions_connected MCP sessions connected, with a sandbox or not yet.\n# TYPE toolhost_mcp_sessions_connected gauge\n")
+	p("toolhost_mcp_sessions_connected %d\n", m.clientsConnected.Load())
 	p("# HELP toolhost_mcp_sessions_total Sessions opened since the start.\n# TYPE toolhost_mcp_sessions_total counter\n")
 	p("toolhost_mcp_sessions_total %d\n", m.sessionsTotal.Load())
 	p("# HELP toolhost_mcp_auth_refused_total HTTP requests refused for a missing or wrong token.\n# TYPE toolhost_mcp_auth_refused_total counter\n")

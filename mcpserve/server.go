@@ -56,7 +56,8 @@ type Options struct {
 	// Tokens are the bearer tokens the HTTP handler accepts; none: no authentication
 	// (which only a loopback listener may go without; see CheckListen).
 	Tokens []Token
-	// MaxSessions bounds the sessions with an open sandbox at once (default 64).
+	// MaxSessions bounds the MCP sessions connected over HTTP at once, and the sessions
+	// with an open sandbox (default 64).
 	MaxSessions int
 	// IdleTimeout ends an HTTP session that made no request for this long: its workspace
 	// is committed and its sandbox closed (default 15m).
@@ -86,10 +87,11 @@ type Server struct {
 	// pluginCommit: a plugin has a tool named commit, which then shadows the server's.
 	pluginCommit bool
 
-	mu       sync.Mutex
-	open     map[*binding]struct{} // sessions with a sandbox (or opening one)
-	closing  bool
-	watchers sync.WaitGroup // the goroutines that finish a session when its client goes
+	mu        sync.Mutex
+	connected map[*binding]struct{} // MCP sessions being watched (see binding.watch)
+	open      map[*binding]struct{} // sessions with a sandbox (or opening one)
+	closing   bool
+	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -120,7 +122,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}}
+	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	for _, t := range th.Tools() {
 		if t.Name == CommitTool {
 			s.pluginCommit = true
@@ -165,6 +167,13 @@ func (s *Server) hasTool(name string) bool {
 // Metrics are the server's counters (see WriteMetrics).
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
+// ConnectedSessions is how many MCP sessions are connected (with a sandbox or not yet).
+func (s *Server) ConnectedSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.connected)
+}
+
 // OpenSessions is how many sessions have a sandbox open.
 func (s *Server) OpenSessions() int {
 	s.mu.Lock()
@@ -176,7 +185,12 @@ func (s *Server) OpenSessions() int {
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	b := &binding{srv: s, project: project, owner: owner}
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
-		&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
+		&mcp.ServerOptions{
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+			// Watched from the handshake's end, so a session that never calls a tool is
+			// counted against MaxSessions and forgotten when it ends.
+			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { b.watch(req.Session) },
+		})
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
@@ -217,6 +231,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for b := range s.open {
 		bs = append(bs, b)
 	}
+	for b := range s.connected {
+		if _, ok := s.open[b]; !ok {
+			bs = append(bs, b)
+		}
+	}
 	s.mu.Unlock()
 	errs := make([]error, len(bs))
 	var wg sync.WaitGroup
@@ -243,15 +262,50 @@ type binding struct {
 	project string
 	owner   string // the token's name over HTTP, for the log
 
-	mu     sync.Mutex // held while opening
-	sess   *toolhost.Session
-	ss     *mcp.ServerSession
-	ended  bool
-	endErr error
+	mu      sync.Mutex // held while opening
+	sess    *toolhost.Session
+	ss      *mcp.ServerSession
+	watched bool
+	ended   bool
+	endErr  error
+}
+
+// watch starts, once, the goroutine that finishes b when its MCP session ss ends (the
+// client closed it or went away, it idled out, Shutdown closed it), and counts b as
+// connected until then. Called at the handshake's end and again on every call (a client
+// of the stateless protocol era has no handshake).
+func (b *binding) watch(ss *mcp.ServerSession) {
+	if ss == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.watched || b.ended {
+		b.mu.Unlock()
+		return
+	}
+	b.watched, b.ss = true, ss
+	b.mu.Unlock()
+	s := b.srv
+	s.mu.Lock()
+	s.connected[b] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.clientsConnected.Add(1)
+	s.watchers.Add(1)
+	go func() { // owned by s.watchers: ends when the MCP session does (Shutdown closes it)
+		defer s.watchers.Done()
+		ss.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+		defer cancel()
+		b.finish(ctx, "the client's session ended")
+		s.mu.Lock()
+		delete(s.connected, b)
+		s.mu.Unlock()
+		s.metrics.clientsConnected.Add(-1)
+	}()
 }
 
 // session returns b's session, opening it (and its sandbox) on the first call.
-func (b *binding) session(ctx context.Context, ss *mcp.ServerSession) (*toolhost.Session, error) {
+func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended {
@@ -287,21 +341,11 @@ func (b *binding) session(ctx context.Context, ss *mcp.ServerSession) (*toolhost
 		s.log.Error("mcp: opening a session", "project", b.project, "err", err)
 		return nil, fmt.Errorf("the sandbox of project %s could not be started (the server's log says why); try again", b.project)
 	}
-	b.sess, b.ss = sess, ss
+	b.sess = sess
 	s.metrics.sessionOpened()
 	woke, ok := sess.Woke()
 	s.log.Info("mcp: session opened", "project", b.project, "owner", b.owner, "took", time.Since(start).Round(time.Millisecond),
 		"woke_from", woke.Key, "woke", ok)
-	if ss != nil {
-		s.watchers.Add(1)
-		go func() { // owned by s.watchers: ends when the MCP session does (Shutdown closes it)
-			defer s.watchers.Done()
-			ss.Wait()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			b.finish(ctx, "the client's session ended")
-		}()
-	}
 	return sess, nil
 }
 
@@ -314,6 +358,9 @@ func (b *binding) finish(ctx context.Context, why string) error {
 	}
 	b.ended = true
 	if b.sess == nil {
+		if b.ss != nil {
+			b.ss.Close()
+		}
 		return nil
 	}
 	s := b.srv
@@ -350,7 +397,8 @@ func (b *binding) handler(tool string) mcp.ToolHandler {
 }
 
 func (b *binding) call(ctx context.Context, tool string, req *mcp.CallToolRequest) *mcp.CallToolResult {
-	sess, err := b.session(ctx, req.Session)
+	b.watch(req.Session)
+	sess, err := b.session(ctx)
 	if err != nil {
 		return errorResult(err.Error())
 	}

@@ -551,6 +551,11 @@ func TestBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cs.Close()
+		// Connected, no call yet (no sandbox): the slot is taken all the same.
+		waitFor(t, "the session to be counted", func() bool { return s.ConnectedSessions() == 1 })
+		if resp := post(srv.URL+"/mcp", initialize); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("a session past max_sessions, the first without a sandbox: status %d, want 503", resp.StatusCode)
+		}
 		if res := call(t, cs, "bash", map[string]any{"command": "true"}); res.IsError {
 			t.Fatal(text(res))
 		}
@@ -559,7 +564,7 @@ func TestBounds(t *testing.T) {
 		}
 		big := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"` + strings.Repeat("x", 128<<10) + `"}}`
 		cs.Close()
-		waitFor(t, "the session to end", func() bool { return s.OpenSessions() == 0 })
+		waitFor(t, "the session to end", func() bool { return s.OpenSessions() == 0 && s.ConnectedSessions() == 0 })
 		if resp := post(srv.URL+"/mcp", big); resp.StatusCode != http.StatusRequestEntityTooLarge {
 			t.Errorf("a 128 KiB body over a 64 KiB bound: status %d, want 413", resp.StatusCode)
 		}
