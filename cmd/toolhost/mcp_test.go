@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,8 +102,9 @@ func TestMCPStdio(t *testing.T) {
 	}
 }
 
-// startServe starts toolhost serve on a loopback port and returns its /mcp URL.
-func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *strings.Builder) {
+// startServe starts toolhost serve on a loopback port and returns it, its /mcp URL, its
+// stderr so far, and the channel its exit arrives on.
+func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *syncBuilder, <-chan error) {
 	t.Helper()
 	cmd := exec.Command(toolBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = cliEnv(t, env...)
@@ -111,8 +113,17 @@ func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var log strings.Builder
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); pw.Close() }() // owned by the test: ends with the process
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		select {
+		case err := <-exited:
+			exited <- err
+		default:
+		}
+	})
+	log := &syncBuilder{done: make(chan struct{})}
 	urlc := make(chan string, 1)
 	go func() { // owned by the test: ends when the process closes stderr
 		sc := bufio.NewScanner(pr)
@@ -123,15 +134,35 @@ func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, 
 				urlc <- u
 			}
 		}
+		close(log.done)
 	}()
-	go func() { cmd.Wait(); pw.Close() }() // owned by the test: ends with the process
 	select {
 	case u := <-urlc:
-		return cmd, u, &log
+		return cmd, u, log, exited
 	case <-time.After(60 * time.Second):
 		t.Fatalf("toolhost serve never listened")
 	}
-	return nil, "", nil
+	return nil, "", nil, nil
+}
+
+// syncBuilder is a strings.Builder safe for one writer and concurrent readers; done is
+// closed when the writer is finished.
+type syncBuilder struct {
+	mu   sync.Mutex
+	b    strings.Builder
+	done chan struct{}
+}
+
+func (s *syncBuilder) WriteString(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(v)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 type headers struct {
@@ -158,7 +189,7 @@ func TestServeSIGTERM(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	const token = "serve-test-token-0123456789"
 	os.WriteFile(tokens, []byte(token+" p1 p2 p3\n"), 0o600)
-	cmd, url, log := startServe(t, nil, "--store-dir", store, "--tokens-file", tokens)
+	cmd, url, log, exited := startServe(t, nil, "--store-dir", store, "--tokens-file", tokens)
 	ctx := context.Background()
 	for _, p := range []string{"p1", "p2", "p3"} {
 		c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
@@ -187,10 +218,10 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM)
-	state, _ := cmd.Process.Wait()
-	if state == nil || state.ExitCode() != 0 {
-		t.Errorf("toolhost serve after SIGTERM: %v\n%s", state, log.String())
+	if err := <-exited; err != nil {
+		t.Errorf("toolhost serve after SIGTERM: %v (want exit 0)\n%s", err, log.String())
 	}
+	<-log.done // the process exited: its stderr is read to the end
 	for _, p := range []string{"p1", "p2", "p3"} {
 		if n := snapshots(t, store, p); n != 1 {
 			t.Errorf("project %s has %d snapshots after SIGTERM, want 1\n%s", p, n, log.String())
