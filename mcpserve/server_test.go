@@ -262,11 +262,28 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-// TestCancelKillsProcess: cancelling a call kills the command it started.
+// TestCancelKillsProcess: cancelling a call kills the command it started, over the
+// in-memory transport and over streamable HTTP.
 func TestCancelKillsProcess(t *testing.T) {
 	s, _ := newServer(t, testConfig(t), Options{})
-	cs := connectInMemory(t, s, nil)
-	defer cs.Close()
+	t.Run("in-memory", func(t *testing.T) {
+		cs := connectInMemory(t, s, nil)
+		defer cs.Close()
+		cancelKills(t, cs)
+	})
+	t.Run("http", func(t *testing.T) {
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		cs, err := connectHTTP(context.Background(), srv.URL+"/mcp", "", "cancelhttp", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		cancelKills(t, cs)
+	})
+}
+
+func cancelKills(t *testing.T, cs *mcp.ClientSession) {
 	call(t, cs, "bash", map[string]any{"command": "true"}) // the sandbox is up
 	marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e9)
 	ctx, cancel := context.WithCancel(context.Background())
