@@ -243,3 +243,59 @@ func TestServeRefusesOpenListen(t *testing.T) {
 	r = runCLI(t, nil, "serve", "--config", cfg)
 	oneLineError(t, r, exitUsage, "serve.tokens[0].token")
 }
+
+// TestMCPStdioSIGTERM: toolhost mcp gets SIGTERM with its session open: it commits the
+// session's work and exits 0.
+func TestMCPStdioSIGTERM(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	trackSources()
+	store := t.TempDir()
+	cmd := exec.Command(toolBin, "mcp", "--project", "stdioterm", "--store-dir", store)
+	cmd.Env = cliEnv(t)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewScanner(stdout)
+	out.Buffer(nil, 1<<20)
+	// The JSON-RPC lines of a client: the handshake, then a write_file.
+	send := func(line string) {
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply := func(id string) string {
+		for out.Scan() {
+			if strings.Contains(out.Text(), `"id":`+id) {
+				return out.Text()
+			}
+		}
+		t.Fatalf("no reply %s on stdout (%v)\n%s", id, out.Err(), stderr.String())
+		return ""
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	reply("1")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"w.txt","content":"work\n"}}}`)
+	if r := reply("2"); strings.Contains(r, `"isError":true`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("write_file: %s", r)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("toolhost mcp after SIGTERM: %v (want exit 0)\n%s", err, stderr.String())
+	}
+	if n := snapshots(t, store, "stdioterm"); n != 1 {
+		t.Errorf("%d snapshots after SIGTERM, want 1\n%s", n, stderr.String())
+	}
+}
