@@ -287,10 +287,15 @@ func (b *binding) watch(ss *mcp.ServerSession) {
 	b.mu.Unlock()
 	s := b.srv
 	s.mu.Lock()
+	if s.closing { // Shutdown has taken its list: this session would be missed
+		s.mu.Unlock()
+		ss.Close()
+		return
+	}
 	s.connected[b] = struct{}{}
+	s.watchers.Add(1) // under s.mu, so never after Shutdown's Wait began
 	s.mu.Unlock()
 	s.metrics.clientsConnected.Add(1)
-	s.watchers.Add(1)
 	go func() { // owned by s.watchers: ends when the MCP session does (Shutdown closes it)
 		defer s.watchers.Done()
 		ss.Wait()
