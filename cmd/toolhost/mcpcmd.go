@@ -92,7 +92,7 @@ serve.tokens_file; a token may name the projects it opens. Without tokens only a
 loopback address is served.
 
 Example:
-  openssl rand -hex 32 | sed 's/$/ shop/' > ~/.config/toolhost/tokens && chmod 600 ~/.config/toolhost/tokens
+  (umask 077; openssl rand -hex 32 | sed 's/$/ shop/' > ~/.config/toolhost/tokens)
   toolhost serve --listen :8750 --tokens-file ~/.config/toolhost/tokens`,
 		nargs: [2]int{0, 0},
 	}
