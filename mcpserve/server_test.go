@@ -235,30 +235,46 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // TestProgress: a call made with a progress token gets progress notifications while it
-// runs.
+// runs, over the in-memory transport and over streamable HTTP (down the call's own SSE
+// stream).
 func TestProgress(t *testing.T) {
 	s, _ := newServer(t, testConfig(t), Options{ProgressInterval: 50 * time.Millisecond})
-	var mu sync.Mutex
-	var got []string
-	cs := connectInMemory(t, s, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-		mu.Lock()
-		got = append(got, r.Params.Message)
-		mu.Unlock()
-	}})
-	defer cs.Close()
-	// The command runs twenty intervals: a notification is due long before it ends.
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash",
-		Arguments: map[string]any{"command": "sleep 1; echo done"}, Meta: mcp.Meta{"progressToken": "p1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.IsError {
-		t.Fatal(text(res))
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) == 0 || !strings.Contains(got[0], "bash still running") {
-		t.Errorf("progress notifications during a 1s command at 50ms: %q", got)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for _, transport := range []string{"in-memory", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				got = append(got, r.Params.Message)
+				mu.Unlock()
+			}}
+			var cs *mcp.ClientSession
+			if transport == "http" {
+				var err error
+				if cs, err = connectHTTP(context.Background(), srv.URL+"/mcp", "", "progresshttp", copts); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cs = connectInMemory(t, s, copts)
+			}
+			defer cs.Close()
+			// The command runs twenty intervals: a notification is due long before it ends.
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash",
+				Arguments: map[string]any{"command": "sleep 1; echo done"}, Meta: mcp.Meta{"progressToken": "p1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.IsError {
+				t.Fatal(text(res))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) == 0 || !strings.Contains(got[0], "bash still running") {
+				t.Errorf("progress notifications during a 1s command at 50ms: %q", got)
+			}
+		})
 	}
 }
 
