@@ -37,6 +37,7 @@ type Config struct {
 	Store      StoreConfig      `key:"store"`
 	Snapshot   SnapshotConfig   `key:"snapshot"`
 	Session    SessionConfig    `key:"session"`
+	Lease      LeaseConfig      `key:"lease"`
 	Screenshot ScreenshotConfig `key:"screenshot"`
 	Sandbox    SandboxConfig    `key:"sandbox"`
 	E2B        E2BConfig        `key:"e2b"`
@@ -115,6 +116,14 @@ type SessionConfig struct {
 	KeepaliveMargin time.Duration `key:"keepalive_margin"`
 	LastCallMargin  time.Duration `key:"last_call_margin"`
 	MaxLifetime     time.Duration `key:"max_lifetime"`
+}
+
+// LeaseConfig is the lease.* keys: the project lease that keeps two hosts sharing a store
+// from running one project at once (package core/lease).
+type LeaseConfig struct {
+	Enabled bool          `key:"enabled"`
+	TTL     time.Duration `key:"ttl"`
+	Renew   time.Duration `key:"renew"`
 }
 
 // ScreenshotConfig is the screenshot.* keys.
@@ -287,6 +296,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Session.LastCallMargin < 0 || c.Session.LastCallMargin >= c.Session.KeepaliveMargin {
 		return bad("session.last_call_margin", "must be less than session.keepalive_margin (%s), or 0 for half of it, got %s", c.Session.KeepaliveMargin, c.Session.LastCallMargin)
+	}
+	if c.Lease.Enabled && (c.Lease.TTL <= 0 || c.Lease.Renew <= 0 || c.Lease.Renew >= c.Lease.TTL) {
+		return bad("lease.renew", "must be positive and less than lease.ttl (%s), got %s", c.Lease.TTL, c.Lease.Renew)
 	}
 	if c.Session.MaxLifetime < c.Session.TTL {
 		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)

@@ -212,6 +212,22 @@ keepalive_margin; otherwise less than keepalive_margin.`},
 		aliases: []Alias{{Name: "sandbox.max_lifetime", Flag: "sandbox-max-lifetime"}},
 		doc:     `The longest one sandbox may live; at least ttl.`},
 
+	{name: "lease.enabled", flag: "lease", def: true,
+		usage: "take the project's lease in the store while a session runs (--lease=false: none)",
+		doc: `true: a session takes its project's lease in the store before it starts and gives it
+up when it closes, so two toolhost processes sharing a store never run one project at
+once; the second is refused with "project P is open on host H (since T); close it
+there or wait until E". false: no lease (one host per store, or a store that cannot
+keep one: a store that ignores conditional writes is found out and logged at the first
+session).`},
+	{name: "lease.ttl", flag: "lease-ttl", def: 30 * time.Second,
+		usage: "how long a project lease lasts without renewal",
+		doc: `How long a lease lasts unless renewed: how long a project stays closed to other hosts
+after its host died without closing it. The hosts' clocks must agree to well within it.`},
+	{name: "lease.renew", flag: "lease-renew", def: 10 * time.Second,
+		usage: "how often the holder renews a project lease",
+		doc:   `How often the session renews its lease (and the deadline of each store call doing so); less than ttl.`},
+
 	{name: "screenshot.enabled", flag: "screenshots", def: true,
 		usage: "take_screenshot and auto-capture (--screenshots=false turns them off)",
 		doc:   `false: no browser is used; take_screenshot returns an error that says so.`},
@@ -421,6 +437,8 @@ var sectionTable = []ConfigSection{
 	{"session", `The lifetime of the sandboxes a session runs tools in. A session extends its sandbox
 while it can; before an end it cannot extend, it saves a snapshot, starts a new sandbox
 and moves the work into it (a rotation).`},
+	{"lease", `The project lease: an object under projects/{project}/lease/ in the store naming the
+host, process and expiry of the session that has the project open.`},
 	{"screenshot", `take_screenshot and the captures a session takes on its own (when a dev server starts
 listening and after each commit), in Chromium (scripts/setup-browser.sh installs it).`},
 	{"sandbox", `The sandboxes (local: bubblewrap with a read-only system root, the workspace at

@@ -3,14 +3,17 @@ package toolhost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/lease"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/session"
@@ -46,6 +49,9 @@ type Session struct {
 	live    *session.Session
 	tools   *host.Session
 	wake    *wakeRecorder
+	lease   *projectLease // nil when leases are off
+
+	closeOnce sync.Once // gives the lease up once
 }
 
 // Open opens a session: a new sandbox from the provider, into which the project's newest
@@ -75,6 +81,22 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		}
 		ws = abs
 	}
+	log := opts.Logger
+	if log == nil {
+		log = t.opts.log
+	}
+	// The project's lease comes before its sandbox, even before the provider: another
+	// host holding it means this one must not restore, run or save the project.
+	ls, err := t.takeLease(ctx, project, log)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			t.dropLease(context.WithoutCancel(ctx), ls)
+		}
+	}()
 	prov := opts.Provider
 	if prov == nil {
 		p, err := t.sessionProvider(ctx, project)
@@ -93,11 +115,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		ttl, maxLife = min(ttl, c), min(maxLife, c)
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
-	log := opts.Logger
-	if log == nil {
-		log = t.opts.log
-	}
-	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != ""}
+	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
@@ -115,7 +133,136 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		return nil, fmt.Errorf("opening a session for project %s: %w%s", project, err, bwrapHint())
 	}
 	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
-	return &Session{th: t, project: project, live: live, tools: tools, wake: wake}, nil
+	opened = true
+	return &Session{th: t, project: project, live: live, tools: tools, wake: wake, lease: ls}, nil
+}
+
+// projectLease is a project's lease, shared by the sessions of one Toolhost that have
+// the project open: a lease keeps other hosts out, not other sessions of this one (the
+// embedding program decides those, as the demo's wake step does).
+type projectLease struct {
+	project string
+	ready   chan struct{} // closed once the acquisition ended; then l or err is set
+	l       *lease.Lease
+	err     error
+	users   int // sessions holding it (and one acquiring), under Toolhost.leaseMu
+}
+
+// takeLease takes project's lease for a session (nil when leases are off), or shares the
+// one this Toolhost holds. The first call checks that the store keeps leases: one that
+// ignores conditional writes turns them off, logged once.
+func (t *Toolhost) takeLease(ctx context.Context, project string, log *slog.Logger) (*projectLease, error) {
+	if !t.cfg.Lease.Enabled {
+		return nil, nil
+	}
+	t.leaseMu.Lock()
+	if !t.leaseOK && !t.leaseOff {
+		probe := fmt.Sprintf("lease-probe/%s-%d-%d", hostName(), os.Getpid(), time.Now().UnixNano())
+		err := lease.Check(ctx, t.storage.store, probe)
+		switch {
+		case errors.Is(err, lease.ErrUnsupported):
+			t.leaseOff = true
+			t.opts.log.Warn("project leases are off: nothing keeps two hosts sharing this store from opening one project at once",
+				"store", t.storage.where, "why", err)
+		case err != nil:
+			t.leaseMu.Unlock()
+			return nil, fmt.Errorf("opening a session for project %s: checking the store for project leases: %w", project, err)
+		default:
+			t.leaseOK = true
+		}
+	}
+	if t.leaseOff {
+		t.leaseMu.Unlock()
+		return nil, nil
+	}
+	e := t.leases[project]
+	if e != nil && e.l != nil && e.l.Err() != nil {
+		e = nil // lost: its sessions keep it to fail with; new ones take the lease anew
+	}
+	if e != nil {
+		e.users++
+		t.leaseMu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			t.dropLease(context.WithoutCancel(ctx), e)
+			return nil, ctx.Err()
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	}
+	e = &projectLease{project: project, ready: make(chan struct{}), users: 1}
+	if t.leases == nil {
+		t.leases = map[string]*projectLease{}
+	}
+	t.leases[project] = e
+	t.leaseMu.Unlock()
+
+	l, err := lease.Acquire(ctx, lease.Config{
+		Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew, Host: hostName(), Logger: log,
+	}, project)
+	t.leaseMu.Lock()
+	if err != nil {
+		e.err = fmt.Errorf("opening a session: %w", err)
+		if t.leases[project] == e {
+			delete(t.leases, project)
+		}
+	} else {
+		e.l = l
+	}
+	t.leaseMu.Unlock()
+	close(e.ready)
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e, nil
+}
+
+// dropLease ends a session's use of its project's lease; the last one releases it.
+func (t *Toolhost) dropLease(ctx context.Context, e *projectLease) error {
+	if e == nil {
+		return nil
+	}
+	t.leaseMu.Lock()
+	e.users--
+	last := e.users == 0
+	if last && t.leases[e.project] == e {
+		delete(t.leases, e.project)
+	}
+	t.leaseMu.Unlock()
+	if !last {
+		return nil
+	}
+	<-e.ready
+	if e.l == nil {
+		return nil
+	}
+	return e.l.Release(ctx)
+}
+
+func hostName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}
+
+// leaseErr is why the session may no longer act on its project (its lease was lost), or nil.
+func (s *Session) leaseErr() error { return s.lease.check() }
+
+// check is why the sessions sharing e may no longer act on the project, or nil (also
+// when e is nil: leases are off).
+func (e *projectLease) check() error {
+	if e == nil {
+		return nil
+	}
+	if err := e.l.Err(); err != nil {
+		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
+	}
+	return nil
 }
 
 // Project is the session's project.
@@ -129,12 +276,19 @@ func (s *Session) Tools() []abi.Tool { return s.th.Tools() }
 // error; an error means the host could not run the tool, and the Result still holds an
 // is_error text to send back.
 func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessage) (abi.Result, error) {
+	if err := s.leaseErr(); err != nil {
+		return abi.Result{IsError: true, Content: []abi.Content{{Type: abi.ContentText,
+			Text: fmt.Sprintf("The tool did not run: project %s may be open on another host now (this session could not keep it). Start a new session.", s.project)}}}, err
+	}
 	return s.tools.Dispatch(ctx, tool, input)
 }
 
 // Commit saves a snapshot of the workspace (a phase commit) and, when a dev server runs,
 // has its page captured on its own afterwards (under auto/).
 func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
+	if err := s.leaseErr(); err != nil {
+		return snapshot.Info{}, fmt.Errorf("committing: %w", err)
+	}
 	return s.live.Commit(ctx, label)
 }
 
@@ -154,9 +308,12 @@ func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
 func (s *Session) Sandbox() *session.Session { return s.live }
 
 // Close ends the session and its sandbox without saving (Commit first to keep the work),
-// waiting for the sandbox to stop at most until ctx ends.
+// waiting for the sandbox to stop at most until ctx ends, then gives up the project's
+// lease.
 func (s *Session) Close(ctx context.Context) error {
-	return s.live.Close(ctx)
+	err := s.live.Close(ctx)
+	s.closeOnce.Do(func() { err = errors.Join(err, s.th.dropLease(ctx, s.lease)) })
+	return err
 }
 
 // wakeRecorder is the session's snapshot manager: it remembers the snapshot a wake
@@ -165,6 +322,7 @@ func (s *Session) Close(ctx context.Context) error {
 type wakeRecorder struct {
 	snaps   *snapshot.Manager
 	hostDir bool
+	lease   *projectLease // the session's, or nil: no save once it is lost
 
 	mu    sync.Mutex
 	woke  snapshot.Info
@@ -172,6 +330,11 @@ type wakeRecorder struct {
 }
 
 func (w *wakeRecorder) Save(ctx context.Context, project string, pack func(io.Writer) error) (snapshot.Info, error) {
+	// Every save (a commit, a rotation's) is the project's newest snapshot, which the
+	// host that took the lease over would wake from: none once the lease is lost.
+	if err := w.lease.check(); err != nil {
+		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
+	}
 	return w.snaps.Save(ctx, project, pack)
 }
 

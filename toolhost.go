@@ -202,6 +202,11 @@ type Toolhost struct {
 	members  []sandbox.Named  // the providers sandbox.provider names, in order
 	lifeCap  time.Duration    // the shortest lifetime bound of a member (E2B's plan), or 0
 
+	leaseMu  sync.Mutex
+	leaseOK  bool                     // the store was checked: it keeps leases (see takeLease)
+	leaseOff bool                     // the store cannot keep leases
+	leases   map[string]*projectLease // by project: the lease its open sessions share
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -467,6 +472,17 @@ func (t *Toolhost) Close(ctx context.Context) error {
 			}
 		}
 		t.provMu.Unlock()
+		// Leases of sessions left open end with the Toolhost: their renewals stop.
+		t.leaseMu.Lock()
+		held := slices.Collect(maps.Values(t.leases))
+		t.leases = nil
+		t.leaseMu.Unlock()
+		for _, e := range held {
+			<-e.ready
+			if e.l != nil {
+				errs = append(errs, e.l.Release(ctx))
+			}
+		}
 		if t.storage != nil {
 			errs = append(errs, t.storage.Close())
 		}

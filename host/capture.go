@@ -110,6 +110,14 @@ func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 
 		path = "/"
 	}
 	shot, err := capt.Capture(ctx, base, path, inst.session.project)
+	if errors.Is(err, ErrCaptureUnreachable) {
+		// A sandbox replaced while the page was being fetched (a session's rotation) takes
+		// its preview with it. The new sandbox has a preview of its own: shoot that once.
+		// The same URL again means the port really is closed.
+		if again, perr := inst.sb.PreviewURL(ctx, port); perr == nil && again.String() != base.String() {
+			shot, err = capt.Capture(ctx, again, path, inst.session.project)
+		}
+	}
 	if err != nil {
 		return inst.captureStatus(err)
 	}

@@ -24,6 +24,8 @@ type fakeCapturer struct {
 	bases []string
 	paths []string
 	err   error
+	// unreachable: bases that answer as a sandbox that has gone would (ErrCaptureUnreachable).
+	unreachable map[string]bool
 }
 
 func (f *fakeCapturer) Capture(ctx context.Context, base *url.URL, pagePath, project string) (*host.Capture, error) {
@@ -32,6 +34,9 @@ func (f *fakeCapturer) Capture(ctx context.Context, base *url.URL, pagePath, pro
 	f.bases, f.paths = append(f.bases, base.String()), append(f.paths, project+":"+pagePath)
 	if f.err != nil {
 		return nil, f.err
+	}
+	if f.unreachable[base.String()] {
+		return nil, fmt.Errorf("%w: screenshot: connection refused", host.ErrCaptureUnreachable)
 	}
 	shot := func(w, h int) host.CaptureShot {
 		return host.CaptureShot{Width: w, Height: h, WebP: []byte("RIFF-webp-" + fmt.Sprint(w)), Status: 200, Idle: true,
@@ -145,5 +150,39 @@ func TestCaptureCapability(t *testing.T) {
 	s = captureHost(t, nil).OpenSession(sb)
 	if res := shoot(t, s, `{"port":8000}`); !res.IsError || !strings.Contains(resultText(res), "no browser configured") {
 		t.Errorf("no capturer: %q", resultText(res))
+	}
+}
+
+// rotating is a session's view of a sandbox replaced after every preview it hands out:
+// each PreviewURL is a new origin, the way a rotation gives the new sandbox its own.
+type rotating struct {
+	sandbox.Sandbox
+	mu sync.Mutex
+	n  int
+}
+
+func (r *rotating) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	return url.Parse(fmt.Sprintf("http://127.0.0.1:%d/", 40000+r.n))
+}
+
+// TestCaptureStraddlingARotation: a preview that went away with its sandbox while the page
+// was fetched is shot again once in the sandbox that replaced it; a port that stays closed
+// (the same preview twice) is reported, not retried.
+func TestCaptureStraddlingARotation(t *testing.T) {
+	sb := memsandbox.New()
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	fc := &fakeCapturer{unreachable: map[string]bool{"http://127.0.0.1:40001/": true}}
+	s := captureHost(t, fc).OpenSession(&rotating{Sandbox: sb})
+	res := shoot(t, s, `{"port":8000}`)
+	if res.IsError || len(fc.bases) != 2 || fc.bases[1] != "http://127.0.0.1:40002/" {
+		t.Fatalf("take_screenshot across a rotation: %q after captures of %v", resultText(res), fc.bases)
+	}
+	// The next preview is refused too, and so is the one after: one retry, then the error.
+	fc.bases, fc.unreachable["http://127.0.0.1:40003/"], fc.unreachable["http://127.0.0.1:40004/"] = nil, true, true
+	if res := shoot(t, s, `{"port":8000}`); !res.IsError || len(fc.bases) != 2 || !strings.Contains(resultText(res), "connection refused") {
+		t.Errorf("a preview refused twice: %q after captures of %v", resultText(res), fc.bases)
 	}
 }

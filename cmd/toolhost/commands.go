@@ -29,6 +29,9 @@ func writeJSON(w io.Writer, v any, indent bool) error {
 	return enc.Encode(v)
 }
 
+// toolFormats are the formats of toolhost tools, in the order the help names them.
+var toolFormats = []string{"anthropic", "openai", "mcp", "json"}
+
 func toolsCommand() *command {
 	cmd := &command{
 		words:   []string{"tools"},
@@ -36,32 +39,81 @@ func toolsCommand() *command {
 		summary: "print the tool definitions of the loaded plugins",
 		help: `--format anthropic (the default) prints a JSON array of {"name", "description",
 "input_schema"}, ready for the "tools" of an Anthropic Messages API request.
+--format openai prints a JSON array of {"type": "function", "function": {"name",
+"description", "parameters"}}, the "tools" of an OpenAI Chat Completions request.
+--format mcp prints {"tools": [{"name", "description", "inputSchema"}]}, the result of
+an MCP tools/list request.
 --format json prints the plugins with their versions, grants, imports and tools.`,
 		flags: func(fs *pflag.FlagSet) {
-			fs.String("format", "anthropic", "output format: anthropic or json")
+			fs.String("format", "anthropic", "output format: "+strings.Join(toolFormats, ", "))
 		},
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		format, _ := c.flags.GetString("format")
-		if format != "anthropic" && format != "json" {
-			return usagef(cmd, "--format must be anthropic or json, got %q", format)
+		if !slices.Contains(toolFormats, format) {
+			return usagef(cmd, "--format must be one of %s, got %q", strings.Join(toolFormats, ", "), format)
 		}
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
-		if format == "anthropic" {
-			tools := th.Tools()
-			if tools == nil {
-				tools = []abi.Tool{}
-			}
-			return writeJSON(c.stdout, tools, true)
+		tools := th.Tools()
+		if tools == nil {
+			tools = []abi.Tool{}
 		}
-		return writeJSON(c.stdout, pluginsJSON(th.Host()), true)
+		switch format {
+		case "openai":
+			return writeJSON(c.stdout, openAITools(tools), true)
+		case "mcp":
+			return writeJSON(c.stdout, mcpTools(tools), true)
+		case "json":
+			return writeJSON(c.stdout, pluginsJSON(th.Host()), true)
+		}
+		return writeJSON(c.stdout, tools, true)
 	}
 	return cmd
+}
+
+// openAITool is a function tool of an OpenAI Chat Completions request.
+type openAITool struct {
+	Type     string         `json:"type"` // always "function"
+	Function openAIFunction `json:"function"`
+}
+
+type openAIFunction struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description"`
+	Parameters  abi.RawJSON `json:"parameters"`
+}
+
+func openAITools(tools []abi.Tool) []openAITool {
+	out := make([]openAITool, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, openAITool{Type: "function",
+			Function: openAIFunction{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
+	}
+	return out
+}
+
+// mcpToolList is the result of an MCP tools/list request (written without the MCP SDK).
+type mcpToolList struct {
+	Tools []mcpTool `json:"tools"`
+}
+
+type mcpTool struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description"`
+	InputSchema abi.RawJSON `json:"inputSchema"`
+}
+
+func mcpTools(tools []abi.Tool) mcpToolList {
+	out := mcpToolList{Tools: make([]mcpTool, 0, len(tools))}
+	for _, t := range tools {
+		out.Tools = append(out.Tools, mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return out
 }
 
 type pluginJSON struct {

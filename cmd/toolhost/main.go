@@ -1,6 +1,6 @@
 // Command toolhost runs an AI coding agent's tools as WebAssembly plugins inside sandboxes.
 //
-//	toolhost tools [--format anthropic|json]          print the tool definitions
+//	toolhost tools [--format anthropic|openai|mcp|json] print the tool definitions
 //	toolhost call TOOL 'JSON' [--workspace DIR]       run one tool call in the project's sandbox
 //	toolhost demo                                     run a short scripted agent session
 //	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
@@ -11,6 +11,7 @@
 //	toolhost audit [FILE]                             show the audit of what plugins did
 //	toolhost mcp                                      serve the tools to one MCP client on stdio
 //	toolhost serve [--listen ADDR]                    serve the tools over MCP (streamable HTTP)
+//	toolhost doctor                                   what is installed and usable here, one line each
 //	toolhost version                                  print the version (also --version)
 //
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
@@ -85,7 +86,8 @@ func commands() []*command {
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
-		mcpCommand(), serveCommand()}
+		mcpCommand(), serveCommand(),
+		doctorCommand()}
 }
 
 // cli is what a command runs with.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -111,6 +112,20 @@ func trackSources() {
 	})
 }
 
+// testStores holds each test's directory store, by test name: the tests run in parallel,
+// and the project lease keeps two processes on one store from running one project (the
+// default one, say) at once.
+var testStores sync.Map
+
+// testStore is t's own store directory (env may still name another).
+func testStore(t *testing.T) string {
+	if d, ok := testStores.Load(t.Name()); ok {
+		return d.(string)
+	}
+	d, _ := testStores.LoadOrStore(t.Name(), t.TempDir())
+	return d.(string)
+}
+
 type runResult struct {
 	code           int
 	stdout, stderr string
@@ -135,7 +150,7 @@ func runCLIIn(t *testing.T, dir string, env []string, args ...string) runResult 
 		}
 	}
 	// No user config file: every test states its configuration.
-	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "XDG_CONFIG_HOME="+t.TempDir())
+	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t), "XDG_CONFIG_HOME="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -251,6 +266,101 @@ func TestToolsJSON(t *testing.T) {
 	}
 }
 
+// The openai and mcp formats carry each tool of the anthropic format, name, description
+// and schema alike, in their own shapes and with exactly their own keys.
+func TestToolsOpenAIAndMCP(t *testing.T) {
+	t.Parallel()
+	var anthropic []abi.Tool
+	if r := runCLI(t, nil, "tools"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &anthropic) != nil || len(anthropic) != 7 {
+		t.Fatalf("toolhost tools:\n%s", r)
+	}
+	keysOf := func(raw json.RawMessage) []string {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("not a JSON object: %s", raw)
+		}
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	sameSchema := func(format, name string, got, want json.RawMessage) {
+		var g, w any
+		json.Unmarshal(got, &g)
+		json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) || g == nil {
+			t.Errorf("--format %s: tool %s has schema %s, want %s", format, name, got, want)
+		}
+	}
+
+	r := runCLI(t, nil, "tools", "--format", "openai")
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	var openai []json.RawMessage
+	if err := json.Unmarshal([]byte(r.stdout), &openai); err != nil || len(openai) != len(anthropic) {
+		t.Fatalf("--format openai: %d tools, %v\n%s", len(openai), err, r.stdout)
+	}
+	for i, raw := range openai {
+		var tool struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		json.Unmarshal(raw, &tool)
+		fn := struct{ Function json.RawMessage }{}
+		json.Unmarshal(raw, &fn)
+		if k := keysOf(raw); !slices.Equal(k, []string{"function", "type"}) || tool.Type != "function" {
+			t.Errorf("--format openai: tool %d has keys %v and type %q", i, k, tool.Type)
+		}
+		if k := keysOf(fn.Function); !slices.Equal(k, []string{"description", "name", "parameters"}) {
+			t.Errorf("--format openai: function %d has keys %v", i, k)
+		}
+		if tool.Function.Name != anthropic[i].Name || tool.Function.Description != anthropic[i].Description {
+			t.Errorf("--format openai: tool %d is %s, want %s with its description", i, tool.Function.Name, anthropic[i].Name)
+		}
+		sameSchema("openai", anthropic[i].Name, tool.Function.Parameters, json.RawMessage(anthropic[i].InputSchema))
+	}
+
+	r = runCLI(t, nil, "tools", "--format", "mcp")
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	if k := keysOf(json.RawMessage(r.stdout)); !slices.Equal(k, []string{"tools"}) {
+		t.Fatalf("--format mcp: keys %v, want tools alone", k)
+	}
+	var mcp struct{ Tools []json.RawMessage }
+	if err := json.Unmarshal([]byte(r.stdout), &mcp); err != nil || len(mcp.Tools) != len(anthropic) {
+		t.Fatalf("--format mcp: %d tools, %v\n%s", len(mcp.Tools), err, r.stdout)
+	}
+	for i, raw := range mcp.Tools {
+		var tool struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"inputSchema"`
+		}
+		json.Unmarshal(raw, &tool)
+		if k := keysOf(raw); !slices.Equal(k, []string{"description", "inputSchema", "name"}) {
+			t.Errorf("--format mcp: tool %d has keys %v", i, k)
+		}
+		if tool.Name != anthropic[i].Name || tool.Description != anthropic[i].Description {
+			t.Errorf("--format mcp: tool %d is %s, want %s with its description", i, tool.Name, anthropic[i].Name)
+		}
+		sameSchema("mcp", tool.Name, tool.InputSchema, json.RawMessage(anthropic[i].InputSchema))
+	}
+}
+
+func TestToolsUnknownFormat(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, nil, "tools", "--format", "yaml")
+	oneLineError(t, r, 2, `--format must be one of anthropic, openai, mcp, json, got "yaml"`)
+}
+
 func TestCallWriteThenRead(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
@@ -288,7 +398,7 @@ func TestCallWriteThenRead(t *testing.T) {
 
 	// Flags between them, the short spelling, and the input from stdin.
 	cmd := exec.Command(toolBin, "call", "-w", ws, "read_file", "-")
-	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t))
 	cmd.Stdin = strings.NewReader(`{"path": "notes/a.txt", "offset": 2}`)
 	out, err := cmd.Output()
 	if err != nil {
@@ -598,7 +708,7 @@ func TestInterrupt(t *testing.T) {
 	trackSources()
 	ws := t.TempDir()
 	cmd := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws)
-	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
+	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

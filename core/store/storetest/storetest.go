@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Overwrite", func(t *testing.T) { testOverwrite(t, newStore(t)) })
 	t.Run("IfNotExists", func(t *testing.T) { testIfNotExists(t, newStore(t)) })
 	t.Run("IfNotExistsRace", func(t *testing.T) { testIfNotExistsRace(t, newStore(t)) })
+	t.Run("IfNotExistsListedAndDeleted", func(t *testing.T) { testIfNotExistsListed(t, newStore(t)) })
 	t.Run("NotFound", func(t *testing.T) { testNotFound(t, newStore(t)) })
 	t.Run("ListPagingPast1000", func(t *testing.T) { testListPaging(t, newStore(t)) })
 	t.Run("ListOrderAndPrefix", func(t *testing.T) { testListOrder(t, newStore(t)) })
@@ -180,6 +181,35 @@ func testIfNotExistsRace(t *testing.T, s store.Store) {
 	b, oi := get(t, s, key)
 	if string(b) != fmt.Sprintf("written by writer %d", winner) || oi.Metadata["writer"] != strconv.Itoa(winner) {
 		t.Errorf("stored %q with metadata %v; the winner was writer %d", b, oi.Metadata, winner)
+	}
+}
+
+// What core/lease relies on: an exclusively created object is listed at once (the
+// listing is as consistent as the create), and once deleted its key can be created
+// exclusively again.
+func testIfNotExistsListed(t *testing.T, s store.Store) {
+	prefix := "projects/x/lease/"
+	for i := range 3 {
+		key := fmt.Sprintf("%s%020d", prefix, i)
+		if _, err := s.Put(ctx(t), key, strings.NewReader("gen"), store.PutOptions{Size: 3, IfNotExists: true}); err != nil {
+			t.Fatalf("exclusive Put %s: %v", key, err)
+		}
+		objs, err := store.ListAll(ctx(t), s, prefix)
+		if err != nil || len(objs) != 1 || objs[0].Key != key {
+			t.Fatalf("listing right after the exclusive Put of %s: %v %v, want it alone", key, objs, err)
+		}
+		if err := s.Delete(ctx(t), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := prefix + "again"
+	for i := range 2 {
+		if _, err := s.Put(ctx(t), key, strings.NewReader("v"), store.PutOptions{Size: 1, IfNotExists: true}); err != nil {
+			t.Fatalf("exclusive Put %d after a delete: %v", i, err)
+		}
+		if err := s.Delete(ctx(t), key); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

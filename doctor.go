@@ -1,0 +1,250 @@
+package toolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolhost/toolhost/core/lease"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/host"
+)
+
+// Check is one finding of Doctor: a part of the configuration and whether it is usable
+// here.
+type Check struct {
+	// Name is the part: "plugins", "sandbox", "limits", "python3", "browser", "store",
+	// "lease", "e2b".
+	Name string
+	// OK: usable.
+	OK bool
+	// Needed: the configuration cannot work without it (Doctor's caller exits non-zero
+	// when a needed check is not OK); otherwise a failure is a warning (the demo's
+	// python3, a limit the host cannot enforce).
+	Needed bool
+	// Detail is what was found when OK, what to do otherwise. One line.
+	Detail string
+}
+
+// Doctor checks what cfg needs on this machine, each part for real: it loads the
+// plugins, starts a tiny local sandbox and runs commands in it (when sandbox.provider
+// names local), reports how its limits are enforced, looks for the browser, writes, reads
+// and deletes a probe object in the store (and checks it keeps project leases), and, only
+// when sandbox.provider names e2b, asks E2B whether the API key is accepted. Every check
+// ends by ctx.
+func Doctor(ctx context.Context, cfg Config, opts ...Option) []Check {
+	if err := cfg.Validate(); err != nil {
+		return []Check{{Name: "config", Needed: true, Detail: err.Error()}}
+	}
+	o := newOptions(opts)
+	quiet := slog.New(slog.DiscardHandler)
+	var out []Check
+	out = append(out, doctorPlugins(ctx, &cfg, o))
+	names := ProviderNamesOf(cfg.Sandbox.Provider)
+	if slices.Contains(names, "local") {
+		out = append(out, doctorLocal(ctx, &cfg, quiet)...)
+	}
+	out = append(out, doctorBrowser(&cfg))
+	out = append(out, doctorStore(ctx, &cfg, quiet)...)
+	if slices.Contains(names, "e2b") {
+		out = append(out, doctorE2B(ctx, cfg, len(names) == 1))
+	}
+	return out
+}
+
+func doctorPlugins(ctx context.Context, cfg *Config, o options) Check {
+	c := Check{Name: "plugins", Needed: true}
+	t := &Toolhost{cfg: cloneConfig(*cfg), opts: o}
+	specs, err := t.pluginSpecs()
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	h, err := host.New(ctx, host.Config{
+		DataDir: cfg.DataDir, Plugins: specs, MemoryLimitMiB: cfg.Limits.MemoryMiB, CallTimeout: cfg.Limits.CallTimeout,
+		PoolSize: cfg.Limits.PoolSize, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		c.Detail = fmt.Sprintf("loading the plugins: %v (fix the plugins list, or leave it out for the built-ins)", err)
+		return c
+	}
+	defer h.Close(context.WithoutCancel(ctx))
+	var names []string
+	for _, p := range h.Plugins() {
+		names = append(names, p.Name+" "+p.Version)
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("%d loaded (%s), %d tools", len(names), strings.Join(names, ", "), len(h.Tools()))
+	return c
+}
+
+// doctorLocal starts a sandbox of the local provider and runs a command in it (which
+// needs bubblewrap and user namespaces), reports the limits and looks for python3 in it.
+func doctorLocal(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
+	sb := Check{Name: "sandbox", Needed: true}
+	p, err := newLocalProvider(ctx, providerEnv{cfg: cfg, log: quiet})
+	if err != nil {
+		sb.Detail = err.Error()
+		if errors.Is(err, local.ErrNoBwrap) {
+			sb.Detail = "bubblewrap is not installed: make setup, or apt-get install bubblewrap"
+		}
+		return []Check{sb}
+	}
+	lp := p.(*local.Provider)
+	defer lp.Close(context.WithoutCancel(ctx))
+	limits := Check{Name: "limits", OK: true}
+	var missing, all []string
+	for _, e := range lp.Enforcement() {
+		all = append(all, e.String())
+		if e.Missing != "" {
+			missing = append(missing, e.String())
+		}
+	}
+	limits.Detail = strings.Join(all, "; ")
+	if len(missing) > 0 {
+		limits.OK = false
+		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (see README, Limits, for what each needs)"
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	s, err := lp.Create(cctx, sandbox.CreateOptions{Timeout: time.Minute})
+	if err != nil {
+		sb.Detail = fmt.Sprintf("starting a sandbox failed: %v (bubblewrap needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; in a container, run it with --privileged or a seccomp profile that allows them)", err)
+		return []Check{sb, limits}
+	}
+	defer s.Close(context.WithoutCancel(ctx))
+	res, err := s.Exec(cctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "id -u"}, Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		sb.Detail = fmt.Sprintf("a sandbox started but could not run a command: %v %s", err, strings.TrimSpace(string(res.Stderr)))
+		return []Check{sb, limits}
+	}
+	sb.OK = true
+	sb.Detail = fmt.Sprintf("bubblewrap %s and user namespaces: a sandbox started and ran a command as uid %s in %s",
+		local.BwrapPath, strings.TrimSpace(string(res.Stdout)), time.Since(start).Round(time.Millisecond))
+
+	py := Check{Name: "python3"}
+	res, err = s.Exec(cctx, sandbox.ExecRequest{Argv: []string{"python3", "--version"}, Timeout: 30 * time.Second})
+	if err == nil && res.ExitCode == 0 {
+		py.OK, py.Detail = true, strings.TrimSpace(string(res.Stdout)+string(res.Stderr))+" in the sandbox (the demo serves its page with it)"
+	} else {
+		py.Detail = "no python3 in the sandbox: the demo's dev server needs it (make setup, or apt-get install python3)"
+	}
+	return []Check{sb, limits, py}
+}
+
+func doctorBrowser(cfg *Config) Check {
+	c := Check{Name: "browser", Needed: cfg.Screenshot.Enabled}
+	if !cfg.Screenshot.Enabled {
+		c.OK, c.Detail = true, "screenshots are off (screenshot.enabled: false): no browser needed"
+		return c
+	}
+	if err := screenshot.New(screenshot.Config{ExecutablePath: cfg.Screenshot.Chromium}).Check(); err != nil {
+		c.Detail = fmt.Sprintf("%v: scripts/setup-browser.sh installs Chromium and the Playwright driver (or set screenshot.enabled: false)", err)
+		return c
+	}
+	c.OK, c.Detail = true, "Chromium and the Playwright driver are installed"
+	return c
+}
+
+// doctorStore opens the store and puts, gets and deletes a probe object; then it checks
+// that the store keeps project leases (when lease.enabled).
+func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
+	c := Check{Name: "store", Needed: true}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := openStorage(cctx, cfg, options{log: quiet, snapLog: quiet})
+	if err != nil {
+		c.Detail = doctorStoreHint(cfg, err)
+		return []Check{c}
+	}
+	defer st.Close()
+	probe := fmt.Sprintf("doctor/probe-%s-%d-%d", hostName(), os.Getpid(), time.Now().UnixNano())
+	body := "toolhost doctor"
+	if _, err := st.store.Put(cctx, probe, strings.NewReader(body), store.PutOptions{Size: int64(len(body))}); err != nil {
+		c.Detail = doctorStoreHint(cfg, fmt.Errorf("writing a probe object: %w", err))
+		return []Check{c}
+	}
+	defer st.store.Delete(context.WithoutCancel(cctx), probe)
+	r, _, err := st.store.Get(cctx, probe)
+	if err == nil {
+		var b strings.Builder
+		_, err = store.CopyContext(cctx, &b, r)
+		r.Close()
+		if err == nil && b.String() != body {
+			err = fmt.Errorf("read %q back, wrote %q", b.String(), body)
+		}
+	}
+	if err != nil {
+		c.Detail = doctorStoreHint(cfg, fmt.Errorf("reading the probe object back: %w", err))
+		return []Check{c}
+	}
+	if err := st.store.Delete(cctx, probe); err != nil {
+		c.Detail = doctorStoreHint(cfg, fmt.Errorf("deleting the probe object: %w", err))
+		return []Check{c}
+	}
+	c.OK, c.Detail = true, st.where+": wrote, read and deleted a probe object"
+
+	l := Check{Name: "lease"}
+	if !cfg.Lease.Enabled {
+		l.OK, l.Detail = true, "project leases are off (lease.enabled: false): run one host per store"
+		return []Check{c, l}
+	}
+	switch err := lease.Check(cctx, st.store, probe+"-lease"); {
+	case err == nil:
+		l.OK, l.Detail = true, fmt.Sprintf("the store keeps project leases (conditional writes honoured; ttl %s, renewed every %s)", durationText(cfg.Lease.TTL), durationText(cfg.Lease.Renew))
+	case errors.Is(err, lease.ErrUnsupported):
+		l.Detail = fmt.Sprintf("%v: two hosts sharing this store could open one project at once; use a store that honours If-None-Match (AWS S3, a recent MinIO) or run one host", err)
+	default:
+		l.Detail = doctorStoreHint(cfg, fmt.Errorf("checking conditional writes: %w", err))
+	}
+	return []Check{c, l}
+}
+
+// doctorStoreHint is err with what to do about it.
+func doctorStoreHint(cfg *Config, err error) string {
+	hint := ""
+	switch {
+	case cfg.Store.Kind != "s3":
+		hint = "check that store.dir is a directory this user can write"
+	case errors.Is(err, store.ErrNoCredentials):
+		hint = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for the bucket"
+	case errors.Is(err, store.ErrAccessDenied):
+		hint = "the credentials are refused: check the key, and that its policy allows s3:PutObject, GetObject, DeleteObject and ListBucket on the bucket"
+	case errors.Is(err, store.ErrNoBucket):
+		hint = "create the bucket, or set store.s3.create_bucket: true"
+	case errors.Is(err, store.ErrUnreachable):
+		hint = "check store.s3.endpoint and store.s3.region, and that the endpoint answers from here"
+	}
+	if hint == "" || strings.Contains(err.Error(), hint) {
+		return err.Error()
+	}
+	return err.Error() + ": " + hint
+}
+
+// doctorE2B asks E2B for the team's running sandboxes: an authenticated call that
+// creates nothing.
+func doctorE2B(ctx context.Context, cfg Config, only bool) Check {
+	c := Check{Name: "e2b", Needed: only}
+	if cfg.E2B.APIKey == "" && os.Getenv("E2B_API_KEY") == "" {
+		c.Detail = "no API key: set E2B_API_KEY (or TOOLHOST_E2B_API_KEY); get one at https://e2b.dev/dashboard"
+		return c
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.E2B.RequestTimeout)
+	defer cancel()
+	n, err := E2BRunning(cctx, cfg)
+	if err != nil {
+		c.Detail = fmt.Sprintf("asking E2B with the API key: %v", err)
+		return c
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("the API key is accepted; %d of the team's sandboxes run now", n)
+	return c
+}
