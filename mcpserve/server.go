@@ -39,6 +39,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/lease"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -344,6 +345,9 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 		delete(s.open, b)
 		s.mu.Unlock()
 		s.log.Error("mcp: opening a session", "project", b.project, "err", err)
+		if held, ok := errors.AsType[*lease.HeldError](err); ok {
+			return nil, held // "project P is open on host H (pid, since T); close it there or wait until E"
+		}
 		return nil, fmt.Errorf("the sandbox of project %s could not be started (the server's log says why); try again", b.project)
 	}
 	b.sess = sess

@@ -620,3 +620,28 @@ func TestBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestProjectOpenElsewhere: two servers on one store (two hosts behind a load balancer,
+// say) never run one project at once: the second one's call is an error result naming
+// where the project is open, and it opens once the first session ended.
+func TestProjectOpenElsewhere(t *testing.T) {
+	cfg := testConfig(t)
+	s1, _ := newServer(t, cfg, Options{})
+	s2, _ := newServer(t, cfg, Options{})
+	cs1 := connectInMemory(t, s1, nil)
+	if res := call(t, cs1, "write_file", map[string]any{"path": "first.txt", "content": "from the first host\n"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	cs2 := connectInMemory(t, s2, nil)
+	defer cs2.Close()
+	res := call(t, cs2, "read_file", map[string]any{"path": "first.txt"})
+	if !res.IsError || !strings.Contains(text(res), "project mcptest is open on host") {
+		t.Errorf("the same project on a second server: error %v, %q; want the lease holder named", res.IsError, text(res))
+	}
+	cs1.Close()
+	waitFor(t, "the first session to end", func() bool { return s1.OpenSessions() == 0 })
+	res = call(t, cs2, "read_file", map[string]any{"path": "first.txt"})
+	if res.IsError || !strings.Contains(text(res), "from the first host") {
+		t.Errorf("after the first session ended: error %v, %q; want the committed file", res.IsError, text(res))
+	}
+}
