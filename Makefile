@@ -1,7 +1,7 @@
 # toolhost: `make run` builds the CLI and runs the demo; `make test` runs every test.
 # Both install what is missing first (scripts/setup.sh, and scripts/setup-browser.sh for
-# the screenshots; for the tests, scripts/setup-e2b-sdk.sh too). Go's build cache keeps
-# repeat runs fast.
+# the screenshots; for the tests, scripts/setup-e2b-sdk.sh and scripts/setup-mcp-client.sh
+# too). Go's build cache keeps repeat runs fast.
 #
 # The built-in plugins are committed in plugins/wasm and embedded in the binary, so a build
 # needs no plugin step; `make plugins` rebuilds them after a change to their sources (a
@@ -50,6 +50,7 @@ setup-test:
 	@scripts/setup.sh --test
 	@scripts/setup-browser.sh
 	@scripts/setup-e2b-sdk.sh || [ "$${CI:-}" != true ]
+	@scripts/setup-mcp-client.sh || [ "$${CI:-}" != true ]
 
 # The plugins are WASI reactors, built with -trimpath (no path of this machine in them)
 # and recorded with the digest of their sources in plugins/wasm/manifest.json.

@@ -43,6 +43,7 @@ type Config struct {
 	E2B        E2BConfig        `key:"e2b"`
 	Limits     LimitsConfig     `key:"limits"`
 	Audit      AuditConfig      `key:"audit"`
+	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
 }
 
@@ -312,6 +313,9 @@ func (c *Config) Validate() error {
 		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
 	}
 	if err := c.validateE2B(bad); err != nil {
+		return err
+	}
+	if err := c.validateServe(bad); err != nil {
 		return err
 	}
 	if err := c.validateLimits(bad); err != nil {

@@ -393,6 +393,36 @@ tool, capability, operation, paths or argv, the policy's decision and why, statu
 duration and bytes) and one per tool call, appended (the file is made 0600). Empty:
 no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in a workspace.`},
 
+	{name: "serve.listen", flag: "listen", def: "127.0.0.1:8750",
+		usage: "address toolhost serve listens on (MCP at /mcp)",
+		doc: `The address toolhost serve listens on: MCP (streamable HTTP) at /mcp, /healthz, and
+/metrics (Prometheus text). An address that is not loopback (127.0.0.1, ::1,
+localhost) is refused unless tokens are set.`},
+	{name: "serve.tokens", def: []ServeToken{},
+		doc: `Bearer tokens the server accepts ("Authorization: Bearer TOKEN"), each with the
+projects it may open (none listed: any):
+  - token: a long random string (openssl rand -hex 32), at least 16 characters
+    projects: [shop, blog]
+Prefer tokens_file, which keeps them out of this file. No environment variable or
+flag; set it here.`},
+	{name: "serve.tokens_file", flag: "tokens-file", def: "",
+		usage: "file of bearer tokens for toolhost serve: TOKEN [PROJECT...] per line",
+		doc: `A file of bearer tokens, one a line: TOKEN [PROJECT...] (the projects it may open;
+none: any); # starts a comment. It may not be readable by group or others (chmod 600).
+Added to tokens.`},
+	{name: "serve.max_sessions", flag: "max-sessions", def: 64,
+		usage: "most MCP sessions at once (toolhost serve)",
+		doc: `The most MCP sessions connected at once, each with its sandbox once it calls a tool; a
+client opening one more gets 503 (Retry-After) until one ends.`},
+	{name: "serve.idle_timeout", flag: "idle-timeout", def: 15 * time.Minute,
+		usage: "end a session idle this long (its work committed, its sandbox closed)",
+		doc: `A session that makes no request for this long ends: its workspace is committed and its
+sandbox closed. A client that comes back opens a new session, woken from that snapshot.`},
+	{name: "serve.max_body_bytes", flag: "max-body-bytes", def: int64(16 << 20),
+		usage: "largest HTTP request body toolhost serve reads, bytes",
+		doc: `The largest request body the server reads, bytes (16 MiB): a write_file of a larger
+file gets 413.`},
+
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
@@ -422,6 +452,9 @@ at each rotation. Every sandbox it creates is counted for toolhost quota, in dat
 (or in the store when it is S3, which several hosts may share). More: docs/E2B.md.`},
 	{"limits", `What plugins and commands may use.`},
 	{"audit", `A record of what plugins do, for whoever tests or reviews tool policy.`},
+	{"serve", `toolhost serve: the tools over MCP (streamable HTTP) for many clients at once. One MCP
+session is one session of a project: a sandbox woken from the project's newest snapshot,
+committed when the session ends (closed, idle, or the server stopping on SIGTERM).`},
 }
 
 // EnvName is the variable of a key: EnvPrefix + the key in upper case, dots as underscores

@@ -291,6 +291,10 @@ func cloneConfig(c Config) Config {
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
 	c.E2B.Templates = slices.Clone(c.E2B.Templates)
 	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
+	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
+	for i := range c.Serve.Tokens {
+		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
+	}
 	return c
 }
 

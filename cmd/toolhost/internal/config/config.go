@@ -46,6 +46,7 @@ var otherVars = map[string]string{
 	"TOOLHOST_BROWSER_PACKAGE": "the Debian package scripts/setup-browser.sh installs",
 	"TOOLHOST_BENCH_DIR":       "where benchmarks put their scratch files",
 	"TOOLHOST_E2B_SDK_DIR":     "where scripts/setup-e2b-sdk.sh installs E2B's SDK for the tests",
+	"TOOLHOST_MCP_CLIENT_DIR":  "where scripts/setup-mcp-client.sh installs the MCP SDK's client for the tests",
 }
 
 // UserConfigFile is the default config file under configHome (os.UserConfigDir when

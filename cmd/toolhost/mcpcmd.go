@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost/mcpserve"
+)
+
+// shutdownGrace bounds committing every session and closing every sandbox at the end.
+const shutdownGrace = 5 * time.Minute
+
+func mcpCommand() *command {
+	cmd := &command{
+		words:   []string{"mcp"},
+		summary: "serve the tools to one MCP client on stdio",
+		help: `Serves the tools over the Model Context Protocol on stdin and stdout, for an MCP
+client that starts toolhost itself (Claude Code, Claude Desktop, Cursor, Zed...). The
+session is the configured project's: on the first tool call a sandbox starts, woken
+from the project's newest snapshot, and stays up (kept alive, rotated) until the
+client goes; its workspace is then committed and the sandbox closed. The tool
+commit {"label": "..."} saves a snapshot at any time. Logs go to stderr, never stdout.
+
+Example (.mcp.json or claude_desktop_config.json):
+  {"mcpServers": {"toolhost": {"command": "toolhost", "args": ["mcp", "--project", "shop"]}}}`,
+		nargs: [2]int{0, 0},
+	}
+	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		out, err := c.protocolStdout()
+		if err != nil {
+			return err
+		}
+		th, err := c.newToolhost(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.closeToolhost(ctx, th)
+		s := mcpserve.New(th, mcpserve.Options{Logger: c.log})
+		c.log.Debug("mcp: serving on stdio", "project", th.Config().Project)
+		return s.Serve(ctx, &mcp.IOTransport{Reader: io.NopCloser(c.stdin), Writer: out})
+	}
+	return cmd
+}
+
+// protocolStdout is where the MCP messages go: the process's stdout, which from then on
+// is only theirs. When c.stdout is the process's stdout, the stream moves to a duplicate
+// of file descriptor 1 (owned by the transport, which closes it) and descriptor 1 is
+// pointed at stderr until the process exits, so nothing else (a library, a child
+// process) can write into the protocol stream.
+func (c *cli) protocolStdout() (io.WriteCloser, error) {
+	if c.stdout != os.Stdout {
+		return nopWriteCloser{c.stdout}, nil
+	}
+	fd, err := syscall.Dup(1)
+	if err != nil {
+		return nil, fmt.Errorf("keeping stdout for the protocol: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.Dup3(2, 1, 0); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("pointing stdout at stderr: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func serveCommand() *command {
+	cmd := &command{
+		words:   []string{"serve"},
+		summary: "serve the tools to many MCP clients over streamable HTTP",
+		help: `Serves the tools over the Model Context Protocol's streamable HTTP transport at
+http://ADDR/mcp (--listen, serve.listen), with /healthz and /metrics (Prometheus text).
+Each MCP session is one session of a project: the Toolhost-Project header (or
+?project=) of the request that opens it, else the token's first project, else
+--project. Its sandbox starts on the first call, woken from the project's newest
+snapshot; when the session ends (the client closes it, it idles past
+serve.idle_timeout, or the server gets SIGTERM or SIGINT) its workspace is committed
+and its sandbox closed.
+
+Clients send "Authorization: Bearer TOKEN" with a token of serve.tokens or
+serve.tokens_file; a token may name the projects it opens. Without tokens only a
+loopback address is served.
+
+Example:
+  (umask 077; openssl rand -hex 32 | sed 's/$/ shop/' > ~/.config/toolhost/tokens)
+  toolhost serve --listen :8750 --tokens-file ~/.config/toolhost/tokens`,
+		nargs: [2]int{0, 0},
+	}
+	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		sc := c.cfg.Serve
+		var tokens []mcpserve.Token
+		for i, t := range sc.Tokens {
+			tokens = append(tokens, mcpserve.Token{Name: fmt.Sprintf("serve.tokens[%d]", i), Value: string(t.Token), Projects: t.Projects})
+		}
+		if sc.TokensFile != "" {
+			ft, err := mcpserve.ReadTokensFile(sc.TokensFile)
+			if err != nil {
+				return usagef(cmd, "serve.tokens_file: %v", err)
+			}
+			tokens = append(tokens, ft...)
+		}
+		if err := mcpserve.CheckTokens(tokens); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		if err := mcpserve.CheckListen(sc.Listen, len(tokens)); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		th, err := c.newToolhost(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.closeToolhost(ctx, th)
+		s := mcpserve.New(th, mcpserve.Options{Tokens: tokens, MaxSessions: sc.MaxSessions,
+			IdleTimeout: sc.IdleTimeout, MaxBodyBytes: sc.MaxBodyBytes, Logger: c.log})
+		return s.ListenAndServe(ctx, sc.Listen, shutdownGrace, func(a net.Addr) {
+			fmt.Fprintf(c.stderr, "toolhost serve: listening on http://%s/mcp\n", a)
+		})
+	}
+	return cmd
+}

@@ -1,0 +1,156 @@
+package mcpserve
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// latencyBuckets are the upper bounds (seconds) of the tools/call latency histogram.
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// Metrics are the server's counters, written in the Prometheus text format by WriteTo:
+// per tool, calls, error results and a latency histogram; sessions open and opened; HTTP
+// requests refused for their token.
+type Metrics struct {
+	tools map[string]*toolMetrics // fixed at New: no lock for the map itself
+
+	clientsConnected atomic.Int64
+	sessionsOpen     atomic.Int64
+	sessionsTotal    atomic.Int64
+	authRefused      atomic.Int64
+	projectRefused   atomic.Int64
+}
+
+type toolMetrics struct {
+	mu      sync.Mutex
+	calls   uint64
+	errors  uint64
+	sum     float64
+	buckets []uint64 // counts per bucket (not cumulative); the last is +Inf
+}
+
+func newMetrics(tools []string) *Metrics {
+	m := &Metrics{tools: map[string]*toolMetrics{}}
+	for _, t := range tools {
+		m.tools[t] = &toolMetrics{buckets: make([]uint64, len(latencyBuckets)+1)}
+	}
+	return m
+}
+
+func (m *Metrics) observe(tool string, isError bool, d time.Duration) {
+	t := m.tools[tool]
+	if t == nil {
+		return
+	}
+	sec := d.Seconds()
+	i, _ := slices.BinarySearch(latencyBuckets, sec)
+	t.mu.Lock()
+	t.calls++
+	if isError {
+		t.errors++
+	}
+	t.sum += sec
+	t.buckets[i]++
+	t.mu.Unlock()
+}
+
+func (m *Metrics) sessionOpened() { m.sessionsOpen.Add(1); m.sessionsTotal.Add(1) }
+func (m *Metrics) sessionClosed() { m.sessionsOpen.Add(-1) }
+
+// Calls reports a tool's calls and error results so far.
+func (m *Metrics) Calls(tool string) (calls, errors uint64) {
+	t := m.tools[tool]
+	if t == nil {
+		return 0, 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.calls, t.errors
+}
+
+// WriteTo writes the metrics in the Prometheus text exposition format (version 0.0.4).
+func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	names := make([]string, 0, len(m.tools))
+	for n := range m.tools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	type snap struct {
+		calls, errors uint64
+		sum           float64
+		buckets       []uint64
+	}
+	snaps := make([]snap, len(names))
+	for i, n := range names {
+		t := m.tools[n]
+		t.mu.Lock()
+		snaps[i] = snap{t.calls, t.errors, t.sum, slices.Clone(t.buckets)}
+		t.mu.Unlock()
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(cw, format, args...) }
+	p("# HELP toolhost_mcp_tool_calls_total Tool calls received over MCP.\n# TYPE toolhost_mcp_tool_calls_total counter\n")
+	for i, n := range names {
+		p("toolhost_mcp_tool_calls_total{tool=%s} %d\n", quote(n), snaps[i].calls)
+	}
+	p("# HELP toolhost_mcp_tool_errors_total Tool calls whose result was an error (is_error).\n# TYPE toolhost_mcp_tool_errors_total counter\n")
+	for i, n := range names {
+		p("toolhost_mcp_tool_errors_total{tool=%s} %d\n", quote(n), snaps[i].errors)
+	}
+	p("# HELP toolhost_mcp_tool_call_seconds Latency of tool calls over MCP.\n# TYPE toolhost_mcp_tool_call_seconds histogram\n")
+	for i, n := range names {
+		var cum uint64
+		for j, le := range latencyBuckets {
+			cum += snaps[i].buckets[j]
+			p("toolhost_mcp_tool_call_seconds_bucket{tool=%s,le=%q} %d\n", quote(n), formatFloat(le), cum)
+		}
+		cum += snaps[i].buckets[len(latencyBuckets)]
+		p("toolhost_mcp_tool_call_seconds_bucket{tool=%s,le=\"+Inf\"} %d\n", quote(n), cum)
+		p("toolhost_mcp_tool_call_seconds_sum{tool=%s} %s\n", quote(n), formatFloat(snaps[i].sum))
+		p("toolhost_mcp_tool_call_seconds_count{tool=%s} %d\n", quote(n), cum)
+	}
+	p("# HELP toolhost_mcp_sessions_open Sessions with an open sandbox.\n# TYPE toolhost_mcp_sessions_open gauge\n")
+	p("toolhost_mcp_sessions_open %d\n", m.sessionsOpen.Load())
+	p("# HELP toolhost_mcp_sessions_connected MCP sessions connected, with a sandbox or not yet.\n# TYPE toolhost_mcp_sessions_connected gauge\n")
+	p("toolhost_mcp_sessions_connected %d\n", m.clientsConnected.Load())
+	p("# HELP toolhost_mcp_sessions_total Sessions opened since the start.\n# TYPE toolhost_mcp_sessions_total counter\n")
+	p("toolhost_mcp_sessions_total %d\n", m.sessionsTotal.Load())
+	p("# HELP toolhost_mcp_auth_refused_total HTTP requests refused for a missing or wrong token.\n# TYPE toolhost_mcp_auth_refused_total counter\n")
+	p("toolhost_mcp_auth_refused_total %d\n", m.authRefused.Load())
+	p("# HELP toolhost_mcp_project_refused_total Sessions refused a project their token does not name.\n# TYPE toolhost_mcp_project_refused_total counter\n")
+	p("toolhost_mcp_project_refused_total %d\n", m.projectRefused.Load())
+	return cw.n, cw.err
+}
+
+// quote is a label value: Go's %q escapes backslash, quote and newline as Prometheus
+// wants, and tool names are [A-Za-z0-9_.-] anyway.
+func quote(s string) string { return strconv.Quote(s) }
+
+func formatFloat(f float64) string {
+	if math.IsInf(f, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+type countWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	c.err = err
+	return n, err
+}
