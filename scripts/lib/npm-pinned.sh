@@ -16,11 +16,7 @@ npm_pinned() {
 	local tag=$1 pkg=$2 src=$3 dirvar=$4 cache=$5
 	shift 5
 	local version dir
-	version=$(PKG="$pkg" node -e 'const p=require(process.argv[1]); const v=(p.dependencies||{})[process.env.PKG]; if (v) console.log(v)' "$src/package.json" 2>/dev/null || true)
-	if [ -z "$version" ]; then
-		# node may be missing: the check below says so; read the pin without it.
-		version=$(sed -n "s|.*\"${pkg//\//\\/}\": \"\([0-9][0-9.]*\)\".*|\1|p" "$src/package.json" | head -1)
-	fi
+	version=$(sed -n "s|.*\"$pkg\": \"\([0-9][0-9.]*\)\".*|\1|p" "$src/package.json" | head -1)
 	[ -n "$version" ] || { echo "$tag: no pinned $pkg version in $src/package.json" >&2; return 1; }
 	dir=${!dirvar:-${HOME:?HOME is not set}/.cache/toolhost/$cache/$version}
 
