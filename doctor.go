@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/lease"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/sandbox/local"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // Check is one finding of Doctor: a part of the configuration and whether it is usable
@@ -110,7 +110,7 @@ func doctorLocal(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
 	limits.Detail = strings.Join(all, "; ")
 	if len(missing) > 0 {
 		limits.OK = false
-		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (see README, Limits, for what each needs)"
+		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (docs/SECURITY.md says what each needs)"
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)

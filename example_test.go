@@ -18,11 +18,11 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // A session of an agent: it serves a page from its sandbox, looks at it with
-// take_screenshot, and commits a snapshot of its work. This is README.md's library
+// take_screenshot, and commits a snapshot of its work. This is docs/LIBRARY.md's
 // example; it needs bubblewrap, python3 and Chromium (make setup installs them).
 func Example() {
 	ctx := context.Background()
