@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/builtins"
@@ -77,4 +85,68 @@ func BenchmarkNewWarm(b *testing.B) {
 	for b.Loop() {
 		open()
 	}
+}
+
+// BenchmarkFirstCall is what a new user (or a new CI machine) meets first: the whole CLI
+// process of `toolhost call bash '{"command":"true"}'` on a fresh data dir (no compilation
+// cache, no records), timed until its result is printed ("cold"), against the same
+// command run next in that data dir, timed to its exit ("warm", the floor). Each iteration
+// runs both, so the ratio is of one run. The cold process goes on after its result to
+// compile the plugin it used into the cache (Host.Settle); that is not timed, but the warm
+// call depends on it. BENCH_TOOLHOST_BIN names another binary to measure (an older build,
+// for a before/after in one run).
+//
+//	go test -run '^$' -bench FirstCall -benchtime 5x -count 6 ./cmd/toolhost
+func BenchmarkFirstCall(b *testing.B) {
+	bin := toolBin
+	if v := os.Getenv("BENCH_TOOLHOST_BIN"); v != "" {
+		bin = v
+	}
+	store := b.TempDir()
+	run := func(dataDir string, untilResult bool) time.Duration {
+		b.Helper()
+		cmd := exec.Command(bin, "call", "bash", `{"command":"true"}`)
+		cmd.Dir = b.TempDir()
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+dataDir, "TOOLHOST_STORE_DIR="+store,
+			"XDG_CONFIG_HOME="+b.TempDir(), "TOOLHOST_LOG_LEVEL=error")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		took := time.Since(start)
+		if err != nil || !strings.Contains(line, `"is_error":false`) {
+			cmd.Wait()
+			b.Fatalf("toolhost call bash: %q, %v\n%s", line, err, stderr.String())
+		}
+		io.Copy(io.Discard, out)
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("toolhost call bash: %v\n%s", err, stderr.String())
+		}
+		if !untilResult {
+			took = time.Since(start)
+		}
+		return took
+	}
+	var cold, warm time.Duration
+	for b.Loop() {
+		dataDir := filepath.Join(b.TempDir(), "data")
+		cold += run(dataDir, true)
+		warm += run(dataDir, false)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(cold.Milliseconds())/n, "cold-ms")
+	b.ReportMetric(float64(warm.Milliseconds())/n, "warm-ms")
+	b.ReportMetric(float64(cold)/float64(warm), "cold/warm")
 }

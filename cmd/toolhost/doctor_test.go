@@ -47,7 +47,7 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("doctor on this machine:\n%s", r)
 	}
 	lines := doctorLines(t, r)
-	wantCheck(t, lines, "plugins", "ok", "4 loaded (bash ")
+	wantCheck(t, lines, "plugins", "ok", "4 loaded and compiled (bash ")
 	wantCheck(t, lines, "sandbox", "ok", "a sandbox started and ran a command as uid 1000")
 	wantCheck(t, lines, "python3", "ok", "Python 3.")
 	wantCheck(t, lines, "browser", "ok", "Chromium and the Playwright driver")
