@@ -86,6 +86,9 @@ func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle 
 	if err := snapshot.ValidProjectID(project); err != nil {
 		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
 	}
+	if workspace == "" {
+		workspace = s.opts.Workspaces[project]
+	}
 	if workspace != "" {
 		if !filepath.IsAbs(workspace) {
 			return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
