@@ -83,8 +83,8 @@ type Options struct {
 	// ConfigDigest identifies the configuration, for the session API: a client with
 	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
 	ConfigDigest string
-	// HeldIdleTimeout ends a session held through the session API after this long
-	// without a call (default 1h); a session may ask for its own.
+	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
+	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
 }
 
@@ -105,6 +105,9 @@ type Server struct {
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 
 	held heldSessions // the sessions the shell holds (held.go)
+
+	statelessOnce sync.Once
+	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -136,7 +139,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		log = slog.Default()
 	}
 	if opts.HeldIdleTimeout <= 0 {
-		opts.HeldIdleTimeout = time.Hour
+		opts.HeldIdleTimeout = opts.IdleTimeout
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
