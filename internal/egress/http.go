@@ -466,7 +466,7 @@ func (s *session) roundTrip(ctx context.Context, req *http.Request, d decision, 
 	out.RequestURI = ""
 	out.URL.Scheme = scheme
 	out.URL.Host = hostPort(d) // what the transport dials (and pools by)
-	out.Host = d.h.String()     // what the server is told: the name, its port only when not the scheme's
+	out.Host = d.h.String()    // what the server is told: the name, its port only when not the scheme's
 	if d.h.isAddr() && d.h.addr.Is6() {
 		out.Host = "[" + out.Host + "]"
 	}

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
-	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -188,7 +188,7 @@ func TestEgressNoRoute(t *testing.T) {
 	}
 	reg := e.reg.String()
 	for _, probe := range []string{
-		"exec 3<>/dev/tcp/" + reg + "/80",                         // the allowed host, directly
+		"exec 3<>/dev/tcp/" + reg + "/80",                          // the allowed host, directly
 		"exec 3<>/dev/tcp/" + testnet.GatewayAddr.String() + "/80", // the host side
 		"exec 3<>/dev/tcp/8.8.8.8/53",
 		"echo x > /dev/udp/" + testnet.DNSAddr.String() + "/53 && echo sent",
@@ -275,7 +275,6 @@ func TestEgressAttribution(t *testing.T) {
 		t.Errorf("refused to the background process: %q", got)
 	}
 }
-
 
 // Credential injection from inside a real sandbox: the upstream sees the header, and the
 // value is nowhere in the sandbox: not in any process's environment, command line or

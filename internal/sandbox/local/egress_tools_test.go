@@ -211,7 +211,9 @@ ls node_modules`)
 	if res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "hello    world") || !strings.Contains(string(res.Stdout), "left-pad-test") {
 		t.Fatalf("npm install: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
-	e.waitRecord(t, "npm's tunnel", func(r egress.Record) bool { return r.Command == "npm-install" && r.Name == "registry.test" && r.Port == 8443 })
+	e.waitRecord(t, "npm's tunnel", func(r egress.Record) bool {
+		return r.Command == "npm-install" && r.Name == "registry.test" && r.Port == 8443
+	})
 }
 
 func TestEgressPipInstall(t *testing.T) {
