@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
@@ -39,9 +40,11 @@ func e2bConfig(t *testing.T, providers string, f *e2bfake.Server) Config {
 	}
 	cfg.Sandbox.Provider = providers
 	if f != nil {
-		cfg.E2B.APIKey = Secret(f.APIKey())
-		cfg.E2B.Domain = f.Domain()
-		cfg.E2B.APIURL, cfg.E2B.SandboxURL = f.URL(), f.URL()
+		for k, v := range map[string]any{"e2b.api_key": Secret(f.APIKey()), "e2b.domain": f.Domain(), "e2b.api_url": f.URL(), "e2b.sandbox_url": f.URL()} {
+			if err := cfg.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	return cfg
 }
@@ -104,7 +107,9 @@ func TestE2BSessions(t *testing.T) {
 		t.Run(providers, func(t *testing.T) {
 			var logs logBuf
 			cfg := e2bConfig(t, providers, f)
-			cfg.E2B.MaxLifetime = 20 * time.Minute // the session's 1h ttl is cut to it
+			if err := cfg.Set("e2b.max_lifetime", 20*time.Minute); err != nil { // the session's 1h ttl is cut to it
+				t.Fatal(err)
+			}
 			th := newToolhost(t, cfg, logs.option())
 			project := "on-e2b"
 			s := open(t, th, SessionOptions{Project: project})
@@ -132,7 +137,8 @@ func TestE2BSessions(t *testing.T) {
 			var u e2b.Usage
 			waitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
 				var err error
-				if u, err = th.Storage().E2BUsage(ctx, time.Now()); err != nil {
+				st := th.Storage()
+				if u, err = e2b.UsageOf(ctx, th.cfg.Module("e2b").(*e2b.Section), module.Env{DataDir: th.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				return u.Running == 1

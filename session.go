@@ -130,7 +130,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		Logger:          log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening a session for project %s: %w%s", project, err, bwrapHint())
+		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
 	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
 	opened = true

@@ -63,8 +63,12 @@ func exampleMissing() string {
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "test"
 	return cfg
 }
@@ -171,14 +175,14 @@ func TestProviders(t *testing.T) {
 			t.Error("registering local twice did not panic")
 		}
 	}()
-	RegisterProvider("local", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) { return nil, nil })
+	RegisterProvider(ProviderModule{Name: "local", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) { return nil, nil }})
 }
 
 // memProvider is a provider that cannot mount host directories, as a remote one.
 func init() {
-	RegisterProvider("test-memory", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) {
+	RegisterProvider(ProviderModule{Name: "test-memory", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) {
 		return &memsandbox.Provider{}, nil
-	})
+	}})
 }
 
 // TestRemoteProviderRefusesHostWorkspace: a provider that cannot mount a host directory

@@ -36,7 +36,10 @@ func cliEnv(t *testing.T, env ...string) []string {
 func snapshots(t *testing.T, dir, project string) int {
 	t.Helper()
 	cfg := toolhost.DefaultConfig()
-	cfg.DataDir, cfg.Store.Dir = testDataDir, dir
+	cfg.DataDir = testDataDir
+	if err := cfg.Set("store.dir", dir); err != nil {
+		t.Fatal(err)
+	}
 	st, err := toolhost.OpenStorage(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

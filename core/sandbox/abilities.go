@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Optional abilities.
@@ -16,8 +17,9 @@ import (
 // it implements Unwrap and the ability of the sandbox under it shows through. This is the
 // convention net/http's ResponseController follows for ResponseWriter wrappers.
 //
-// Providers have one optional ability, Handoff. A provider wrapper implements it itself
-// when its inner provider does, since it must wrap the sandbox Handoff returns anyway.
+// Providers have optional abilities too: Handoff (and HandoffChecker), LifetimeBound,
+// ProjectScoped and Closer, found with ProviderAs through any provider wrapper
+// (ProviderWrapper). A Chain implements each over its members.
 
 // Wrapper is a Sandbox that runs on another one.
 type Wrapper interface {
@@ -95,4 +97,76 @@ func DevServerPort(sb Sandbox) int {
 		return ds.DevServerPort()
 	}
 	return 0
+}
+
+// Provider abilities.
+
+// ProviderWrapper is a Provider that runs on another one (a test double, a view).
+type ProviderWrapper interface {
+	UnwrapProvider() Provider
+}
+
+// ProviderAs returns the first provider in the chain p, p.UnwrapProvider(), ... that is a
+// T, where T is a provider ability.
+func ProviderAs[T any](p Provider) (T, bool) {
+	for range maxUnwrap {
+		if p == nil {
+			break
+		}
+		if t, ok := p.(T); ok {
+			return t, true
+		}
+		w, ok := p.(ProviderWrapper)
+		if !ok {
+			break
+		}
+		p = w.UnwrapProvider()
+	}
+	var zero T
+	return zero, false
+}
+
+// LifetimeBound is a provider whose sandboxes cannot live past a bound (an E2B plan's):
+// a session keeps its sandbox's ttl and its own max_lifetime within MaxLifetime.
+type LifetimeBound interface {
+	MaxLifetime() time.Duration
+}
+
+// MaxLifetimeOf is p's bound on a sandbox's life, or 0 when it has none.
+func MaxLifetimeOf(p Provider) time.Duration {
+	if lb, ok := ProviderAs[LifetimeBound](p); ok {
+		return lb.MaxLifetime()
+	}
+	return 0
+}
+
+// ProjectScoped is a provider that counts its sandboxes under a project (E2B's quota
+// ledger): ForProject returns the view a session of project creates through, which
+// creates the same sandboxes and labels them with the project. The view shares the
+// provider's resources; closing the provider closes it.
+type ProjectScoped interface {
+	ForProject(project string) Provider
+}
+
+// ForProject is p's view for project, or p itself when it is not ProjectScoped.
+func ForProject(p Provider, project string) Provider {
+	if ps, ok := ProviderAs[ProjectScoped](p); ok {
+		return ps.ForProject(project)
+	}
+	return p
+}
+
+// Closer is a provider that holds resources until it is closed (a connection pool, a
+// spare volume, a cgroup): the owner of the provider calls Close once, after every
+// sandbox it made is closed; Close returns when the resources are released or ctx ends.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// CloseProvider closes p when it is a Closer.
+func CloseProvider(ctx context.Context, p Provider) error {
+	if c, ok := ProviderAs[Closer](p); ok {
+		return c.Close(ctx)
+	}
+	return nil
 }
