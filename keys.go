@@ -238,7 +238,7 @@ reason logged; an error that is the configuration's (a key E2B refuses, a templa
 small) stops there unless continue_on_error is set.`},
 	{name: "sandbox.continue_on_error", flag: "continue-on-error", def: false,
 		aliases: []Alias{{Name: "e2b.continue_on_error", Flag: "e2b-continue-on-error"}},
-		usage: "in a provider list, give way to the next provider on any error",
+		usage:   "in a provider list, give way to the next provider on any error",
 		doc: `In a list of providers (sandbox.provider: e2b,local), give way to the next one on any
 error, not only when a provider is unavailable: a key E2B refuses or a template that
 does not exist then also falls back (and is logged), instead of failing the session.`},

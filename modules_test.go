@@ -45,7 +45,11 @@ func init() {
 			{Name: "pod.labels", Flag: "pod-labels", Usage: "labels", Doc: "Labels."},
 			{Name: "pod.image.name", Flag: "pod-image", Usage: "image", Doc: "The image.", Aliases: []string{"pod.picture"}},
 		},
-		Config: func() any { s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}; s.Image.Name = "debian"; return s },
+		Config: func() any {
+			s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}
+			s.Image.Name = "debian"
+			return s
+		},
 		Validate: func(cfg any, set ModuleSettings) error {
 			s := cfg.(*podSection)
 			if s.Replicas < 1 {

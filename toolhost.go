@@ -42,9 +42,9 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
-	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -99,13 +99,13 @@ func newOptions(opts []Option) options {
 // snapshots and stored screenshots. It needs no plugins and no sandbox: the CLI's
 // snapshot and screenshot commands use it alone.
 type Storage struct {
-	cfg   Config
+	cfg    Config
 	store  store.Store
 	where  string
 	shared bool // several hosts may share the store (module.Opened.Shared)
 	snaps  *snapshot.Manager
-	rec   *screenshot.Recorder // its Capturer is the Toolhost's, or nil
-	close func() error
+	rec    *screenshot.Recorder // its Capturer is the Toolhost's, or nil
+	close  func() error
 }
 
 // OpenStorage opens the configured store (store.*) and the snapshot manager on it

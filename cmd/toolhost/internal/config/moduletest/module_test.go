@@ -43,7 +43,11 @@ func init() {
 			{Name: "pod.labels", FileOnly: true, Doc: "Labels."},
 			{Name: "pod.image.name", Flag: "pod-image", Usage: "image", Doc: "The image.", Aliases: []string{"pod.picture"}},
 		},
-		Config: func() any { s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}; s.Image.Name = "debian"; return s },
+		Config: func() any {
+			s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}
+			s.Image.Name = "debian"
+			return s
+		},
 		New: func(context.Context, any, toolhost.ModuleEnv) (sandbox.Provider, error) {
 			return nil, nil
 		},
