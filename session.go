@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/screenshot"
@@ -116,6 +117,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
 	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
+	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
+	if t.rec != nil {
+		auto = capture.Of(t.rec)
+	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
@@ -126,7 +131,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		KeepaliveMargin: cfg.Session.KeepaliveMargin,
 		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     maxLife,
-		Screenshots:     t.rec,
+		Screenshots:     auto,
 		Logger:          log,
 	})
 	if err != nil {

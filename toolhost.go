@@ -41,6 +41,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
@@ -258,7 +259,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		}
 		t.rec = &screenshot.Recorder{Capturer: t.capt, Store: st.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
 		st.rec = t.rec
-		hc.Capturer = recorderCapturer{t.rec}
+		hc.Capturer = capture.Of(t.rec)
 	}
 	h, err := host.New(ctx, hc)
 	if err != nil {
