@@ -592,7 +592,7 @@ func (s *session) switchProtocols(resp *http.Response) bool {
 	defer rwc.Close()
 	resp.Body = nil
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "HTTP/1.1 101 %s\r\n", http.StatusText(101))
+	fmt.Fprintf(&b, "HTTP/1.1 101 %s\r\n", http.StatusText(http.StatusSwitchingProtocols))
 	_ = resp.Header.Write(&b)
 	b.WriteString("\r\n")
 	if _, err := s.m.ctl().Write(b.Bytes()); err != nil {

@@ -141,7 +141,10 @@ func openAgent(exe string, id identity) (*os.File, error) {
 		m.Close()
 		return nil, fmt.Errorf("copy the agent into a memfd: %w", err)
 	}
-	if err := unix.Fchmod(fd, 0o755); err == nil {
+	// One err for both steps: a failed chmod or seal must not go unseen (a writable or
+	// unsealed agent image could be changed under the sandboxes that run it).
+	err = unix.Fchmod(fd, 0o755)
+	if err == nil {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
 	}
 	if err != nil {
