@@ -87,8 +87,8 @@ func TestE2BWithoutKey(t *testing.T) {
 	var logs logBuf
 	th = newToolhost(t, e2bConfig(t, "e2b,local", nil), logs.option())
 	s := open(t, th, SessionOptions{})
-	if _, ok := sandbox.As[*local.Sandbox](s.Sandbox()); !ok {
-		t.Fatalf("e2b,local without a key: the session's sandbox is %T, want a local one", s.Sandbox().Unwrap())
+	if _, ok := sandbox.As[*local.Sandbox](s.live); !ok {
+		t.Fatalf("e2b,local without a key: the session's sandbox is %T, want a local one", s.live.Unwrap())
 	}
 	expect(t, s, "bash", `{"command":"echo $TOOLHOST_SANDBOX_PROVIDER here"}`, false, " here")
 	if !strings.Contains(logs.String(), `reason="E2B API key not configured"`) || !strings.Contains(logs.String(), "next=local") {
@@ -113,19 +113,19 @@ func TestE2BSessions(t *testing.T) {
 			th := newToolhost(t, cfg, logs.option())
 			project := "on-e2b"
 			s := open(t, th, SessionOptions{Project: project})
-			if _, ok := sandbox.As[*e2b.Sandbox](s.Sandbox()); !ok {
-				t.Fatalf("the session's sandbox is %T, want an E2B one\n%s", s.Sandbox().Unwrap(), logs.String())
+			if _, ok := sandbox.As[*e2b.Sandbox](s.live); !ok {
+				t.Fatalf("the session's sandbox is %T, want an E2B one\n%s", s.live.Unwrap(), logs.String())
 			}
-			if left := time.Until(s.Sandbox().EndsAt()); left > 20*time.Minute || left < 10*time.Minute {
+			if left := time.Until(s.live.EndsAt()); left > 20*time.Minute || left < 10*time.Minute {
 				t.Errorf("the sandbox ends in %s: want within the plan's 20m", left.Round(time.Second))
 			}
 			expect(t, s, "write_file", `{"path":"notes.txt","content":"on E2B\n"}`, false)
 			expect(t, s, "bash", `{"command":"cat notes.txt; echo $TOOLHOST_SANDBOX_PROVIDER"}`, false, "on E2B\ne2b")
-			first := s.Sandbox().SandboxID()
-			if err := s.Sandbox().Rotate(ctx); err != nil {
+			first := s.live.SandboxID()
+			if err := s.live.Rotate(ctx); err != nil {
 				t.Fatalf("rotate: %v\n%s", err, logs.String())
 			}
-			if s.Sandbox().SandboxID() == first {
+			if s.live.SandboxID() == first {
 				t.Fatal("the rotation kept the sandbox")
 			}
 			expect(t, s, "read_file", `{"path":"notes.txt"}`, false, "on E2B")

@@ -55,7 +55,7 @@ type Option func(*options)
 type options struct {
 	log        *slog.Logger
 	snapLog    *slog.Logger
-	progress   func(snapshot.Progress)
+	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
 }
@@ -69,7 +69,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithSnapshotLogger(l *slog.Logger) Option { return func(o *options) { o.snapLog = l } }
 
 // WithSnapshotProgress calls fn as snapshot transfers move bytes.
-func WithSnapshotProgress(fn func(snapshot.Progress)) Option {
+func WithSnapshotProgress(fn func(SnapshotProgress)) Option {
 	return func(o *options) { o.progress = fn }
 }
 
@@ -143,7 +143,7 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 		Excludes: cfg.Snapshot.Excludes,
 		Retries:  retries,
 		Logger:   o.snapLog,
-		Progress: o.progress,
+		Progress: progressOf(o.progress),
 	})
 	if err != nil {
 		s.close()
@@ -163,15 +163,6 @@ func (s *Storage) Where() string { return s.where }
 // Shared reports whether several hosts may share the store (an S3 bucket), so records
 // that hosts add up belong in it.
 func (s *Storage) Shared() bool { return s.shared }
-
-// Snapshots is the snapshot manager: save, list and restore a project's workspace.
-func (s *Storage) Snapshots() *snapshot.Manager { return s.snaps }
-
-// Screenshots lists a project's stored screenshots of one kind (screenshot.KindAgent,
-// screenshot.KindAuto, or "" for both), newest first.
-func (s *Storage) Screenshots(ctx context.Context, project, kind string) ([]screenshot.Stored, error) {
-	return s.rec.List(ctx, project, kind)
-}
 
 // Close releases the store.
 func (s *Storage) Close() error { return s.close() }
@@ -379,11 +370,8 @@ func (t *Toolhost) Config() Config { return cloneConfig(t.cfg) }
 // API request.
 func (t *Toolhost) Tools() []abi.Tool { return t.host.Tools() }
 
-// Plugins describes the loaded plugins.
-func (t *Toolhost) Plugins() []host.PluginInfo { return t.host.Plugins() }
-
-// Host is the plugin host, for what this package does not wrap.
-func (t *Toolhost) Host() *host.Host { return t.host }
+// Plugins describes the loaded plugins, in load order.
+func (t *Toolhost) Plugins() []PluginInfo { return pluginInfos(t.host.Plugins()) }
 
 // Storage is the store with the snapshots and screenshots on it.
 func (t *Toolhost) Storage() *Storage { return t.storage }
@@ -464,4 +452,14 @@ func (t *Toolhost) Close(ctx context.Context) error {
 		t.closeErr = errors.Join(errs...)
 	})
 	return t.closeErr
+}
+
+// progressOf adapts a SnapshotProgress callback to the snapshot manager's.
+func progressOf(fn func(SnapshotProgress)) func(snapshot.Progress) {
+	if fn == nil {
+		return nil
+	}
+	return func(p snapshot.Progress) {
+		fn(SnapshotProgress{Project: p.ProjectID, Phase: p.Phase, Done: p.Done, Total: p.Total})
+	}
 }

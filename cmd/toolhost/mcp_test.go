@@ -45,7 +45,7 @@ func snapshots(t *testing.T, dir, project string) int {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := st.Snapshots().List(context.Background(), project)
+	l, err := st.Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 
 func snapshotCount(t testing.TB, th *toolhost.Toolhost, project string) int {
 	t.Helper()
-	l, err := th.Storage().Snapshots().List(context.Background(), project)
+	l, err := th.Storage().Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}
