@@ -272,6 +272,7 @@ func cloneConfig(c Config) Config {
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
 	c.modules = cloneModules(c.modules)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
+	c.Serve.Workspaces = maps.Clone(c.Serve.Workspaces)
 	for i := range c.Serve.Tokens {
 		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
 	}
