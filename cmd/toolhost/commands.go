@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/host"
 )
 
@@ -63,7 +64,7 @@ that no first call runs a plugin in its slower interpreted form.`,
 		}
 		defer c.closeToolhost(ctx, th)
 		if warm, _ := c.flags.GetBool("warm"); warm {
-			if err := th.Host().Ready(ctx); err != nil {
+			if err := experimental.CompilePlugins(ctx, th); err != nil {
 				return err
 			}
 		}
@@ -255,14 +256,14 @@ Example:
 		// in the background; before exiting (the result printed, the sandbox closed), wait
 		// for that compile, so that the next call finds it in the cache.
 		defer func() {
-			if err := th.Host().Settle(ctx); err != nil {
+			if err := experimental.Settle(ctx, th); err != nil {
 				c.quietLog().Debug("compiling the called plugin for the next start", "err", err)
 			}
 		}()
 		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
 			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
 		}
-		th.Host().Prepare(tool) // its plugin gets ready while the sandbox starts
+		experimental.Prepare(th, tool) // its plugin gets ready while the sandbox starts
 		// With a host directory, the session's sandboxes use it as their workspace: the call
 		// acts on it, and nothing is restored into it. Without, the session wakes the
 		// project's private workspace from its newest snapshot and saves it after the call.
