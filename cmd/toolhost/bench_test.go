@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,4 +151,56 @@ func BenchmarkFirstCall(b *testing.B) {
 	b.ReportMetric(float64(cold.Milliseconds())/n, "cold-ms")
 	b.ReportMetric(float64(warm.Milliseconds())/n, "warm-ms")
 	b.ReportMetric(float64(cold)/float64(warm), "cold/warm")
+}
+
+// BenchmarkMCPTransports is issue 18's "MCP HTTP / stdio, official TS client, bash true":
+// the TypeScript SDK's client (scripts/setup-mcp-client.sh) calls bash `true` over
+// streamable HTTP to `toolhost serve` and over stdio to `toolhost mcp`, the two
+// interleaved call by call after five warm-up calls each (testdata/mcpbench.cjs); the
+// medians and their ratio are of one run.
+//
+//	go test -run '^$' -bench MCPTransports -benchtime 1x -count 6 ./cmd/toolhost
+func BenchmarkMCPTransports(b *testing.B) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Skipf("node is not installed: %v", err)
+	}
+	dir := os.Getenv("TOOLHOST_MCP_CLIENT_DIR")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		matches, _ := filepath.Glob(filepath.Join(home, ".cache", "toolhost", "mcp-client", "*"))
+		if len(matches) == 0 {
+			b.Skip("the MCP SDK is not installed (scripts/setup-mcp-client.sh)")
+		}
+		dir = matches[len(matches)-1]
+	}
+	script, err := filepath.Abs("testdata/mcpbench.cjs")
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := "TOOLHOST_STORE_DIR=" + b.TempDir()
+	_, url, _, _ := startServe(b, []string{store})
+	var httpMs, stdioMs []float64
+	for b.Loop() {
+		cmd := exec.Command(node, script)
+		cmd.Env = append(cliEnv(b, store), "TOOLHOST_MCP_CLIENT_DIR="+dir, "MCP_URL="+url, "MCP_BIN="+toolBin, "MCP_CALLS=40")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("node mcpbench.cjs: %v\n%s", err, stderr.String())
+		}
+		var got struct{ HTTP, Stdio []float64 }
+		if err := json.Unmarshal(out, &got); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+		httpMs = append(httpMs, got.HTTP...)
+		stdioMs = append(stdioMs, got.Stdio...)
+	}
+	slices.Sort(httpMs)
+	slices.Sort(stdioMs)
+	h, s := httpMs[len(httpMs)/2], stdioMs[len(stdioMs)/2]
+	b.ReportMetric(h, "http-ms")
+	b.ReportMetric(s, "stdio-ms")
+	b.ReportMetric(h/s, "http/stdio")
 }
