@@ -85,13 +85,13 @@ type Repo struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	index     map[string]*indexObj    // key → contents
-	doomed    map[string][]PackID     // key → packs
-	blobs     map[Digest]Ref          // every data blob the index lists
-	packs     map[PackID]bool         // every pack the index lists
-	manifests map[string]*Manifest    // key → manifest (immutable)
-	scans     map[string]*scanCache   // project → the last save's entries
-	segments  map[Digest][]Entry      // decoded segments of recent manifests
+	index     map[string]*indexObj  // key → contents
+	doomed    map[string][]PackID   // key → packs
+	blobs     map[Digest]Ref        // every data blob the index lists
+	packs     map[PackID]bool       // every pack the index lists
+	manifests map[string]*Manifest  // key → manifest (immutable)
+	scans     map[string]*scanCache // project → the last save's entries
+	segments  map[Digest][]Entry    // decoded segments of recent manifests
 }
 
 // New makes a Repo.
@@ -187,7 +187,7 @@ func (r *Repo) getAll(ctx context.Context, key string, limit int64) ([]byte, sto
 // permanent stops the retries (an object that is not there will not appear).
 type permanent struct{ err error }
 
-func (p *permanent) Error() string { return p.err.Error() }
+func (p *permanent) Error() string   { return p.err.Error() }
 func (p *permanent) Unwrap() []error { return []error{p.err, store.ErrInvalidKey} } // store.Permanent: no retry
 
 // put stores b under key (IfNotExists), with its SHA-256 as metadata; a retry that finds

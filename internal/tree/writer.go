@@ -562,7 +562,6 @@ func (w *Writer) finishDir(m dirMeta) error {
 	return nil
 }
 
-
 // futimens sets a file's access and modification times to mtime (ns) through its
 // descriptor: utimensat(fd, NULL, ...), what glibc's futimens does.
 func futimens(fd int, mtime int64) error {
