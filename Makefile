@@ -3,7 +3,7 @@
 # the screenshots; for the tests, scripts/setup-e2b-sdk.sh and scripts/setup-mcp-client.sh
 # too). Go's build cache keeps repeat runs fast.
 #
-# The built-in plugins are committed in plugins/wasm and embedded in the binary, so a build
+# The built-in plugins are committed in internal/builtins/wasm and embedded in the binary, so a build
 # needs no plugin step; `make plugins` rebuilds them after a change to their sources (a
 # test of package plugins fails until it is run), and the result is committed.
 
@@ -17,8 +17,8 @@ BENCH_COUNT  ?= 1
 BENCHFLAGS   ?=
 DUEL_ROUNDS  ?= 10
 
-# The test-only S3 server, a module of its own (see core/store/s3/s3test).
-GATEWAY      := core/store/s3/s3test/gateway
+# The test-only S3 server, a module of its own (see internal/store/s3/s3test).
+GATEWAY      := internal/store/s3/s3test/gateway
 
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,10 +30,10 @@ all: build
 help:
 	@echo "make run      install what is missing, build, run the demo (bin/toolhost demo)"
 	@echo "make test     install what is missing, go vet, go test -race ./..."
-	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./host BENCH_COUNT=5)"
+	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
-	@echo "make plugins  rebuild the built-in plugins into plugins/wasm (commit the result)"
+	@echo "make plugins  rebuild the built-in plugins into internal/builtins/wasm (commit the result)"
 	@echo "make examples build the C example plugin (examples/c-wordcount; make test builds and tests it)"
 	@echo "make clean    remove bin/"
 
@@ -42,7 +42,7 @@ setup:
 	@scripts/setup.sh
 	@scripts/setup-browser.sh
 
-# Tests also need what core/screenshot drives: Chromium and the Playwright driver (tests
+# Tests also need what internal/screenshot drives: Chromium and the Playwright driver (tests
 # that need a missing one skip, saying so; with CI=true they fail); and E2B's official
 # JavaScript SDK, which drives the fake E2B in a test (it needs Node.js >= 20: where the
 # machine has no such Node, the script says so and, unless CI=true, the test skips).
@@ -53,9 +53,9 @@ setup-test:
 	@scripts/setup-mcp-client.sh || [ "$${CI:-}" != true ]
 
 # The plugins are WASI reactors, built with -trimpath (no path of this machine in them)
-# and recorded with the digest of their sources in plugins/wasm/manifest.json.
+# and recorded with the digest of their sources in internal/builtins/wasm/manifest.json.
 plugins:
-	$(GO) generate ./plugins
+	$(GO) generate ./internal/builtins
 
 # The C example plugin, with clang and wasi-libc (scripts/setup.sh --test installs them);
 # cmd/toolhost's TestCExamplePlugin builds it the same way and runs it through the CLI.

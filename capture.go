@@ -5,11 +5,11 @@ import (
 	"errors"
 	"net/url"
 
-	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
-// recorderCapturer serves the host's capture capability with core/screenshot's recorder:
+// recorderCapturer serves the host's capture capability with internal/screenshot's recorder:
 // Chromium through playwright-go, pinned to the preview's origin, the images stored under
 // the project's agent captures. It is what keeps the browser driver out of package host.
 type recorderCapturer struct{ rec *screenshot.Recorder }

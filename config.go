@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/sandbox/e2b"
-	"github.com/toolhost/toolhost/core/snapshot"
-	"github.com/toolhost/toolhost/host"
-	"github.com/toolhost/toolhost/host/policy"
+	"github.com/toolhost/toolhost/internal/host"
+	policyengine "github.com/toolhost/toolhost/internal/policy"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
+	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // Config is toolhost's whole configuration: what the CLI reads from its YAML file,
@@ -119,7 +120,7 @@ type SessionConfig struct {
 }
 
 // LeaseConfig is the lease.* keys: the project lease that keeps two hosts sharing a store
-// from running one project at once (package core/lease).
+// from running one project at once (package internal/lease).
 type LeaseConfig struct {
 	Enabled bool          `key:"enabled"`
 	TTL     time.Duration `key:"ttl"`
@@ -552,7 +553,7 @@ func (c *Config) validatePlugins(bad badKey) error {
 				return bad(key+"."+string(s.c), "scopes a capability the plugin is not granted: add %s to its grants, or remove this", s.c)
 			}
 		}
-		if _, err := policy.Compile(p.Scope); err != nil {
+		if _, err := policyengine.Compile(p.Scope); err != nil {
 			return bad(key, "%v", err)
 		}
 		l := p.Limits

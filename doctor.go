@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/lease"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/sandbox/local"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // Check is one finding of Doctor: a part of the configuration and whether it is usable

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/sandbox/e2b"
-	"github.com/toolhost/toolhost/core/sandbox/e2b/e2bfake"
-	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // A session of an agent: it serves a page from its sandbox, looks at it with

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/archive"
-	"github.com/toolhost/toolhost/host"
-	"github.com/toolhost/toolhost/plugins"
+	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/host"
 )
 
 // EnvPrefix starts the environment variable of every configuration key.
@@ -83,7 +83,7 @@ func (k key) defaultValue() any {
 // builtinPlugins is the plugins key's default: every built-in with the grants it needs.
 func builtinPlugins() []Plugin {
 	var out []Plugin
-	for _, b := range plugins.Builtins() {
+	for _, b := range builtins.Builtins() {
 		out = append(out, Plugin{Path: b.File, Grants: b.Grants})
 	}
 	return out

@@ -111,13 +111,13 @@ func TestZeroIsNotDefault(t *testing.T) {
 // TestLightImports: a program that imports the host or the local provider links no
 // browser driver, and nothing of the test-only S3 server is in the module's requirements.
 func TestLightImports(t *testing.T) {
-	for _, pkg := range []string{"./host", "./core/sandbox/local", "./core/sandbox", "./abi"} {
+	for _, pkg := range []string{"./host", "./internal/sandbox/local", "./core/sandbox", "./abi"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if strings.Contains(dep, "playwright") || strings.Contains(dep, "core/screenshot") {
+			if strings.Contains(dep, "playwright") || strings.Contains(dep, "internal/screenshot") {
 				t.Errorf("%s links %s", pkg, dep)
 			}
 		}
@@ -127,6 +127,6 @@ func TestLightImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	if strings.Contains(string(gomod), "versity") {
-		t.Error("go.mod requires the test-only S3 server (VersityGW): it belongs to core/store/s3/s3test/gateway/go.mod")
+		t.Error("go.mod requires the test-only S3 server (VersityGW): it belongs to internal/store/s3/s3test/gateway/go.mod")
 	}
 }

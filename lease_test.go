@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolhost/toolhost/core/lease"
 	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/core/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
 
 // leaseStores runs f with a configuration on each store backend: a directory, and the

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/host/audit"
-	"github.com/toolhost/toolhost/host/policy"
+	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/policy"
 )
 
 func TestValidatePluginPolicy(t *testing.T) {

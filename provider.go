@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/sandbox/e2b"
-	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
 // ProviderFactory makes the sandbox provider that sandbox.provider names, from the whole

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/snapshot"
+	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/lease"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/core/session"
-	"github.com/toolhost/toolhost/core/snapshot"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/session"
+	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // SessionOptions choose what a session works on.
@@ -303,7 +303,7 @@ func (s *Session) Screenshots(ctx context.Context, kind string) ([]screenshot.St
 // started empty (a new project, or a host directory as the workspace).
 func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
 
-// Sandbox is the session's sandbox: a core/session.Session, which outlives the sandboxes
+// Sandbox is the session's sandbox: a internal/session.Session, which outlives the sandboxes
 // it rotates through (its Rotations, SandboxID, Archive, ReadFile...).
 func (s *Session) Sandbox() *session.Session { return s.live }
 

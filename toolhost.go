@@ -37,16 +37,16 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/core/snapshot"
 	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/core/store/dir"
-	"github.com/toolhost/toolhost/core/store/s3"
-	"github.com/toolhost/toolhost/host"
-	"github.com/toolhost/toolhost/host/audit"
-	"github.com/toolhost/toolhost/host/policy"
-	"github.com/toolhost/toolhost/plugins"
+	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/policy"
+	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/store/s3"
 )
 
 // Option sets what is not configuration: where logs go, who watches transfers.
@@ -78,7 +78,7 @@ func WithSnapshotProgress(fn func(snapshot.Progress)) Option {
 func WithConfigFile(path string) Option { return func(o *options) { o.configFile = path } }
 
 // WithAudit sends a record of every host call and tool call of the plugins to s (package
-// host/audit; an audit.Recorder keeps them in memory), besides audit.file when that is
+// audit; an audit.Recorder keeps them in memory), besides audit.file when that is
 // set.
 func WithAudit(s audit.Sink) Option { return func(o *options) { o.audit = s } }
 
@@ -329,7 +329,7 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 		case err != nil:
 			return nil, fmt.Errorf("plugins[%d]: %w", i, err)
 		case path == "":
-			wasm, err := plugins.Wasm(p.Path)
+			wasm, err := builtins.Wasm(p.Path)
 			if err != nil {
 				return nil, fmt.Errorf("plugins[%d]: %w", i, err)
 			}
@@ -368,8 +368,8 @@ func (t *Toolhost) pluginPath(p, dir string) (string, error) {
 	case dir != "":
 		p = filepath.Join(dir, p)
 	default:
-		if _, ok := plugins.Lookup(p); !ok {
-			return "", fmt.Errorf("%s is not a built-in plugin (%s): give its absolute path, or set plugins_dir", p, plugins.Files())
+		if _, ok := builtins.Lookup(p); !ok {
+			return "", fmt.Errorf("%s is not a built-in plugin (%s): give its absolute path, or set plugins_dir", p, builtins.Files())
 		}
 		return "", nil
 	}

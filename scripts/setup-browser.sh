@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# setup-browser.sh installs what core/screenshot needs and is missing, and does nothing else:
+# setup-browser.sh installs what internal/screenshot needs and is missing, and does nothing else:
 #
 #   - a Chromium from Debian's packages (default chromium-headless-shell; see --package)
 #   - the Playwright driver that playwright-go pins (npm playwright-core at exactly that
@@ -8,7 +8,7 @@
 #   scripts/setup-browser.sh [--package chromium-headless-shell|chromium] [--driver-dir DIR]
 #
 # The driver goes to $PLAYWRIGHT_DRIVER_PATH if set, else ~/.cache/ms-playwright-go/<version>,
-# which is where playwright-go (and core/screenshot) look by default. Playwright's own browser
+# which is where playwright-go (and internal/screenshot) look by default. Playwright's own browser
 # downloads are never used. The npm registry is used only when the driver is missing; apt-get
 # update runs only when a package has no install candidate or an install fails on stale lists.
 # Root or sudo for apt. Prints one line per thing installed; silent when all is present.
@@ -44,7 +44,7 @@ case "$pkg" in
 chromium) [ -x /usr/lib/chromium/chromium ] || apt_missing+=(chromium) ;;
 chromium-headless-shell) [ -x /usr/lib/chromium/chromium-headless-shell ] || apt_missing+=(chromium-headless-shell) ;;
 esac
-# The browser runs inside its own bubblewrap sandbox (core/screenshot never runs it bare).
+# The browser runs inside its own bubblewrap sandbox (internal/screenshot never runs it bare).
 [ -x /usr/bin/bwrap ] || apt_missing+=(bubblewrap)
 # Without Recommends, chromium-common brings no font; pages need one to render text.
 if ((${#apt_missing[@]})) && ! fc-list 2>/dev/null | grep -q .; then

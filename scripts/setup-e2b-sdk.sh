@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # setup-e2b-sdk.sh installs the official E2B JavaScript SDK (npm package e2b, at the
-# version pinned in core/sandbox/e2b/e2bfake/testdata/sdk/package-lock.json) for the test
+# version pinned in internal/sandbox/e2b/e2bfake/testdata/sdk/package-lock.json) for the test
 # that drives the fake E2B with it, and does nothing else:
 #
 #   scripts/setup-e2b-sdk.sh [--dir DIR]

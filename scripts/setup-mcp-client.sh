@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup-mcp-client.sh installs the official MCP TypeScript SDK (npm package
 # @modelcontextprotocol/sdk, at the version pinned in
-# mcpserve/testdata/npmclient/package-lock.json) for the test that drives toolhost's MCP
+# internal/mcpserve/testdata/npmclient/package-lock.json) for the test that drives toolhost's MCP
 # server with its client, and does nothing else:
 #
 #   scripts/setup-mcp-client.sh [--dir DIR]

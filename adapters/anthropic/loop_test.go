@@ -13,8 +13,8 @@ import (
 
 	"github.com/toolhost/toolhost"
 	toolanthropic "github.com/toolhost/toolhost/adapters/anthropic"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/internal/fakemessages"
+	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )

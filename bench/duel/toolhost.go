@@ -9,7 +9,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
 )
 
 // toolhostRT is toolhost's host with the duel plugin, and a session over an in-memory

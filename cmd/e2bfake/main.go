@@ -1,4 +1,4 @@
-// Command e2bfake runs the fake E2B of core/sandbox/e2b/e2bfake on its own, so any E2B
+// Command e2bfake runs the fake E2B of internal/sandbox/e2b/e2bfake on its own, so any E2B
 // client can be pointed at it: the control plane and every sandbox's envd on one
 // listener, each sandbox a real local sandbox (bubblewrap). It prints the environment the
 // official SDKs read, then serves until interrupted:
@@ -26,8 +26,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolhost/toolhost/core/sandbox/e2b/e2bfake"
-	"github.com/toolhost/toolhost/core/sandbox/local"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
 type templates []e2bfake.Template

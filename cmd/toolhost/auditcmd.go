@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/toolhost/toolhost/host/audit"
+	"github.com/toolhost/toolhost/audit"
 )
 
 func auditCommand() *command {

@@ -6,16 +6,16 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost"
-	"github.com/toolhost/toolhost/host"
-	"github.com/toolhost/toolhost/plugins"
+	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/host"
 )
 
 // builtinConfig is the host configuration the CLI uses by default: the four built-in
 // plugins, embedded in the binary, with the compilation cache in dataDir.
 func builtinConfig(b *testing.B, dataDir string) host.Config {
 	cfg := host.Config{DataDir: dataDir, Logger: slog.New(slog.DiscardHandler)}
-	for _, p := range plugins.Builtins() {
-		wasm, err := plugins.Wasm(p.File)
+	for _, p := range builtins.Builtins() {
+		wasm, err := builtins.Wasm(p.File)
 		if err != nil {
 			b.Fatal(err)
 		}

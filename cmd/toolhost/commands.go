@@ -15,7 +15,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/host"
+	"github.com/toolhost/toolhost/internal/host"
 )
 
 // writeJSON writes v as JSON, indented or on one line, without escaping <, > and & (tool

@@ -22,7 +22,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // The page the demo serves from the sandbox: a known background colour, checked in the

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolhost/toolhost/core/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
 
 // doctorLines maps each check of doctor's output to its status and detail.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolhost/toolhost/core/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
 
 // TestLeaseTwoProcesses: while one toolhost process has a project open (a long call),

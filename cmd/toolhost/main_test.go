@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/screenshot"
+	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
 
@@ -31,7 +31,7 @@ var (
 
 // builtinDir is a directory of plugin files: the built-ins as committed, which plugins_dir
 // can point at.
-func builtinDir() string { return filepath.Join(moduleRoot, "plugins", "wasm") }
+func builtinDir() string { return filepath.Join(moduleRoot, "internal", "builtins", "wasm") }
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))

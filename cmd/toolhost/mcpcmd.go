@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolhost/toolhost/mcpserve"
+	"github.com/toolhost/toolhost/internal/mcpserve"
 )
 
 // shutdownGrace bounds committing every session and closing every sandbox at the end.

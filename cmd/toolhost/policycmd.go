@@ -23,10 +23,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/host/audit"
-	"github.com/toolhost/toolhost/host/policy"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/policy"
 )
 
 // A policy test file: cases, each a plugin with its policy, a workspace, one tool call and

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost"
-	"github.com/toolhost/toolhost/core/snapshot"
+	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // newToolhost loads the configured plugins and opens the store: what the commands that

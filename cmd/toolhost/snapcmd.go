@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/toolhost/toolhost/core/archive"
-	"github.com/toolhost/toolhost/core/screenshot"
-	"github.com/toolhost/toolhost/core/snapshot"
+	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 const timeLayout = "2006-01-02 15:04:05"

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/toolhost/toolhost/core/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
 
 // tree reads every regular file and symlink under dir: relative path -> content (or

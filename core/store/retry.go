@@ -17,7 +17,7 @@ const (
 
 // Retry is the one retry policy of toolhost's store traffic. Backends make a single
 // attempt per request (the S3 backend turns the SDK's own retries off), and the caller
-// that owns an operation (core/snapshot for a save or a restore) retries it with this
+// that owns an operation (internal/snapshot for a save or a restore) retries it with this
 // policy, so retries never nest and an outage fails fast: a store that refuses
 // connections fails an operation after the waits of the backoff, well under ten seconds
 // with the defaults.

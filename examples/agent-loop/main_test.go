@@ -16,8 +16,8 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	toolanthropic "github.com/toolhost/toolhost/adapters/anthropic"
-	"github.com/toolhost/toolhost/core/screenshot"
 	"github.com/toolhost/toolhost/internal/fakemessages"
+	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )

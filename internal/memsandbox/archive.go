@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/archive"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/archive"
 )
 
 // Archive writes the workspace to w as one tar.gz stream, leaving out entries whose base

@@ -11,8 +11,8 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/wasmbuild"
-	"github.com/toolhost/toolhost/plugins"
 )
 
 var (
@@ -75,7 +75,7 @@ var Builtins = func() []struct {
 		Pkg    string
 		Grants []string
 	}
-	for _, b := range plugins.Builtins() {
+	for _, b := range builtins.Builtins() {
 		var grants []string
 		for _, g := range b.Grants {
 			grants = append(grants, string(g))

@@ -1,5 +1,5 @@
 // Package wasmbuild builds the built-in plugins the one way the repository keeps them
-// (plugins/wasm, embedded by package plugins) and says whether the committed modules are
+// (internal/builtins/wasm, embedded by package plugins) and says whether the committed modules are
 // in step with their sources. It is used by `make plugins` (go generate ./plugins) and by
 // the test that fails when a committed module is stale.
 //

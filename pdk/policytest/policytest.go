@@ -2,7 +2,7 @@
 
 // Package policytest runs a plugin's tools natively under go test with a tool policy in
 // force: every host call they make is decided by the toolhost's own policy code (package
-// host/policy), refused the way the host refuses it (abi.StatusPermission and the same
+// internal/policy), refused the way the host refuses it (abi.StatusPermission and the same
 // message for the model), and recorded as the host's audit records it. A test then asserts
 // what the tools did and that the rest was refused, without a wasm build or a sandbox.
 //
@@ -37,9 +37,9 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/host/audit"
-	"github.com/toolhost/toolhost/host/policy"
+	"github.com/toolhost/toolhost/internal/policy"
 	"github.com/toolhost/toolhost/pdk"
 	"github.com/toolhost/toolhost/pdk/pdktest"
 )

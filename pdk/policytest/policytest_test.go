@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/host/policy"
+	"github.com/toolhost/toolhost/policy"
 	"github.com/toolhost/toolhost/pdk"
 	"github.com/toolhost/toolhost/pdk/policytest"
 )

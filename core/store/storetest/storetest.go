@@ -184,7 +184,7 @@ func testIfNotExistsRace(t *testing.T, s store.Store) {
 	}
 }
 
-// What core/lease relies on: an exclusively created object is listed at once (the
+// What internal/lease relies on: an exclusively created object is listed at once (the
 // listing is as consistent as the create), and once deleted its key can be created
 // exclusively again.
 func testIfNotExistsListed(t *testing.T, s store.Store) {

@@ -1,0 +1,99 @@
+// Package builtins holds the built-in plugins (bash, editfile, grepglob, screenshot) as
+// WebAssembly modules embedded in every program that imports it, so the toolhost CLI and
+// library users have them with no file next to the binary and no build step.
+//
+// The sources are the directories of plugins/ (plugins/bash, ...); the modules are internal/builtins/wasm,
+// committed, because go:embed takes files from the source tree. `make plugins` (which runs
+// go generate ./internal/builtins) rebuilds them with -trimpath for wasip1 and records the digest of
+// their sources in wasm/manifest.json; a test of this package fails when the sources have
+// changed since (see package wasmbuild).
+package builtins
+
+//go:generate go run ./gen
+
+import (
+	_ "embed"
+	"fmt"
+	"slices"
+
+	"github.com/toolhost/toolhost/abi"
+)
+
+// The modules, one variable each: a []byte that go:embed fills points into the binary's
+// own data, mapped from the executable and paged in when read, where embed.FS.ReadFile
+// would copy each module.
+var (
+	//go:embed wasm/bash.wasm
+	bashWasm []byte
+	//go:embed wasm/editfile.wasm
+	editfileWasm []byte
+	//go:embed wasm/grepglob.wasm
+	grepglobWasm []byte
+	//go:embed wasm/screenshot.wasm
+	screenshotWasm []byte
+)
+
+// Builtin is one built-in plugin.
+type Builtin struct {
+	// Name is the plugin's name, which is also its package directory: "bash".
+	Name string
+	// File is the module's file name, "bash.wasm": what a configuration's plugin path
+	// names when it means the built-in.
+	File string
+	// Grants are the capabilities it needs.
+	Grants []abi.Capability
+}
+
+var builtins = []Builtin{
+	{"bash", "bash.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapLog}},
+	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapLog}},
+	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
+	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}},
+}
+
+// wasm maps a built-in's File to its module.
+var wasm = map[string][]byte{
+	"bash.wasm": bashWasm, "editfile.wasm": editfileWasm,
+	"grepglob.wasm": grepglobWasm, "screenshot.wasm": screenshotWasm,
+}
+
+// Builtins lists the built-in plugins in their load order (bash, editfile, grepglob,
+// screenshot).
+func Builtins() []Builtin {
+	out := slices.Clone(builtins)
+	for i := range out {
+		out[i].Grants = slices.Clone(out[i].Grants)
+	}
+	return out
+}
+
+// Lookup returns the built-in whose File is file ("bash.wasm").
+func Lookup(file string) (Builtin, bool) {
+	i := slices.IndexFunc(builtins, func(b Builtin) bool { return b.File == file })
+	if i < 0 {
+		return Builtin{}, false
+	}
+	return Builtins()[i], true
+}
+
+// Wasm returns the embedded module of the built-in named by file ("bash.wasm"). The bytes
+// are the binary's own, shared by every caller: they must not be modified.
+func Wasm(file string) ([]byte, error) {
+	b, ok := wasm[file]
+	if !ok {
+		return nil, fmt.Errorf("%s is not a built-in plugin (built-ins: %s)", file, Files())
+	}
+	return b, nil
+}
+
+// Files is the built-ins' file names, comma-separated, for messages.
+func Files() string {
+	s := ""
+	for i, b := range builtins {
+		if i > 0 {
+			s += ", "
+		}
+		s += b.File
+	}
+	return s
+}

@@ -1,0 +1,290 @@
+package mcpserve
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost/internal/snapshot"
+)
+
+// ProjectHeader names the project of the session a request opens (else the query
+// parameter project).
+const ProjectHeader = "Toolhost-Project"
+
+// Token is a bearer token the HTTP handler accepts, and the projects it may open (none
+// named: any).
+type Token struct {
+	// Name identifies the token in logs and binds the sessions it opens to it (never the
+	// value).
+	Name     string
+	Value    string
+	Projects []string
+}
+
+// ReadTokensFile reads bearer tokens from a file: one a line, "TOKEN [PROJECT...]",
+// blank lines and lines starting with # skipped. The file may not be readable by group
+// or others.
+func ReadTokensFile(path string) ([]Token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading tokens: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading tokens: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("tokens file %s is readable by others (mode %v): chmod 600 it", path, st.Mode().Perm())
+	}
+	var out []Token
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		out = append(out, Token{Name: fmt.Sprintf("%s:%d", path, n), Value: fields[0], Projects: fields[1:]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading tokens from %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// CheckTokens refuses tokens too short to resist guessing, and projects that are not
+// valid project names.
+func CheckTokens(tokens []Token) error {
+	for _, t := range tokens {
+		if len(t.Value) < 16 {
+			return fmt.Errorf("token %s is shorter than 16 characters: use a long random one (openssl rand -hex 32)", t.Name)
+		}
+		for _, p := range t.Projects {
+			if err := snapshot.ValidProjectID(p); err != nil {
+				return fmt.Errorf("token %s: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckListen refuses to serve addr without tokens unless it is a loopback address
+// (127.0.0.0/8, ::1 or localhost): anyone who can reach the port could run commands.
+func CheckListen(addr string, tokens int) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if tokens > 0 || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s without bearer tokens: it is not a loopback address, and anyone who reaches it could run commands; set serve.tokens or serve.tokens_file, or listen on 127.0.0.1", addr)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+type ctxKey int
+
+const projectKey ctxKey = iota
+
+// Handler is the HTTP interface: the MCP endpoint at /mcp (streamable HTTP, one session
+// per Mcp-Session-Id), /healthz, and /metrics (Prometheus text). With tokens, /mcp and
+// /metrics need "Authorization: Bearer TOKEN".
+func (s *Server) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		project, _ := r.Context().Value(projectKey).(string)
+		if project == "" {
+			return nil
+		}
+		owner := ""
+		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+			owner = ti.UserID
+		}
+		return s.newMCPServer(project, owner)
+	}, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      s.opts.IdleTimeout,
+		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
+		Logger:              s.log,
+	})
+	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(h))
+	metricsH := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.metrics.WriteTo(w)
+	}))
+	if len(s.opts.Tokens) > 0 {
+		mw := auth.RequireBearerToken(s.verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		mcpH, metricsH = s.countRefusals(mw(mcpH)), s.countRefusals(mw(metricsH))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpH)
+	mux.Handle("GET /metrics", metricsH)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// verify finds the token among the configured ones, comparing digests in constant time
+// and looking at every token whatever matched.
+func (s *Server) verify(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	got := sha256.Sum256([]byte(token))
+	var match *Token
+	for i := range s.opts.Tokens {
+		want := sha256.Sum256([]byte(s.opts.Tokens[i].Value))
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 && match == nil {
+			match = &s.opts.Tokens[i]
+		}
+	}
+	if match == nil {
+		return nil, fmt.Errorf("%w: the bearer token is not one of this server's", auth.ErrInvalidToken)
+	}
+	return &auth.TokenInfo{UserID: match.Name, Expiration: time.Now().Add(24 * time.Hour),
+		Extra: map[string]any{"projects": match.Projects}}, nil
+}
+
+// countRefusals counts the requests h answers 401.
+func (s *Server) countRefusals(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		if sw.status == http.StatusUnauthorized {
+			s.metrics.authRefused.Add(1)
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// gate decides the project of a request that opens a session (one without
+// Mcp-Session-Id), refuses one the token may not open (403) and new sessions past
+// MaxSessions or while shutting down (503).
+func (s *Server) gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		var allowed []string
+		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+			allowed, _ = ti.Extra["projects"].([]string)
+		}
+		project := r.Header.Get(ProjectHeader)
+		if project == "" {
+			project = r.URL.Query().Get("project")
+		}
+		if project == "" {
+			project = s.opts.Project
+			if len(allowed) > 0 {
+				project = allowed[0]
+			}
+		}
+		if err := snapshot.ValidProjectID(project); err != nil {
+			http.Error(w, fmt.Sprintf("project %q: %v", project, err), http.StatusBadRequest)
+			return
+		}
+		if len(allowed) > 0 && !slices.Contains(allowed, project) {
+			s.metrics.projectRefused.Add(1)
+			http.Error(w, fmt.Sprintf("this token may not open project %s (it may open: %s)", project, strings.Join(allowed, ", ")), http.StatusForbidden)
+			return
+		}
+		s.mu.Lock()
+		full, closing := len(s.connected) >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions, s.closing
+		s.mu.Unlock()
+		switch {
+		case closing:
+			http.Error(w, "the server is shutting down", http.StatusServiceUnavailable)
+			return
+		case full:
+			w.Header().Set("Retry-After", "30")
+			http.Error(w, fmt.Sprintf("the server has %d sessions open, its limit; try again later", s.opts.MaxSessions), http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), projectKey, project)))
+	})
+}
+
+// ListenAndServe serves Handler on addr until ctx ends (SIGTERM, say), then stops taking
+// requests, commits every session and closes every sandbox (Shutdown), bounded by
+// grace. ready, when not nil, is called with the address once it listens.
+func (s *Server) ListenAndServe(ctx context.Context, addr string, grace time.Duration, ready func(net.Addr)) error {
+	if err := CheckListen(addr, len(s.opts.Tokens)); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }() // owned here: ends when hs is shut down below
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	s.log.Info("mcp: serving", "addr", ln.Addr().String(), "endpoint", "/mcp", "tokens", len(s.opts.Tokens))
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	// Sessions first: Shutdown closes their MCP sessions, which ends their open streams,
+	// so the HTTP server's own shutdown has nothing long left to wait for.
+	serr := s.Shutdown(sctx)
+	hctx, hcancel := context.WithTimeout(sctx, 5*time.Second)
+	defer hcancel()
+	if err := hs.Shutdown(hctx); err != nil {
+		hs.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serr = errors.Join(serr, err)
+	}
+	return serr
+}

@@ -1,0 +1,130 @@
+package mcpserve
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/testenv"
+)
+
+// npmClient finds node and the official MCP TypeScript SDK installed by
+// scripts/setup-mcp-client.sh; without them the test skips, saying so (on CI it fails).
+func npmClient(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Skipf(t, "node is not installed (Node.js >= 20 runs the MCP SDK's client): %v", err)
+	}
+	pkg, err := os.ReadFile("testdata/npmclient/package.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"@modelcontextprotocol/sdk": "([0-9.]+)"`).FindSubmatch(pkg)
+	if m == nil {
+		t.Fatal("testdata/npmclient/package.json pins no @modelcontextprotocol/sdk version")
+	}
+	version := string(m[1])
+	dir = os.Getenv("TOOLHOST_MCP_CLIENT_DIR")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "toolhost", "mcp-client", version)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json"))
+	if err != nil || !strings.Contains(string(b), `"version": "`+version+`"`) {
+		testenv.Skipf(t, "the MCP SDK %s is not installed in %s (run scripts/setup-mcp-client.sh): %v", version, dir, err)
+	}
+	return node, dir
+}
+
+// TestNPMClient: an MCP client no one here wrote, the official TypeScript SDK's (pinned),
+// over streamable HTTP with a bearer token: it lists the tools, calls bash, sees an error
+// result, and receives a screenshot as image/webp content.
+func TestNPMClient(t *testing.T) {
+	node, dir := npmClient(t)
+	shoot := screenshot.New(screenshot.Config{}).Check() == nil
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		shoot = false
+	}
+	if !shoot && testenv.CI() {
+		t.Fatal("CI=true: the screenshot needs Chromium and /usr/bin/python3")
+	}
+	s, _ := newServer(t, testConfig(t), Options{Tokens: []Token{{Name: "node", Value: tokenA}}})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	script, err := filepath.Abs("testdata/npmclient/check.cjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir,
+		"MCP_URL=" + srv.URL + "/mcp", "MCP_TOKEN=" + tokenA}
+	if shoot {
+		cmd.Env = append(cmd.Env, "MCP_SCREENSHOT=1")
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node check.cjs: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		ProtocolVersion string
+		Tools           []string
+		BashSchemaType  string
+		Bash, Missing   struct {
+			IsError bool
+			Text    string
+		}
+		Screenshot *struct {
+			IsError bool
+			Text    string
+			Images  []struct {
+				MIMEType string
+				Bytes    int
+				RIFF     string
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("protocol %s, tools %v", got.ProtocolVersion, got.Tools)
+	for _, want := range []string{"bash", "read_file", "write_file", "take_screenshot", CommitTool} {
+		if !slices.Contains(got.Tools, want) {
+			t.Errorf("the npm client does not list %s: %v", want, got.Tools)
+		}
+	}
+	if got.BashSchemaType != "object" {
+		t.Errorf("bash's schema type: %q", got.BashSchemaType)
+	}
+	if got.Bash.IsError || !strings.Contains(got.Bash.Text, "hello from node") {
+		t.Errorf("bash: %+v", got.Bash)
+	}
+	if !got.Missing.IsError || got.Missing.Text == "" {
+		t.Errorf("read_file of a missing file: %+v", got.Missing)
+	}
+	if !shoot {
+		t.Log("no screenshot: Chromium or python3 is missing")
+		return
+	}
+	if got.Screenshot == nil || got.Screenshot.IsError || len(got.Screenshot.Images) == 0 {
+		t.Fatalf("screenshot: %+v", got.Screenshot)
+	}
+	for _, im := range got.Screenshot.Images {
+		if im.MIMEType != "image/webp" || im.RIFF != "RIFF" || im.Bytes < 100 {
+			t.Errorf("image content: %+v", im)
+		}
+	}
+}

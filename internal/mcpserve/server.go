@@ -1,0 +1,514 @@
+// Package mcpserve serves a toolhost.Toolhost's tools over the Model Context Protocol,
+// with the official Go SDK: on stdio for one client (toolhost mcp), and over streamable
+// HTTP for many (toolhost serve). One MCP session is one toolhost.Session: a sandbox of
+// one project kept alive, rotated and snapshotted for as long as the client stays.
+//
+// What a client sees:
+//   - tools/list: every plugin tool with its own JSON Schema, and commit (below).
+//   - tools/call: the tool dispatched in the session's sandbox. The sandbox is opened on
+//     the session's first call, woken from the project's newest snapshot. A tool's failure
+//     (is_error) is an MCP error result, never a protocol error; images (take_screenshot's
+//     WebP) are image content beside the text. Cancelling a call cancels it in the host,
+//     which kills the command's process group. A call made with a progress token gets a
+//     progress notification every Options.ProgressInterval while it runs.
+//   - commit {"label": "..."}: saves a snapshot of the workspace now (a phase commit),
+//     answering with its key and size.
+//
+// When a session ends (the client closes it or goes away, it stays idle past
+// Options.IdleTimeout over HTTP, or the server shuts down) its workspace is committed and
+// its sandbox closed: nothing is lost.
+//
+// Over HTTP a session's project is the Toolhost-Project header, else the project query
+// parameter of the request that opens the session, else the token's first project, else
+// Options.Project; a token that names projects opens no other (403).
+//
+// The host package never links the SDK: only this package and the CLI do.
+package mcpserve
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/lease"
+)
+
+// shutdownBound bounds the commit and close of a stdio session after its client went.
+const shutdownBound = 5 * time.Minute
+
+// CommitTool is the name of the tool that commits a session's workspace.
+const CommitTool = "commit"
+
+// Options configure a Server. The zero value serves the Toolhost's project with the
+// defaults below.
+type Options struct {
+	// Project is the project a session opens when nothing else names one; empty: the
+	// Toolhost's configured project.
+	Project string
+	// Tokens are the bearer tokens the HTTP handler accepts; none: no authentication
+	// (which only a loopback listener may go without; see CheckListen).
+	Tokens []Token
+	// MaxSessions bounds the MCP sessions connected over HTTP at once, and the sessions
+	// with an open sandbox (default 64).
+	MaxSessions int
+	// IdleTimeout ends an HTTP session that made no request for this long: its workspace
+	// is committed and its sandbox closed (default 15m).
+	IdleTimeout time.Duration
+	// MaxBodyBytes bounds an HTTP request's body (default 16 MiB); larger gets 413.
+	MaxBodyBytes int64
+	// ProgressInterval is how often a call made with a progress token reports progress
+	// (default 2s).
+	ProgressInterval time.Duration
+	// Version is the server's version in the MCP handshake.
+	Version string
+	// Logger receives the server's records (sessions opened, committed, closed); never
+	// stdout. Nil: slog.Default().
+	Logger *slog.Logger
+	// SessionOptions, when set, gives the options each session opens with for project
+	// (a wrapper provider, a logger); its Project is set from project.
+	SessionOptions func(project string) toolhost.SessionOptions
+}
+
+// Server serves one Toolhost's tools to MCP clients. It is safe for concurrent use.
+type Server struct {
+	th      *toolhost.Toolhost
+	opts    Options
+	log     *slog.Logger
+	tools   []*mcp.Tool // the plugins' tools and commit, made once
+	metrics *Metrics
+	// pluginCommit: a plugin has a tool named commit, which then shadows the server's.
+	pluginCommit bool
+
+	mu        sync.Mutex
+	connected map[*binding]struct{} // MCP sessions being watched (see binding.watch)
+	open      map[*binding]struct{} // sessions with a sandbox (or opening one)
+	closing   bool
+	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
+}
+
+// New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
+// left out (and logged): MCP requires one.
+func New(th *toolhost.Toolhost, opts Options) *Server {
+	if opts.Project == "" {
+		opts.Project = th.Config().Project
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 64
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 15 * time.Minute
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 16 << 20
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = 2 * time.Second
+	}
+	if opts.Version == "" {
+		opts.Version = toolhost.ReadBuildInfo().Version
+		if opts.Version == "" {
+			opts.Version = "(devel)"
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
+	for _, t := range th.Tools() {
+		if t.Name == CommitTool {
+			s.pluginCommit = true
+			log.Warn("a plugin's tool is named commit: MCP clients get the plugin's, and cannot commit", "tool", t.Name)
+		}
+		schema := json.RawMessage(t.InputSchema)
+		var head struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(schema, &head); err != nil || head.Type != "object" {
+			log.Warn("tool left out of MCP: its input schema is not an object schema", "tool", t.Name)
+			continue
+		}
+		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	if !s.hasTool(CommitTool) {
+		s.tools = append(s.tools, &mcp.Tool{
+			Name: CommitTool,
+			Description: "Save a snapshot of the workspace now, as a checkpoint of finished work " +
+				"(it is also saved when the session ends). Give a short label saying what was done.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"label":{"type":"string",` +
+				`"description":"what the snapshot holds, e.g. \"login page done\""}},"additionalProperties":false}`),
+		})
+	}
+	names := make([]string, 0, len(s.tools))
+	for _, t := range s.tools {
+		names = append(names, t.Name)
+	}
+	s.metrics = newMetrics(names)
+	return s
+}
+
+func (s *Server) hasTool(name string) bool {
+	for _, t := range s.tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Metrics are the server's counters (see WriteMetrics).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// ConnectedSessions is how many MCP sessions are connected (with a sandbox or not yet).
+func (s *Server) ConnectedSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.connected)
+}
+
+// OpenSessions is how many sessions have a sandbox open.
+func (s *Server) OpenSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// newMCPServer is the MCP server of one session of project: its handlers share b.
+func (s *Server) newMCPServer(project, owner string) *mcp.Server {
+	b := &binding{srv: s, project: project, owner: owner}
+	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
+		&mcp.ServerOptions{
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+			// Watched from the handshake's end, so a session that never calls a tool is
+			// counted against MaxSessions and forgotten when it ends.
+			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { b.watch(req.Session) },
+		})
+	for _, t := range s.tools {
+		ms.AddTool(t, b.handler(t.Name))
+	}
+	return ms
+}
+
+// Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
+// until the client goes or ctx ends; the session's workspace is then committed and its
+// sandbox closed.
+func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
+	ms := s.newMCPServer(s.opts.Project, "")
+	err := ms.Run(ctx, t)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
+	defer cancel()
+	serr := s.Shutdown(sctx)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = nil // asked to stop (a signal): not a failure of the session
+	}
+	return errors.Join(err, serr)
+}
+
+// Connect starts one MCP session over t for project ("" for Options.Project) and
+// returns at once; the session ends when the client closes it (see Serve).
+func (s *Server) Connect(ctx context.Context, t mcp.Transport, project string) (*mcp.ServerSession, error) {
+	if project == "" {
+		project = s.opts.Project
+	}
+	return s.newMCPServer(project, "").Connect(ctx, t, nil)
+}
+
+// Shutdown commits every open session's workspace and closes its sandbox and its MCP
+// session, then waits (at most until ctx ends) for the sessions' watchers. New sessions
+// are refused from its start.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	var bs []*binding
+	for b := range s.open {
+		bs = append(bs, b)
+	}
+	for b := range s.connected {
+		if _, ok := s.open[b]; !ok {
+			bs = append(bs, b)
+		}
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Go(func() { errs[i] = b.finish(ctx, "the server is shutting down") })
+	}
+	wg.Wait()
+	done := make(chan struct{})
+	go func() { // owned by Shutdown: it ends when the watchers have, or is abandoned with ctx
+		s.watchers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("waiting for the sessions to end: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// binding is one MCP session's toolhost session, opened on its first call.
+type binding struct {
+	srv     *Server
+	project string
+	owner   string // the token's name over HTTP, for the log
+
+	mu      sync.Mutex // held while opening
+	sess    *toolhost.Session
+	ss      *mcp.ServerSession
+	watched bool
+	ended   bool
+	endErr  error
+}
+
+// watch starts, once, the goroutine that finishes b when its MCP session ss ends (the
+// client closed it or went away, it idled out, Shutdown closed it), and counts b as
+// connected until then. Called at the handshake's end and again on every call (a client
+// of the stateless protocol era has no handshake).
+func (b *binding) watch(ss *mcp.ServerSession) {
+	if ss == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.watched || b.ended {
+		b.mu.Unlock()
+		return
+	}
+	b.watched, b.ss = true, ss
+	b.mu.Unlock()
+	s := b.srv
+	s.mu.Lock()
+	if s.closing { // Shutdown has taken its list: this session would be missed
+		s.mu.Unlock()
+		ss.Close()
+		return
+	}
+	s.connected[b] = struct{}{}
+	s.watchers.Add(1) // under s.mu, so never after Shutdown's Wait began
+	s.mu.Unlock()
+	s.metrics.clientsConnected.Add(1)
+	go func() { // owned by s.watchers: ends when the MCP session does (Shutdown closes it)
+		defer s.watchers.Done()
+		ss.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+		defer cancel()
+		b.finish(ctx, "the client's session ended")
+		s.mu.Lock()
+		delete(s.connected, b)
+		s.mu.Unlock()
+		s.metrics.clientsConnected.Add(-1)
+	}()
+}
+
+// session returns b's session, opening it (and its sandbox) on the first call.
+func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return nil, errors.New("this session has ended (its work was committed); reconnect to open a new one")
+	}
+	if b.sess != nil {
+		return b.sess, nil
+	}
+	s := b.srv
+	s.mu.Lock()
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		return nil, errors.New("the server is shutting down; reconnect later")
+	case len(s.open) >= s.opts.MaxSessions:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("the server already has %d sessions open, its limit; close one or try again later", s.opts.MaxSessions)
+	}
+	s.open[b] = struct{}{} // the slot is taken while the sandbox starts
+	s.mu.Unlock()
+
+	var so toolhost.SessionOptions
+	if s.opts.SessionOptions != nil {
+		so = s.opts.SessionOptions(b.project)
+	}
+	so.Project = b.project
+	start := time.Now()
+	sess, err := s.th.Open(ctx, so)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.open, b)
+		s.mu.Unlock()
+		s.log.Error("mcp: opening a session", "project", b.project, "err", err)
+		if held, ok := errors.AsType[*lease.HeldError](err); ok {
+			return nil, held // "project P is open on host H (pid, since T); close it there or wait until E"
+		}
+		return nil, fmt.Errorf("the sandbox of project %s could not be started (the server's log says why); try again", b.project)
+	}
+	b.sess = sess
+	s.metrics.sessionOpened()
+	woke, ok := sess.Woke()
+	s.log.Info("mcp: session opened", "project", b.project, "owner", b.owner, "took", time.Since(start).Round(time.Millisecond),
+		"woke_from", woke.Key, "woke", ok)
+	return sess, nil
+}
+
+// finish commits b's workspace and closes its sandbox and MCP session, once.
+func (b *binding) finish(ctx context.Context, why string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return b.endErr
+	}
+	b.ended = true
+	if b.sess == nil {
+		if b.ss != nil {
+			b.ss.Close()
+		}
+		return nil
+	}
+	s := b.srv
+	var errs []error
+	info, err := b.sess.Commit(ctx, "mcp session end")
+	if err != nil {
+		errs = append(errs, fmt.Errorf("committing project %s: %w", b.project, err))
+		s.log.Error("mcp: committing a session's workspace at its end", "project", b.project, "why", why, "err", err)
+	} else {
+		s.log.Info("mcp: session committed", "project", b.project, "why", why, "snapshot", info.Key, "bytes", info.Size)
+	}
+	if err := b.sess.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("closing the sandbox of project %s: %w", b.project, err))
+	}
+	if b.ss != nil {
+		b.ss.Close()
+	}
+	s.mu.Lock()
+	delete(s.open, b)
+	s.mu.Unlock()
+	s.metrics.sessionClosed()
+	b.endErr = errors.Join(errs...)
+	return b.endErr
+}
+
+// handler is the tools/call handler of tool in b's session.
+func (b *binding) handler(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		res := b.call(ctx, tool, req)
+		b.srv.metrics.observe(tool, res.IsError, time.Since(start))
+		return res, nil
+	}
+}
+
+func (b *binding) call(ctx context.Context, tool string, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	b.watch(req.Session)
+	sess, err := b.session(ctx)
+	if err != nil {
+		return errorResult(err.Error())
+	}
+	stop := b.srv.reportProgress(ctx, req, tool)
+	defer stop()
+	input := req.Params.Arguments
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	if tool == CommitTool && !b.srv.pluginCommit {
+		return b.commit(ctx, sess, input)
+	}
+	res, err := sess.Dispatch(ctx, tool, input)
+	if err != nil {
+		b.srv.log.Warn("mcp: a tool call failed in the host", "tool", tool, "project", b.project, "err", err)
+		if ctx.Err() != nil {
+			return errorResult(fmt.Sprintf("%s was cancelled", tool))
+		}
+	}
+	return toMCP(res)
+}
+
+func (b *binding) commit(ctx context.Context, sess *toolhost.Session, input json.RawMessage) *mcp.CallToolResult {
+	var in struct {
+		Label string `json:"label"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil {
+		return errorResult(`commit takes {"label": "what the snapshot holds"}`)
+	}
+	info, err := sess.Commit(ctx, in.Label)
+	if err != nil {
+		b.srv.log.Error("mcp: commit", "project", b.project, "err", err)
+		return errorResult("the workspace could not be saved (the server's log says why); try again")
+	}
+	msg := fmt.Sprintf("saved snapshot %s of project %s (%d bytes)", info.Key, b.project, info.Size)
+	if info.Unchanged {
+		msg = fmt.Sprintf("nothing changed since snapshot %s of project %s: it holds the workspace", info.Key, b.project)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// reportProgress sends a progress notification every ProgressInterval while a call made
+// with a progress token runs; the returned func stops it (and waits for it).
+func (s *Server) reportProgress(ctx context.Context, req *mcp.CallToolRequest, tool string) (stop func()) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // owned by the call: stop ends it
+		t := time.NewTicker(s.opts.ProgressInterval)
+		defer t.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				el := time.Since(start).Round(time.Second)
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok, Progress: float64(n),
+					Message: fmt.Sprintf("%s still running after %s", tool, el)})
+				if err != nil {
+					s.log.Debug("mcp: progress notification", "tool", tool, "err", err)
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// toMCP converts a tool_result's content: text stays text, a base64 image becomes image
+// content (the SDK encodes the bytes on the wire).
+func toMCP(r abi.Result) *mcp.CallToolResult {
+	out := &mcp.CallToolResult{IsError: r.IsError, Content: make([]mcp.Content, 0, len(r.Content))}
+	for _, c := range r.Content {
+		switch {
+		case c.Type == abi.ContentImage && c.Source != nil:
+			data := c.Source.Raw
+			if data == nil {
+				d, err := base64.StdEncoding.DecodeString(c.Source.Data)
+				if err != nil {
+					out.Content = append(out.Content, &mcp.TextContent{Text: "(an image that could not be decoded was left out)"})
+					continue
+				}
+				data = d
+			}
+			out.Content = append(out.Content, &mcp.ImageContent{Data: data, MIMEType: c.Source.MediaType})
+		default:
+			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
+		}
+	}
+	if r.IsError && len(out.Content) == 0 {
+		out.Content = append(out.Content, &mcp.TextContent{Text: "the tool failed without saying why"})
+	}
+	return out
+}
+
+func errorResult(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}

@@ -1,0 +1,232 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/toolhost/toolhost/internal/envd"
+)
+
+// Environment variables that turn a process into the in-sandbox agent.
+const (
+	envAgent        = "TOOLHOST_SANDBOX_AGENT" // "1": run the agent instead of main
+	envAgentFD      = "TOOLHOST_AGENT_FD"      // descriptor of the inherited listening socket
+	envAgentRlimits = "TOOLHOST_AGENT_RLIMITS" // resource limits to set first: "nofile=16384,..."
+)
+
+// init turns any binary that imports this package into the sandbox agent when the
+// provider re-executes it inside bubblewrap (docker's "reexec" pattern). This way the
+// agent is always the exact code of the host that speaks to it — the CLI, an embedding
+// program and every test binary alike — with no second build artifact to install, find
+// or keep in version step. It runs before main (or the testing framework) gets control
+// and never returns.
+func init() {
+	if os.Getenv(envAgent) != "1" {
+		return
+	}
+	os.Exit(agentMain())
+}
+
+func agentMain() int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := runAgent(log); err != nil {
+		log.Error("sandbox agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runAgent(log *slog.Logger) error {
+	fd, err := strconv.Atoi(os.Getenv(envAgentFD))
+	if err != nil || fd < 3 {
+		return fmt.Errorf("agent: bad %s %q", envAgentFD, os.Getenv(envAgentFD))
+	}
+	// Limits first: everything the agent starts inherits them.
+	if err := setRlimits(os.Getenv(envAgentRlimits)); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	// The processes the agent starts must not see how it was started.
+	os.Unsetenv(envAgent)
+	os.Unsetenv(envAgentFD)
+	os.Unsetenv(envAgentRlimits)
+	closeInheritedFDs(fd)
+	// Sandbox processes run as the same uid: without this they could ptrace the agent or
+	// take its descriptors (pidfd_getfd). Children get their own dumpable flag at exec.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
+	// It was started as /proc/self/fd/N: give ps a name to show.
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("toolhost-agent\x00")[0])), 0, 0, 0)
+
+	f := os.NewFile(uintptr(fd), "agent-listener")
+	l, err := net.FileListener(f) // dups with close-on-exec
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("agent: listen on inherited socket: %w", err)
+	}
+	// The agent is the sandbox's pid 1 and ends only when the host kills the namespace
+	// from outside. A signal that reaches it from inside (the seccomp filter refuses
+	// kill(1, ...), but belt and braces) is taken and ignored, never its default action.
+	// Notify rather than Ignore: an ignored signal would stay ignored in every command.
+	// The fault signals are in the list too: a kill(2) aimed at one of the agent's threads
+	// (their ids are in /proc/1/task, and no seccomp rule can know them) would otherwise
+	// crash it; Go hands user-sent fault signals to the channel, while a real fault still
+	// crashes as it should.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR, syscall.SIGIO, syscall.SIGWINCH, syscall.SIGTSTP,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE,
+		syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGSYS, syscall.SIGSTKFLT)
+	go func() { // owned by the agent's process: drains signals for its whole life
+		for range sigs {
+		}
+	}()
+	prewarmThreads(agentThreads)
+	srv, err := envd.NewServer(envd.ServerConfig{Logger: log, Init: os.Getpid() == 1})
+	if err != nil {
+		return err
+	}
+	return srv.Serve(context.Background(), l)
+}
+
+// agentExecutable opens the binary to run as the agent: this very executable, so the
+// agent is always the exact code of the host that talks to it. bubblewrap executes it as
+// /proc/self/fd/N, which needs the sandbox user to have execute permission on the file;
+// when it has not (a binary in a 0700 build directory is fine, one with mode 0700 is not),
+// the binary is copied once into a sealed memfd, which it may execute and no one can
+// change.
+func agentExecutable(id identity) (*os.File, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable for the agent: %w", err)
+	}
+	return openAgent(exe, id)
+}
+
+// openAgent opens exe for the sandbox user to execute: exe itself, or a sealed memfd copy.
+func openAgent(exe string, id identity) (*os.File, error) {
+	f, err := os.Open(exe)
+	if err != nil {
+		return nil, fmt.Errorf("open own executable for the agent: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat own executable: %w", err)
+	}
+	if id.canExec(&st) {
+		return f, nil
+	}
+	defer f.Close()
+	fd, err := unix.MemfdCreate("toolhost-agent", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("copy the agent into a memfd: %w", err)
+	}
+	m := os.NewFile(uintptr(fd), "toolhost-agent")
+	if _, err := io.Copy(m, f); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("copy the agent into a memfd: %w", err)
+	}
+	if err := unix.Fchmod(fd, 0o755); err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
+	}
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("seal the agent's memfd: %w", err)
+	}
+	return m, nil
+}
+
+// closeInheritedFDs closes descriptors the host process leaked through bwrap (any fd the
+// host itself inherited without close-on-exec, such as one from its own parent), so that
+// neither the agent nor the processes it starts hold anything of the host's. Inherited
+// descriptors are exactly those without FD_CLOEXEC: everything Go opened has it.
+func closeInheritedFDs(keep int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 || fd == keep {
+			continue
+		}
+		flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if errno == 0 && flags&syscall.FD_CLOEXEC == 0 {
+			syscall.Close(fd)
+		}
+	}
+}
+
+var rlimitNames = map[string]int{
+	"core": syscall.RLIMIT_CORE, "nofile": syscall.RLIMIT_NOFILE, "fsize": syscall.RLIMIT_FSIZE, "nproc": unix.RLIMIT_NPROC,
+}
+
+// setRlimits applies "name=value,..." (soft and hard limit alike) to this process. A hard
+// limit below the value asked for stays: a process cannot raise its own.
+func setRlimits(spec string) error {
+	if spec == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		name, val, _ := strings.Cut(kv, "=")
+		res, ok := rlimitNames[name]
+		v, err := strconv.ParseUint(val, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("bad resource limit %q", kv)
+		}
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(res, &cur); err != nil {
+			return fmt.Errorf("get limit %s: %w", name, err)
+		}
+		v = min(v, cur.Max)
+		// syscall.Setrlimit, not unix's: for RLIMIT_NOFILE it also makes the Go runtime
+		// pass this limit, not the one it started with, to the processes it starts.
+		if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("set limit %s=%d: %w", name, v, err)
+		}
+	}
+	return nil
+}
+
+// agentThreads is how many OS threads the agent makes at start, before any command runs.
+const agentThreads = 4
+
+// prewarmThreads makes the Go runtime create n OS threads now and keep them idle. The agent
+// shares the sandbox's process limit (threads count) with the commands, and the Go
+// runtime ends the process when it cannot create a thread it needs. A command that fills
+// the limit must meet EAGAIN at its own fork, not take the agent down: with threads made
+// while the sandbox was empty, the agent rarely needs a new one (its I/O is mostly on the
+// network poller). Each goroutine holds its thread locked until all are made, then
+// unlocks it: an unlocked thread returns to the runtime's idle list and is reused, never
+// freed.
+func prewarmThreads(n int) {
+	var made, release sync.WaitGroup
+	made.Add(n)
+	release.Add(1)
+	for range n {
+		go func() { // owned by prewarmThreads: returns once all threads are made
+			runtime.LockOSThread()
+			made.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	made.Wait()
+	release.Done()
+}

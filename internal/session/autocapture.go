@@ -1,0 +1,101 @@
+package session
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/toolhost/toolhost/internal/screenshot"
+)
+
+const (
+	devServerWatch = 60 * time.Second       // how long after a background start to look
+	devServerPoll  = 200 * time.Millisecond // how often
+)
+
+// DevServerPort is the port the session last saw a background process start listening
+// on, or 0: take_screenshot's default.
+func (s *Session) DevServerPort() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.devPort
+}
+
+func (s *Session) listening(ctx context.Context) ([]int, error) {
+	sb, release, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.listeningOn(ctx, sb)
+}
+
+// watchDevServer watches for a port that was not listening before to start listening,
+// remembers it as the dev server's and captures it on its own. With rearm (after a
+// rotation restarted the dev server) it waits for the dev server's own port to listen
+// again and captures it anew.
+func (s *Session) watchDevServer(ctx context.Context, before []int, rearm bool) {
+	ctx, cancel := context.WithTimeout(ctx, devServerWatch)
+	defer cancel()
+	t := time.NewTicker(devServerPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ports, err := s.listening(ctx)
+		if err != nil {
+			continue
+		}
+		if rearm {
+			port := s.DevServerPort()
+			if slices.Contains(ports, port) {
+				s.log.Info("session: dev server listening again after a rotation", "port", port)
+				s.autoCapture(ctx, port, "dev server restarted")
+				return
+			}
+			continue
+		}
+		for _, p := range ports {
+			if slices.Contains(before, p) {
+				continue
+			}
+			s.mu.Lock()
+			seen := s.devPort == p // another watcher got there first
+			s.devPort = p
+			s.mu.Unlock()
+			if seen {
+				return
+			}
+			s.log.Info("session: dev server listening", "port", p)
+			s.autoCapture(ctx, p, "dev server started")
+			return
+		}
+	}
+}
+
+// autoCapture shoots both viewports of the dev server's root and stores them under
+// auto/. Failures are logged, never returned: nobody asked for this capture.
+func (s *Session) autoCapture(ctx context.Context, port int, why string) {
+	rec := s.cfg.Screenshots
+	if rec == nil || port == 0 {
+		return
+	}
+	base, err := s.PreviewURL(ctx, port)
+	if err != nil {
+		s.log.Warn("session: auto-capture skipped", "why", why, "port", port, "err", err)
+		return
+	}
+	_, stored, err := rec.Shoot(ctx, base, "/", s.cfg.ProjectID, screenshot.KindAuto)
+	if err != nil {
+		s.log.Warn("session: auto-capture failed", "why", why, "port", port, "err", err)
+		return
+	}
+	keys := make([]string, len(stored))
+	for i, st := range stored {
+		keys[i] = st.Key
+	}
+	s.log.Info("session: auto-captured", "why", why, "port", port, "keys", keys)
+}

@@ -1,0 +1,640 @@
+// Package session keeps a workspace alive across sandboxes. A Session is a sandbox plus a
+// project id plus a lifetime policy: it knows when its sandbox ends without asking the
+// provider on every call, extends it while the provider allows, and shortly before an end
+// it cannot extend it rotates: saves a snapshot, moves the work to a new sandbox (handing
+// the workspace over where the provider can, else restoring the snapshot), restarts the
+// background processes that were running and carries on. Calls that arrive during a
+// rotation wait and then succeed; the next tool result says which processes were
+// restarted (Notice).
+//
+// A session cannot run out of time with unsaved work. While a rotation's save fails the
+// session keeps the sandbox (it holds the only copy) and tries again; when its end is
+// LastCallMargin away it rotates all the same with the best snapshot it can make: the
+// workspace itself where it can be handed over, else an archive packed to a local file
+// that the store would not take, which is restored into the new sandbox and kept until a
+// save to the store succeeds. It says so loudly (error-level logs).
+//
+// A Session implements sandbox.Sandbox, so the host dispatches tools into it exactly as into
+// a plain sandbox.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/snapshot"
+)
+
+// Snapshots is what a session needs of internal/snapshot. Restore may call extract more than
+// once (a snapshot refused half way is skipped for an older one); each call gets a fresh
+// sandbox.
+type Snapshots interface {
+	Save(ctx context.Context, projectID string, pack func(io.Writer) error) (snapshot.Info, error)
+	Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (snapshot.Info, error)
+}
+
+// Config configures a Session.
+type Config struct {
+	Provider sandbox.Provider
+	// Sandbox is the template for every sandbox the session creates. Leave Workspace empty
+	// so that each sandbox gets a fresh one and rotation really moves the work.
+	Sandbox   sandbox.CreateOptions
+	ProjectID string
+	Snapshots Snapshots
+	// Excludes are base names left out of snapshots; nil means the archive defaults.
+	Excludes []string
+	// TTL is the lifetime asked for at creation and at each extension. Default 1h.
+	TTL time.Duration
+	// KeepaliveMargin: when less than this remains, extend or rotate. Default 5m.
+	KeepaliveMargin time.Duration
+	// LastCallMargin: when this little remains before an end the session cannot extend
+	// and its saves still fail, it rotates anyway with the best snapshot it can make (see
+	// the package doc). Default KeepaliveMargin/2; at most KeepaliveMargin.
+	LastCallMargin time.Duration
+	// MaxLifetime is the provider's limit on one sandbox's life from its start. Default 24h.
+	MaxLifetime time.Duration
+	// RefreshInterval bounds how stale the cached end time may get. Default 1m.
+	RefreshInterval time.Duration
+	// RetryInterval is the wait before trying again after a rotation failed. Default 10s.
+	RetryInterval time.Duration
+	// RestoreOnRotate makes every rotation restore the snapshot into a fresh sandbox even
+	// when the provider could hand the workspace over (sandbox.Handoff): the path a
+	// remote provider always takes.
+	RestoreOnRotate bool
+	// AfterCommit runs after each successful commit.
+	AfterCommit func(ctx context.Context, label string, info snapshot.Info)
+	// Screenshots, when set, captures the dev server's page on its own (under auto/)
+	// when a background process starts listening, after each commit and after a
+	// rotation restarted it.
+	Screenshots *screenshot.Recorder
+	// Clock is the session's time; nil means SystemClock(). Tests inject a fake.
+	Clock Clock
+	// TempDir holds the local copy of a snapshot a rotation makes when it has to restore
+	// (so the work survives a store that is down); empty means os.TempDir().
+	TempDir string
+	Logger  *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.TTL <= 0 {
+		c.TTL = time.Hour
+	}
+	if c.KeepaliveMargin <= 0 {
+		c.KeepaliveMargin = 5 * time.Minute
+	}
+	if c.LastCallMargin <= 0 || c.LastCallMargin > c.KeepaliveMargin {
+		c.LastCallMargin = c.KeepaliveMargin / 2
+	}
+	if c.MaxLifetime <= 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = time.Minute
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = 10 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Sandbox.Timeout = c.TTL
+	return c
+}
+
+// Session is a live workspace. It is safe for concurrent use.
+type Session struct {
+	cfg   Config
+	log   *slog.Logger
+	clock Clock
+
+	// mu is held for reading by every call in flight, and for writing while the sandbox is
+	// extended or swapped, so a call never runs on a sandbox being torn down.
+	mu          sync.RWMutex
+	sb          sandbox.Sandbox
+	endsAt      time.Time // cached; refreshed at most every RefreshInterval
+	refreshedAt time.Time
+	retryAt     time.Time // after a failed rotation, when to try again
+	rotations   int
+	closed      bool
+	devPort     int // the dev server last seen listening
+
+	bg bgState // background processes to carry over (processes.go)
+
+	// local is the newest snapshot, when only this host has it: a last-call rotation
+	// packed it but the store would not take it. Guarded by localMu.
+	localMu sync.Mutex
+	local   *localArchive
+
+	loopCtx context.Context // lives until Close: background work of the session
+	stop    context.CancelFunc
+	wg      sync.WaitGroup // owned by Close: the keepalive loop, watchers, closes of old sandboxes
+}
+
+// Errors callers may branch on.
+var ErrClosed = errors.New("session is closed")
+
+// Open creates a sandbox for the project and, when the project has a snapshot, restores
+// the newest good one into it ("wake"). It starts the keepalive loop.
+func Open(ctx context.Context, cfg Config) (*Session, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Provider == nil || cfg.Snapshots == nil || cfg.ProjectID == "" {
+		return nil, errors.New("session: Provider, Snapshots and ProjectID are required")
+	}
+	s := &Session{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID), clock: cfg.Clock}
+	sb, err := s.createRestored(ctx, "wake")
+	if err != nil {
+		return nil, err
+	}
+	s.sb = sb
+	s.noteEnd(sb.EndsAt())
+	s.loopCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
+	s.wg.Go(func() { s.keepalive(s.loopCtx) })
+	return s, nil
+}
+
+// createRestored creates a sandbox and restores the project's newest snapshot that
+// restores into it; a project without snapshots starts empty. A snapshot refused half way
+// leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
+func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, error) {
+	start := time.Now()
+	sb, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	created := time.Since(start)
+	tries := 0
+	info, err := s.cfg.Snapshots.Restore(ctx, s.cfg.ProjectID, func(r io.Reader) error {
+		if tries++; tries > 1 {
+			s.closeLater(ctx, sb)
+			fresh, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
+			if err != nil {
+				return fmt.Errorf("create sandbox: %w", err)
+			}
+			sb = fresh
+		}
+		return sb.Extract(ctx, r)
+	})
+	switch {
+	case errors.Is(err, snapshot.ErrNoSnapshot):
+		s.log.Info("session: no snapshot to restore; starting empty", "why", why, "sandbox", sb.ID(), "create", created)
+	case err != nil:
+		sb.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("restore project %s: %w", s.cfg.ProjectID, err)
+	default:
+		if len(info.Refused) > 0 {
+			s.log.Error("session: restored an older snapshot: the newer ones were refused", "why", why,
+				"snapshot", info.Key, "refused", len(info.Refused), "first_refused", info.Refused[0].Key, "reason", info.Refused[0].Reason)
+		}
+		s.log.Info("session: restored", "why", why, "sandbox", sb.ID(), "snapshot", info.Key,
+			"create", created, "total", time.Since(start))
+	}
+	return sb, nil
+}
+
+// closeLater closes a sandbox the session no longer uses, off the caller's path.
+func (s *Session) closeLater(ctx context.Context, sb sandbox.Sandbox) {
+	s.wg.Go(func() { sb.Close(context.WithoutCancel(ctx)) })
+}
+
+func (s *Session) noteEnd(t time.Time) {
+	s.endsAt, s.refreshedAt = t, s.clock.Now()
+}
+
+// keepalive wakes before the margin of the cached end time (and at least every refresh
+// interval, and at the last call) to extend or rotate even when no call comes in; and it
+// offers the store a snapshot only this host holds until the store takes it.
+func (s *Session) keepalive(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	for {
+		s.mu.RLock()
+		now := s.clock.Now()
+		wait := min(s.endsAt.Sub(now)-s.cfg.KeepaliveMargin, s.cfg.RefreshInterval)
+		if r := s.retryAt.Sub(now); r > 0 && wait < r {
+			wait = r
+		}
+		s.mu.RUnlock()
+		t := s.clock.AfterFunc(max(wait, 10*time.Millisecond), func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		}
+		s.maintain(ctx, false)
+		s.flushLocal(ctx)
+	}
+}
+
+// current returns the sandbox for a call, holding the read lock until release is called.
+// It extends or rotates first when the end is near.
+func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) {
+	for range 3 {
+		s.mu.RLock()
+		if s.closed {
+			s.mu.RUnlock()
+			return nil, nil, ErrClosed
+		}
+		if !s.needsCare(s.clock.Now()) {
+			return s.sb, s.mu.RUnlock, nil
+		}
+		s.mu.RUnlock()
+		s.maintain(ctx, false)
+	}
+	// Maintenance could not make room (say, a failed save); run on what we have.
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, nil, ErrClosed
+	}
+	return s.sb, s.mu.RUnlock, nil
+}
+
+func (s *Session) needsCare(now time.Time) bool {
+	if now.Sub(s.refreshedAt) > s.cfg.RefreshInterval {
+		return true
+	}
+	if now.Before(s.retryAt) {
+		return false
+	}
+	return s.endsAt.Sub(now) < s.cfg.KeepaliveMargin
+}
+
+// maintain refreshes the cached end time, then extends the sandbox or rotates it. trouble
+// means a call just failed as if the sandbox were gone.
+func (s *Session) maintain(ctx context.Context, trouble bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	now := s.clock.Now()
+	if !trouble && !s.needsCare(now) {
+		return // another caller did it while we waited for the lock
+	}
+	s.noteEnd(s.sb.EndsAt())
+	dead := !now.Before(s.endsAt)
+	if trouble && !dead {
+		// A call failed as if the sandbox were gone before its end: ask it.
+		_, err := s.sb.Stat(ctx, sandbox.WorkspaceRoot)
+		dead = errors.Is(err, sandbox.ErrClosed)
+	}
+	left := s.endsAt.Sub(now)
+	if !dead && left >= s.cfg.KeepaliveMargin {
+		return
+	}
+	if dead {
+		s.recoverDead(ctx)
+		return
+	}
+	maxEnd := s.sb.StartedAt().Add(s.cfg.MaxLifetime)
+	want := now.Add(s.cfg.TTL)
+	if want.After(maxEnd) {
+		want = maxEnd
+	}
+	if want.Sub(now) > s.cfg.KeepaliveMargin {
+		if err := s.sb.SetTimeout(ctx, want.Sub(now)); err == nil {
+			s.log.Info("session: extended sandbox", "sandbox", s.sb.ID(), "ends", want.UTC().Format(time.RFC3339))
+			s.noteEnd(s.sb.EndsAt())
+			return
+		} else {
+			s.log.Warn("session: extend failed; rotating", "sandbox", s.sb.ID(), "err", err)
+		}
+	}
+	force := left <= s.cfg.LastCallMargin
+	if now.Before(s.retryAt) && !force {
+		return
+	}
+	s.rotate(ctx, force)
+}
+
+// lastCall is when the session rotates whatever its saves do.
+func (s *Session) lastCall() time.Time { return s.endsAt.Add(-s.cfg.LastCallMargin) }
+
+// canHandoff: the provider can start the next sandbox over sb's workspace. The provider
+// that made sb decides (sandbox.CanHandoff): in a chain ("e2b,local") a local sandbox can
+// be handed over, an E2B one cannot, and its rotation restores a snapshot.
+func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
+	return !s.cfg.RestoreOnRotate && sandbox.CanHandoff(s.cfg.Provider, sb)
+}
+
+// rotate saves, replaces the sandbox and restarts its background processes. Called with mu
+// held for writing. If the save fails it keeps the old sandbox, which holds the only copy,
+// and tries again later; at the last call (force) it rotates all the same with the best
+// snapshot it has: the workspace itself by handoff, or the archive the store would not
+// take, restored from a local file.
+func (s *Session) rotate(ctx context.Context, force bool) {
+	start := time.Now()
+	old := s.sb
+	// The rotation belongs to the session, not to the call that ran into it.
+	ctx = context.WithoutCancel(ctx)
+	running := s.runningProcs(ctx, old)
+	ports, _ := s.listeningOn(ctx, old)
+	handoff := s.canHandoff(old)
+
+	// Leave the save time to finish before the last call, or (at the last call) half of
+	// what remains, so the move itself still fits before the end.
+	budget := s.lastCall().Sub(s.clock.Now())
+	if force {
+		budget = max(s.endsAt.Sub(s.clock.Now())/2, time.Second)
+	}
+	sctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
+	info, local, err := s.save(sctx, "rotation", !handoff)
+	cancel()
+	saved := time.Since(start)
+	if err != nil {
+		if !force {
+			s.retryAt = minTime(s.clock.Now().Add(s.cfg.RetryInterval), s.lastCall())
+			s.log.Error("session: rotation postponed: snapshot failed, keeping the sandbox that holds the only copy",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "last_call", s.lastCall().UTC().Format(time.RFC3339), "err", err)
+			local.remove()
+			return
+		}
+		switch {
+		case handoff:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and its snapshot could not be stored; handing its workspace to a new sandbox without a new snapshot (nothing is lost while this host lives)",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "err", err)
+		case local != nil:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and the store would not take its snapshot; moving the work with the archive kept on this host, until the store takes it",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "archive_bytes", local.size, "err", err)
+		default:
+			s.log.Error("session: LAST CALL: the sandbox ends soon and could not even be packed; moving to a new sandbox from the newest stored snapshot: work since it is lost",
+				"sandbox", old.ID(), "ends", s.endsAt.UTC().Format(time.RFC3339), "err", err)
+		}
+	}
+	saveErr := err
+	next, how, err := s.replace(ctx, old, local, saveErr == nil)
+	if err != nil {
+		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
+		if !force {
+			s.retryAt = minTime(s.retryAt, s.lastCall())
+		}
+		s.log.Error("session: rotation postponed: new sandbox not ready", "err", err)
+		local.remove()
+		return
+	}
+	if how == "restore (local copy)" && saveErr != nil {
+		s.keepLocal(local) // the newest snapshot, until the store takes it
+	} else {
+		local.remove()
+	}
+	s.sb = next
+	s.noteEnd(next.EndsAt())
+	s.retryAt = time.Time{}
+	s.rotations++
+	files := filesKept
+	if saveErr != nil && how == "restore" {
+		files = filesLost
+	}
+	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation", files)
+	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
+		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// replace makes the sandbox that follows old: by handing old's workspace over when the
+// provider can (no copy), else from the local archive of this rotation, else by restoring
+// the newest stored snapshot into a fresh sandbox. A failed handoff falls back to the
+// next; the stored snapshot only when it is this rotation's (saved), since restoring an
+// older one would drop the work in old.
+func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *localArchive, saved bool) (sandbox.Sandbox, string, error) {
+	handoff := s.canHandoff(old)
+	if handoff {
+		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
+		if err == nil {
+			return next, "handoff", nil
+		}
+		if !errors.Is(err, sandbox.ErrForeign) { // not a failure: the restore path is the way
+			s.log.Warn("session: handoff failed", "sandbox", old.ID(), "err", err)
+		}
+	}
+	if local != nil {
+		next, err := s.createFrom(ctx, local)
+		if err == nil {
+			s.closeLater(ctx, old)
+			return next, "restore (local copy)", nil
+		}
+		s.log.Error("session: restoring the local snapshot failed", "err", err)
+	}
+	if !saved && local == nil && handoff {
+		return nil, "", errors.New("the workspace was not saved and could not be handed over")
+	}
+	next, err := s.createRestored(ctx, "rotation")
+	if err != nil {
+		return nil, "", err
+	}
+	s.closeLater(ctx, old)
+	return next, "restore", nil
+}
+
+// Rotate moves the workspace to a fresh sandbox now: save, replace, restart. Calls made
+// meanwhile wait and then run on the new sandbox. If the save fails, the old sandbox
+// stays and the error says why.
+func (s *Session) Rotate(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	before := s.rotations
+	s.rotate(ctx, false)
+	if s.rotations == before {
+		return errors.New("session: rotation failed; the current sandbox stays (see the log)")
+	}
+	return nil
+}
+
+// recoverDead replaces a sandbox that died (or stopped answering) before it could be
+// saved. A provider whose workspaces outlive their sandboxes hands the workspace over and
+// nothing is lost; otherwise the newest snapshot (a local one first) is restored, work
+// since it is lost, and the log says so.
+func (s *Session) recoverDead(ctx context.Context) {
+	old := s.sb
+	ctx = context.WithoutCancel(ctx)
+	running := s.rememberedProcs()
+	if s.canHandoff(old) {
+		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
+		if err == nil {
+			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
+				"from", old.ID(), "to", next.ID())
+			s.adopt(ctx, next, running, filesKept)
+			return
+		}
+		if !errors.Is(err, sandbox.ErrForeign) {
+			s.log.Warn("session: handoff of an ended sandbox failed; restoring the newest snapshot", "sandbox", old.ID(), "err", err)
+		}
+	}
+	var next sandbox.Sandbox
+	var err error
+	from := "the newest stored snapshot"
+	if local := s.takeLocal(); local != nil {
+		next, err = s.createFrom(ctx, local)
+		if err == nil {
+			from = "the snapshot kept on this host"
+			local.remove()
+		} else {
+			s.keepLocal(local)
+		}
+	}
+	if next == nil {
+		next, err = s.createRestored(ctx, "recover")
+	}
+	if err != nil {
+		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
+		s.log.Error("session: sandbox is gone and a new one could not be made", "sandbox", old.ID(), "err", err)
+		return
+	}
+	s.log.Error("session: sandbox ended before it was saved; restored "+from+": work since it is lost",
+		"from", old.ID(), "to", next.ID())
+	s.closeLater(ctx, old)
+	s.adopt(ctx, next, running, filesLost)
+}
+
+// What the notice of a replacement says of the files: nothing lost, or work since the
+// last snapshot lost.
+const (
+	filesKept = "your files are as you left them"
+	filesLost = "your files are as of the last snapshot: changes made since it are lost"
+)
+
+// adopt makes next the session's sandbox after a death and restarts the processes.
+func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, files string) {
+	s.sb = next
+	s.noteEnd(next.EndsAt())
+	s.retryAt = time.Time{}
+	var ports []int
+	if s.devPort != 0 {
+		ports = []int{s.devPort}
+	}
+	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
+}
+
+// archiveReporter is a sandbox that says what its archive left out (the local provider's
+// agent does).
+type archiveReporter interface {
+	ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error)
+}
+
+// save stores a snapshot of the current sandbox. With keep, the archive is also written
+// to a local file, returned whenever the pack completed, even when the store failed (the
+// caller removes it).
+func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
+	sb := s.sb
+	start := time.Now()
+	var local *localArchive
+	var rep envd.ArchiveResult
+	info, err := s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
+		var f *os.File
+		if keep {
+			var err error
+			if f, err = os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz"); err != nil {
+				return fmt.Errorf("local copy: %w", err)
+			}
+			w = io.MultiWriter(w, f)
+		}
+		var err error
+		if ar, ok := sb.(archiveReporter); ok {
+			rep, err = ar.ArchiveReport(ctx, w, s.cfg.Excludes)
+		} else {
+			err = sb.Archive(ctx, w, s.cfg.Excludes)
+		}
+		if f != nil {
+			size, _ := f.Seek(0, io.SeekCurrent)
+			if cerr := f.Close(); err != nil || cerr != nil {
+				os.Remove(f.Name())
+			} else {
+				local = &localArchive{path: f.Name(), size: size}
+			}
+		}
+		return err
+	})
+	info.Skipped, info.Skips = rep.Skipped, rep.Skips
+	if err != nil {
+		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+		return info, local, err
+	}
+	s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
+	snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
+	s.storedNewer()
+	return info, local, nil
+}
+
+// Commit saves a snapshot of the workspace (a phase commit). A failed save returns an
+// error and leaves the session working; the next commit tries again. Info.Skipped and
+// Info.Skips say what the snapshot left out because it cannot hold it.
+func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
+	_, release, err := s.current(ctx)
+	if err != nil {
+		return snapshot.Info{}, err
+	}
+	info, _, err := s.save(ctx, label, false)
+	if port := s.devPort; err == nil && port != 0 && s.cfg.Screenshots != nil && !s.closed {
+		// The agent does not wait for a browser it did not ask for. Launched under the
+		// read lock, so Close cannot be waiting yet.
+		s.wg.Go(func() { s.autoCapture(s.loopCtx, port, "commit "+label) })
+	}
+	release()
+	if err != nil {
+		return info, err
+	}
+	if s.cfg.AfterCommit != nil {
+		s.cfg.AfterCommit(ctx, label, info)
+	}
+	return info, nil
+}
+
+// Rotations reports how many times the session moved to a new sandbox.
+func (s *Session) Rotations() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rotations
+}
+
+// Close stops the keepalive loop and closes the current sandbox. It does not save: call
+// Commit first to keep the work.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	sb := s.sb
+	s.mu.Unlock()
+	s.stop()
+	err := sb.Close(ctx)
+	s.wg.Wait()
+	if local := s.takeLocal(); local != nil {
+		// The newest snapshot exists only here: one more try, and else keep the file.
+		if uerr := s.uploadLocal(ctx, local); uerr != nil {
+			s.log.Error("session: closing with a snapshot the store never took; its archive stays on this host",
+				"path", local.path, "bytes", local.size, "err", uerr)
+		} else {
+			s.log.Warn("session: the snapshot kept on this host is now in the store")
+			local.remove()
+		}
+	}
+	return err
+}
