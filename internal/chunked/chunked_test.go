@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
-	"github.com/toolhost/toolhost/core/store/dir"
+	"github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/tree"
 )
 
