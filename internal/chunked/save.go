@@ -1,6 +1,7 @@
 package chunked
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -158,6 +159,8 @@ func (r *Repo) Build(ctx context.Context, src any, opts BuildOptions) (*BuildRes
 	var walk tree.WalkStats
 	var runErr error
 	switch s := src.(type) {
+	case *prebuilt:
+		runErr = b.fromPrebuilt(s)
 	case Lister:
 		walk, runErr = b.fromLister(ctx, s)
 	case Streamer:
@@ -307,6 +310,28 @@ func (b *builder) fromLister(ctx context.Context, l Lister) (tree.WalkStats, err
 	}
 	err = l.Read(ctx, need, func(e tree.Entry, rd io.Reader) error { return b.add(e, rd) })
 	return walk, err
+}
+
+func (b *builder) fromPrebuilt(p *prebuilt) error {
+	for _, e := range p.entries {
+		if e.Type != tree.File {
+			if err := b.add(e.Entry, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if data, ok := p.data[e.Path]; ok {
+			e.Size = int64(len(data))
+			if err := b.add(e.Entry, bytes.NewReader(data)); err != nil {
+				return err
+			}
+			continue
+		}
+		b.recs = append(b.recs, &fileRec{e: e, slots: refs(e.Chunks), multi: true})
+		b.stats.Files++
+		b.stats.Bytes += e.Size
+	}
+	return nil
 }
 
 func refs(cs []Ref) []*Ref {
