@@ -35,7 +35,7 @@ func TestUnifiedDiff(t *testing.T) {
 
 func TestMerge3(t *testing.T) {
 	base := "a\nb\nc\nd\ne\nf\n"
-	ours := "a\nB\nc\nd\ne\nf\n"   // changes b
+	ours := "a\nB\nc\nd\ne\nf\n"      // changes b
 	theirs := "a\nb\nc\nd\nE\nf\ng\n" // changes e, adds g
 	got, n := Merge3([]byte(base), []byte(ours), []byte(theirs))
 	if n != 0 || string(got) != "a\nB\nc\nd\nE\nf\ng\n" {
