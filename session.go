@@ -329,20 +329,20 @@ type wakeRecorder struct {
 	wokeN int
 }
 
-func (w *wakeRecorder) Save(ctx context.Context, project string, pack func(io.Writer) error) (snapshot.Info, error) {
+func (w *wakeRecorder) SaveLabeled(ctx context.Context, project, label string, pack func(io.Writer) error) (snapshot.Info, error) {
 	// Every save (a commit, a rotation's) is the project's newest snapshot, which the
 	// host that took the lease over would wake from: none once the lease is lost.
 	if err := w.lease.check(); err != nil {
 		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
 	}
-	return w.snaps.Save(ctx, project, pack)
+	return w.snaps.SaveLabeled(ctx, project, label, pack)
 }
 
-func (w *wakeRecorder) Restore(ctx context.Context, project string, extract func(io.Reader) error) (snapshot.Info, error) {
+func (w *wakeRecorder) RestoreTo(ctx context.Context, project string, t snapshot.Target) (snapshot.Info, error) {
 	if w.hostDir {
 		return snapshot.Info{}, fmt.Errorf("the workspace is a host directory: %w", snapshot.ErrNoSnapshot)
 	}
-	in, err := w.snaps.Restore(ctx, project, extract)
+	in, err := w.snaps.RestoreTo(ctx, project, t)
 	if err == nil {
 		w.mu.Lock()
 		if w.wokeN == 0 {

@@ -42,11 +42,11 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
-	"github.com/toolhost/toolhost/policy"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/store/s3"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // Option sets what is not configuration: where logs go, who watches transfers.
@@ -153,6 +153,8 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 	m, err := snapshot.New(snapshot.Config{
 		Store:    s.store,
 		Keep:     cfg.Snapshot.Keep,
+		Format:   cfg.Snapshot.Format,
+		Grace:    cfg.Snapshot.Grace,
 		Excludes: cfg.Snapshot.Excludes,
 		Retries:  retries,
 		Logger:   o.snapLog,

@@ -1,4 +1,4 @@
-package chunked
+package chunked_test
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/chunked"
+	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
 	"github.com/toolhost/toolhost/internal/store/dir"
 )
 
@@ -24,76 +24,6 @@ func TestMain(m *testing.M) {
 		os.Exit(saverProcess(d))
 	}
 	os.Exit(m.Run())
-}
-
-// keepNewest deletes all but the project's newest n manifests (retention).
-func keepNewest(ctx context.Context, r *Repo, project string, n int) error {
-	keys, err := r.ListManifests(ctx, project)
-	if err != nil {
-		return err
-	}
-	slices.Sort(keys)
-	if len(keys) <= n {
-		return nil
-	}
-	return r.Delete(ctx, keys[:len(keys)-n]...)
-}
-
-func TestCollectAfterRetention(t *testing.T) {
-	ctx := testCtx(t)
-	st := dirStore(t)
-	clock := time.Now()
-	var mu sync.Mutex
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
-	r, err := New(Config{Store: st, Grace: time.Hour, Now: now, TempDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := filepath.Join(t.TempDir(), "ws")
-	makeTree(t, ws, 9)
-	_, k1 := save(t, r, "p", ws, nil)
-	m1, _ := r.Manifest(ctx, k1)
-	// The workspace is replaced by something else entirely: every pack of the first
-	// snapshot is referenced by it alone.
-	os.RemoveAll(ws)
-	os.MkdirAll(ws, 0o755)
-	os.WriteFile(filepath.Join(ws, "new.txt"), []byte("a new start\n"), 0o644)
-	backdate(t, ws)
-	_, k2 := save(t, r, "p", ws, m1)
-	if err := keepNewest(ctx, r, "p", 1); err != nil {
-		t.Fatal(err)
-	}
-	// The packs are younger than the grace period: nothing is marked yet. (The directory
-	// store's times are the files'; age them.)
-	cs, err := r.Collect(ctx)
-	if err != nil || cs.Marked != 0 {
-		t.Fatalf("first collection: %+v, %v", cs, err)
-	}
-	advance(2 * time.Hour)
-	cs, err = r.Collect(ctx)
-	if err != nil || cs.Marked == 0 || cs.Deleted != 0 {
-		t.Fatalf("mark: %+v, %v", cs, err)
-	}
-	before, _ := storedBytes(t, st, PrefixPacks)
-	advance(2 * time.Hour)
-	cs, err = r.Collect(ctx)
-	if err != nil || cs.Deleted == 0 || cs.Freed < int64(3*MaxChunk) {
-		t.Fatalf("sweep: %+v, %v", cs, err)
-	}
-	after, _ := storedBytes(t, st, PrefixPacks)
-	if before-after < int64(3*MaxChunk) {
-		t.Errorf("packs shrank by %d bytes; the large file's chunks (%d) were expected to go", before-after, 3*MaxChunk)
-	}
-	// What is left still restores, in a fresh process's view.
-	r2 := newRepo(t, st)
-	m2, err := r2.Manifest(ctx, k2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r2.Verify(ctx, m2); err != nil {
-		t.Fatalf("the kept snapshot no longer verifies: %v", err)
-	}
 }
 
 // saverProcess is a child of TestCollectRacingSavers: it saves its project over and over
@@ -107,7 +37,7 @@ func saverProcess(storeDir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	r, err := New(Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, Retry: store.Retry{Attempts: 3, Backoff: 5 * time.Millisecond}})
+	r, err := chunked.New(chunked.Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, Retry: store.Retry{Attempts: 3, Backoff: 5 * time.Millisecond}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -126,15 +56,15 @@ func saverProcess(storeDir string) int {
 			}
 			os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%d", rnd.IntN(12))), []byte(body), 0o644)
 		}
-		var base *Manifest
+		var base *chunked.Manifest
 		if k, err := r.Newest(ctx, project); err == nil && k != "" {
 			base, _ = r.Manifest(ctx, k)
 		}
-		res, err := r.Build(ctx, DirSource{Dir: ws}, BuildOptions{Project: project, Base: base})
+		res, err := r.Build(ctx, chunked.DirSource{Dir: ws}, chunked.BuildOptions{Project: project, Base: base})
 		if err == nil {
-			err = r.Commit(ctx, res, ManifestKey(project, time.Now(), NewNonce()))
+			err = r.Commit(ctx, res, chunked.ManifestKey(project, time.Now(), chunked.NewNonce()))
 		}
-		if errors.Is(err, ErrStale) {
+		if errors.Is(err, chunked.ErrStale) {
 			stale++
 			continue
 		}
@@ -145,7 +75,7 @@ func saverProcess(storeDir string) int {
 		if err == nil {
 			saves++
 		}
-		if err := keepNewest(ctx, r, project, 2); err != nil {
+		if err := chunkedtest.KeepNewest(ctx, r, project, 2); err != nil {
 			fmt.Fprintln(os.Stderr, "retention:", err)
 			return 1
 		}
@@ -158,7 +88,7 @@ func TestCollectRacingSavers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs for several seconds")
 	}
-	ctx := testCtx(t)
+	ctx := ctxOf(t)
 	storeDir := t.TempDir()
 	st, err := dir.New(storeDir)
 	if err != nil {
@@ -179,11 +109,11 @@ func TestCollectRacingSavers(t *testing.T) {
 		}
 		procs, outs = append(procs, cmd), append(outs, out)
 	}
-	r, err := New(Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, TempDir: t.TempDir()})
+	r, err := chunked.New(chunked.Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, TempDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total CollectStats
+	var total chunked.CollectStats
 	for time.Now().Before(until) {
 		cs, err := r.Collect(ctx)
 		if err != nil {
@@ -217,7 +147,7 @@ func TestCollectRacingSavers(t *testing.T) {
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("manifests: %v %v", keys, err)
 	}
-	fresh := newRepo(t, st)
+	fresh := freshRepo(t, st)
 	for _, k := range keys {
 		m, err := fresh.Manifest(ctx, k)
 		if err != nil {
@@ -227,4 +157,18 @@ func TestCollectRacingSavers(t *testing.T) {
 			t.Errorf("%s references what collection removed: %v", k, err)
 		}
 	}
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func freshRepo(t *testing.T, st store.Store) *chunked.Repo {
+	r, err := chunked.New(chunked.Config{Store: st, Retry: store.Retry{Attempts: 2, Backoff: 10 * time.Millisecond}, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

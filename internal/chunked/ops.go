@@ -2,6 +2,7 @@ package chunked
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"slices"
@@ -321,4 +322,40 @@ func (r *Repo) CommitMerge(ctx context.Context, res *MergeResult, ours *Manifest
 		return nil, err
 	}
 	return b.Manifest, nil
+}
+
+// Scan reads a tree whole and returns its entries with their files' digests, storing
+// nothing: what a live workspace holds, to compare with a snapshot.
+func (r *Repo) Scan(ctx context.Context, src Lister) ([]Entry, error) {
+	list, _, err := src.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	var files []string
+	for _, e := range list {
+		if e.Type == tree.File {
+			files = append(files, e.Path)
+			continue
+		}
+		out = append(out, Entry{Entry: e})
+	}
+	buf := make([]byte, 256<<10)
+	err = src.Read(ctx, files, func(e tree.Entry, rd io.Reader) error {
+		h := sha256.New()
+		n, err := io.CopyBuffer(h, rd, buf)
+		if err != nil {
+			return err
+		}
+		x := Entry{Entry: e}
+		x.Size = n
+		h.Sum(x.Digest[:0])
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return compare(a.Path, b.Path) })
+	return out, nil
 }

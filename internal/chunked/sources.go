@@ -3,6 +3,7 @@ package chunked
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -159,6 +161,15 @@ func (t *TarSource) Stream(ctx context.Context, fn func(tree.Entry, io.Reader) e
 			}
 			continue
 		}
+		if err := tree.Check(e, t.Opts.MaxNameLen); err != nil {
+			// The sandbox's packer leaves these out itself; one that sends them anyway
+			// loses them, not its snapshot.
+			st.Skipped++
+			if len(st.Skips) < tree.MaxReportedSkips {
+				st.Skips = append(st.Skips, tree.Skip{Path: name, Reason: strings.TrimSuffix(err.Error(), ": "+tree.ErrUnsafe.Error())})
+			}
+			continue
+		}
 		if err := fn(e, rd); err != nil {
 			return st, err
 		}
@@ -179,9 +190,16 @@ type TarSink struct {
 	zw *pgzip.Writer
 }
 
-// NewTarSink starts the stream on w with the root's entry.
+// NewTarSink starts the stream on w with the root's entry, compressed at gzip's default
+// level (an export: archive.Pack's); NewTarSinkLevel picks the level (0 stores: a stream
+// between the host and a sandbox costs no compression).
 func NewTarSink(w io.Writer, rootMode uint32, rootMTime int64) (*TarSink, error) {
-	zw, err := pgzip.NewWriterLevel(w, pgzip.DefaultCompression)
+	return NewTarSinkLevel(w, rootMode, rootMTime, pgzip.DefaultCompression)
+}
+
+// NewTarSinkLevel is NewTarSink with a gzip level.
+func NewTarSinkLevel(w io.Writer, rootMode uint32, rootMTime int64, level int) (*TarSink, error) {
+	zw, err := pgzip.NewWriterLevel(w, level)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +251,12 @@ func (t *TarSink) Close() error {
 
 // Export writes m as one tar.gz to w.
 func (r *Repo) Export(ctx context.Context, m *Manifest, w io.Writer) (RestoreStats, error) {
-	ts, err := NewTarSink(w, m.RootMode, m.RootMTime)
+	return r.ExportLevel(ctx, m, w, pgzip.DefaultCompression)
+}
+
+// ExportLevel is Export at a gzip level (0: stored, for a stream to a sandbox's extract).
+func (r *Repo) ExportLevel(ctx context.Context, m *Manifest, w io.Writer, level int) (RestoreStats, error) {
+	ts, err := NewTarSinkLevel(w, m.RootMode, m.RootMTime, level)
 	if err != nil {
 		return RestoreStats{}, err
 	}
@@ -242,6 +265,44 @@ func (r *Repo) Export(ctx context.Context, m *Manifest, w io.Writer) (RestoreSta
 		err = cerr
 	}
 	return st, err
+}
+
+// TarTreeDigest reads a tar.gz stream and returns the content digest of its tree
+// (Manifest.Tree): what a tar.gz snapshot is compared by, so "unchanged" means the same
+// content whatever the archive's times.
+func TarTreeDigest(r io.Reader) (Digest, error) {
+	ts := &TarSource{R: r}
+	var entries []Entry
+	byPath := map[string]Entry{}
+	buf := make([]byte, 256<<10)
+	_, err := ts.Stream(context.Background(), func(e tree.Entry, rd io.Reader) error {
+		n := Entry{Entry: e}
+		if e.Type == tree.File {
+			if _, ok := rd.(hardLink); ok {
+				t, ok := byPath[e.Target]
+				if !ok {
+					return fmt.Errorf("entry %q: hard link to %q: %w", e.Path, e.Target, tree.ErrUnsafe)
+				}
+				n.Target, n.Size, n.Digest = "", t.Size, t.Digest
+			} else {
+				h := sha256.New()
+				k, err := io.CopyBuffer(h, rd, buf)
+				if err != nil {
+					return err
+				}
+				n.Size = k
+				h.Sum(n.Digest[:0])
+			}
+		}
+		entries = append(entries, n)
+		byPath[n.Path] = n
+		return nil
+	})
+	if err != nil {
+		return Digest{}, err
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return compare(a.Path, b.Path) })
+	return TreeDigest(entries), nil
 }
 
 var _ = os.ErrNotExist

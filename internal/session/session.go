@@ -25,21 +25,25 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
-// Snapshots is what a session needs of internal/snapshot. Restore may call extract more than
-// once (a snapshot refused half way is skipped for an older one); each call gets a fresh
-// sandbox.
+// Snapshots is what a session needs of internal/snapshot. A save is labelled (a commit's
+// label, "rotation"); a restore may call its target's Extract more than once (a snapshot
+// refused half way is skipped for an older one), each call getting a fresh sandbox, and
+// checks the restored workspace with its List.
 type Snapshots interface {
-	Save(ctx context.Context, projectID string, pack func(io.Writer) error) (snapshot.Info, error)
-	Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (snapshot.Info, error)
+	SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (snapshot.Info, error)
+	RestoreTo(ctx context.Context, projectID string, t snapshot.Target) (snapshot.Info, error)
 }
 
 // Config configures a Session.
@@ -175,7 +179,7 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 	}
 	created := time.Since(start)
 	tries := 0
-	info, err := s.cfg.Snapshots.Restore(ctx, s.cfg.ProjectID, func(r io.Reader) error {
+	info, err := s.cfg.Snapshots.RestoreTo(ctx, s.cfg.ProjectID, snapshot.Target{Extract: func(r io.Reader) error {
 		if tries++; tries > 1 {
 			s.closeLater(ctx, sb)
 			fresh, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
@@ -185,7 +189,9 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 			sb = fresh
 		}
 		return sb.Extract(ctx, r)
-	})
+	}, List: func(ctx context.Context) ([]snapshot.WorkspaceEntry, error) {
+		return s.listWorkspace(ctx, sb)
+	}})
 	switch {
 	case errors.Is(err, snapshot.ErrNoSnapshot):
 		s.log.Info("session: no snapshot to restore; starting empty", "why", why, "sandbox", sb.ID(), "create", created)
@@ -545,7 +551,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 	start := time.Now()
 	var local *localArchive
 	var rep envd.ArchiveResult
-	info, err := s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
+	info, err := s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, label, func(w io.Writer) error {
 		var f *os.File
 		if keep {
 			var err error
@@ -637,4 +643,32 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// listWorkspace lists a restored workspace for the check against its snapshot (every
+// entry, paths relative to the root, excluded names left out as the snapshot left them).
+func (s *Session) listWorkspace(ctx context.Context, sb sandbox.Sandbox) ([]snapshot.WorkspaceEntry, error) {
+	excludes := s.cfg.Excludes
+	if excludes == nil {
+		excludes = archive.DefaultExcludes
+	}
+	res, err := sb.List(ctx, sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true, Skip: excludes})
+	if err != nil {
+		return nil, err
+	}
+	if res.Truncated {
+		return nil, errors.New("the listing was cut short")
+	}
+	out := make([]snapshot.WorkspaceEntry, 0, len(res.Entries))
+next:
+	for _, e := range res.Entries {
+		p := strings.TrimPrefix(strings.TrimPrefix(e.Path, sandbox.WorkspaceRoot), "/")
+		for c := range strings.SplitSeq(p, "/") {
+			if slices.Contains(excludes, c) {
+				continue next
+			}
+		}
+		out = append(out, snapshot.WorkspaceEntry{Path: p, Mode: e.Mode, Size: e.Size})
+	}
+	return out, nil
 }
