@@ -283,8 +283,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	return &Manager{
 		repo: repo,
-		cfg: cfg,
-		log: cfg.Logger.With("component", "snapshot"),
+		cfg:  cfg,
+		log:  cfg.Logger.With("component", "snapshot"),
 		retry: store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
 			Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout},
 		last: map[string]time.Time{},
