@@ -86,12 +86,15 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 		return info, nil, fmt.Errorf("%w: project %s: %w", ErrSaveFailed, projectID, err)
 	}
 	var newest *listed
-	_, err := m.retry.Do(ctx, func(ctx context.Context) error {
+	n, err := m.retry.Do(ctx, func(ctx context.Context) error {
 		var err error
 		newest, err = m.newest(ctx, projectID)
 		return err
-	}, m.logAttempt("list", projectID))
+	}, m.logAttempt("save", projectID))
 	if err != nil {
+		info.Attempts = n
+		info.Transfer.add(Phase{Name: "pack"})
+		info.Transfer.add(Phase{Name: "upload", Attempts: n, Failed: true})
 		return fail(err)
 	}
 	opts := chunked.BuildOptions{Project: projectID, Label: label}
