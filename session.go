@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"time"
@@ -302,6 +303,54 @@ func (s *Session) Screenshots(ctx context.Context, kind string) ([]screenshot.St
 // Woke reports the snapshot the session's first sandbox was restored from; false when it
 // started empty (a new project, or a host directory as the workspace).
 func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
+
+// Checkpoints lists the project's snapshots, newest first, with their times and labels:
+// the points a Rewind can go back to.
+func (s *Session) Checkpoints(ctx context.Context) ([]snapshot.Checkpoint, error) {
+	return s.th.storage.snaps.Checkpoints(ctx, s.project)
+}
+
+// Rewound is what a Rewind did.
+type Rewound struct {
+	// Saved is the snapshot of the present taken first (Unchanged when the newest
+	// snapshot already held it).
+	Saved snapshot.Info
+	// Now is the new newest snapshot: the checkpoint's content.
+	Now snapshot.Info
+	// Undo is the checkpoint a Rewind goes to to undo this one: the present.
+	Undo string
+}
+
+// Rewind moves the workspace back to the checkpoint key (a key from Checkpoints, or its
+// last part) without losing the present: the present is saved first, the checkpoint's
+// content becomes the project's newest snapshot, and the session continues in a sandbox
+// restored from it (background processes restarted). Rewinding to Rewound.Undo undoes
+// it. A session on a host directory cannot rewind (the directory is the state).
+func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
+	if err := s.leaseErr(); err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: %w", err)
+	}
+	if s.wake.hostDir {
+		return Rewound{}, errors.New("rewinding: the workspace is a host directory, which is its own state; restore a snapshot into it with toolhost snapshot restore")
+	}
+	snaps := s.th.storage.snaps
+	target, err := snaps.Resolve(ctx, s.project, key)
+	if err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: %w", err)
+	}
+	saved, err := s.Commit(ctx, "before rewind to "+path.Base(target))
+	if err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: saving the present first: %w", err)
+	}
+	now, undo, err := snaps.Rewind(ctx, s.project, target)
+	if err != nil {
+		return Rewound{Saved: saved}, fmt.Errorf("rewinding: %w", err)
+	}
+	if err := s.live.Reload(ctx, "a rewind to "+path.Base(target)); err != nil {
+		return Rewound{Saved: saved, Now: now, Undo: undo}, fmt.Errorf("rewinding: the project's newest snapshot is the checkpoint now, but the workspace could not be restored from it: %w", err)
+	}
+	return Rewound{Saved: saved, Now: now, Undo: undo}, nil
+}
 
 // Sandbox is the session's sandbox: a internal/session.Session, which outlives the sandboxes
 // it rotates through (its Rotations, SandboxID, Archive, ReadFile...).

@@ -672,3 +672,29 @@ next:
 	}
 	return out, nil
 }
+
+// Reload replaces the sandbox with a new one restored from the project's newest snapshot
+// (a rewind made an earlier one the newest), and restarts the background processes that
+// were running. Calls made meanwhile wait and then run in the new sandbox. The present is
+// not saved: the caller saves it first (a rewind does).
+func (s *Session) Reload(ctx context.Context, why string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	old := s.sb
+	ctx = context.WithoutCancel(ctx)
+	running := s.runningProcs(ctx, old)
+	ports, _ := s.listeningOn(ctx, old)
+	next, err := s.createRestored(ctx, why)
+	if err != nil {
+		return err
+	}
+	s.closeLater(ctx, old)
+	s.sb = next
+	s.noteEnd(next.EndsAt())
+	s.retryAt = time.Time{}
+	s.restartProcs(ctx, next, running, ports, why, "your files are as of the checkpoint you went back to")
+	return nil
+}
