@@ -101,8 +101,15 @@ func MakeTree(t *testing.T, root string, seed uint64) {
 // next one: the racily-clean rule).
 func Backdate(t *testing.T, root string) {
 	t.Helper()
+	if err := BackdateDir(root); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BackdateDir is Backdate for benchmarks.
+func BackdateDir(root string) error {
 	old := time.Now().Add(-time.Hour)
-	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+	return filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
@@ -111,9 +118,6 @@ func Backdate(t *testing.T, root string) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // sameTree fails unless a and b hold the same entries, bit for bit: types, modes, sizes,
@@ -520,4 +524,87 @@ func testCollectAfterRetention(t *testing.T, st store.Store) {
 	if _, err := r2.Verify(ctx, m2); err != nil {
 		t.Fatalf("the kept snapshot no longer verifies: %v", err)
 	}
+}
+
+var words = strings.Fields(`func return if else for range package import type struct interface
+	map string int error nil err ctx context defer go select case switch default var const
+	buf len make append copy delete close chan bool true false byte rune float64 uint64
+	handler request response server client config options logger value result index count`)
+
+// SourceTree writes a source-like tree under root: files small text files of 0.5 to
+// 11.5 KiB in 60 packages of 9 directories, and 10 files of 3 MiB (4 JSON-lines logs, 4
+// half-random, 2 random). With 19,990 small files it is about 150 MB in 20,000 files.
+// It returns the bytes written.
+func SourceTree(root string, small int, seed uint64) (int64, error) {
+	r := rand.New(rand.NewPCG(seed, 2))
+	var total int64
+	var sb strings.Builder
+	for i := range small {
+		dir := filepath.Join(root, fmt.Sprintf("pkg%02d", i%60), fmt.Sprintf("sub%d", i%9))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return total, err
+		}
+		sb.Reset()
+		size := 512 + r.IntN(11*1024)
+		fmt.Fprintf(&sb, "// file %d\npackage pkg%02d\n\n", i, i%60)
+		for sb.Len() < size {
+			sb.WriteString(strings.Repeat("\t", r.IntN(4)))
+			for range 3 + r.IntN(8) {
+				sb.WriteString(words[r.IntN(len(words))])
+				if r.IntN(4) == 0 {
+					fmt.Fprintf(&sb, "%d", r.IntN(1000))
+				}
+				sb.WriteByte(' ')
+			}
+			sb.WriteString("\n")
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d.go", i)), []byte(sb.String()), 0o644); err != nil {
+			return total, err
+		}
+		total += int64(sb.Len())
+	}
+	large := filepath.Join(root, "data")
+	if err := os.MkdirAll(large, 0o755); err != nil {
+		return total, err
+	}
+	const big = 3 << 20
+	for i := range 10 {
+		buf := make([]byte, 0, big+4096)
+		switch {
+		case i < 4:
+			for k := 0; len(buf) < big; k++ {
+				buf = fmt.Appendf(buf, `{"ts":"2026-11-21T09:%02d:%02d.%06dZ","level":"%s","req":"%016x","path":"/api/v1/%s/%d","ms":%d}`+"\n",
+					k/60%60, k%60, r.IntN(1e6), []string{"info", "debug", "warn"}[r.IntN(3)], r.Uint64(), words[r.IntN(len(words))], r.IntN(5000), r.IntN(900))
+			}
+		case i < 8:
+			rec := make([]byte, 64)
+			for len(buf) < big {
+				if r.IntN(2) == 0 {
+					for range 512 {
+						buf = append(buf, byte(r.Uint32()))
+					}
+				} else {
+					for j := range rec {
+						rec[j] = byte(j * (i + 1))
+					}
+					for range 8 {
+						buf = append(buf, rec...)
+					}
+				}
+			}
+		default:
+			for len(buf) < big {
+				u := r.Uint64()
+				for k := range 8 {
+					buf = append(buf, byte(u>>(8*k)))
+				}
+			}
+		}
+		buf = buf[:big]
+		if err := os.WriteFile(filepath.Join(large, fmt.Sprintf("large%d.bin", i)), buf, 0o644); err != nil {
+			return total, err
+		}
+		total += int64(len(buf))
+	}
+	return total, nil
 }
