@@ -176,7 +176,10 @@ func (r *Repo) Restore(ctx context.Context, m *Manifest, sink Sink) (RestoreStat
 	if err := <-prodErr; emitErr == nil && err != nil {
 		emitErr = err
 	}
+	f.close() // the downloads are over: their counts can be read
+	dlMu.Lock()
 	st.Duration = time.Since(start)
+	dlMu.Unlock()
 	if emitErr != nil {
 		return st, emitErr
 	}
