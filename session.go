@@ -20,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // SessionOptions choose what a session works on.
@@ -385,6 +386,13 @@ func (w *wakeRecorder) SaveLabeled(ctx context.Context, project, label string, p
 		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
 	}
 	return w.snaps.SaveLabeled(ctx, project, label, pack)
+}
+
+func (w *wakeRecorder) SaveTree(ctx context.Context, project, label string, src tree.Source, excludes []string) (snapshot.Info, error) {
+	if err := w.lease.check(); err != nil {
+		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
+	}
+	return w.snaps.SaveTree(ctx, project, label, src, excludes)
 }
 
 func (w *wakeRecorder) RestoreTo(ctx context.Context, project string, t snapshot.Target) (snapshot.Info, error) {

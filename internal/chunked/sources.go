@@ -256,7 +256,11 @@ func (r *Repo) Export(ctx context.Context, m *Manifest, w io.Writer) (RestoreSta
 
 // ExportLevel is Export at a gzip level (0: stored, for a stream to a sandbox's extract).
 func (r *Repo) ExportLevel(ctx context.Context, m *Manifest, w io.Writer, level int) (RestoreStats, error) {
-	ts, err := NewTarSinkLevel(w, m.RootMode, m.RootMTime, level)
+	rootMTime := m.RootMTime
+	if rootMTime == 0 { // a sandbox's listing does not include its root
+		rootMTime = m.Time.UnixNano()
+	}
+	ts, err := NewTarSinkLevel(w, m.RootMode, rootMTime, level)
 	if err != nil {
 		return RestoreStats{}, err
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/tree"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
@@ -43,6 +44,9 @@ import (
 // checks the restored workspace with its List.
 type Snapshots interface {
 	SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (snapshot.Info, error)
+	// SaveTree saves a workspace its sandbox's agent lists and reads (a save that reads
+	// only what changed); errors.ErrUnsupported when the format cannot (SaveLabeled then).
+	SaveTree(ctx context.Context, projectID, label string, src tree.Source, excludes []string) (snapshot.Info, error)
 	RestoreTo(ctx context.Context, projectID string, t snapshot.Target) (snapshot.Info, error)
 }
 
@@ -549,6 +553,19 @@ type archiveReporter interface {
 func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
 	sb := s.sb
 	start := time.Now()
+	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
+		info, err := s.cfg.Snapshots.SaveTree(ctx, s.cfg.ProjectID, label, ts, s.cfg.Excludes)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			if err != nil {
+				s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+				return info, nil, err
+			}
+			s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
+			snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
+			s.storedNewer()
+			return info, nil, nil
+		}
+	}
 	var local *localArchive
 	var rep envd.ArchiveResult
 	info, err := s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, label, func(w io.Writer) error {

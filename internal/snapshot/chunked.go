@@ -549,3 +549,46 @@ func (m *Manager) MergeFork(ctx context.Context, fork string) (*chunked.MergeRes
 func (m *Manager) Collect(ctx context.Context) (chunked.CollectStats, error) {
 	return m.repo.Collect(ctx)
 }
+
+// SaveTree saves a sandbox's workspace listed and read by its agent (tree.Source) in the
+// chunked format: only the files whose size or times changed since the project's newest
+// snapshot are read. It fails with errors.ErrUnsupported when the format is tar.gz (the
+// caller packs an archive instead).
+func (m *Manager) SaveTree(ctx context.Context, projectID, label string, src tree.Source, excludes []string) (Info, error) {
+	if m.cfg.Format != FormatChunked {
+		return Info{ProjectID: projectID}, fmt.Errorf("snapshot format %s: %w", m.cfg.Format, errors.ErrUnsupported)
+	}
+	if excludes == nil {
+		excludes = m.cfg.Excludes
+	}
+	l := treeLister{src: src, excludes: excludes}
+	var info Info
+	var res *chunked.BuildResult
+	var err error
+	for range 2 { // a save whose reused chunks were collected meanwhile is made again
+		info, res, err = m.saveChunked(ctx, projectID, label, l, nil)
+		if !errors.Is(err, chunked.ErrStale) {
+			break
+		}
+	}
+	if res != nil {
+		for _, s := range res.Stats.Walk.Skips {
+			info.Skips = append(info.Skips, archive.Skip{Path: s.Path, Reason: s.Reason})
+		}
+	}
+	return info, err
+}
+
+// treeLister is a tree.Source as a chunked.Lister.
+type treeLister struct {
+	src      tree.Source
+	excludes []string
+}
+
+func (t treeLister) List(ctx context.Context) ([]tree.Entry, tree.WalkStats, error) {
+	return t.src.TreeList(ctx, t.excludes)
+}
+
+func (t treeLister) Read(ctx context.Context, paths []string, fn func(tree.Entry, io.Reader) error) error {
+	return t.src.TreeRead(ctx, paths, fn)
+}
