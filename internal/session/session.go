@@ -32,10 +32,10 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/archive"
-	"github.com/toolhost/toolhost/internal/tree"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // Snapshots is what a session needs of internal/snapshot. A save is labelled (a commit's

@@ -13,8 +13,8 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
-	dirstore "github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	dirstore "github.com/toolhost/toolhost/internal/store/dir"
 )
 
 // The snapshot figures of issue 19 (and 18's restore), in one run on the same tree: a
