@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -293,5 +294,53 @@ func TestScriptedSessionRestoresBitForBit(t *testing.T) {
 				chunkedtest.SameTree(t, copies[i], out)
 			}
 		})
+	}
+}
+
+// TestExportEqualsTarGzSave: a chunked snapshot exported is the tar.gz save of the same
+// tree: the same entries in the same order with the same bytes (the tar streams compared
+// byte for byte).
+func TestExportEqualsTarGzSave(t *testing.T) {
+	ctx := tctx(t)
+	ws := filepath.Join(t.TempDir(), "ws")
+	chunkedtest.MakeTree(t, ws, 25)
+	mt, _, _ := newManager(t, newDir(t).s, func(c *snapshot.Config) { c.Format = snapshot.FormatTarGz })
+	mc, _, _ := chunkedManager(t, newDir(t).s)
+	it, _, err := mt.SaveDir(ctx, "p", ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, _, err := mc.SaveDir(ctx, "p", ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targz, export bytes.Buffer
+	if err := mt.Export(ctx, &targz, "p", it.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := mc.Export(ctx, &export, "p", ic.Key); err != nil {
+		t.Fatal(err)
+	}
+	tarOf := func(b []byte) []byte {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := tarOf(targz.Bytes()), tarOf(export.Bytes())
+	if !bytes.Equal(a, b) {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		t.Fatalf("the export differs from the tar.gz save at byte %d of %d/%d", i, len(a), len(b))
+	}
+	if it.Tree != ic.Tree {
+		t.Errorf("content digests differ: %s vs %s", it.Tree, ic.Tree)
 	}
 }
