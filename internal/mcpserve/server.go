@@ -89,11 +89,14 @@ type Options struct {
 	// SessionOptions, when set, gives the options each session opens with for project
 	// (a wrapper provider, a logger); its Project is set from project.
 	SessionOptions func(project string) toolhost.SessionOptions
+	// Workspaces maps projects to host directories their sessions work on directly (owners
+	// kept) instead of their private workspaces: toolhost mcp --workspace, serve.workspaces.
+	Workspaces map[string]string
 	// ConfigDigest identifies the configuration, for the session API: a client with
 	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
 	ConfigDigest string
-	// HeldIdleTimeout ends a session held through the session API after this long
-	// without a call (default 1h); a session may ask for its own.
+	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
+	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
 }
 
@@ -114,6 +117,9 @@ type Server struct {
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 
 	held heldSessions // the sessions the shell holds (held.go)
+
+	statelessOnce sync.Once
+	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -145,7 +151,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		log = slog.Default()
 	}
 	if opts.HeldIdleTimeout <= 0 {
-		opts.HeldIdleTimeout = time.Hour
+		opts.HeldIdleTimeout = opts.IdleTimeout
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
@@ -230,7 +236,7 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
-	b := newBinding(s, project, owner, "")
+	b := newBinding(s, project, owner, s.opts.Workspaces[project])
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -246,10 +252,11 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 
 // Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
 // until the client goes or ctx ends; the session's workspace is then committed and its
-// sandbox closed.
+// sandbox closed. At the end of its input every request read is answered first, so a
+// client that writes its requests and closes its end still gets every answer.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
-	err := ms.Run(ctx, t)
+	err := ms.Run(ctx, drainAtEOF(t, s.log))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	serr := s.Shutdown(sctx)
@@ -593,14 +600,19 @@ func (s *Server) pluginTool(name string) bool {
 }
 
 func (b *binding) checkpoint(ctx context.Context, sess *toolhost.Session, tool string, input json.RawMessage) *mcp.CallToolResult {
+	msg, isErr := b.checkpointText(ctx, sess, tool, input)
+	return &mcp.CallToolResult{IsError: isErr, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+func (b *binding) checkpointText(ctx context.Context, sess *toolhost.Session, tool string, input json.RawMessage) (string, bool) {
 	if tool == CheckpointsTool {
 		cps, err := sess.Checkpoints(ctx)
 		if err != nil {
 			b.srv.log.Error("mcp: checkpoints", "project", b.project, "err", err)
-			return errorResult("the checkpoints could not be listed (the server's log says why); try again")
+			return "the checkpoints could not be listed (the server's log says why); try again", true
 		}
 		if len(cps) == 0 {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "no checkpoints yet: commit saves one"}}}
+			return "no checkpoints yet: commit saves one", false
 		}
 		var sb strings.Builder
 		for _, c := range cps {
@@ -610,23 +622,23 @@ func (b *binding) checkpoint(ctx context.Context, sess *toolhost.Session, tool s
 			}
 			fmt.Fprintf(&sb, "%s  %s  %s\n", path.Base(c.Key), c.Time.UTC().Format("2006-01-02 15:04:05 UTC"), label)
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: sb.String()}}}
+		return sb.String(), false
 	}
 	var in struct {
 		Checkpoint string `json:"checkpoint"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil || in.Checkpoint == "" {
-		return errorResult(`rewind takes {"checkpoint": "a key from checkpoints"}`)
+		return `rewind takes {"checkpoint": "a key from checkpoints"}`, true
 	}
 	res, err := sess.Rewind(ctx, in.Checkpoint)
 	if err != nil {
 		b.srv.log.Error("mcp: rewind", "project", b.project, "checkpoint", in.Checkpoint, "err", err)
 		if errors.Is(err, snapshot.ErrNoSuchSnapshot) {
-			return errorResult(fmt.Sprintf("there is no checkpoint %q; call checkpoints to list them", in.Checkpoint))
+			return fmt.Sprintf("there is no checkpoint %q; call checkpoints to list them", in.Checkpoint), true
 		}
-		return errorResult("the workspace could not be rewound (the server's log says why); it is as it was")
+		return "the workspace could not be rewound (the server's log says why); it is as it was", true
 	}
 	msg := fmt.Sprintf("the workspace is back at checkpoint %s. The state before the rewind is checkpoint %s: rewind to it to undo.",
 		path.Base(res.Now.Origin), path.Base(res.Undo))
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+	return msg, false
 }
