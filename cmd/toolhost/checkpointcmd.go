@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/toolhost/toolhost/internal/chunked"
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
@@ -20,15 +20,8 @@ import (
 // "/" with or without its suffix, or as PROJECT:KEY for another project's.
 
 // snapRef resolves a reference to (project, key) within project by default.
-func snapRef(ctx context.Context, m *snapshot.Manager, project, ref string) (string, string, error) {
-	if p, _, ok := snapshot.ParseKey(ref); ok {
-		return p, ref, nil
-	}
-	if p, k, ok := strings.Cut(ref, ":"); ok {
-		project, ref = p, k
-	}
-	key, err := m.Resolve(ctx, project, ref)
-	return project, key, err
+func snapRef(ctx context.Context, m *toolhost.Storage, project, ref string) (string, string, error) {
+	return m.ResolveSnapshot(ctx, project, ref)
 }
 
 func snapshotVerifyCommand() *command {
@@ -57,7 +50,7 @@ Examples:
 			return err
 		}
 		defer st.Close()
-		m := st.Snapshots()
+		m := st
 		ref := ""
 		if len(args) > 0 {
 			ref = args[0]
@@ -81,7 +74,7 @@ Examples:
 			}
 			return nil
 		}
-		vs, err := m.Verify(ctx, project, key)
+		vs, err := m.VerifySnapshot(ctx, project, key)
 		if err != nil {
 			return fmt.Errorf("snapshot %s does not verify: %w", key, err)
 		}
@@ -92,7 +85,7 @@ Examples:
 	return cmd
 }
 
-func printChanges(w io.Writer, changes []chunked.Change) {
+func printChanges(w io.Writer, changes []toolhost.Change) {
 	for _, ch := range changes {
 		what := ""
 		if len(ch.What) > 0 {
@@ -123,7 +116,7 @@ Examples:
 			return err
 		}
 		defer st.Close()
-		m := st.Snapshots()
+		m := st
 		pa, ka, err := snapRef(ctx, m, c.cfg.Project, args[0])
 		if err != nil {
 			return err
@@ -137,7 +130,7 @@ Examples:
 			return err
 		}
 		fmt.Fprintf(c.stdout, "a: %s\nb: %s\n", ka, kb)
-		changes, err := m.Diff(ctx, c.stdout, pa, ka, pb, kb)
+		changes, err := m.DiffSnapshots(ctx, c.stdout, pa, ka, pb, kb)
 		if err != nil {
 			return err
 		}
@@ -174,7 +167,7 @@ Example:
 			return err
 		}
 		defer st.Close()
-		m := st.Snapshots()
+		m := st
 		ref := ""
 		if len(args) > 0 {
 			ref = args[0]
@@ -191,7 +184,7 @@ Example:
 			}
 			w = f
 		}
-		err = m.Export(ctx, w, project, key)
+		err = m.ExportSnapshot(ctx, w, project, key)
 		if f != nil {
 			if cerr := f.Close(); err == nil {
 				err = cerr
@@ -243,11 +236,11 @@ Example:
 			return err
 		}
 		defer st.Close()
-		info, err := st.Snapshots().Fork(ctx, c.cfg.Project, key, to)
+		info, origin, err := st.Fork(ctx, c.cfg.Project, key, to)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "forked %s into project %s: %s\n", info.Origin, to, info.Key)
+		fmt.Fprintf(c.stdout, "forked %s into project %s: %s\n", origin, to, info.Key)
 		return nil
 	}
 	return cmd
@@ -273,15 +266,15 @@ Example:
 			return err
 		}
 		defer st.Close()
-		info, undo, err := st.Snapshots().Rewind(ctx, c.cfg.Project, args[0])
-		if errors.Is(err, snapshot.ErrNotSnapshotKey) {
+		info, origin, undo, err := st.Rewind(ctx, c.cfg.Project, args[0])
+		if errors.Is(err, toolhost.ErrNotSnapshotKey) {
 			return usagef(cmd, "%v", err)
 		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "rewound project %s to %s: %s\nundo: toolhost snapshot rewind --project %s %s\n",
-			c.cfg.Project, info.Origin, info.Key, c.cfg.Project, chunked.ShortKey(undo))
+			c.cfg.Project, origin, info.Key, c.cfg.Project, strings.TrimSuffix(filepath.Base(undo), ".snap"))
 		return nil
 	}
 	return cmd
@@ -307,7 +300,8 @@ Example:
 			return err
 		}
 		defer st.Close()
-		res, info, err := st.Snapshots().MergeFork(ctx, c.cfg.Project)
+		res, err := st.MergeFork(ctx, c.cfg.Project)
+		info := res.Snapshot
 		if err != nil {
 			return err
 		}
@@ -324,7 +318,7 @@ Example:
 		for _, p := range res.Merged {
 			fmt.Fprintf(c.stdout, "merged   %s\n", p)
 		}
-		fmt.Fprintf(c.stdout, "merged project %s into %s: %s\n", c.cfg.Project, info.ProjectID, info.Key)
+		fmt.Fprintf(c.stdout, "merged project %s into %s: %s\n", c.cfg.Project, info.Project, info.Key)
 		return nil
 	}
 	return cmd
@@ -348,7 +342,7 @@ collects at a time.`,
 			return err
 		}
 		defer st.Close()
-		cs, err := st.Snapshots().Collect(ctx)
+		cs, err := st.CollectChunks(ctx)
 		if err != nil {
 			return err
 		}

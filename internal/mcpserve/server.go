@@ -45,7 +45,6 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -324,7 +323,7 @@ type binding struct {
 	watched bool
 	ended   bool
 	endErr  error
-	endInfo snapshot.Info // the commit at the end, when it saved
+	endInfo toolhost.SnapshotInfo // the commit at the end, when it saved
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
@@ -633,12 +632,12 @@ func (b *binding) checkpointText(ctx context.Context, sess *toolhost.Session, to
 	res, err := sess.Rewind(ctx, in.Checkpoint)
 	if err != nil {
 		b.srv.log.Error("mcp: rewind", "project", b.project, "checkpoint", in.Checkpoint, "err", err)
-		if errors.Is(err, snapshot.ErrNoSuchSnapshot) {
+		if errors.Is(err, toolhost.ErrNoSuchSnapshot) {
 			return fmt.Sprintf("there is no checkpoint %q; call checkpoints to list them", in.Checkpoint), true
 		}
 		return "the workspace could not be rewound (the server's log says why); it is as it was", true
 	}
 	msg := fmt.Sprintf("the workspace is back at checkpoint %s. The state before the rewind is checkpoint %s: rewind to it to undo.",
-		path.Base(res.Now.Origin), path.Base(res.Undo))
+		path.Base(res.Checkpoint), path.Base(res.Undo))
 	return msg, false
 }

@@ -30,8 +30,12 @@ import (
 func testConfig(t testing.TB) toolhost.Config {
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "mcptest"
 	return cfg
 }
@@ -187,7 +191,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 
 func snapshotCount(t testing.TB, th *toolhost.Toolhost, project string) int {
 	t.Helper()
-	l, err := th.Storage().Snapshots().List(context.Background(), project)
+	l, err := th.Storage().Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}
