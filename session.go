@@ -384,10 +384,6 @@ func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
 	return res, nil
 }
 
-// Sandbox is the session's sandbox: a internal/session.Session, which outlives the sandboxes
-// it rotates through (its Rotations, SandboxID, Archive, ReadFile...).
-func (s *Session) Sandbox() *session.Session { return s.live }
-
 // Close ends the session and its sandbox without saving (Commit first to keep the work),
 // waiting for the sandbox to stop at most until ctx ends, then gives up the project's
 // lease.
