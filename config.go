@@ -17,7 +17,7 @@ import (
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -316,7 +316,7 @@ func (c *Config) validateSandbox(bad badKey) error {
 
 // validateStorage checks project, store.* and snapshot.*.
 func (c *Config) validateStorage(bad badKey) error {
-	if err := snapshot.ValidProjectID(c.Project); err != nil {
+	if err := storekeys.ValidProject(c.Project); err != nil {
 		return bad("project", "%v", err)
 	}
 	if _, ok := module.LookupStore(c.Store.Kind); !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 	"github.com/toolhost/toolhost/internal/tree"
 )
 
@@ -64,7 +65,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if project == "" {
 		project = cfg.Project
 	}
-	if err := snapshot.ValidProjectID(project); err != nil {
+	if err := storekeys.ValidProject(project); err != nil {
 		return nil, fmt.Errorf("opening a session: %w", err)
 	}
 	ws := opts.Workspace
