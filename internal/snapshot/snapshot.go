@@ -310,7 +310,7 @@ func NewNonce() string { return storekeys.NewNonce() }
 // object. Keys of older versions ({YYYYMMDDTHHMMSSZ}.tar.gz, _NN.tar.gz) parse too,
 // with a time to the second.
 func ParseKey(key string) (projectID string, t time.Time, ok bool) {
-	projectID, t, _, ok = storekeys.ParseSnapshotKey(key)
+	projectID, t, _, ok = parseKey(key)
 	return projectID, t, ok
 }
 
