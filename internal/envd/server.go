@@ -63,6 +63,7 @@ type Server struct {
 	launch launcher
 	reaper *reaper   // set when cfg.Init
 	writes pathLocks // serialises writes of the same file
+	terms  terminals // programs on pseudo-terminals (terminal_server.go)
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -124,6 +125,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	m.HandleFunc("GET "+PathDial, s.handleDial)
 	m.HandleFunc("GET "+PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+PathExtract, s.handleExtract)
+	s.handleTerminals(m)
 	s.mux = m
 	return s, nil
 }
@@ -162,6 +164,7 @@ func (s *Server) Close() {
 		_ = c.Close()
 	}
 	s.mu.Unlock()
+	s.closeTerminals()
 	s.wg.Wait()
 	_ = s.root.Close()
 }
