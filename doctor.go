@@ -110,7 +110,7 @@ func doctorLocal(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
 	limits.Detail = strings.Join(all, "; ")
 	if len(missing) > 0 {
 		limits.OK = false
-		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (see README, Limits, for what each needs)"
+		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (docs/SECURITY.md says what each needs)"
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -22,7 +22,7 @@ import (
 )
 
 // A session of an agent: it serves a page from its sandbox, looks at it with
-// take_screenshot, and commits a snapshot of its work. This is README.md's library
+// take_screenshot, and commits a snapshot of its work. This is docs/LIBRARY.md's
 // example; it needs bubblewrap, python3 and Chromium (make setup installs them).
 func Example() {
 	ctx := context.Background()

@@ -42,11 +42,11 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
-	"github.com/toolhost/toolhost/policy"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/store/s3"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // Option sets what is not configuration: where logs go, who watches transfers.

@@ -17,7 +17,7 @@
 // Configuration comes from built-in defaults, then a YAML file (--config, $TOOLHOST_CONFIG
 // or ~/.config/toolhost/toolhost.yaml, never one in the working directory), then TOOLHOST_
 // environment variables, then flags; see
-// toolhost.example.yaml at the repository root. Flags may come before or after the
+// docs/CONFIG.md and toolhost.example.yaml at the repository root. Flags may come before or after the
 // positional arguments.
 //
 // Everything the commands run is package toolhost (the module's root), which a program
@@ -326,7 +326,7 @@ Global flags:
 Configuration: defaults < YAML file (--config, $TOOLHOST_CONFIG, else
 ~/.config/toolhost/toolhost.yaml; never ./toolhost.yaml: a directory the CLI mounts as
 a workspace is the sandbox's to write) < TOOLHOST_ environment variables < flags.
-Every key is described in toolhost.example.yaml.
+Every key is described in docs/CONFIG.md and toolhost.example.yaml.
 `, globalUsage())
 }
 

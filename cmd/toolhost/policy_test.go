@@ -174,7 +174,7 @@ audit:
 	oneLineError(t, runCLI(t, env, "audit", "--decision", "maybe"), 2, "--decision")
 }
 
-// TestPolicyExample: the README's worked example (examples/policy) holds: its cases pass,
+// TestPolicyExample: docs/POLICY.md's worked example (examples/policy) holds: its cases pass,
 // and its two configurations load and refuse what they should.
 func TestPolicyExample(t *testing.T) {
 	requireBwrap(t) // one case runs in a local sandbox

@@ -26,7 +26,7 @@ var kinds = []struct {
 	{"not_regular", sandbox.ErrNotRegular},
 }
 
-func kindError(name string) error {
+func KindError(name string) error {
 	for _, k := range kinds {
 		if k.name == name {
 			return k.err
@@ -55,7 +55,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Kind }
 
 // guessKind maps an error from a server that did not say (a real envd or a proxy).
-func guessKind(status int, code, msg string) error {
+func GuessKind(status int, code, msg string) error {
 	switch {
 	case status == 502: // E2B edge proxy: the sandbox is gone
 		return sandbox.ErrClosed
@@ -75,11 +75,11 @@ func guessKind(status int, code, msg string) error {
 
 // errPathEscapes is how os.Root reports a path or link leaving the root; the os package
 // keeps its sentinel unexported, so the text is matched.
-const errPathEscapes = "path escapes from parent"
+const ErrPathEscapes = "path escapes from parent"
 
 // classify maps an agent-side Go error to a Connect code and a kind name.
-func classify(err error) (code, kind string) {
-	if strings.Contains(err.Error(), errPathEscapes) {
+func Classify(err error) (code, kind string) {
+	if strings.Contains(err.Error(), ErrPathEscapes) {
 		return CodePermissionDenied, "outside"
 	}
 	switch {
@@ -105,16 +105,16 @@ func classify(err error) (code, kind string) {
 	case errors.Is(err, fs.ErrPermission):
 		return CodePermissionDenied, ""
 	}
-	var ae *argError
+	var ae *ArgError
 	if errors.As(err, &ae) {
 		return CodeInvalidArgument, ""
 	}
 	return CodeInternal, ""
 }
 
-// argError marks a bad request.
-type argError struct{ msg string }
+// ArgError marks a bad request.
+type ArgError struct{ msg string }
 
-func (e *argError) Error() string { return e.msg }
+func (e *ArgError) Error() string { return e.msg }
 
-func badArg(format string, a ...any) error { return &argError{fmt.Sprintf(format, a...)} }
+func BadArg(format string, a ...any) error { return &ArgError{fmt.Sprintf(format, a...)} }

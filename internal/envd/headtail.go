@@ -3,7 +3,7 @@ package envd
 // headTail keeps the first and the last bytes of a stream within a fixed budget and counts
 // what it drops from the middle, so a flood of output costs a bounded amount of memory.
 // The head gets limit/2 bytes, the tail the rest.
-type headTail struct {
+type HeadTail struct {
 	headMax int
 	head    []byte
 	ring    []byte // tail ring, allocated lazily once the head is full
@@ -12,16 +12,16 @@ type headTail struct {
 	total   int64  // bytes written
 }
 
-func newHeadTail(limit int) *headTail {
+func NewHeadTail(limit int) *HeadTail {
 	if limit < 2 {
 		limit = 2
 	}
-	return &headTail{headMax: limit / 2, ring: make([]byte, 0, limit-limit/2)}
+	return &HeadTail{headMax: limit / 2, ring: make([]byte, 0, limit-limit/2)}
 }
 
 // Write stores p and returns the part of p that went into the head (callers that forward
 // output as it arrives send exactly that part; the tail is sent at the end).
-func (h *headTail) Write(p []byte) (toHead []byte) {
+func (h *HeadTail) Write(p []byte) (toHead []byte) {
 	h.total += int64(len(p))
 	if n := h.headMax - len(h.head); n > 0 {
 		if n > len(p) {
@@ -61,7 +61,7 @@ func (h *headTail) Write(p []byte) (toHead []byte) {
 }
 
 // Tail returns the kept tail in order.
-func (h *headTail) Tail() []byte {
+func (h *HeadTail) Tail() []byte {
 	if !h.full {
 		return append([]byte(nil), h.ring...)
 	}
@@ -71,9 +71,9 @@ func (h *headTail) Tail() []byte {
 }
 
 // Head returns the kept head.
-func (h *headTail) Head() []byte { return h.head }
+func (h *HeadTail) Head() []byte { return h.head }
 
 // Dropped counts the bytes lost between head and tail.
-func (h *headTail) Dropped() int64 {
+func (h *HeadTail) Dropped() int64 {
 	return h.total - int64(len(h.head)) - int64(len(h.ring))
 }

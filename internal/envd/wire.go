@@ -1,5 +1,6 @@
-// Package envd is the sandbox data plane: a client and an in-sandbox agent (Server) that
-// speak a subset of E2B envd's protocol — plain HTTP for /health and /files, Connect
+// Package envd is the wire of the sandbox data plane: the paths, headers, messages, error
+// kinds and framing that a client (package client) and an in-sandbox agent (package agent)
+// exchange. They speak a subset of E2B envd's protocol — plain HTTP for /health and /files, Connect
 // (JSON codec) for process.Process and filesystem.Filesystem — so one client serves both
 // the local provider and, later, E2B's own envd.
 //
@@ -34,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"time"
 
@@ -68,9 +70,9 @@ const (
 	QueryPort            = "port"         // of PathDial
 	UpgradeTCP           = "toolhost-tcp" // the Upgrade protocol of PathDial
 
-	contentJSON       = "application/json"
-	contentStreamJSON = "application/connect+json"
-	contentOctet      = "application/octet-stream"
+	ContentJSON       = "application/json"
+	ContentStreamJSON = "application/connect+json"
+	ContentOctet      = "application/octet-stream"
 )
 
 // Int64 is a protojson 64-bit integer: written as a JSON string, read from a string or a
@@ -299,7 +301,7 @@ const (
 )
 
 // httpStatus maps a Connect code to its HTTP status (Connect protocol table).
-func httpStatus(code string) int {
+func HTTPStatus(code string) int {
 	switch code {
 	case CodeCanceled:
 		return 499
@@ -327,7 +329,7 @@ func httpStatus(code string) int {
 }
 
 // codeFromHTTP infers a Connect code when a body is not a Connect error (a proxy answered).
-func codeFromHTTP(status int) string {
+func CodeFromHTTP(status int) string {
 	switch status {
 	case 400:
 		return CodeInternal
@@ -346,15 +348,15 @@ func codeFromHTTP(status int) string {
 
 // Envelope flags.
 const (
-	flagCompressed = 0x01
-	flagEndStream  = 0x02
+	FlagCompressed = 0x01
+	FlagEndStream  = 0x02
 )
 
 // maxEnvelope bounds one message read from the wire.
-const maxEnvelope = 16 << 20
+const MaxEnvelope = 16 << 20
 
 // writeEnvelope frames one message.
-func writeEnvelope(w io.Writer, flags byte, payload []byte) error {
+func WriteEnvelope(w io.Writer, flags byte, payload []byte) error {
 	var hdr [5]byte
 	hdr[0] = flags
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
@@ -366,16 +368,16 @@ func writeEnvelope(w io.Writer, flags byte, payload []byte) error {
 }
 
 // readEnvelope reads one framed message.
-func readEnvelope(r io.Reader) (flags byte, payload []byte, err error) {
+func ReadEnvelope(r io.Reader) (flags byte, payload []byte, err error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > maxEnvelope {
-		return 0, nil, fmt.Errorf("envelope of %d bytes exceeds %d", n, maxEnvelope)
+	if n > MaxEnvelope {
+		return 0, nil, fmt.Errorf("envelope of %d bytes exceeds %d", n, MaxEnvelope)
 	}
-	if hdr[0]&flagCompressed != 0 {
+	if hdr[0]&FlagCompressed != 0 {
 		return 0, nil, errors.New("compressed envelopes are not supported")
 	}
 	payload = make([]byte, n)
@@ -383,4 +385,22 @@ func readEnvelope(r io.Reader) (flags byte, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("read envelope payload: %w", io.ErrUnexpectedEOF)
 	}
 	return hdr[0], payload, nil
+}
+
+func FileInfo(e EntryInfo, name string) sandbox.FileInfo {
+	mode := fs.FileMode(e.Mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	switch e.Type {
+	case FileTypeDir, "2":
+		mode |= fs.ModeDir
+	case FileTypeSymlink, "3":
+		mode |= fs.ModeSymlink
+	case FileTypeFile, "1":
+	default:
+		mode |= fs.FileMode(e.Mode) & fs.ModeType
+	}
+	fi := sandbox.FileInfo{Path: name, Mode: mode, Size: int64(e.Size)}
+	if e.ModifiedTime != nil {
+		fi.ModTime = *e.ModifiedTime
+	}
+	return fi
 }

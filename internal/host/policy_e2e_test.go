@@ -179,7 +179,7 @@ func TestScopedListing(t *testing.T) {
 		}
 	}
 	// grep is an allowed program: what it reads is the sandbox's business, not the file
-	// patterns' (they scope sandbox_files); the README says so.
+	// patterns' (they scope sandbox_files); docs/POLICY.md says so.
 	e.expect("grep", `{"pattern":"needle","path":"docs"}`, false, "docs/a.md")
 }
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Background processes survive rotation: the session remembers each one started through
@@ -97,7 +97,7 @@ func (s *Session) rememberedProcs() []*bgProc {
 
 // processLister is a sandbox whose data-plane client lists its processes (local).
 type processLister interface {
-	Client() *envd.Client
+	Client() *client.Client
 }
 
 // runningProcs asks old which remembered processes still run, and forgets the others

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/policy"
 	"github.com/toolhost/toolhost/pdk"
 	"github.com/toolhost/toolhost/pdk/policytest"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // A small plugin, registered natively: the tools a policy is about.

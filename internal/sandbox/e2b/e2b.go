@@ -5,7 +5,7 @@
 //   - the control plane, E2B's REST API (X-API-Key): create (POST /v2/sandboxes), get
 //     (for endAt), set timeout, kill, templates; a 429 is retried after its Retry-After
 //     within the request's deadline;
-//   - the data plane, the envd daemon in each sandbox, through the same envd.Client the
+//   - the data plane, the envd daemon in each sandbox, through the same client.Client the
 //     local provider uses, addressed at https://49983-{id}.{domain} (or at one sandbox
 //     URL with the E2b-Sandbox-Id and E2b-Sandbox-Port headers) with X-Access-Token.
 //
@@ -44,6 +44,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // ErrNoAPIKey: no API key was configured (Config.APIKey, or E2B_API_KEY in the
@@ -157,7 +158,7 @@ type Config struct {
 	// ConnectTimeout bounds reaching the service (an unreachable one gives way in a chain).
 	RequestTimeout time.Duration
 	ConnectTimeout time.Duration
-	// IdleTimeout is the host's bound on an envd that makes no progress (envd.Client's).
+	// IdleTimeout is the host's bound on an envd that makes no progress (client.Client's).
 	IdleTimeout time.Duration
 
 	// Quota, when set, records every sandbox for the quota report.
@@ -543,14 +544,14 @@ func (p *Provider) open(ctx context.Context, c sandboxCreated, tmpl Template, pr
 		hdr.Set("E2b-Sandbox-Id", c.SandboxID)
 		hdr.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
 	}
-	client, err := envd.NewClient(envd.ClientConfig{
+	cl, err := client.New(client.Config{
 		BaseURL: base, Header: hdr, Transport: p.tr, IdleTimeout: p.cfg.IdleTimeout,
 		WrapTimeout: wrapTimeout, WrapBackground: wrapBackground, KillSignal: envd.SignalTerm,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.client = client
+	s.client = cl
 	detail, err := p.api.get(ctx, c.SandboxID)
 	if err != nil {
 		// The sandbox exists; its lifetime is the one asked for, from when we asked.

@@ -12,7 +12,7 @@ import (
 // itself and the command a process group of their own; at the timeout it sends SIGKILL
 // to the whole group, and a SIGTERM sent to it (what the client sends a command it gives
 // up on) is passed to the group, then SIGKILL follows killGrace later. envd's own
-// deadline is set a margin after the timeout (envd.ClientConfig.TimeoutMargin), so
+// deadline is set a margin after the timeout (client.Config.TimeoutMargin), so
 // timeout(1) acts first.
 
 const killGrace = "2" // seconds between the SIGTERM timeout(1) passes on and its SIGKILL

@@ -6,7 +6,6 @@ package e2b_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/toolhost/toolhost"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolhost/toolhost"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"

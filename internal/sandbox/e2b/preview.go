@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/procnet"
 )
 
 // Previews. Every port of an E2B sandbox is public at https://{port}-{id}.{domain}
@@ -269,7 +270,7 @@ func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
 	tcp, rest, _ := bytes.Cut(res.Stdout, []byte("--- tcp6\n"))
 	tcp6, rest, _ := bytes.Cut(rest, []byte("--- fds\n"))
 	fds, comms, _ := bytes.Cut(rest, []byte("--- comm\n"))
-	ps, err := envd.ListeningPorts(tcp, tcp6, socketOwners(fds, comms))
+	ps, err := procnet.ListeningPorts(tcp, tcp6, socketOwners(fds, comms))
 	if err != nil {
 		return nil, fmt.Errorf("list the ports of E2B sandbox %s: %w", s.id, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Sandbox is one E2B sandbox. All methods are safe for concurrent use.
@@ -31,7 +32,7 @@ type Sandbox struct {
 	cpus         int
 	memoryMB     int
 	log          *slog.Logger
-	client       *envd.Client
+	client       *client.Client
 	startedAt    time.Time
 	previews     previews
 	// touched: a command ran or a file was written through the Sandbox interface, so
@@ -52,7 +53,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 func (s *Sandbox) ID() string { return s.id }
 
 // Client is the sandbox's data-plane client.
-func (s *Sandbox) Client() *envd.Client { return s.client }
+func (s *Sandbox) Client() *client.Client { return s.client }
 
 // Template is the template the sandbox runs; CPUs and MemoryMB its size.
 func (s *Sandbox) Template() string { return s.template }

@@ -15,9 +15,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/toolhost/toolhost/internal/envd/agent"
 	"golang.org/x/sys/unix"
-
-	"github.com/toolhost/toolhost/internal/envd"
 )
 
 // Environment variables that turn a process into the in-sandbox agent.
@@ -97,7 +96,7 @@ func runAgent(log *slog.Logger) error {
 		}
 	}()
 	prewarmThreads(agentThreads)
-	srv, err := envd.NewServer(envd.ServerConfig{Logger: log, Init: os.Getpid() == 1})
+	srv, err := agent.New(agent.Config{Logger: log, Init: os.Getpid() == 1})
 	if err != nil {
 		return err
 	}

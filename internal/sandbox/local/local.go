@@ -9,7 +9,7 @@
 // provider hands bwrap no host path that the sandbox could read back (see launch), runs
 // it as an unprivileged uid when the host is root (see identity), bounds every resource
 // (see Limits), never logs what the sandbox prints (see sandboxOutput), and bounds every
-// wait on the agent (envd.Client's deadlines): an agent that stops answering ends its
+// wait on the agent (client.Client's deadlines): an agent that stops answering ends its
 // sandbox, and the workspace stays for whoever hands it over to the next one.
 package local
 
@@ -37,7 +37,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/cgroup"
-	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/seccomp"
 	"github.com/toolhost/toolhost/internal/volume"
 )
@@ -439,7 +439,7 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File
 	if err != nil {
 		return nil, fmt.Errorf("agent socket file: %w", err)
 	}
-	client, err := envd.NewClient(envd.ClientConfig{SocketPath: sock})
+	client, err := client.New(client.Config{SocketPath: sock})
 	if err != nil {
 		lf.Close()
 		return nil, err
@@ -606,7 +606,7 @@ type Sandbox struct {
 	p         *Provider
 	log       *slog.Logger
 	cmd       *exec.Cmd
-	client    *envd.Client
+	client    *client.Client
 	runDir    string
 	lock      *os.File // held while the run dir is in use (see prune)
 	out       *sandboxOutput
@@ -633,7 +633,7 @@ func (s *Sandbox) ID() string { return s.id }
 
 // Client is the data-plane client of the sandbox's agent (for what the Sandbox interface
 // does not cover, such as listing processes).
-func (s *Sandbox) Client() *envd.Client { return s.client }
+func (s *Sandbox) Client() *client.Client { return s.client }
 
 // StartedAt is when bwrap was started.
 func (s *Sandbox) StartedAt() time.Time { return s.startedAt }

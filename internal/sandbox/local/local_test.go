@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
 
@@ -538,7 +538,7 @@ func TestOutputIsCappedAtTheSource(t *testing.T) {
 
 	// A second client on the same socket that counts the bytes it receives.
 	var received atomic.Int64
-	counting, err := envd.NewClient(envd.ClientConfig{Transport: &http.Transport{
+	counting, err := client.New(client.Config{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			c, err := d.DialContext(ctx, "unix", filepath.Join(sb.runDir, "agent.sock"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/splice"
 )
 
 // previewDialTimeout bounds reaching the sandbox's port for one accepted connection.
@@ -35,7 +36,7 @@ func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
 
 // PreviewURL maps port inside the sandbox to http://127.0.0.1:HOSTPORT/ on the host: a
 // listener on the host's loopback, started on the first call for the port and reused
-// after, whose connections go through the agent's socket (envd.Client.DialPort). So a
+// after, whose connections go through the agent's socket (client.Client.DialPort). So a
 // preview needs no network in the sandbox, and it reaches only a port that a process of
 // the sandbox listens on; each connection is checked again by the agent. The listener and
 // its connections end with the sandbox.
@@ -177,7 +178,7 @@ func (p *previews) forward(s *Sandbox, port int, c net.Conn) {
 	}
 	defer p.wg.Done()
 	defer p.untrack(up)
-	in, out := envd.Splice(c, up)
+	in, out := splice.Splice(c, up)
 	s.log.Debug("preview connection closed", "port", port, "bytes_in", in, "bytes_out", out)
 }
 

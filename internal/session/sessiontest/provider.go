@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Provider makes sandboxes of Inner (real ones) whose lifetimes follow Clock instead of
@@ -213,8 +214,8 @@ func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []str
 }
 
 // Client forwards to the inner sandbox's data-plane client, or nil.
-func (s *Sandbox) Client() *envd.Client {
-	if c, ok := s.Sandbox.(interface{ Client() *envd.Client }); ok {
+func (s *Sandbox) Client() *client.Client {
+	if c, ok := s.Sandbox.(interface{ Client() *client.Client }); ok {
 		return c.Client()
 	}
 	return nil

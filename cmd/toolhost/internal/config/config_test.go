@@ -278,7 +278,7 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-var update = flag.Bool("update", false, "rewrite toolhost.example.yaml from the key table")
+var update = flag.Bool("update", false, "rewrite toolhost.example.yaml and docs/CONFIG.md from the key table")
 
 // TestExampleFile: toolhost.example.yaml at the repository root is what the key table
 // generates (go test -run TestExampleFile -update rewrites it), it loads, and it says the
@@ -525,4 +525,31 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestReference: docs/CONFIG.md is what the key table generates (go test -run
+// TestReference -update rewrites it), and it has a heading for every key.
+func TestReference(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "..", "docs", "CONFIG.md")
+	want := Reference()
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != string(want) {
+		t.Errorf("docs/CONFIG.md is not what the key table generates: run go test ./cmd/toolhost/internal/config -run TestReference -update")
+	}
+	for _, k := range toolhost.ConfigKeys() {
+		if !strings.Contains(string(body), "\n### `"+k.Name+"`\n") {
+			t.Errorf("docs/CONFIG.md has no heading for %s", k.Name)
+		}
+		if k.Env != "" && !strings.Contains(string(body), k.Env) {
+			t.Errorf("docs/CONFIG.md does not name the variable %s", k.Env)
+		}
+	}
 }

@@ -1,8 +1,10 @@
-package envd
+package agent
 
 import (
 	"context"
 	"errors"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 )
 
 // talk writes input to the terminal id and collects until quiet (or the hang bound).
-func talk(t *testing.T, c *Client, id, input string) sandbox.TerminalOutput {
+func talk(t *testing.T, c *client.Client, id, input string) sandbox.TerminalOutput {
 	t.Helper()
 	out, err := c.TerminalIO(context.Background(), id, []byte(input), "", sandbox.TerminalWait{Wait: 30 * time.Second, Quiet: 300 * time.Millisecond})
 	if err != nil {
@@ -22,7 +24,7 @@ func talk(t *testing.T, c *Client, id, input string) sandbox.TerminalOutput {
 }
 
 // until collects from the terminal until its output holds want, or the hang bound passes.
-func until(t *testing.T, c *Client, id, input, want string) string {
+func until(t *testing.T, c *client.Client, id, input, want string) string {
 	t.Helper()
 	var got strings.Builder
 	deadline := time.Now().Add(60 * time.Second)
@@ -54,7 +56,7 @@ func TestTerminalPythonREPL(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := out.ID
-	if !strings.HasPrefix(id, TerminalTagPrefix) || out.PID == 0 {
+	if !strings.HasPrefix(id, envd.TerminalTagPrefix) || out.PID == 0 {
 		t.Fatalf("start: %+v", out)
 	}
 	if !strings.Contains(string(out.Output), ">>> ") {
@@ -119,7 +121,7 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 			tail = tail[len(tail)-100:]
 		}
 	}
-	if dropped == 0 || total > MaxTerminalBuffer+100 || !strings.Contains(tail, "END") {
+	if dropped == 0 || total > envd.MaxTerminalBuffer+100 || !strings.Contains(tail, "END") {
 		t.Errorf("collected %d bytes, %d dropped, tail %q", total, dropped, tail)
 	}
 
@@ -140,9 +142,9 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 		t.Errorf("a killed program's exit code %d, want -1", out.ExitCode)
 	}
 
-	// At most MaxTerminals at once.
+	// At most envd.MaxTerminals at once.
 	var ids []string
-	for range MaxTerminals {
+	for range envd.MaxTerminals {
 		o, err := c.StartTerminal(ctx, sandbox.TerminalRequest{Argv: []string{"cat"}}, sandbox.TerminalWait{})
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +152,7 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 		ids = append(ids, o.ID)
 	}
 	if _, err := c.StartTerminal(ctx, sandbox.TerminalRequest{Argv: []string{"cat"}}, sandbox.TerminalWait{}); err == nil || !strings.Contains(err.Error(), "terminals are open") {
-		t.Errorf("terminal %d: %v, want refused", MaxTerminals+1, err)
+		t.Errorf("terminal %d: %v, want refused", envd.MaxTerminals+1, err)
 	}
 	// Ctrl-D ends cat; then there is room again.
 	for deadline, input := time.Now().Add(60*time.Second), "\x04"; ; input = "" {

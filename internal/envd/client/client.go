@@ -1,4 +1,4 @@
-package envd
+package client
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"mime"
 	"net"
@@ -24,10 +23,12 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/splice"
 )
 
 // ClientConfig says how to reach an agent.
-type ClientConfig struct {
+type Config struct {
 	// SocketPath dials a unix socket (the local provider). When set, BaseURL may be empty.
 	SocketPath string
 	// BaseURL is the agent's address, e.g. https://49983-<id>.e2b.app.
@@ -94,7 +95,7 @@ type Client struct {
 }
 
 // NewClient builds a client; it does not connect.
-func NewClient(cfg ClientConfig) (*Client, error) {
+func New(cfg Config) (*Client, error) {
 	c := &Client{header: cfg.Header, base: strings.TrimRight(cfg.BaseURL, "/"), sock: cfg.SocketPath,
 		idle: cfg.IdleTimeout, grace: cfg.ExecGrace,
 		wrapTimeout: cfg.WrapTimeout, margin: cfg.TimeoutMargin, wrapBackground: cfg.WrapBackground, killSignal: cfg.KillSignal}
@@ -103,10 +104,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	switch c.killSignal {
 	case "":
-		c.killSignal = SignalKill
-	case SignalKill, SignalTerm:
+		c.killSignal = envd.SignalKill
+	case envd.SignalKill, envd.SignalTerm:
 	default:
-		return nil, fmt.Errorf("envd client: KillSignal %q is neither %s nor %s", cfg.KillSignal, SignalKill, SignalTerm)
+		return nil, fmt.Errorf("envd client: KillSignal %q is neither %s nor %s", cfg.KillSignal, envd.SignalKill, envd.SignalTerm)
 	}
 	if c.idle <= 0 {
 		c.idle = DefaultIdleTimeout
@@ -259,7 +260,7 @@ func (b *watchedReader) Close() error {
 
 // Health checks GET /health.
 func (c *Client) Health(ctx context.Context) error {
-	req, err := c.newRequest(ctx, http.MethodGet, PathHealth, nil, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, envd.PathHealth, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func (c *Client) Health(ctx context.Context) error {
 // readError turns a non-success response into *Error.
 func readError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &Error{Status: resp.StatusCode}
+	e := &envd.Error{Status: resp.StatusCode}
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(body, &probe) == nil {
 		var msg, kind string
@@ -289,19 +290,19 @@ func readError(resp *http.Response) error {
 			e.Code = code
 		}
 		e.Message = msg
-		e.Kind = kindError(kind)
+		e.Kind = envd.KindError(kind)
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 	}
 	rpc := strings.HasPrefix(resp.Request.URL.Path, "/process.") || strings.HasPrefix(resp.Request.URL.Path, "/filesystem.")
 	if rpc && e.Code == "" {
-		e.Code = codeFromHTTP(resp.StatusCode)
+		e.Code = envd.CodeFromHTTP(resp.StatusCode)
 	}
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
 	if e.Kind == nil {
-		e.Kind = guessKind(resp.StatusCode, e.Code, e.Message)
+		e.Kind = envd.GuessKind(resp.StatusCode, e.Code, e.Message)
 	}
 	return e
 }
@@ -316,8 +317,8 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", contentJSON)
-	req.Header.Set(HeaderProtocol, "1")
+	req.Header.Set("Content-Type", envd.ContentJSON)
+	req.Header.Set(envd.HeaderProtocol, "1")
 	resp, err := c.call(req)
 	if err != nil {
 		return err
@@ -326,7 +327,7 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 	if resp.StatusCode != http.StatusOK {
 		return readError(resp)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxEnvelope))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, envd.MaxEnvelope))
 	if err != nil {
 		return fmt.Errorf("read response: %w", err)
 	}
@@ -346,9 +347,9 @@ func (c *Client) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte
 	}
 	q := url.Values{"path": {abs}}
 	if maxBytes > 0 {
-		q.Set(QueryMaxBytes, strconv.FormatInt(maxBytes, 10))
+		q.Set(envd.QueryMaxBytes, strconv.FormatInt(maxBytes, 10))
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, PathFiles, q, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, envd.PathFiles, q, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read file %s: %w", abs, err)
 	}
@@ -387,11 +388,11 @@ func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write file: %w", err)
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, PathFiles, url.Values{"path": {abs}}, bytes.NewReader(data))
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathFiles, url.Values{"path": {abs}}, bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("write file %s: %w", abs, err)
 	}
-	req.Header.Set("Content-Type", contentOctet)
+	req.Header.Set("Content-Type", envd.ContentOctet)
 	resp, err := c.call(req)
 	if err != nil {
 		return fmt.Errorf("write file %s: %w", abs, err)
@@ -404,35 +405,17 @@ func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
 	return nil
 }
 
-func fileInfo(e EntryInfo, name string) sandbox.FileInfo {
-	mode := fs.FileMode(e.Mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-	switch e.Type {
-	case FileTypeDir, "2":
-		mode |= fs.ModeDir
-	case FileTypeSymlink, "3":
-		mode |= fs.ModeSymlink
-	case FileTypeFile, "1":
-	default:
-		mode |= fs.FileMode(e.Mode) & fs.ModeType
-	}
-	fi := sandbox.FileInfo{Path: name, Mode: mode, Size: int64(e.Size)}
-	if e.ModifiedTime != nil {
-		fi.ModTime = *e.ModifiedTime
-	}
-	return fi
-}
-
 // Stat describes a workspace path without following a final symbolic link.
 func (c *Client) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
 	abs, err := sandbox.Resolve(p)
 	if err != nil {
 		return sandbox.FileInfo{}, fmt.Errorf("stat: %w", err)
 	}
-	var out EntryResponse
-	if err := c.unary(ctx, PathFilesystemStat, PathRequest{Path: abs}, &out); err != nil {
+	var out envd.EntryResponse
+	if err := c.unary(ctx, envd.PathFilesystemStat, envd.PathRequest{Path: abs}, &out); err != nil {
 		return sandbox.FileInfo{}, fmt.Errorf("stat %s: %w", abs, err)
 	}
-	return fileInfo(out.Entry, p), nil
+	return envd.FileInfo(out.Entry, p), nil
 }
 
 // MakeDir creates a workspace directory and its parents; an existing one is ErrExists.
@@ -441,8 +424,8 @@ func (c *Client) MakeDir(ctx context.Context, p string) error {
 	if err != nil {
 		return fmt.Errorf("make directory: %w", err)
 	}
-	var out EntryResponse
-	if err := c.unary(ctx, PathFilesystemMkd, PathRequest{Path: abs}, &out); err != nil {
+	var out envd.EntryResponse
+	if err := c.unary(ctx, envd.PathFilesystemMkd, envd.PathRequest{Path: abs}, &out); err != nil {
 		return fmt.Errorf("make directory %s: %w", abs, err)
 	}
 	return nil
@@ -457,8 +440,8 @@ func (c *Client) Remove(ctx context.Context, p string) error {
 	if abs == sandbox.WorkspaceRoot {
 		return fmt.Errorf("remove: refusing to remove the workspace root: %w", sandbox.ErrOutside)
 	}
-	var out Empty
-	if err := c.unary(ctx, PathFilesystemRm, PathRequest{Path: abs}, &out); err != nil {
+	var out envd.Empty
+	if err := c.unary(ctx, envd.PathFilesystemRm, envd.PathRequest{Path: abs}, &out); err != nil {
 		return fmt.Errorf("remove %s: %w", abs, err)
 	}
 	return nil
@@ -474,15 +457,15 @@ func (c *Client) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.List
 	if err != nil {
 		return sandbox.ListResult{}, fmt.Errorf("list: %w", err)
 	}
-	in := ListDirRequest{Path: abs, Depth: 1, ToolhostSkip: lr.Skip}
+	in := envd.ListDirRequest{Path: abs, Depth: 1, ToolhostSkip: lr.Skip}
 	if lr.Recursive {
 		in.Depth = listDepth
 	}
 	if lr.Limit > 0 {
 		in.ToolhostLimit = uint32(lr.Limit)
 	}
-	var out ListDirResponse
-	if err := c.unary(ctx, PathFilesystemList, in, &out); err != nil {
+	var out envd.ListDirResponse
+	if err := c.unary(ctx, envd.PathFilesystemList, in, &out); err != nil {
 		return sandbox.ListResult{}, fmt.Errorf("list %s: %w", abs, err)
 	}
 	res := sandbox.ListResult{Truncated: out.ToolhostTruncated}
@@ -495,7 +478,7 @@ func (c *Client) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.List
 		if skipped(rel, lr.Skip) {
 			continue
 		}
-		res.Entries = append(res.Entries, fileInfo(e, rel))
+		res.Entries = append(res.Entries, envd.FileInfo(e, rel))
 	}
 	slices.SortFunc(res.Entries, func(a, b sandbox.FileInfo) int { return strings.Compare(a.Path, b.Path) })
 	if lr.Limit > 0 && len(res.Entries) > lr.Limit {
@@ -522,9 +505,9 @@ func skipped(rel string, skip []string) bool {
 // ---- processes
 
 // Processes returns the processes the agent runs.
-func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
-	var out ListResponse
-	if err := c.unary(ctx, PathProcessList, ListRequest{}, &out); err != nil {
+func (c *Client) Processes(ctx context.Context) ([]envd.ProcessInfo, error) {
+	var out envd.ListResponse
+	if err := c.unary(ctx, envd.PathProcessList, envd.ListRequest{}, &out); err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	return out.Processes, nil
@@ -532,12 +515,12 @@ func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
 
 // Signal sends SIGNAL_SIGKILL or SIGNAL_SIGTERM to a process (its group, on our agent).
 func (c *Client) Signal(ctx context.Context, pid uint32, signal string) error {
-	return c.signal(ctx, ProcessSelector{Pid: pid}, signal)
+	return c.signal(ctx, envd.ProcessSelector{Pid: pid}, signal)
 }
 
-func (c *Client) signal(ctx context.Context, sel ProcessSelector, signal string) error {
-	var out Empty
-	if err := c.unary(ctx, PathProcessSignal, SendSignalRequest{Process: sel, Signal: Enum(signal)}, &out); err != nil {
+func (c *Client) signal(ctx context.Context, sel envd.ProcessSelector, signal string) error {
+	var out envd.Empty
+	if err := c.unary(ctx, envd.PathProcessSignal, envd.SendSignalRequest{Process: sel, Signal: envd.Enum(signal)}, &out); err != nil {
 		return fmt.Errorf("signal process %d %s: %w", sel.Pid, sel.Tag, err)
 	}
 	return nil
@@ -547,9 +530,9 @@ func (c *Client) signal(ctx context.Context, sel ProcessSelector, signal string)
 // start event told it, else by its tag (a cancel that lands before the start event).
 // Best effort, bounded by the exec grace.
 func (c *Client) giveUp(ctx context.Context, pid uint32, tag string) {
-	sel := ProcessSelector{Pid: pid}
+	sel := envd.ProcessSelector{Pid: pid}
 	if pid == 0 {
-		sel = ProcessSelector{Tag: tag}
+		sel = envd.ProcessSelector{Tag: tag}
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.grace)
 	defer cancel()
@@ -563,12 +546,12 @@ func newTag(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func startRequest(r sandbox.ExecRequest, tag string) (StartRequest, error) {
+func startRequest(r sandbox.ExecRequest, tag string) (envd.StartRequest, error) {
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
-		return StartRequest{}, errors.New("empty argv")
+		return envd.StartRequest{}, errors.New("empty argv")
 	}
 	no := false
-	sr := StartRequest{Process: ProcessConfig{Cmd: r.Argv[0], Args: r.Argv[1:]}, Tag: tag, Stdin: &no}
+	sr := envd.StartRequest{Process: envd.ProcessConfig{Cmd: r.Argv[0], Args: r.Argv[1:]}, Tag: tag, Stdin: &no}
 	if len(r.Env) > 0 {
 		sr.Process.Envs = maps.Clone(r.Env)
 	}
@@ -584,19 +567,19 @@ func startRequest(r sandbox.ExecRequest, tag string) (StartRequest, error) {
 // openStream starts /process.Process/Start and checks the response is a stream.
 // With watched, the call is bounded like any other (the agent answers a background start
 // at once); without, the caller bounds it (a foreground command is silent while it runs).
-func (c *Client) openStream(ctx context.Context, sr StartRequest, hdr map[string]string, watched bool) (*http.Response, error) {
+func (c *Client) openStream(ctx context.Context, sr envd.StartRequest, hdr map[string]string, watched bool) (*http.Response, error) {
 	b, err := json.Marshal(sr)
 	if err != nil {
 		return nil, err
 	}
 	var body bytes.Buffer
-	_ = writeEnvelope(&body, 0, b)
-	req, err := c.newRequest(ctx, http.MethodPost, PathProcessStart, nil, &body)
+	_ = envd.WriteEnvelope(&body, 0, b)
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathProcessStart, nil, &body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", contentStreamJSON)
-	req.Header.Set(HeaderProtocol, "1")
+	req.Header.Set("Content-Type", envd.ContentStreamJSON)
+	req.Header.Set(envd.HeaderProtocol, "1")
 	req.Header.Set("Keepalive-Ping-Interval", "50")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -662,13 +645,13 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	}
 	// Kill-on-disconnect covers a cancel that lands before the start event told us the pid
 	// (and a host that dies mid-call) on our agent; the tag covers it on a real envd.
-	hdr := map[string]string{HeaderMaxOutputBytes: strconv.Itoa(maxOut), HeaderKillOnClose: "1"}
+	hdr := map[string]string{envd.HeaderMaxOutputBytes: strconv.Itoa(maxOut), envd.HeaderKillOnClose: "1"}
 	if agentTimeout > 0 {
 		ms := agentTimeout.Milliseconds()
 		if ms < 1 {
 			ms = 1
 		}
-		hdr[HeaderTimeoutMs] = strconv.FormatInt(ms, 10)
+		hdr[envd.HeaderTimeoutMs] = strconv.FormatInt(ms, 10)
 	}
 
 	// The stream outlives ctx a little when the agent owns the deadline, so the agent's
@@ -715,7 +698,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	}
 	defer resp.Body.Close()
 
-	out, errb := newHeadTail(maxOut), newHeadTail(maxOut)
+	out, errb := envd.NewHeadTail(maxOut), envd.NewHeadTail(maxOut)
 	var outDropped, errDropped int64
 	var pid uint32
 	sawEnd := false
@@ -734,7 +717,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
-		flags, payload, err := readEnvelope(br)
+		flags, payload, err := envd.ReadEnvelope(br)
 		if err != nil {
 			if unresponsive.Load() && !canceled.Load() {
 				return finish(), noAnswer(err)
@@ -754,19 +737,19 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			}
 			return finish(), fmt.Errorf("exec %s: stream ended without end-of-stream: %w", cmdName, err)
 		}
-		if flags&flagEndStream != 0 {
-			var es EndStreamResponse
+		if flags&envd.FlagEndStream != 0 {
+			var es envd.EndStreamResponse
 			if err := json.Unmarshal(payload, &es); err != nil {
 				return finish(), fmt.Errorf("exec %s: decode end of stream: %w", cmdName, err)
 			}
 			if es.Error != nil {
-				if es.Error.Code == CodeDeadlineExceeded {
+				if es.Error.Code == envd.CodeDeadlineExceeded {
 					res.TimedOut, res.ExitCode = true, -1
 					return finish(), nil
 				}
-				e := &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)}
+				e := &envd.Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: envd.KindError(es.Error.ToolhostKind)}
 				if e.Kind == nil {
-					e.Kind = guessKind(0, e.Code, e.Message)
+					e.Kind = envd.GuessKind(0, e.Code, e.Message)
 				}
 				return finish(), fmt.Errorf("exec %s: %w", cmdName, e)
 			}
@@ -775,7 +758,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			}
 			return finish(), nil
 		}
-		var ev StartResponse
+		var ev envd.StartResponse
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return finish(), fmt.Errorf("exec %s: decode event: %w", cmdName, err)
 		}
@@ -822,25 +805,25 @@ func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Proc
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // closing the stream leaves the process running
-	resp, err := c.openStream(sctx, sr, map[string]string{HeaderBackground: "1"}, true)
+	resp, err := c.openStream(sctx, sr, map[string]string{envd.HeaderBackground: "1"}, true)
 	if err != nil {
 		return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, err)
 	}
 	defer resp.Body.Close()
 	for {
-		flags, payload, err := readEnvelope(resp.Body)
+		flags, payload, err := envd.ReadEnvelope(resp.Body)
 		if err != nil {
 			return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, c.streamErr(err))
 		}
-		if flags&flagEndStream != 0 {
-			var es EndStreamResponse
+		if flags&envd.FlagEndStream != 0 {
+			var es envd.EndStreamResponse
 			_ = json.Unmarshal(payload, &es)
 			if es.Error != nil {
-				return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, &Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: kindError(es.Error.ToolhostKind)})
+				return sandbox.Process{}, fmt.Errorf("start %s: %w", cmdName, &envd.Error{Status: http.StatusOK, Code: es.Error.Code, Message: es.Error.Message, Kind: envd.KindError(es.Error.ToolhostKind)})
 			}
 			return sandbox.Process{}, fmt.Errorf("start %s: stream ended before the start event", cmdName)
 		}
-		var ev StartResponse
+		var ev envd.StartResponse
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return sandbox.Process{}, fmt.Errorf("start %s: decode event: %w", cmdName, err)
 		}
@@ -857,8 +840,8 @@ func (c *Client) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Proc
 
 // Ports lists the TCP ports that processes of the sandbox listen on, sorted by port (GET
 // /toolhost/ports). With the host network the host's own listeners are not among them.
-func (c *Client) Ports(ctx context.Context) ([]ListeningPort, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, PathPorts, nil, nil)
+func (c *Client) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, envd.PathPorts, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("list listening ports: %w", err)
 	}
@@ -870,8 +853,8 @@ func (c *Client) Ports(ctx context.Context) ([]ListeningPort, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("list listening ports: %w", readError(resp))
 	}
-	var out PortsResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxEnvelope)).Decode(&out); err != nil {
+	var out envd.PortsResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, envd.MaxEnvelope)).Decode(&out); err != nil {
 		return nil, fmt.Errorf("list listening ports: decode: %w", c.streamErr(err))
 	}
 	return out.Ports, nil
@@ -915,12 +898,12 @@ func (c *Client) dialHandshake(ctx context.Context, conn net.Conn, port int) (ne
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req, err := c.newRequest(ctx, http.MethodGet, PathDial, url.Values{QueryPort: {strconv.Itoa(port)}}, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, envd.PathDial, url.Values{envd.QueryPort: {strconv.Itoa(port)}}, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", UpgradeTCP)
+	req.Header.Set("Upgrade", envd.UpgradeTCP)
 	if err := req.Write(conn); err != nil {
 		return nil, fmt.Errorf("send request: %w", err)
 	}
@@ -933,8 +916,8 @@ func (c *Client) dialHandshake(ctx context.Context, conn net.Conn, port int) (ne
 		defer resp.Body.Close()
 		return nil, readError(resp)
 	}
-	if !strings.EqualFold(resp.Header.Get("Upgrade"), UpgradeTCP) {
-		return nil, fmt.Errorf("agent switched to %q, not %s", resp.Header.Get("Upgrade"), UpgradeTCP)
+	if !strings.EqualFold(resp.Header.Get("Upgrade"), envd.UpgradeTCP) {
+		return nil, fmt.Errorf("agent switched to %q, not %s", resp.Header.Get("Upgrade"), envd.UpgradeTCP)
 	}
 	if !stop() {
 		return nil, ctx.Err()
@@ -958,7 +941,7 @@ func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // CloseWrite passes a half-close on (see Splice).
 func (b *bufferedConn) CloseWrite() error {
-	if cw, ok := b.Conn.(closeWriter); ok {
+	if cw, ok := b.Conn.(splice.CloseWriter); ok {
 		return cw.CloseWrite()
 	}
 	return b.Conn.Close()

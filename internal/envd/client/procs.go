@@ -1,8 +1,9 @@
-package envd
+package client
 
 import (
 	"context"
 	"fmt"
+	"github.com/toolhost/toolhost/internal/envd"
 	"strings"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -20,7 +21,7 @@ func (c *Client) Running(ctx context.Context) ([]sandbox.Process, error) {
 	}
 	var out []sandbox.Process
 	for _, in := range infos {
-		if in.Tag == "" || strings.HasPrefix(in.Tag, "fg-") || strings.HasPrefix(in.Tag, TerminalTagPrefix) {
+		if in.Tag == "" || strings.HasPrefix(in.Tag, "fg-") || strings.HasPrefix(in.Tag, envd.TerminalTagPrefix) {
 			continue
 		}
 		out = append(out, sandbox.Process{ID: in.Tag, PID: int(in.Pid)})
@@ -28,17 +29,17 @@ func (c *Client) Running(ctx context.Context) ([]sandbox.Process, error) {
 	return out, nil
 }
 
-// SignalTag sends sig (sandbox.SignalTerm or SignalKill) to the background process tagged
+// SignalTag sends sig (sandbox.SignalTerm or envd.SignalKill) to the background process tagged
 // tag: to its whole process group on our agent, to the process on E2B's envd.
 func (c *Client) SignalTag(ctx context.Context, tag string, sig sandbox.Signal) error {
 	var s string
 	switch sig {
 	case sandbox.SignalTerm:
-		s = SignalTerm
+		s = envd.SignalTerm
 	case sandbox.SignalKill:
-		s = SignalKill
+		s = envd.SignalKill
 	default:
 		return fmt.Errorf("signal %s: unsupported signal %q", tag, sig)
 	}
-	return c.signal(ctx, ProcessSelector{Tag: tag}, s)
+	return c.signal(ctx, envd.ProcessSelector{Tag: tag}, s)
 }

@@ -1,4 +1,4 @@
-package envd
+package agent
 
 import (
 	"context"
@@ -25,10 +25,11 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
 )
 
 // ServerConfig configures the agent.
-type ServerConfig struct {
+type Config struct {
 	// Workspace is the real directory standing for sandbox.WorkspaceRoot. Inside a
 	// sandbox it is WorkspaceRoot itself (the default); tests point it elsewhere.
 	Workspace string
@@ -56,14 +57,14 @@ const readChunk = 32 << 10
 
 // Server is the in-sandbox agent.
 type Server struct {
-	cfg    ServerConfig
+	cfg    Config
 	root   *os.Root // the workspace; paths inside it are opened through it
 	mux    *http.ServeMux
 	log    *slog.Logger
 	launch launcher
 	reaper *reaper   // set when cfg.Init
 	writes pathLocks // serialises writes of the same file
-	terms  terminals // programs on pseudo-terminals (terminal_server.go)
+	terms  terminals // programs on pseudo-terminals (terminal.go)
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -73,13 +74,13 @@ type Server struct {
 }
 
 type proc struct {
-	cfg ProcessConfig
+	cfg envd.ProcessConfig
 	tag string
 	pid int
 }
 
 // NewServer opens the workspace and builds the handler.
-func NewServer(cfg ServerConfig) (*Server, error) {
+func New(cfg Config) (*Server, error) {
 	if cfg.Workspace == "" {
 		cfg.Workspace = sandbox.WorkspaceRoot
 	}
@@ -108,23 +109,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.launch = s.reaper
 	}
 	m := http.NewServeMux()
-	m.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) {
+	m.HandleFunc("GET "+envd.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusNoContent)
 	})
-	m.HandleFunc("GET "+PathFiles, s.handleDownload)
-	m.HandleFunc("POST "+PathFiles, s.handleUpload)
-	m.HandleFunc("POST "+PathProcessStart, s.handleStart)
-	m.Handle("POST "+PathProcessSignal, unary(s.sendSignal))
-	m.Handle("POST "+PathProcessList, unary(s.list))
-	m.Handle("POST "+PathFilesystemStat, unary(s.stat))
-	m.Handle("POST "+PathFilesystemList, unary(s.listDir))
-	m.Handle("POST "+PathFilesystemMkd, unary(s.makeDir))
-	m.Handle("POST "+PathFilesystemRm, unary(s.remove))
-	m.HandleFunc("GET "+PathPorts, s.handlePorts)
-	m.HandleFunc("GET "+PathDial, s.handleDial)
-	m.HandleFunc("GET "+PathArchive, s.handleArchive)
-	m.HandleFunc("POST "+PathExtract, s.handleExtract)
+	m.HandleFunc("GET "+envd.PathFiles, s.handleDownload)
+	m.HandleFunc("POST "+envd.PathFiles, s.handleUpload)
+	m.HandleFunc("POST "+envd.PathProcessStart, s.handleStart)
+	m.Handle("POST "+envd.PathProcessSignal, unary(s.sendSignal))
+	m.Handle("POST "+envd.PathProcessList, unary(s.list))
+	m.Handle("POST "+envd.PathFilesystemStat, unary(s.stat))
+	m.Handle("POST "+envd.PathFilesystemList, unary(s.listDir))
+	m.Handle("POST "+envd.PathFilesystemMkd, unary(s.makeDir))
+	m.Handle("POST "+envd.PathFilesystemRm, unary(s.remove))
+	m.HandleFunc("GET "+envd.PathPorts, s.handlePorts)
+	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
+	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
+	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	s.handleTerminals(m)
 	s.mux = m
 	return s, nil
@@ -180,7 +181,7 @@ type where struct {
 
 func (s *Server) resolve(p string) (where, error) {
 	if p == "" {
-		return where{}, badArg("empty path")
+		return where{}, envd.BadArg("empty path")
 	}
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		p = sandbox.WorkspaceRoot + p[1:]
@@ -244,7 +245,7 @@ func (s *Server) mkdirAll(w where) error {
 func (s *Server) removeAll(w where) error {
 	if w.rel != "" {
 		if w.rel == "." {
-			return badArg("refusing to remove the workspace root")
+			return envd.BadArg("refusing to remove the workspace root")
 		}
 		return s.root.RemoveAll(w.rel)
 	}
@@ -270,7 +271,7 @@ func (w where) parent() where {
 // ---- /files
 
 func (s *Server) filesError(w http.ResponseWriter, status int, err error) {
-	_, kind := classify(err)
+	_, kind := envd.Classify(err)
 	if kind == "not_found" {
 		status = http.StatusNotFound
 	}
@@ -279,7 +280,7 @@ func (s *Server) filesError(w http.ResponseWriter, status int, err error) {
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(FilesError{Code: status, Message: err.Error(), ToolhostKind: kind})
+	_ = json.NewEncoder(w).Encode(envd.FilesError{Code: status, Message: err.Error(), ToolhostKind: kind})
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +304,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		s.filesError(w, http.StatusBadRequest, fmt.Errorf("read %s: it is a %s: %w", wh.abs, fileKind(fi.Mode()), sandbox.ErrNotRegular))
 		return
 	}
-	if m := q.Get(QueryMaxBytes); m != "" {
+	if m := q.Get(envd.QueryMaxBytes); m != "" {
 		if max, err := strconv.ParseInt(m, 10, 64); err == nil && max > 0 && fi.Size() > max {
 			s.filesError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("path '%s' has %d bytes, more than %d: %w", wh.abs, fi.Size(), max, sandbox.ErrTooLarge))
 			return
@@ -315,7 +316,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	w.Header().Set("Content-Type", contentOctet)
+	w.Header().Set("Content-Type", envd.ContentOctet)
 	http.ServeContent(w, r, path.Base(wh.abs), fi.ModTime(), f)
 }
 
@@ -324,51 +325,51 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 func unary[Req, Resp any](fn func(context.Context, *Req) (*Resp, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if ct != contentJSON {
-			writeUnaryError(w, CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, contentJSON), "")
+		if ct != envd.ContentJSON {
+			writeUnaryError(w, envd.CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, envd.ContentJSON), "")
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil || len(body) == 0 {
-			writeUnaryError(w, CodeInvalidArgument, "empty or unreadable request body", "")
+			writeUnaryError(w, envd.CodeInvalidArgument, "empty or unreadable request body", "")
 			return
 		}
 		req := new(Req)
 		if err := json.Unmarshal(body, req); err != nil {
-			writeUnaryError(w, CodeInvalidArgument, "decode request: "+err.Error(), "")
+			writeUnaryError(w, envd.CodeInvalidArgument, "decode request: "+err.Error(), "")
 			return
 		}
 		resp, err := fn(r.Context(), req)
 		if err != nil {
-			code, kind := classify(err)
+			code, kind := envd.Classify(err)
 			writeUnaryError(w, code, err.Error(), kind)
 			return
 		}
 		out, err := json.Marshal(resp)
 		if err != nil {
-			writeUnaryError(w, CodeInternal, "encode response: "+err.Error(), "")
+			writeUnaryError(w, envd.CodeInternal, "encode response: "+err.Error(), "")
 			return
 		}
-		w.Header().Set("Content-Type", contentJSON)
+		w.Header().Set("Content-Type", envd.ContentJSON)
 		_, _ = w.Write(out)
 	})
 }
 
 func writeUnaryError(w http.ResponseWriter, code, msg, kind string) {
-	w.Header().Set("Content-Type", contentJSON)
-	w.WriteHeader(httpStatus(code))
-	_ = json.NewEncoder(w).Encode(ConnectError{Code: code, Message: msg, ToolhostKind: kind})
+	w.Header().Set("Content-Type", envd.ContentJSON)
+	w.WriteHeader(envd.HTTPStatus(code))
+	_ = json.NewEncoder(w).Encode(envd.ConnectError{Code: code, Message: msg, ToolhostKind: kind})
 }
 
-func (s *Server) sendSignal(_ context.Context, req *SendSignalRequest) (*Empty, error) {
+func (s *Server) sendSignal(_ context.Context, req *envd.SendSignalRequest) (*envd.Empty, error) {
 	var sig syscall.Signal
 	switch req.Signal {
-	case SignalKill, "9":
+	case envd.SignalKill, "9":
 		sig = syscall.SIGKILL
-	case SignalTerm, "15":
+	case envd.SignalTerm, "15":
 		sig = syscall.SIGTERM
 	default:
-		return nil, badArg("unsupported signal %q", req.Signal)
+		return nil, envd.BadArg("unsupported signal %q", req.Signal)
 	}
 	s.mu.Lock()
 	var target *proc
@@ -386,40 +387,40 @@ func (s *Server) sendSignal(_ context.Context, req *SendSignalRequest) (*Empty, 
 	if err := syscall.Kill(-target.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return nil, fmt.Errorf("signal process group %d: %w", target.pid, err)
 	}
-	return &Empty{}, nil
+	return &envd.Empty{}, nil
 }
 
-func (s *Server) list(context.Context, *ListRequest) (*ListResponse, error) {
+func (s *Server) list(context.Context, *envd.ListRequest) (*envd.ListResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := &ListResponse{}
+	out := &envd.ListResponse{}
 	for pid, p := range s.procs {
-		out.Processes = append(out.Processes, ProcessInfo{Config: p.cfg, Pid: pid, Tag: p.tag})
+		out.Processes = append(out.Processes, envd.ProcessInfo{Config: p.cfg, Pid: pid, Tag: p.tag})
 	}
-	slices.SortFunc(out.Processes, func(a, b ProcessInfo) int { return int(a.Pid) - int(b.Pid) })
+	slices.SortFunc(out.Processes, func(a, b envd.ProcessInfo) int { return int(a.Pid) - int(b.Pid) })
 	return out, nil
 }
 
-func (s *Server) entry(w where, fi fs.FileInfo) EntryInfo {
+func (s *Server) entry(w where, fi fs.FileInfo) envd.EntryInfo {
 	mt := fi.ModTime().UTC()
-	e := EntryInfo{
+	e := envd.EntryInfo{
 		Name:         fi.Name(),
 		Path:         w.abs,
-		Size:         Int64(fi.Size()),
+		Size:         envd.Int64(fi.Size()),
 		Mode:         uint32(fi.Mode()),
 		Permissions:  fi.Mode().String(),
 		ModifiedTime: &mt,
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		e.Type = FileTypeSymlink
+		e.Type = envd.FileTypeSymlink
 		if t, err := s.readlink(w); err == nil {
 			e.SymlinkTarget = &t
 		}
 	case fi.IsDir():
-		e.Type = FileTypeDir
+		e.Type = envd.FileTypeDir
 	default:
-		e.Type = FileTypeFile
+		e.Type = envd.FileTypeFile
 	}
 	if w.rel == "." {
 		e.Name = path.Base(w.abs)
@@ -427,7 +428,7 @@ func (s *Server) entry(w where, fi fs.FileInfo) EntryInfo {
 	return e
 }
 
-func (s *Server) stat(_ context.Context, req *PathRequest) (*EntryResponse, error) {
+func (s *Server) stat(_ context.Context, req *envd.PathRequest) (*envd.EntryResponse, error) {
 	w, err := s.resolve(req.Path)
 	if err != nil {
 		return nil, err
@@ -436,10 +437,10 @@ func (s *Server) stat(_ context.Context, req *PathRequest) (*EntryResponse, erro
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", w.abs, err)
 	}
-	return &EntryResponse{Entry: s.entry(w, fi)}, nil
+	return &envd.EntryResponse{Entry: s.entry(w, fi)}, nil
 }
 
-func (s *Server) makeDir(_ context.Context, req *PathRequest) (*EntryResponse, error) {
+func (s *Server) makeDir(_ context.Context, req *envd.PathRequest) (*envd.EntryResponse, error) {
 	w, err := s.resolve(req.Path)
 	if err != nil {
 		return nil, err
@@ -460,10 +461,10 @@ func (s *Server) makeDir(_ context.Context, req *PathRequest) (*EntryResponse, e
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", w.abs, err)
 	}
-	return &EntryResponse{Entry: s.entry(w, fi)}, nil
+	return &envd.EntryResponse{Entry: s.entry(w, fi)}, nil
 }
 
-func (s *Server) remove(_ context.Context, req *PathRequest) (*Empty, error) {
+func (s *Server) remove(_ context.Context, req *envd.PathRequest) (*envd.Empty, error) {
 	w, err := s.resolve(req.Path)
 	if err != nil {
 		return nil, err
@@ -471,12 +472,12 @@ func (s *Server) remove(_ context.Context, req *PathRequest) (*Empty, error) {
 	if err := s.removeAll(w); err != nil {
 		return nil, fmt.Errorf("remove %s: %w", w.abs, err)
 	}
-	return &Empty{}, nil
+	return &envd.Empty{}, nil
 }
 
 // listDir walks depth-first without following symbolic links, sorts each directory by
 // name, and stops at the limit; the collected entries are then sorted by path.
-func (s *Server) listDir(ctx context.Context, req *ListDirRequest) (*ListDirResponse, error) {
+func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.ListDirResponse, error) {
 	w, err := s.resolve(req.Path)
 	if err != nil {
 		return nil, err
@@ -493,7 +494,7 @@ func (s *Server) listDir(ctx context.Context, req *ListDirRequest) (*ListDirResp
 		depth = 1
 	}
 	limit := int(req.ToolhostLimit)
-	out := &ListDirResponse{}
+	out := &envd.ListDirResponse{}
 	var walk func(dir where, level uint32) error
 	walk = func(dir where, level uint32) error {
 		if err := ctx.Err(); err != nil {
@@ -534,7 +535,7 @@ func (s *Server) listDir(ctx context.Context, req *ListDirRequest) (*ListDirResp
 	if err := walk(w, 1); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out.Entries, func(a, b EntryInfo) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(out.Entries, func(a, b envd.EntryInfo) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
 
@@ -559,7 +560,7 @@ func (sw *streamWriter) send(flags byte, msg any) {
 	if sw.dead {
 		return
 	}
-	if err := writeEnvelope(sw.w, flags, b); err != nil {
+	if err := envd.WriteEnvelope(sw.w, flags, b); err != nil {
 		sw.dead = true
 		return
 	}
@@ -568,54 +569,56 @@ func (sw *streamWriter) send(flags byte, msg any) {
 	}
 }
 
-func (sw *streamWriter) event(ev ProcessEvent) { sw.send(0, StartResponse{Event: ev}) }
+func (sw *streamWriter) event(ev envd.ProcessEvent) { sw.send(0, envd.StartResponse{Event: ev}) }
 
-func (sw *streamWriter) end(e *ConnectError) { sw.send(flagEndStream, EndStreamResponse{Error: e}) }
+func (sw *streamWriter) end(e *envd.ConnectError) {
+	sw.send(envd.FlagEndStream, envd.EndStreamResponse{Error: e})
+}
 
 func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct != contentStreamJSON {
-		writeUnaryError(w, CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, contentStreamJSON), "")
+	if ct != envd.ContentStreamJSON {
+		writeUnaryError(w, envd.CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, envd.ContentStreamJSON), "")
 		return
 	}
-	w.Header().Set("Content-Type", contentStreamJSON)
+	w.Header().Set("Content-Type", envd.ContentStreamJSON)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w)}
-	fail := func(code, msg string) { sw.end(&ConnectError{Code: code, Message: msg}) }
+	fail := func(code, msg string) { sw.end(&envd.ConnectError{Code: code, Message: msg}) }
 
-	_, payload, err := readEnvelope(r.Body)
+	_, payload, err := envd.ReadEnvelope(r.Body)
 	if err != nil {
-		fail(CodeInvalidArgument, "read request envelope: "+err.Error())
+		fail(envd.CodeInvalidArgument, "read request envelope: "+err.Error())
 		return
 	}
 	// Reading the body to its end lets net/http watch the connection, so a client that
 	// goes away cancels r.Context() even while nothing is being written.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10))
-	var req StartRequest
+	var req envd.StartRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
-		fail(CodeInvalidArgument, "decode StartRequest: "+err.Error())
+		fail(envd.CodeInvalidArgument, "decode StartRequest: "+err.Error())
 		return
 	}
 	var timeout time.Duration
-	if v := r.Header.Get(HeaderTimeoutMs); v != "" {
+	if v := r.Header.Get(envd.HeaderTimeoutMs); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || len(v) > 10 {
-			fail(CodeInvalidArgument, fmt.Sprintf("invalid %s %q", HeaderTimeoutMs, v))
+			fail(envd.CodeInvalidArgument, fmt.Sprintf("invalid %s %q", envd.HeaderTimeoutMs, v))
 			return
 		}
 		timeout = time.Duration(ms) * time.Millisecond
 	}
 	maxOut := 0
-	if v := r.Header.Get(HeaderMaxOutputBytes); v != "" {
+	if v := r.Header.Get(envd.HeaderMaxOutputBytes); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			maxOut = n
 		}
 	}
-	background := r.Header.Get(HeaderBackground) != ""
-	killOnClose := r.Header.Get(HeaderKillOnClose) != ""
+	background := r.Header.Get(envd.HeaderBackground) != ""
+	killOnClose := r.Header.Get(envd.HeaderKillOnClose) != ""
 
 	cmd, err := s.command(req)
 	if err != nil {
-		fail(CodeInvalidArgument, err.Error())
+		fail(envd.CodeInvalidArgument, err.Error())
 		return
 	}
 	if background {
@@ -627,15 +630,15 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 
 // command builds the process from its config: argv as given (no shell added), the base
 // environment plus the request's, its own process group, stdin from /dev/null.
-func (s *Server) command(req StartRequest) (*exec.Cmd, error) {
+func (s *Server) command(req envd.StartRequest) (*exec.Cmd, error) {
 	pc := req.Process
 	if pc.Cmd == "" {
-		return nil, badArg("empty cmd")
+		return nil, envd.BadArg("empty cmd")
 	}
 	env := slices.Clone(s.cfg.Env)
 	for k, v := range pc.Envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, badArg("invalid environment variable name %q", k)
+			return nil, envd.BadArg("invalid environment variable name %q", k)
 		}
 		env = append(env, k+"="+v) // later entries win in os/exec
 	}
@@ -647,7 +650,7 @@ func (s *Server) command(req StartRequest) (*exec.Cmd, error) {
 		}
 	}
 	if fi, err := s.statFollow(cwd); err != nil || !fi.IsDir() {
-		return nil, badArg("cwd '%s' does not exist", cwd.abs)
+		return nil, envd.BadArg("cwd '%s' does not exist", cwd.abs)
 	}
 	bin, err := lookPath(pc.Cmd, env)
 	if err != nil {
@@ -683,12 +686,12 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", badArg("executable %q not found in PATH", name)
+	return "", envd.BadArg("executable %q not found in PATH", name)
 }
 
 // start launches cmd and tracks it until untrack. A server that is closing refuses (and
 // kills what it just started).
-func (s *Server) start(cmd *exec.Cmd, req StartRequest) (int, <-chan exitStatus, error) {
+func (s *Server) start(cmd *exec.Cmd, req envd.StartRequest) (int, <-chan exitStatus, error) {
 	pid, done, err := s.launch.start(cmd)
 	if err != nil {
 		return 0, nil, err
@@ -727,35 +730,35 @@ func validTag(t string) bool {
 		strings.Trim(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
 }
 
-func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req StartRequest) {
+func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.StartRequest) {
 	if req.Tag == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		req.Tag = "bg-" + hex.EncodeToString(b[:])
 	}
 	if !validTag(req.Tag) {
-		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: fmt.Sprintf("invalid tag %q", req.Tag)})
+		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: fmt.Sprintf("invalid tag %q", req.Tag)})
 		return
 	}
 	if err := os.MkdirAll(s.cfg.LogDir, 0o700); err != nil {
-		sw.end(&ConnectError{Code: CodeInternal, Message: "create log directory: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create log directory: " + err.Error()})
 		return
 	}
 	logPath := filepath.Join(s.cfg.LogDir, req.Tag+".log")
 	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		sw.end(&ConnectError{Code: CodeInternal, Message: "open process log: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "open process log: " + err.Error()})
 		return
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	pid, done, err := s.start(cmd, req)
 	lf.Close()
 	if errors.Is(err, errShuttingDown) {
-		sw.end(&ConnectError{Code: CodeUnavailable, Message: err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeUnavailable, Message: err.Error()})
 		return
 	}
 	if err != nil {
-		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
 		return
 	}
 	s.wg.Add(1)
@@ -765,21 +768,21 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req StartReque
 		s.untrack(pid)
 		s.log.Debug("background process ended", "tag", req.Tag, "pid", pid, "status", st.desc)
 	}()
-	sw.event(ProcessEvent{Start: &StartEvent{Pid: uint32(pid), ToolhostLogPath: logPath}})
+	sw.event(envd.ProcessEvent{Start: &envd.StartEvent{Pid: uint32(pid), ToolhostLogPath: logPath}})
 	sw.end(nil)
 }
 
-func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req StartRequest, timeout time.Duration, maxOut int, killOnClose bool) {
+func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req envd.StartRequest, timeout time.Duration, maxOut int, killOnClose bool) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		sw.end(&ConnectError{Code: CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
 		return
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		sw.end(&ConnectError{Code: CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
 		return
 	}
 	defer outR.Close()
@@ -789,15 +792,15 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	outW.Close()
 	errW.Close()
 	if errors.Is(err, errShuttingDown) {
-		sw.end(&ConnectError{Code: CodeUnavailable, Message: err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeUnavailable, Message: err.Error()})
 		return
 	}
 	if err != nil {
-		sw.end(&ConnectError{Code: CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
 		return
 	}
 	defer s.untrack(pid)
-	sw.event(ProcessEvent{Start: &StartEvent{Pid: uint32(pid)}})
+	sw.event(envd.ProcessEvent{Start: &envd.StartEvent{Pid: uint32(pid)}})
 
 	// Once the client is gone nobody reads the stream: stop writing. The process lives on
 	// (envd's semantics) unless the client asked for it to die with the stream.
@@ -824,7 +827,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 	}
 
 	var readers sync.WaitGroup
-	caps := [2]*headTail{}
+	caps := [2]*envd.HeadTail{}
 	pump := func(i int, r *os.File) {
 		defer readers.Done()
 		buf := make([]byte, readChunk)
@@ -833,7 +836,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 				chunk = caps[i].Write(chunk)
 			}
 			if len(chunk) > 0 {
-				sw.event(ProcessEvent{Data: dataEvent(i, chunk, 0)})
+				sw.event(envd.ProcessEvent{Data: dataEvent(i, chunk, 0)})
 			}
 		}
 		for {
@@ -853,7 +856,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 		}
 	}
 	if maxOut > 0 {
-		caps[0], caps[1] = newHeadTail(maxOut), newHeadTail(maxOut)
+		caps[0], caps[1] = envd.NewHeadTail(maxOut), envd.NewHeadTail(maxOut)
 	}
 	readers.Add(2)
 	go pump(0, outR)
@@ -872,21 +875,21 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 			continue
 		}
 		if tail := c.Tail(); len(tail) > 0 {
-			sw.event(ProcessEvent{Data: dataEvent(i, tail, c.Dropped())})
+			sw.event(envd.ProcessEvent{Data: dataEvent(i, tail, c.Dropped())})
 		}
 	}
 	killMu.Lock()
 	to := timedOut
 	killMu.Unlock()
 	if to {
-		sw.end(&ConnectError{Code: CodeDeadlineExceeded, Message: fmt.Sprintf("process %d killed after its %s timeout", pid, timeout)})
+		sw.end(&envd.ConnectError{Code: envd.CodeDeadlineExceeded, Message: fmt.Sprintf("process %d killed after its %s timeout", pid, timeout)})
 		return
 	}
-	end := &EndEvent{ExitCode: int32(st.code), Exited: st.signal == 0, Status: st.desc}
+	end := &envd.EndEvent{ExitCode: int32(st.code), Exited: st.signal == 0, Status: st.desc}
 	if st.code != 0 {
 		end.Error = st.desc
 	}
-	sw.event(ProcessEvent{End: end})
+	sw.event(envd.ProcessEvent{End: end})
 	sw.end(nil)
 }
 
@@ -909,8 +912,8 @@ func drainNow(f *os.File, buf []byte, fn func([]byte)) {
 	})
 }
 
-func dataEvent(stream int, b []byte, dropped int64) *DataEvent {
-	d := &DataEvent{ToolhostDropped: Int64(dropped)}
+func dataEvent(stream int, b []byte, dropped int64) *envd.DataEvent {
+	d := &envd.DataEvent{ToolhostDropped: envd.Int64(dropped)}
 	if stream == 0 {
 		d.Stdout = b
 	} else {

@@ -1,4 +1,4 @@
-package envd
+package agent
 
 import (
 	"bufio"
@@ -19,47 +19,10 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
+	"github.com/toolhost/toolhost/internal/splice"
 )
-
-func TestParseTCPTable(t *testing.T) {
-	tcp := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 111 1 0000000000000000 100 0 0 10 0
-   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 222 1 0000000000000000 100 0 0 10 0
-   2: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 333 1 0000000000000000 20 4 30 10 -1
-   3: 0100007F:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 0 1 0000000000000000 100 0 0 10 0
-`
-	got, err := parseTCPTable([]byte(tcp), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []listenSocket{
-		{addr: netip.MustParseAddr("127.0.0.1"), port: 8080, inode: 111},
-		{addr: netip.MustParseAddr("0.0.0.0"), port: 22, inode: 222},
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("tcp: got %+v, want %+v", got, want)
-	}
-	tcp6 := `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000000000000:1FBB 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 444 1 0000000000000000 100 0 0 10 0
-   1: 00000000000000000000000001000000:1FBC 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 555 1 0000000000000000 100 0 0 10 0
-   2: 0000000000000000FFFF00000100007F:1FBD 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 666 1 0000000000000000 100 0 0 10 0
-`
-	got, err = parseTCPTable([]byte(tcp6), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = []listenSocket{
-		{addr: netip.MustParseAddr("::"), port: 8123, inode: 444, v6: true},
-		{addr: netip.MustParseAddr("::1"), port: 8124, inode: 555, v6: true},
-		{addr: netip.MustParseAddr("::ffff:127.0.0.1"), port: 8125, inode: 666, v6: true},
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("tcp6: got %+v, want %+v", got, want)
-	}
-	if _, err := parseTCPTable([]byte("h\n 0: 0100007F:XYZ 00000000:0000 0A 0 0 0 0 0 1\n"), false); err == nil {
-		t.Fatal("bad port accepted")
-	}
-}
 
 // fakeProc builds a proc directory: the tables and, per pid, its comm and socket fds.
 type fakeProc struct {
@@ -114,7 +77,7 @@ func (f *fakeProc) server() *Server {
 	_ = os.MkdirAll(filepath.Join(f.dir, "net"), 0o755)
 	_ = os.WriteFile(filepath.Join(f.dir, "net", "tcp"), []byte(hdr+strings.Join(f.tcp, "\n")+"\n"), 0o644)
 	_ = os.WriteFile(filepath.Join(f.dir, "net", "tcp6"), []byte(hdr+strings.Join(f.tcp6, "\n")+"\n"), 0o644)
-	s, err := NewServer(ServerConfig{Workspace: f.t.TempDir(), ProcDir: f.dir})
+	s, err := New(Config{Workspace: f.t.TempDir(), ProcDir: f.dir})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -153,7 +116,7 @@ func TestPortsOnlyTheSandboxs(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := ps.list()
-	want := []ListeningPort{
+	want := []envd.ListeningPort{
 		{Port: 3000, PID: 9, Cmd: "node", Addrs: []string{"127.0.0.1", "::1"}, Dial: "127.0.0.1:3000"},
 		{Port: 5433, PID: 13, Cmd: "pg", Addrs: []string{"::1"}, Dial: "[::1]:5433"},
 		{Port: 6000, PID: 14, Cmd: "evil", Addrs: []string{"127.0.0.1"}},
@@ -212,7 +175,7 @@ func TestDialPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(ps, func(p ListeningPort) bool { return p.Port == port })
+	i := slices.IndexFunc(ps, func(p envd.ListeningPort) bool { return p.Port == port })
 	if i < 0 || ps[i].PID != os.Getpid() || ps[i].Dial != fmt.Sprintf("127.0.0.1:%d", port) {
 		t.Fatalf("port %d in %+v", port, ps)
 	}
@@ -225,7 +188,7 @@ func TestDialPort(t *testing.T) {
 		if _, err := conn.Write([]byte("hello through the agent")); err != nil {
 			t.Fatal(err)
 		}
-		if err := conn.(closeWriter).CloseWrite(); err != nil {
+		if err := conn.(splice.CloseWriter).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -252,9 +215,9 @@ func TestDialPort(t *testing.T) {
 	// The wire: bad ports and a missing Upgrade are refused by the agent itself.
 	hc := rawClient(sock)
 	for _, q := range []string{"port=0", "port=65536", "port=80a", "port=%2B80", "port=", "port=1e3", "port=127.0.0.1:80"} {
-		req, _ := http.NewRequest(http.MethodGet, "http://sandbox"+PathDial+"?"+q, nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://sandbox"+envd.PathDial+"?"+q, nil)
 		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Upgrade", UpgradeTCP)
+		req.Header.Set("Upgrade", envd.UpgradeTCP)
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -265,7 +228,7 @@ func TestDialPort(t *testing.T) {
 			t.Errorf("%s: HTTP %d %s", q, resp.StatusCode, body)
 		}
 	}
-	resp, err := hc.Get("http://sandbox" + PathDial + "?port=" + strconv.Itoa(port))
+	resp, err := hc.Get("http://sandbox" + envd.PathDial + "?port=" + strconv.Itoa(port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +236,7 @@ func TestDialPort(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("dial without Upgrade: HTTP %d", resp.StatusCode)
 	}
-	resp, err = hc.Get("http://sandbox" + PathDial + "?port=" + strconv.Itoa(closed))
+	resp, err = hc.Get("http://sandbox" + envd.PathDial + "?port=" + strconv.Itoa(closed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +273,7 @@ func TestDialEarlyBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET %s?port=%d HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\nearly\n", PathDial, port, UpgradeTCP)
+	fmt.Fprintf(conn, "GET %s?port=%d HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\nearly\n", envd.PathDial, port, envd.UpgradeTCP)
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -341,7 +304,7 @@ func TestDialEarlyBytes(t *testing.T) {
 func TestServerCloseEndsTunnels(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {
-		srv, err := NewServer(ServerConfig{Workspace: t.TempDir()})
+		srv, err := New(Config{Workspace: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +316,7 @@ func TestServerCloseEndsTunnels(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, ul) }()
-		c, _ := NewClient(ClientConfig{SocketPath: sock})
+		c, _ := client.New(client.Config{SocketPath: sock})
 		defer c.Close()
 
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -397,59 +360,5 @@ func TestServerCloseEndsTunnels(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
-}
-
-// TestDialKeepsBufferedBytes: bytes that came with the 101 in one read are not lost, and
-// an agent without the extension (a real envd) gives an error.
-func TestDialKeepsBufferedBytes(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "fake.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	answers := []string{
-		"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: toolhost-tcp\r\n\r\nPAYLOAD",
-		"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\n404 page not found\n",
-	}
-	go func() {
-		for _, a := range answers {
-			cn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = http.ReadRequest(bufio.NewReader(cn))
-			_, _ = io.WriteString(cn, a)
-			_ = cn.(*net.UnixConn).CloseWrite()
-			_, _ = io.Copy(io.Discard, cn)
-			cn.Close()
-		}
-	}()
-	c, err := NewClient(ClientConfig{SocketPath: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tc, err := c.DialPort(ctx, 80)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := tc.(*bufferedConn); !ok {
-		t.Errorf("connection is a %T, want the buffered one", tc)
-	}
-	if err := tc.(closeWriter).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(tc)
-	tc.Close()
-	if err != nil || string(b) != "PAYLOAD" {
-		t.Fatalf("after the 101: %q %v", b, err)
-	}
-	if _, err := c.DialPort(ctx, 80); err == nil || errors.Is(err, sandbox.ErrPortClosed) {
-		t.Fatalf("agent without the extension: %v", err)
-	} else {
-		t.Logf("agent without the extension: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package envd
+package client
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"slices"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
 )
 
 // What a provider needs beyond the Sandbox interface when the agent is not ours (E2B's
@@ -26,7 +26,7 @@ func (c *Client) Download(ctx context.Context, p string, w io.Writer, maxBytes i
 		return 0, fmt.Errorf("download %s: not an absolute path", p)
 	}
 	q := url.Values{"path": {p}}
-	req, err := c.newRequest(ctx, http.MethodGet, PathFiles, q, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, envd.PathFiles, q, nil)
 	if err != nil {
 		return 0, fmt.Errorf("download %s: %w", p, err)
 	}
@@ -65,11 +65,11 @@ func (c *Client) Upload(ctx context.Context, p string, r io.Reader, size int64) 
 	if !path.IsAbs(p) {
 		return fmt.Errorf("upload %s: not an absolute path", p)
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, PathFiles, url.Values{"path": {p}}, io.NopCloser(r))
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathFiles, url.Values{"path": {p}}, io.NopCloser(r))
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", p, err)
 	}
-	req.Header.Set("Content-Type", contentOctet)
+	req.Header.Set("Content-Type", envd.ContentOctet)
 	if size >= 0 {
 		req.ContentLength = size
 		if size == 0 {
@@ -90,16 +90,13 @@ func (c *Client) Upload(ctx context.Context, p string, r io.Reader, size int64) 
 
 // StatEntry describes the absolute path p as the agent sees it, without following a final
 // symbolic link (SymlinkTarget is set for one).
-func (c *Client) StatEntry(ctx context.Context, p string) (EntryInfo, error) {
-	var out EntryResponse
-	if err := c.unary(ctx, PathFilesystemStat, PathRequest{Path: p}, &out); err != nil {
-		return EntryInfo{}, fmt.Errorf("stat %s: %w", p, err)
+func (c *Client) StatEntry(ctx context.Context, p string) (envd.EntryInfo, error) {
+	var out envd.EntryResponse
+	if err := c.unary(ctx, envd.PathFilesystemStat, envd.PathRequest{Path: p}, &out); err != nil {
+		return envd.EntryInfo{}, fmt.Errorf("stat %s: %w", p, err)
 	}
 	return out.Entry, nil
 }
-
-// FileInfo turns an entry into the Sandbox interface's description, named name.
-func FileInfo(e EntryInfo, name string) sandbox.FileInfo { return fileInfo(e, name) }
 
 // RemovePath deletes the absolute path p recursively (the provider's own files); a
 // missing path is not an error.
@@ -107,50 +104,9 @@ func (c *Client) RemovePath(ctx context.Context, p string) error {
 	if !path.IsAbs(p) || p == "/" || p == sandbox.WorkspaceRoot {
 		return fmt.Errorf("remove %s: refused", p)
 	}
-	var out Empty
-	if err := c.unary(ctx, PathFilesystemRm, PathRequest{Path: p}, &out); err != nil {
+	var out envd.Empty
+	if err := c.unary(ctx, envd.PathFilesystemRm, envd.PathRequest{Path: p}, &out); err != nil {
 		return fmt.Errorf("remove %s: %w", p, err)
 	}
 	return nil
-}
-
-// ListeningPorts parses the kernel's TCP tables (the text of /proc/net/tcp and
-// /proc/net/tcp6, as read inside a sandbox) and returns the ports in LISTEN state, sorted,
-// with the addresses they are bound on. owner, when not nil, names the process holding a
-// socket (by its inode); PID and Cmd are the lowest-numbered owner's. Dial is left empty.
-func ListeningPorts(tcp, tcp6 []byte, owner func(inode uint64) (pid int, cmd string)) ([]ListeningPort, error) {
-	var all []listenSocket
-	for i, b := range [][]byte{tcp, tcp6} {
-		if len(b) == 0 {
-			continue
-		}
-		socks, err := parseTCPTable(b, i == 1)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, socks...)
-	}
-	byPort := map[int]*ListeningPort{}
-	for _, s := range all {
-		lp := byPort[s.port]
-		if lp == nil {
-			lp = &ListeningPort{Port: s.port}
-			byPort[s.port] = lp
-		}
-		if a := s.addr.String(); !slices.Contains(lp.Addrs, a) {
-			lp.Addrs = append(lp.Addrs, a)
-		}
-		if owner != nil {
-			if pid, cmd := owner(s.inode); pid > 0 && (lp.PID == 0 || pid < lp.PID) {
-				lp.PID, lp.Cmd = pid, cmd
-			}
-		}
-	}
-	out := make([]ListeningPort, 0, len(byPort))
-	for _, lp := range byPort {
-		slices.Sort(lp.Addrs)
-		out = append(out, *lp)
-	}
-	slices.SortFunc(out, func(a, b ListeningPort) int { return a.Port - b.Port })
-	return out, nil
 }

@@ -1,4 +1,4 @@
-package envd
+package agent
 
 import (
 	"context"

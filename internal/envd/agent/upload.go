@@ -1,4 +1,4 @@
-package envd
+package agent
 
 import (
 	"crypto/rand"
@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
 )
 
 // maxLinkHops bounds how many symbolic links a write follows to find the file it replaces.
@@ -30,8 +31,8 @@ const maxLinkHops = 16
 // link stays), as long as every hop stays in the workspace.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct != contentOctet {
-		s.filesError(w, http.StatusBadRequest, badArg("unsupported content type %q (this agent takes %s)", ct, contentOctet))
+	if ct != envd.ContentOctet {
+		s.filesError(w, http.StatusBadRequest, envd.BadArg("unsupported content type %q (this agent takes %s)", ct, envd.ContentOctet))
 		return
 	}
 	wh, err := s.resolve(r.URL.Query().Get("path"))
@@ -59,7 +60,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.filesError(w, http.StatusInternalServerError, fmt.Errorf("write %s: %w", target.abs, err))
 		return
 	}
-	w.Header().Set("Content-Type", contentJSON)
+	w.Header().Set("Content-Type", envd.ContentJSON)
 	_ = json.NewEncoder(w).Encode([]map[string]string{{"path": wh.abs, "name": path.Base(wh.abs), "type": "file"}})
 }
 

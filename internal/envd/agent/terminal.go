@@ -1,9 +1,10 @@
-package envd
+package agent
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/toolhost/toolhost/internal/envd"
 	"net/http"
 	"os"
 	"sync"
@@ -69,7 +70,7 @@ func (t *terminal) read() {
 		t.mu.Lock()
 		if n > 0 {
 			t.buf = append(t.buf, b[:n]...)
-			if over := len(t.buf) - MaxTerminalBuffer; over > 0 {
+			if over := len(t.buf) - envd.MaxTerminalBuffer; over > 0 {
 				t.buf = append(t.buf[:0], t.buf[over:]...)
 				t.dropped += int64(over)
 			}
@@ -86,12 +87,12 @@ func (t *terminal) read() {
 	}
 }
 
-func (s *Server) terminalStart(ctx context.Context, req *TerminalStartRequest) (*TerminalOutput, error) {
-	if !validTag(req.Tag) || len(req.Tag) <= len(TerminalTagPrefix) || req.Tag[:len(TerminalTagPrefix)] != TerminalTagPrefix {
-		return nil, badArg("invalid terminal tag %q", req.Tag)
+func (s *Server) terminalStart(ctx context.Context, req *envd.TerminalStartRequest) (*envd.TerminalOutput, error) {
+	if !validTag(req.Tag) || len(req.Tag) <= len(envd.TerminalTagPrefix) || req.Tag[:len(envd.TerminalTagPrefix)] != envd.TerminalTagPrefix {
+		return nil, envd.BadArg("invalid terminal tag %q", req.Tag)
 	}
 	if req.Cols <= 0 || req.Cols > 1000 || req.Rows <= 0 || req.Rows > 1000 {
-		return nil, badArg("terminal size %dx%d: cols and rows must be from 1 to 1000", req.Cols, req.Rows)
+		return nil, envd.BadArg("terminal size %dx%d: cols and rows must be from 1 to 1000", req.Cols, req.Rows)
 	}
 	t, err := s.openTerminal(req)
 	if err != nil {
@@ -102,7 +103,7 @@ func (s *Server) terminalStart(ctx context.Context, req *TerminalStartRequest) (
 
 // openTerminal starts the program on a new terminal and adds it to the set, under the
 // set's lock so that two starts cannot pass the bound together.
-func (s *Server) openTerminal(req *TerminalStartRequest) (*terminal, error) {
+func (s *Server) openTerminal(req *envd.TerminalStartRequest) (*terminal, error) {
 	s.terms.mu.Lock()
 	defer s.terms.mu.Unlock()
 	if s.terms.set == nil {
@@ -111,10 +112,10 @@ func (s *Server) openTerminal(req *TerminalStartRequest) (*terminal, error) {
 	if _, dup := s.terms.set[req.Tag]; dup {
 		return nil, fmt.Errorf("terminal %s: %w", req.Tag, sandbox.ErrExists)
 	}
-	if len(s.terms.set) >= MaxTerminals {
-		return nil, badArg("%d terminals are open, the most an agent keeps; end one first", MaxTerminals)
+	if len(s.terms.set) >= envd.MaxTerminals {
+		return nil, envd.BadArg("%d terminals are open, the most an agent keeps; end one first", envd.MaxTerminals)
 	}
-	cmd, err := s.command(StartRequest{Process: req.Process, Tag: req.Tag})
+	cmd, err := s.command(envd.StartRequest{Process: req.Process, Tag: req.Tag})
 	if err != nil {
 		return nil, err
 	}
@@ -136,14 +137,14 @@ func (s *Server) openTerminal(req *TerminalStartRequest) (*terminal, error) {
 	// can be signalled as one group.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	pid, done, err := s.start(cmd, StartRequest{Process: req.Process, Tag: req.Tag})
+	pid, done, err := s.start(cmd, envd.StartRequest{Process: req.Process, Tag: req.Tag})
 	tty.Close()
 	if err != nil {
 		ptmx.Close()
 		if errors.Is(err, errShuttingDown) {
 			return nil, err
 		}
-		return nil, badArg("start process: %v", err)
+		return nil, envd.BadArg("start process: %v", err)
 	}
 	t := &terminal{tag: req.Tag, pid: pid, ptmx: ptmx, changed: make(chan struct{})}
 	s.terms.set[req.Tag] = t
@@ -165,15 +166,15 @@ func (s *Server) openTerminal(req *TerminalStartRequest) (*terminal, error) {
 	return t, nil
 }
 
-func (s *Server) terminalIO(ctx context.Context, req *TerminalIORequest) (*TerminalOutput, error) {
+func (s *Server) terminalIO(ctx context.Context, req *envd.TerminalIORequest) (*envd.TerminalOutput, error) {
 	s.terms.mu.Lock()
 	t := s.terms.set[req.Tag]
 	s.terms.mu.Unlock()
 	if t == nil {
 		return nil, fmt.Errorf("terminal %s: %w", req.Tag, sandbox.ErrNotFound)
 	}
-	if len(req.Input) > MaxTerminalInput {
-		return nil, badArg("input of %d bytes is over the %d-byte bound of one write", len(req.Input), MaxTerminalInput)
+	if len(req.Input) > envd.MaxTerminalInput {
+		return nil, envd.BadArg("input of %d bytes is over the %d-byte bound of one write", len(req.Input), envd.MaxTerminalInput)
 	}
 	t.io.Lock()
 	defer t.io.Unlock()
@@ -186,7 +187,7 @@ func (s *Server) terminalIO(ctx context.Context, req *TerminalIORequest) (*Termi
 			return nil, fmt.Errorf("signal terminal %s: %w", req.Tag, err)
 		}
 	default:
-		return nil, badArg("unsupported signal %q", req.Signal)
+		return nil, envd.BadArg("unsupported signal %q", req.Signal)
 	}
 	if len(req.Input) > 0 {
 		if err := t.write(req.Input); err != nil {
@@ -222,7 +223,7 @@ func (t *terminal) write(input []byte) error {
 	_, err := t.ptmx.Write(input)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return badArg("terminal %s: the program has not read its input for %s", t.tag, inputTimeout)
+		return envd.BadArg("terminal %s: the program has not read its input for %s", t.tag, inputTimeout)
 	case err != nil:
 		return fmt.Errorf("write to terminal %s: %w", t.tag, err)
 	}
@@ -231,33 +232,33 @@ func (t *terminal) write(input []byte) error {
 
 // collect waits as w says, then takes what the buffer holds. began is when the request
 // came: the program is given at least the quiet time after it to answer.
-func (s *Server) collect(ctx context.Context, t *terminal, began time.Time, w TerminalWaitSpec) (*TerminalOutput, error) {
-	wait := time.Duration(min(max(w.WaitMs, 0), MaxTerminalWaitMs)) * time.Millisecond
+func (s *Server) collect(ctx context.Context, t *terminal, began time.Time, w envd.TerminalWaitSpec) (*envd.TerminalOutput, error) {
+	wait := time.Duration(min(max(w.WaitMs, 0), envd.MaxTerminalWaitMs)) * time.Millisecond
 	quiet := time.Duration(max(w.QuietMs, 1)) * time.Millisecond
 	maxBytes := w.MaxBytes
-	if maxBytes <= 0 || maxBytes > MaxTerminalBuffer {
-		maxBytes = MaxTerminalBuffer
+	if maxBytes <= 0 || maxBytes > envd.MaxTerminalBuffer {
+		maxBytes = envd.MaxTerminalBuffer
 	}
 	deadline := began.Add(wait)
-	reason := ReasonWait
+	reason := envd.ReasonWait
 	for {
 		t.mu.Lock()
 		now := time.Now()
 		var next time.Time
 		switch {
 		case len(t.buf) >= maxBytes:
-			reason = ReasonFull
+			reason = envd.ReasonFull
 		case t.exited && (t.readerDone || now.Sub(t.exitedAt) >= drainAfterExit):
-			reason = ReasonExited
+			reason = envd.ReasonExited
 		case !now.Before(deadline):
-			reason = ReasonWait
+			reason = envd.ReasonWait
 		default:
 			from := began
 			if t.lastOutput.After(from) {
 				from = t.lastOutput
 			}
 			if len(t.buf) > 0 && !now.Before(from.Add(quiet)) {
-				reason = ReasonQuiet
+				reason = envd.ReasonQuiet
 				break
 			}
 			next = deadline
@@ -287,12 +288,12 @@ func (s *Server) collect(ctx context.Context, t *terminal, began time.Time, w Te
 
 // take empties up to maxBytes of the buffer into the reply. Called with t.mu held; it
 // unlocks it. A terminal whose end the reply reports leaves the set.
-func (s *Server) take(t *terminal, maxBytes int, reason string) *TerminalOutput {
+func (s *Server) take(t *terminal, maxBytes int, reason string) *envd.TerminalOutput {
 	n := min(len(t.buf), maxBytes)
-	out := &TerminalOutput{Tag: t.tag, Pid: t.pid, Output: append([]byte(nil), t.buf[:n]...), Dropped: t.dropped, Reason: reason}
+	out := &envd.TerminalOutput{Tag: t.tag, Pid: t.pid, Output: append([]byte(nil), t.buf[:n]...), Dropped: t.dropped, Reason: reason}
 	t.buf = append(t.buf[:0], t.buf[n:]...)
 	t.dropped = 0
-	gone := reason == ReasonExited && len(t.buf) == 0
+	gone := reason == envd.ReasonExited && len(t.buf) == 0
 	if gone {
 		out.Exited, out.ExitCode = true, t.status.code
 	}
@@ -320,6 +321,6 @@ func (s *Server) closeTerminals() {
 
 // handleTerminals registers the terminal endpoints.
 func (s *Server) handleTerminals(m *http.ServeMux) {
-	m.Handle("POST "+PathTerminalStart, unary(s.terminalStart))
-	m.Handle("POST "+PathTerminalIO, unary(s.terminalIO))
+	m.Handle("POST "+envd.PathTerminalStart, unary(s.terminalStart))
+	m.Handle("POST "+envd.PathTerminalIO, unary(s.terminalIO))
 }

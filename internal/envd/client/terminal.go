@@ -1,8 +1,9 @@
-package envd
+package client
 
 import (
 	"context"
 	"fmt"
+	"github.com/toolhost/toolhost/internal/envd"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -21,9 +22,9 @@ func (c *Client) StartTerminal(ctx context.Context, r sandbox.TerminalRequest, w
 	}
 	tag := r.Tag
 	if tag == "" {
-		tag = newTag(TerminalTagPrefix)
+		tag = newTag(envd.TerminalTagPrefix)
 	}
-	req := TerminalStartRequest{Process: sr.Process, Tag: tag, Cols: r.Cols, Rows: r.Rows}
+	req := envd.TerminalStartRequest{Process: sr.Process, Tag: tag, Cols: r.Cols, Rows: r.Rows}
 	if req.Cols <= 0 {
 		req.Cols = 120
 	}
@@ -32,8 +33,8 @@ func (c *Client) StartTerminal(ctx context.Context, r sandbox.TerminalRequest, w
 	}
 	began := time.Now()
 	req.Wait = chunk(w, began, 0)
-	var out TerminalOutput
-	if err := c.unary(ctx, PathTerminalStart, req, &out); err != nil {
+	var out envd.TerminalOutput
+	if err := c.unary(ctx, envd.PathTerminalStart, req, &out); err != nil {
 		return sandbox.TerminalOutput{}, fmt.Errorf("start terminal %s: %w", r.Argv[0], err)
 	}
 	return c.collectOn(ctx, tag, w, began, out)
@@ -42,9 +43,9 @@ func (c *Client) StartTerminal(ctx context.Context, r sandbox.TerminalRequest, w
 // TerminalIO writes input to the terminal id, or signals its program, and collects output.
 func (c *Client) TerminalIO(ctx context.Context, id string, input []byte, sig sandbox.Signal, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
 	began := time.Now()
-	req := TerminalIORequest{Tag: id, Input: input, Signal: string(sig), Wait: chunk(w, began, 0)}
-	var out TerminalOutput
-	if err := c.unary(ctx, PathTerminalIO, req, &out); err != nil {
+	req := envd.TerminalIORequest{Tag: id, Input: input, Signal: string(sig), Wait: chunk(w, began, 0)}
+	var out envd.TerminalOutput
+	if err := c.unary(ctx, envd.PathTerminalIO, req, &out); err != nil {
 		return sandbox.TerminalOutput{}, fmt.Errorf("terminal %s: %w", id, err)
 	}
 	return c.collectOn(ctx, id, w, began, out)
@@ -52,9 +53,9 @@ func (c *Client) TerminalIO(ctx context.Context, id string, input []byte, sig sa
 
 // chunk is the wait of one request, began the start of the whole call, got what it has
 // collected so far.
-func chunk(w sandbox.TerminalWait, began time.Time, got int) TerminalWaitSpec {
+func chunk(w sandbox.TerminalWait, began time.Time, got int) envd.TerminalWaitSpec {
 	left := w.Wait - time.Since(began)
-	spec := TerminalWaitSpec{WaitMs: max(min(left.Milliseconds(), MaxTerminalWaitMs), 0), QuietMs: max(w.Quiet.Milliseconds(), 1)}
+	spec := envd.TerminalWaitSpec{WaitMs: max(min(left.Milliseconds(), envd.MaxTerminalWaitMs), 0), QuietMs: max(w.Quiet.Milliseconds(), 1)}
 	if w.MaxBytes > 0 {
 		spec.MaxBytes = max(w.MaxBytes-got, 1)
 	}
@@ -63,7 +64,7 @@ func chunk(w sandbox.TerminalWait, began time.Time, got int) TerminalWaitSpec {
 
 // collectOn asks again while a request ended at its own bound and the call's wait is not
 // over, and joins what the requests collected.
-func (c *Client) collectOn(ctx context.Context, id string, w sandbox.TerminalWait, began time.Time, out TerminalOutput) (sandbox.TerminalOutput, error) {
+func (c *Client) collectOn(ctx context.Context, id string, w sandbox.TerminalWait, began time.Time, out envd.TerminalOutput) (sandbox.TerminalOutput, error) {
 	res := sandbox.TerminalOutput{ID: id, PID: out.Pid}
 	for {
 		res.Output = append(res.Output, out.Output...)
@@ -71,12 +72,12 @@ func (c *Client) collectOn(ctx context.Context, id string, w sandbox.TerminalWai
 		if out.Exited {
 			res.Exited, res.ExitCode = true, out.ExitCode
 		}
-		if out.Reason != ReasonWait || time.Since(began) >= w.Wait || (w.MaxBytes > 0 && len(res.Output) >= w.MaxBytes) {
+		if out.Reason != envd.ReasonWait || time.Since(began) >= w.Wait || (w.MaxBytes > 0 && len(res.Output) >= w.MaxBytes) {
 			return res, nil
 		}
-		out = TerminalOutput{}
-		req := TerminalIORequest{Tag: id, Wait: chunk(w, began, len(res.Output))}
-		if err := c.unary(ctx, PathTerminalIO, req, &out); err != nil {
+		out = envd.TerminalOutput{}
+		req := envd.TerminalIORequest{Tag: id, Wait: chunk(w, began, len(res.Output))}
+		if err := c.unary(ctx, envd.PathTerminalIO, req, &out); err != nil {
 			return res, fmt.Errorf("terminal %s: %w", id, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package envd
+package agent
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -16,19 +15,21 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // agent serves a Server over a unix socket for a temp workspace; wrap may alter requests
 // (to play a real envd that ignores the toolhost extensions).
-func agent(t *testing.T, wrap func(http.Handler) http.Handler) (ws string, c *Client, sock string) {
-	return agentWith(t, ServerConfig{}, wrap)
+func agent(t *testing.T, wrap func(http.Handler) http.Handler) (ws string, c *client.Client, sock string) {
+	return agentWith(t, Config{}, wrap)
 }
 
-func agentWith(t *testing.T, cfg ServerConfig, wrap func(http.Handler) http.Handler) (ws string, c *Client, sock string) {
+func agentWith(t *testing.T, cfg Config, wrap func(http.Handler) http.Handler) (ws string, c *client.Client, sock string) {
 	t.Helper()
 	ws = t.TempDir()
 	cfg.Workspace, cfg.LogDir = ws, filepath.Join(t.TempDir(), "logs")
-	srv, err := NewServer(cfg)
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func agentWith(t *testing.T, cfg ServerConfig, wrap func(http.Handler) http.Hand
 			}
 		}
 	})
-	c, err = NewClient(ClientConfig{SocketPath: sock})
+	c, err = client.New(client.Config{SocketPath: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +72,11 @@ func rawClient(sock string) *http.Client {
 func readAllEnvelopes(t *testing.T, r io.Reader) (msgs []string, end string) {
 	t.Helper()
 	for {
-		flags, payload, err := readEnvelope(r)
+		flags, payload, err := envd.ReadEnvelope(r)
 		if err != nil {
 			t.Fatalf("stream ended without end-of-stream: %v (got %q)", err, msgs)
 		}
-		if flags&flagEndStream != 0 {
+		if flags&envd.FlagEndStream != 0 {
 			return msgs, string(payload)
 		}
 		msgs = append(msgs, string(payload))
@@ -119,20 +120,20 @@ func TestWireFormat(t *testing.T) {
 		}
 		return resp
 	}
-	resp = post(PathFilesystemStat, "application/json", []byte(`{"path":"f.txt","unknownField":1}`), nil)
+	resp = post(envd.PathFilesystemStat, "application/json", []byte(`{"path":"f.txt","unknownField":1}`), nil)
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"size":"5"`) || !strings.Contains(string(body), `"type":"FILE_TYPE_FILE"`) ||
 		!strings.Contains(string(body), `"path":"/home/user/f.txt"`) {
 		t.Fatalf("stat: %d %s", resp.StatusCode, body)
 	}
-	resp = post(PathFilesystemStat, "application/json", nil, nil)
+	resp = post(envd.PathFilesystemStat, "application/json", nil, nil)
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"invalid_argument"`) {
 		t.Fatalf("empty unary body: %d %s", resp.StatusCode, body)
 	}
-	resp = post(PathFilesystemRm, "application/json", []byte(`{"path":"nothing-here"}`), nil)
+	resp = post(envd.PathFilesystemRm, "application/json", []byte(`{"path":"nothing-here"}`), nil)
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "{}" {
@@ -141,8 +142,8 @@ func TestWireFormat(t *testing.T) {
 
 	start := func(req string, hdr map[string]string) ([]string, string) {
 		var env bytes.Buffer
-		_ = writeEnvelope(&env, 0, []byte(req))
-		resp := post(PathProcessStart, "application/connect+json", env.Bytes(), hdr)
+		_ = envd.WriteEnvelope(&env, 0, []byte(req))
+		resp := post(envd.PathProcessStart, "application/connect+json", env.Bytes(), hdr)
 		defer resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/connect+json" {
 			t.Fatalf("start: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -159,7 +160,7 @@ func TestWireFormat(t *testing.T) {
 	if msgs[len(msgs)-1] != `{"event":{"end":{"exited":true,"status":"exit status 0"}}}` || end != "{}" {
 		t.Fatalf("exit 0 omits the default: %q", msgs)
 	}
-	msgs, end = start(`{"process":{"cmd":"sleep","args":["30"]}}`, map[string]string{HeaderTimeoutMs: "200"})
+	msgs, end = start(`{"process":{"cmd":"sleep","args":["30"]}}`, map[string]string{envd.HeaderTimeoutMs: "200"})
 	if !strings.Contains(end, `"code":"deadline_exceeded"`) || len(msgs) != 1 {
 		t.Fatalf("timeout: %q end %q", msgs, end)
 	}
@@ -168,38 +169,10 @@ func TestWireFormat(t *testing.T) {
 		t.Fatalf("bad cwd: %q", end)
 	}
 	// The cap: head forwarded, then the tail with the dropped count.
-	msgs, _ = start(`{"process":{"cmd":"seq","args":["1","1000"]}}`, map[string]string{HeaderMaxOutputBytes: "20"})
+	msgs, _ = start(`{"process":{"cmd":"seq","args":["1","1000"]}}`, map[string]string{envd.HeaderMaxOutputBytes: "20"})
 	if msgs[1] != `{"event":{"data":{"stdout":"MQoyCjMKNAo1Cg=="}}}` || // "1\n2\n3\n4\n5\n": 10-byte head
 		msgs[2] != `{"event":{"data":{"stdout":"Cjk5OQoxMDAwCg==","toolhostDropped":"3873"}}}` { // "\n999\n1000\n"
 		t.Fatalf("capped stream: %q", msgs)
-	}
-}
-
-func TestHeadTail(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 500 {
-		limit := 2 + r.IntN(64)
-		h := newHeadTail(limit)
-		var all, forwarded []byte
-		for range r.IntN(20) {
-			p := make([]byte, r.IntN(3*limit))
-			for i := range p {
-				p[i] = byte(r.IntN(256))
-			}
-			all = append(all, p...)
-			forwarded = append(forwarded, h.Write(p)...)
-		}
-		hn := min(len(all), limit/2)
-		tn := min(len(all)-hn, limit-limit/2)
-		if !bytes.Equal(h.Head(), all[:hn]) || !bytes.Equal(forwarded, all[:hn]) {
-			t.Fatalf("head wrong (limit %d, %d bytes)", limit, len(all))
-		}
-		if !bytes.Equal(h.Tail(), all[len(all)-tn:]) {
-			t.Fatalf("tail wrong (limit %d, %d bytes): %x vs %x", limit, len(all), h.Tail(), all[len(all)-tn:])
-		}
-		if h.Dropped() != int64(len(all)-hn-tn) {
-			t.Fatalf("dropped %d, want %d", h.Dropped(), len(all)-hn-tn)
-		}
 	}
 }
 
@@ -208,7 +181,7 @@ func TestHeadTail(t *testing.T) {
 func TestClientCapsWithoutAgentCap(t *testing.T) {
 	_, c, _ := agent(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			r.Header.Del(HeaderMaxOutputBytes)
+			r.Header.Del(envd.HeaderMaxOutputBytes)
 			h.ServeHTTP(w, r)
 		})
 	})
@@ -226,14 +199,14 @@ func TestDisconnectDoesNotKill(t *testing.T) {
 	_ = ws
 	hc := rawClient(sock)
 	var env bytes.Buffer
-	_ = writeEnvelope(&env, 0, []byte(`{"process":{"cmd":"sleep","args":["30"]},"tag":"t1"}`))
-	req, _ := http.NewRequest("POST", "http://x"+PathProcessStart, &env)
+	_ = envd.WriteEnvelope(&env, 0, []byte(`{"process":{"cmd":"sleep","args":["30"]},"tag":"t1"}`))
+	req, _ := http.NewRequest("POST", "http://x"+envd.PathProcessStart, &env)
 	req.Header.Set("Content-Type", "application/connect+json")
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readEnvelope(resp.Body); err != nil {
+	if _, _, err := envd.ReadEnvelope(resp.Body); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close() // walk away
@@ -244,7 +217,7 @@ func TestDisconnectDoesNotKill(t *testing.T) {
 	if err != nil || len(procs) != 1 || procs[0].Tag != "t1" {
 		t.Fatalf("after disconnect: %+v %v", procs, err)
 	}
-	if err := c.Signal(ctx, procs[0].Pid, SignalKill); err != nil {
+	if err := c.Signal(ctx, procs[0].Pid, envd.SignalKill); err != nil {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
@@ -255,7 +228,7 @@ func TestDisconnectDoesNotKill(t *testing.T) {
 	if len(procs) != 0 {
 		t.Fatalf("still running after SIGKILL: %+v", procs)
 	}
-	if err := c.Signal(ctx, 999999, SignalKill); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := c.Signal(ctx, 999999, envd.SignalKill); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("signal unknown pid: %v", err)
 	}
 }
@@ -272,7 +245,7 @@ func TestExecCancelBeforeStart(t *testing.T) {
 			t.Fatalf("canceled exec: %+v %v", res, err)
 		}
 	}
-	var procs []ProcessInfo
+	var procs []envd.ProcessInfo
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if procs, _ = c.Processes(context.Background()); len(procs) == 0 {
 			return
@@ -311,7 +284,7 @@ func TestClientErrorsAndClose(t *testing.T) {
 // TestDrainKeepsBufferedOutput: even when the drain deadline has passed before a reader
 // ran, what the process wrote before exiting is delivered.
 func TestDrainKeepsBufferedOutput(t *testing.T) {
-	_, c, _ := agentWith(t, ServerConfig{DrainTimeout: time.Nanosecond}, nil)
+	_, c, _ := agentWith(t, Config{DrainTimeout: time.Nanosecond}, nil)
 	for i := range 20 {
 		res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "seq 1 5000; seq 1 3000 >&2"}})
 		if err != nil || len(res.Stdout) != 23893 || len(res.Stderr) != 13893 {

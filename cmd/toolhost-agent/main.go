@@ -1,0 +1,65 @@
+// Command toolhost-agent is the sandbox data plane's agent as a program of its own: the
+// envd-compatible server (package agent) that a local sandbox runs as its pid 1 by
+// re-executing the host's binary, built alone so that a remote provider (a pod, a VM) can
+// ship it into its sandboxes and reach it over TCP.
+//
+//	toolhost-agent --listen 0.0.0.0:49983 --workspace /home/user
+//
+// It serves until SIGTERM or SIGINT. It trusts whoever can reach its address: put it where
+// only the host can (a private network, a port the provider forwards with its own auth),
+// as E2B does with its envd.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd/agent"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "toolhost-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("toolhost-agent", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:49983", "address to serve on: host:port, or unix:/path/to/socket")
+	workspace := fs.String("workspace", sandbox.WorkspaceRoot, "the directory that stands for the workspace")
+	logDir := fs.String("log-dir", agent.DefaultLogDir, "where background processes log")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	network, addr := "tcp", *listen
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", p
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1})
+	if err != nil {
+		l.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("toolhost-agent serving", "addr", l.Addr().String(), "workspace", *workspace)
+	if err := srv.Serve(ctx, l); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
