@@ -111,7 +111,7 @@ func rawStoreList(prefix string, out []byte) int64 {
 	return hostStoreList(prefix, ptr(out), uint32(len(out)))
 }
 func rawStoreDelete(key string) int64 { return hostStoreDelete(key) }
-func rawRemove(path string) int64 { return hostRemove(path) }
+func rawRemove(path string) int64     { return hostRemove(path) }
 func rawProcess(req, out []byte) int64 {
 	return hostProcess(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
 }
