@@ -228,7 +228,7 @@ func TestToolsAnthropic(t *testing.T) {
 			names = append(names, name)
 		}
 		slices.Sort(names)
-		want := []string{"bash", "bash_kill", "bash_output", "edit_file", "exec_command", "glob", "grep", "read_file", "take_screenshot", "write_file", "write_stdin"}
+		want := []string{"apply_patch", "bash", "bash_kill", "bash_output", "edit_file", "exec_command", "glob", "grep", "read_file", "take_screenshot", "write_file", "write_stdin"}
 		if !slices.Equal(names, want) {
 			t.Errorf("toolhost %v: tools %v, want %v", args, names, want)
 		}
@@ -815,7 +815,7 @@ func TestGoInstall(t *testing.T) {
 	}
 	r := run("tools")
 	var tools []abi.Tool
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 11 {
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 12 {
 		t.Fatalf("tools from /:\n%s", r)
 	}
 	r = run("call", "bash", `{"command":"echo hi > hi.txt; cat hi.txt; pwd"}`, "--log-level", "warn")

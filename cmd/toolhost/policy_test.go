@@ -190,8 +190,8 @@ func TestPolicyExample(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644)
 	for _, c := range []struct{ config, tool, input, want string }{
-		{"reviewer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: nothing)"},
-		{"docs-writer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: docs/**)"},
+		{"reviewer.yaml", "write_file", `{"path":"new.go","content":"x"}`, "policy: plugin editfile may not write new.go (allowed: nothing)"},
+		{"docs-writer.yaml", "write_file", `{"path":"new.go","content":"x"}`, "policy: plugin editfile may not write new.go (allowed: docs/**)"},
 	} {
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		env := []string{"TOOLHOST_AUDIT_FILE=" + audit} // not /var/log/toolhost

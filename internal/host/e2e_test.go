@@ -161,7 +161,7 @@ func TestToolsList(t *testing.T) {
 	for _, tl := range newHost(t).Tools() {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "bash,bash_output,bash_kill,exec_command,write_stdin,read_file,write_file,edit_file,grep,glob,take_screenshot" {
+	if got := strings.Join(names, ","); got != "bash,bash_output,bash_kill,exec_command,write_stdin,read_file,write_file,edit_file,apply_patch,grep,glob,take_screenshot" {
 		t.Fatalf("tools = %s", got)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,16 +94,24 @@ func TestTerminalPythonREPL(t *testing.T) {
 }
 
 func TestTerminalBoundsAndSignals(t *testing.T) {
-	_, c, _ := agent(t, nil)
+	ws, c, _ := agent(t, nil)
 	ctx := context.Background()
 	w := sandbox.TerminalWait{Wait: 30 * time.Second, Quiet: 200 * time.Millisecond}
 
 	// A program that talks more than the buffer holds while nobody reads: the oldest
 	// bytes go and are counted; its end is still reported.
-	out, err := c.StartTerminal(ctx, sandbox.TerminalRequest{Argv: []string{"sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; sleep 1; echo END"}},
+	out, err := c.StartTerminal(ctx, sandbox.TerminalRequest{Argv: []string{"sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; touch written; sleep 1; echo END"}},
 		sandbox.TerminalWait{Wait: 100 * time.Millisecond, Quiet: 50 * time.Millisecond, MaxBytes: 10})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(ws, "written")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the talker never finished writing")
+		}
 	}
 	var total int
 	var dropped int64
@@ -121,7 +131,7 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 			tail = tail[len(tail)-100:]
 		}
 	}
-	if dropped == 0 || total > envd.MaxTerminalBuffer+100 || !strings.Contains(tail, "END") {
+	if dropped < 3_000_000-envd.MaxTerminalBuffer || total > envd.MaxTerminalBuffer+100 || !strings.Contains(tail, "END") {
 		t.Errorf("collected %d bytes, %d dropped, tail %q", total, dropped, tail)
 	}
 
