@@ -4,8 +4,8 @@ package toolhost
 // bubblewrap sandboxes under a session that rotates.
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
