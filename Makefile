@@ -29,7 +29,7 @@ all: build
 
 help:
 	@echo "make run      install what is missing, build, run the demo (bin/toolhost demo)"
-	@echo "make test     install what is missing, go vet, go test -race ./..."
+	@echo "make test     install what is missing, gofmt, go vet, staticcheck, go test -race ./..."
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
@@ -70,10 +70,15 @@ run: setup build
 	$(BIN)/toolhost demo
 
 # The wasip1-only files of pdk/ and plugins/ are compiled by `make plugins`; vetting them
-# with GOOS=wasip1 would also vet their tests, which run natively.
+# with GOOS=wasip1 would also vet their tests, which run natively. gofmt and staticcheck
+# run here too; staticcheck through `go tool`, so its version is the one go.mod pins
+# (honnef.co/go/tools; `go get -tool honnef.co/go/tools/cmd/staticcheck@vX` moves it).
 vet:
+	@out="$$(gofmt -l . | grep -v '/node_modules/' || true)"; \
+	if [ -n "$$out" ]; then echo "gofmt: these files are not formatted (gofmt -w them):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd $(GATEWAY) && $(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 # With CI=true (.ci/run) a test that lacks bubblewrap, the browser or another capability
 # of the machine fails instead of skipping.

@@ -617,7 +617,7 @@ func secretValues(p Plugin) (map[string]string, error) {
 			}
 			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 		default:
-			return nil, fmt.Errorf("secret %s: %q says neither env: nor file:", name, p.Secrets[name])
+			return nil, fmt.Errorf("secret %s: %q names neither an env: nor a file: source", name, p.Secrets[name])
 		}
 		if len(v) < host.MinSecretLen {
 			return nil, fmt.Errorf("secret %s: its value is shorter than %d characters, too short to keep out of results", name, host.MinSecretLen)

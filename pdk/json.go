@@ -464,13 +464,6 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-func appendBool(dst []byte, v bool) []byte {
-	if v {
-		return append(dst, "true"...)
-	}
-	return append(dst, "false"...)
-}
-
 // Word-at-a-time checks. Under wazero's CloseOnContextDone every branch of Go guest code
 // pays an interrupt check, so a byte loop costs tens of nanoseconds per byte; testing eight
 // bytes with one 64-bit load and a few arithmetic operations is several times cheaper.

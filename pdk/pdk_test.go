@@ -233,6 +233,7 @@ func TestHandle(t *testing.T) {
 		Run: func(in Input) abi.Result { return abi.Text(in.String("path") + "|" + string(in.JSON())) }})
 	Register(Tool{Name: "boom", Schema: `{"type":"object"}`, Run: func(in Input) abi.Result {
 		var m map[string]int
+		//lint:ignore SA5000 the panic is the point
 		m["x"] = 1 // nil map write: a runtime error panic
 		return abi.Text("unreachable")
 	}})

@@ -5,9 +5,10 @@
 #                             the workspace volumes), Debian's python3 (the demo serves
 #                             a page from the sandbox with python3 -m http.server) and
 #                             poppler-utils (read_file reads PDFs with it in the sandbox)
-#   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo), and
+#   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo),
 #                             clang for wasm32-wasi (clang, lld, wasi-libc and the
-#                             wasm32 compiler runtime), which builds the C example plugin
+#                             wasm32 compiler runtime), which builds the C example plugin,
+#                             and iproute2 (the egress tests' network namespaces)
 #
 # The browser for screenshots is scripts/setup-browser.sh's job (make run and make test run
 # both).
@@ -57,6 +58,8 @@ if $want_test; then
 	command -v clang >/dev/null 2>&1 || missing+=(clang)
 	command -v wasm-ld >/dev/null 2>&1 || missing+=(lld)
 	[ -e /usr/include/wasm32-wasi/stdio.h ] || missing+=(wasi-libc)
+	# The egress tests build their own internet in network namespaces with ip(8).
+	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 fi
 
 if ((${#missing[@]})); then

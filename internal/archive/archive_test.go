@@ -327,7 +327,6 @@ type entry struct {
 	typ      byte
 	link     string
 	body     string
-	size     int64 // declared size when >= 0 and body is empty; for bombs
 	mode     int64
 	zeroFill int64 // write this many zero bytes as the body
 }

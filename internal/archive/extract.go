@@ -385,7 +385,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		x.st.Dirs++
 		return nil
 
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // tar.Reader reports the old TypeRegA as TypeReg
 		if name == "." {
 			return fmt.Errorf("entry %q: a file cannot be the root: %w", hdr.Name, ErrUnsafe)
 		}

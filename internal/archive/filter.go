@@ -222,7 +222,7 @@ func (f *filter) judge(hdr *tar.Header) (*tar.Header, error) {
 		out.Typeflag, out.Name = tar.TypeDir, name+"/"
 		return out, nil
 
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // tar.Reader reports the old TypeRegA as TypeReg
 		if name == "." {
 			return nil, fmt.Errorf("entry %q: a file cannot be the root: %w", hdr.Name, ErrUnsafe)
 		}

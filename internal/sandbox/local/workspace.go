@@ -147,6 +147,3 @@ func (w *workspace) unlock() {
 	w.lock.Close()
 	w.lock = nil
 }
-
-// limitsDisk reports whether the workspace's disk use is bounded.
-func (w *workspace) limitsDisk() bool { return w.kind == "volume" }

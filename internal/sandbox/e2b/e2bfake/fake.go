@@ -269,6 +269,7 @@ func (s *Server) sandboxRoute(r *http.Request) (id string, port int, ok bool, er
 		}
 		p, err := strconv.Atoi(hport)
 		if err != nil || p < 1 || p > 65535 {
+			//lint:ignore ST1005 E2B's own message, as its clients see it
 			return "", 0, false, errors.New("Invalid sandbox port")
 		}
 		return hid, p, true, nil
@@ -284,10 +285,12 @@ func (s *Server) sandboxRoute(r *http.Request) (id string, port int, ok bool, er
 	}
 	parts := strings.Split(label, "-")
 	if len(parts) < 2 {
+		//lint:ignore ST1005 E2B's own message, as its clients see it
 		return "", 0, false, errors.New("Invalid host")
 	}
 	p, err := strconv.Atoi(parts[0])
 	if err != nil || p < 1 || p > 65535 {
+		//lint:ignore ST1005 E2B's own message, as its clients see it
 		return "", 0, false, errors.New("Invalid sandbox port")
 	}
 	return parts[1], p, true, nil

@@ -1,0 +1,526 @@
+// Package egress is the door in the sandbox's wall: a gateway through which a sandbox
+// reaches the destinations its policy names and nothing else.
+//
+// A sandbox has no route anywhere. Its only way out is a connection to the gateway, which
+// speaks three protocols on one stream, told apart by the first byte: an HTTP forward
+// proxy (absolute-form requests), HTTP CONNECT tunnels, and SOCKS5 with domain names.
+// For every destination the gateway
+//
+//   - normalizes the name the sandbox wrote (case, trailing dot, IDNA; every spelling of
+//     an IP address is an address) and decides it against the policy (deny wins; domains,
+//     *.domain wildcards, domain:port, CIDRs; ports 80 and 443 by default);
+//   - resolves the name itself, and checks every address it got just before it connects:
+//     loopback, private, link-local (every cloud's metadata service), multicast,
+//     unspecified, reserved and the host's own addresses are refused whatever name led
+//     there;
+//   - checks that a TLS client's server name agrees with the CONNECT or SOCKS target;
+//   - bounds the sandbox: bytes per session (Budget), connections at once, an idle
+//     timeout per connection;
+//   - terminates TLS only for the domains it injects a credential into (a header whose
+//     value never enters the sandbox), with a CA of that sandbox's own;
+//   - audits every connection (sandbox, command, name, address, port, decision, the rule
+//     that decided, bytes each way, duration), and keeps what it refused per command so
+//     a tool result can tell the model.
+//
+// A refusal answers with a message written for the model that made the request: what was
+// refused, why, and what to do (ask the operator to add it).
+//
+// The gateway is host code and treats everything the sandbox sends as hostile: every
+// read has a deadline, every buffer a bound, and nothing it says is trusted beyond the
+// connection it came on. Which sandbox a connection belongs to is decided by the caller of
+// ServeConn (the socket it arrived on), never by the sandbox.
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Limits and Config.
+const (
+	DefaultMaxConns    = 256
+	DefaultIdleTimeout = 5 * time.Minute
+	DefaultDialTimeout = 10 * time.Second
+	// handshakeTimeout bounds what the sandbox must send before anything is decided: a
+	// request head, a SOCKS5 greeting, a TLS ClientHello.
+	handshakeTimeout = 30 * time.Second
+	// maxHead bounds an HTTP request head (request line and headers): the size of the
+	// buffer it is read into.
+	maxHead = 32 << 10
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// Resolver resolves names (sandbox.egress.resolver); nil is SystemResolver.
+	Resolver Resolver
+	// CacheTTL keeps resolved addresses for a while (they are checked again at every
+	// connect); 0 is 10 s, negative disables the cache.
+	CacheTTL time.Duration
+	// Dialer connects upstream; nil is a net.Dialer.
+	Dialer Dialer
+	// DialTimeout bounds one connect; 0 is DefaultDialTimeout.
+	DialTimeout time.Duration
+	// HostAddrs lists this host's own addresses, which are refused; nil lists the
+	// addresses of this network namespace's interfaces.
+	HostAddrs func() ([]netip.Addr, error)
+	// RootCAs verify upstream servers where the gateway itself speaks TLS to them (the
+	// domains it injects credentials into); nil is the host's roots.
+	RootCAs *x509.CertPool
+	// Audit receives one record per connection (per request for plain HTTP). It must be
+	// safe for concurrent use and must not block for long.
+	Audit func(*Record)
+	// Logger logs the gateway's own troubles; nil discards.
+	Logger *slog.Logger
+}
+
+// Gateway serves the connections of many sandboxes; each is a Client with its own policy.
+type Gateway struct {
+	cfg      Config
+	log      *slog.Logger
+	resolver Resolver
+	dialer   Dialer
+	own      *hostAddrs
+}
+
+// New makes a gateway.
+func New(cfg Config) *Gateway {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.HostAddrs == nil {
+		cfg.HostAddrs = interfaceAddrs
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, own: &hostAddrs{list: cfg.HostAddrs}}
+	g.resolver = cfg.Resolver
+	if g.resolver == nil {
+		g.resolver = SystemResolver{}
+	}
+	switch {
+	case cfg.CacheTTL == 0:
+		g.resolver = &cachingResolver{r: g.resolver, ttl: 10 * time.Second}
+	case cfg.CacheTTL > 0:
+		g.resolver = &cachingResolver{r: g.resolver, ttl: cfg.CacheTTL}
+	}
+	g.dialer = cfg.Dialer
+	if g.dialer == nil {
+		g.dialer = &net.Dialer{}
+	}
+	return g
+}
+
+// Check resolves and decides a destination without connecting: `toolhost policy test`
+// and the doctor ask it. hostport is "name:port" (or an address); the verdict names the
+// rule that decided.
+func (g *Gateway) Check(ctx context.Context, p *Policy, hostport string) (Verdict, []netip.Addr) {
+	hs, port, err := splitHostPort(hostport, 0)
+	if err != nil {
+		return Verdict{Rule: "malformed destination", Reason: "egress: " + err.Error(), Status: 400}, nil
+	}
+	h, err := parseHost(hs)
+	if err != nil {
+		return refuse("not a name", fmt.Sprintf("%q is %v", hs, err)), nil
+	}
+	pd := p.checkHost(h, port)
+	if pd.decided {
+		return pd.v, nil
+	}
+	addrs, v := g.resolve(ctx, h)
+	if !v.Allowed && v.Rule != "" {
+		return v, nil
+	}
+	return p.checkAddrs(h, port, pd, addrs, g.own.has), addrs
+}
+
+// resolve returns a host's addresses: the literal, or what the resolver says.
+func (g *Gateway) resolve(ctx context.Context, h host) ([]netip.Addr, Verdict) {
+	if h.isAddr() {
+		return []netip.Addr{h.addr}, Verdict{}
+	}
+	addrs, err := g.resolver.LookupNetIP(ctx, h.name)
+	if err != nil {
+		if errors.Is(err, ErrNoSuchHost) {
+			return nil, Verdict{Rule: "no such host", Reason: fmt.Sprintf("egress: %s does not exist (the gateway's resolver found no address for it)", h.name), Status: 502}
+		}
+		return nil, Verdict{Rule: "resolver failed", Reason: fmt.Sprintf("egress: the name %s could not be resolved (%v); try again later", h.name, errors.Unwrap(err)), Status: 502}
+	}
+	return addrs, Verdict{}
+}
+
+// Limits bound one sandbox's use of the gateway; zero fields take the defaults.
+type Limits struct {
+	// MaxConns is how many connections the sandbox may have open at once.
+	MaxConns int
+	// IdleTimeout ends a connection with no bytes either way for this long.
+	IdleTimeout time.Duration
+}
+
+// Injection adds a header to every request to one domain: a credential the sandbox uses
+// without ever holding it. The gateway terminates TLS for that domain only.
+type Injection struct {
+	// Domain is the exact name (normalized like policy entries); no wildcard.
+	Domain string
+	// Header is the header's name, Value its value (the secret).
+	Header, Value string
+}
+
+// ClientConfig configures the gateway's side of one sandbox.
+type ClientConfig struct {
+	// Sandbox names the sandbox in audit records and logs.
+	Sandbox string
+	// Policy decides its destinations (Client.SetPolicy changes it at run time).
+	Policy *Policy
+	// Budget bounds the bytes it sends and receives; shared by the sandboxes of one
+	// session (a rotation's successor spends the same budget). nil is unlimited.
+	Budget *Budget
+	Limits Limits
+	// Inject lists the credentials to add, by domain.
+	Inject []Injection
+}
+
+// Client is the gateway's side of one sandbox: its policy, its bounds, its connections.
+type Client struct {
+	g      *Gateway
+	id     string
+	policy atomic.Pointer[Policy]
+	budget *Budget
+	limits Limits
+	inject *injector // nil without injections
+
+	transport *http.Transport // upstream for plain HTTP and injected HTTPS
+
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+	slots  chan struct{} // one per open connection
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+	refused refusals
+
+	allowed, denied atomic.Int64
+}
+
+// NewClient makes the gateway's side of one sandbox.
+func (g *Gateway) NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("egress client: no policy")
+	}
+	if cfg.Limits.MaxConns <= 0 {
+		cfg.Limits.MaxConns = DefaultMaxConns
+	}
+	if cfg.Limits.IdleTimeout <= 0 {
+		cfg.Limits.IdleTimeout = DefaultIdleTimeout
+	}
+	c := &Client{
+		g: g, id: cfg.Sandbox, budget: cfg.Budget, limits: cfg.Limits,
+		slots: make(chan struct{}, cfg.Limits.MaxConns),
+		conns: map[net.Conn]struct{}{},
+	}
+	c.policy.Store(cfg.Policy)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if len(cfg.Inject) > 0 {
+		inj, err := newInjector(cfg.Sandbox, cfg.Inject)
+		if err != nil {
+			return nil, fmt.Errorf("egress client for %s: %w", cfg.Sandbox, err)
+		}
+		c.inject = inj
+	}
+	c.transport = c.newTransport()
+	return c, nil
+}
+
+// Policy is the policy in force.
+func (c *Client) Policy() *Policy { return c.policy.Load() }
+
+// SetPolicy replaces the policy for new connections and requests; open tunnels stay.
+func (c *Client) SetPolicy(p *Policy) {
+	c.policy.Store(p)
+	c.transport.CloseIdleConnections()
+}
+
+// CACert is the PEM certificate of this sandbox's CA, which the sandbox must trust for
+// the injected domains; nil without injections.
+func (c *Client) CACert() []byte {
+	if c.inject == nil {
+		return nil
+	}
+	return c.inject.caPEM
+}
+
+// Stats counts the connections (and plain HTTP requests) allowed and refused so far.
+func (c *Client) Stats() (allowed, refused int64) { return c.allowed.Load(), c.denied.Load() }
+
+// ConnInfo is what the caller of ServeConn knows about a connection's origin.
+type ConnInfo struct {
+	// Command names the command that made the connection (the agent's attribution), ""
+	// when unknown.
+	Command string
+}
+
+// ServeConn serves one connection from the sandbox until it ends, the sandbox's limits
+// end it, or the client is closed; it closes conn.
+func (c *Client) ServeConn(conn net.Conn, info ConnInfo) {
+	if !c.track(conn) {
+		conn.Close()
+		return
+	}
+	defer c.untrack(conn)
+	defer conn.Close()
+	s := &session{c: c, conn: conn, info: info}
+	s.serve()
+}
+
+// Serve accepts connections from l and serves each (with an empty ConnInfo) until l
+// fails or the client is closed; then it closes l. For tests and for providers whose
+// sandboxes reach the gateway through a listener of their own.
+func (c *Client) Serve(l net.Listener) error {
+	stop := context.AfterFunc(c.ctx, func() { l.Close() })
+	defer stop()
+	defer l.Close()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			conn.Close()
+			return nil
+		}
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go func() { // counted in c.wg; Close closes conn and waits
+			defer c.wg.Done()
+			c.ServeConn(conn, ConnInfo{})
+		}()
+	}
+}
+
+func (c *Client) track(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.conns[conn] = struct{}{}
+	c.wg.Add(1)
+	return true
+}
+
+func (c *Client) untrack(conn net.Conn) {
+	c.mu.Lock()
+	delete(c.conns, conn)
+	c.mu.Unlock()
+	c.wg.Done()
+}
+
+// Close ends every connection of the sandbox and waits for them.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	for conn := range c.conns {
+		conn.Close()
+	}
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	c.transport.CloseIdleConnections()
+}
+
+// Budget bounds the bytes a session's sandboxes move through the gateway, both ways
+// together (sandbox.egress.max_bytes).
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget makes a budget of max bytes; max <= 0 is unlimited.
+func NewBudget(max int64) *Budget { return &Budget{max: max} }
+
+// Max is the bound; 0 for unlimited.
+func (b *Budget) Max() int64 {
+	if b == nil || b.max <= 0 {
+		return 0
+	}
+	return b.max
+}
+
+// Used is how many bytes were spent.
+func (b *Budget) Used() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
+// take spends up to n bytes and returns how many the budget had room for.
+func (b *Budget) take(n int) int {
+	if b == nil || b.max <= 0 || n == 0 {
+		return n
+	}
+	for {
+		cur := b.used.Load()
+		room := b.max - cur
+		if room <= 0 {
+			return 0
+		}
+		k := min(int64(n), room)
+		if b.used.CompareAndSwap(cur, cur+k) {
+			return int(k)
+		}
+	}
+}
+
+// give returns n bytes taken and not used.
+func (b *Budget) give(n int) {
+	if b == nil || b.max <= 0 {
+		return
+	}
+	b.used.Add(-int64(n))
+}
+
+// left is how many bytes remain; -1 for unlimited.
+func (b *Budget) left() int64 {
+	if b == nil || b.max <= 0 {
+		return -1
+	}
+	return max(0, b.max-b.used.Load())
+}
+
+// errBudget: the session's budget is spent.
+var errBudget = errors.New("the session's network budget is used up")
+
+func (c *Client) budgetReason() string {
+	return fmt.Sprintf("egress: this session's network budget of %s (sandbox.egress.max_bytes) is used up; nothing more can be downloaded or sent in this session",
+		humanBytes(c.budget.Max()))
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', -1, 64) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// Record is the audit of one connection (one request, for plain HTTP).
+type Record struct {
+	Time    time.Time `json:"time"` // when it ended
+	Sandbox string    `json:"sandbox"`
+	Command string    `json:"command,omitempty"`
+	// Proto is how the sandbox asked: "http" (a forward request), "connect", "socks5".
+	Proto string `json:"proto"`
+	// Name is the destination as decided (normalized name, or address); Addr the address
+	// connected to; Port the port.
+	Name string `json:"name"`
+	Addr string `json:"addr,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// Decision is "allow" or "deny"; Rule the rule that decided; Reason, for a refusal,
+	// what the sandbox was told.
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+	// Error is why an allowed connection failed or was cut (unreachable, the budget).
+	Error string `json:"error,omitempty"`
+	// Injected names the header the gateway added (never its value).
+	Injected string `json:"injected,omitempty"`
+	// BytesUp went from the sandbox, BytesDown to it.
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
+	Micros    int64 `json:"us"`
+}
+
+// Decisions of a Record.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+func (c *Client) audit(r *Record) {
+	if r.Decision == Deny {
+		c.denied.Add(1)
+	} else {
+		c.allowed.Add(1)
+	}
+	if c.g.cfg.Audit != nil {
+		c.g.cfg.Audit(r)
+	}
+}
+
+// session serves one connection.
+type session struct {
+	c    *Client
+	conn net.Conn
+	info ConnInfo
+	m    *meter // conn, counted and bounded
+	br   *bufio.Reader
+}
+
+func (s *session) serve() {
+	c := s.c
+	s.m = newMeter(s.conn, c.budget, c.limits.IdleTimeout)
+	defer s.m.stop()
+	s.br = bufio.NewReaderSize(s.m, maxHead)
+	_ = s.conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	first, err := s.br.Peek(1)
+	if err != nil {
+		return
+	}
+	// One slot per connection: past the limit the connection is refused in its own
+	// protocol, so the client reads why.
+	select {
+	case c.slots <- struct{}{}:
+		defer func() { <-c.slots }()
+	default:
+		reason := fmt.Sprintf("egress: %d connections of this sandbox are open already (the limit); close some and try again", c.limits.MaxConns)
+		s.refuseEarly(first[0], reason)
+		return
+	}
+	switch first[0] {
+	case socks5Version:
+		s.socks()
+	default:
+		s.http()
+	}
+}
+
+// refuseEarly answers a connection over the limit, in the protocol it started.
+func (s *session) refuseEarly(first byte, reason string) {
+	r := &Record{Time: time.Now(), Sandbox: s.c.id, Command: s.info.Command, Decision: Deny, Rule: "too many connections", Reason: reason}
+	s.c.refused.add(s.info.Command, "more connections", reason)
+	s.c.audit(r)
+	if first == socks5Version {
+		r.Proto = "socks5"
+		_, _ = s.conn.Write([]byte{socks5Version, 0xff}) // no acceptable method: the client stops
+	} else {
+		r.Proto = "http"
+		writeRefusal(s.conn, Verdict{Reason: reason, Status: http.StatusServiceUnavailable}, false)
+	}
+}
