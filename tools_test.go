@@ -157,7 +157,7 @@ func TestNpmInitThroughStdin(t *testing.T) {
 			break // an npm that does not ask it
 		}
 		// Read until npm asks this question, then answer it.
-		out = readUntil(t, s, id, out, a.prompt)
+		readUntil(t, s, id, out, a.prompt)
 		out = readUntil(t, s, id, "", "", a.answer+"\n")
 	}
 	t.Logf("answered npm init in %s", time.Since(start))

@@ -156,7 +156,7 @@ func TestShellRemembers(t *testing.T) {
 	if !strings.Contains(got, "[]\n[exit 3]") {
 		t.Errorf("unset did not carry over, or the exit code was lost: %q", got)
 	}
-	got, _ = w.Call("bash", `{"command":"cd .. && rmdir src 2>/dev/null; mkdir -p d && cd d && rmdir ../d"}`)
+	w.Call("bash", `{"command":"cd .. && rmdir src 2>/dev/null; mkdir -p d && cd d && rmdir ../d"}`)
 	got, _ = w.Call("bash", `{"command":"pwd"}`)
 	if !strings.Contains(got, "no longer exists") || !strings.Contains(got, w.Root+"\n") {
 		t.Errorf("a directory that is gone: %q", got)

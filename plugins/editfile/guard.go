@@ -36,13 +36,17 @@ func seenKey(path string) string {
 
 // markSeen records that the session has seen (or written) version of path.
 func markSeen(path, version string) {
-	if version != "" {
+	if version != "" && guardOn() {
 		_ = pdk.SessionSet(seenKey(path), []byte(version))
 	}
 }
 
 // forget drops the record of a file that is gone.
-func forget(path string) { _ = pdk.SessionSet(seenKey(path), nil) }
+func forget(path string) {
+	if guardOn() {
+		_ = pdk.SessionSet(seenKey(path), nil)
+	}
+}
 
 func versionOf(data []byte) string {
 	sum := sha256.Sum256(data)

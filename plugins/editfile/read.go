@@ -54,7 +54,7 @@ func readFile(in pdk.Input) abi.Result {
 		return readMedia(in, path, kind)
 	}
 	h, text, err := pdk.ReadText(abi.ReadTextRequest{Path: path, Offset: offset, Limit: limit,
-		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true, Version: true})
+		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true, Version: guardOn()})
 	if err != nil {
 		if errors.Is(err, pdk.ErrIsDir) {
 			return abi.ErrorText("Error: " + path + " is a directory; use glob or bash ls to list it")
