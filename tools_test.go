@@ -40,7 +40,7 @@ func TestShellRemembersAcrossRotations(t *testing.T) {
 	expect(t, s, "bash", `{"command":"mkdir -p src && cd src && export X=1"}`, false, "[cwd is now /home/user/src]")
 	expect(t, s, "bash", `{"command":"pwd; echo $X"}`, false, "/home/user/src\n1\n[exit 0]")
 	for range 2 {
-		if err := s.Sandbox().Rotate(ctx); err != nil {
+		if err := s.live.Rotate(ctx); err != nil {
 			t.Fatal(err)
 		}
 		res := expect(t, s, "bash", `{"command":"pwd; echo $X"}`, false, "/home/user/src\n1\n")
@@ -70,7 +70,7 @@ func TestBackgroundOutputAndKill(t *testing.T) {
 	expect(t, s, "bash_kill", in, false, "stopped with SIGTERM")
 	expect(t, s, "bash_output", in, false, "no longer running")
 	// A stopped command is not started again by a rotation.
-	if err := s.Sandbox().Rotate(context.Background()); err != nil {
+	if err := s.live.Rotate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	res = expect(t, s, "bash_output", in, false, "no longer running")
@@ -124,7 +124,7 @@ func TestPythonREPLThroughTheTerminalTools(t *testing.T) {
 	typeUntil(t, s, id, "print('after', double(4))\n", "after 8")
 
 	// After a rotation the program runs again, empty, and says so.
-	if err := s.Sandbox().Rotate(context.Background()); err != nil {
+	if err := s.live.Rotate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	out := typeUntil(t, s, id, "print('alive')\n", "alive")
@@ -227,7 +227,7 @@ func TestGuardedWritesInASandbox(t *testing.T) {
 	expect(t, s, "edit_file", `{"path":"conf.py","old_string":"a = 2","new_string":"a = 4"}`, true, "has changed since you last read it")
 	expect(t, s, "write_file", `{"path":"conf.py","content":"clobbered"}`, true, "has changed since you last read it")
 	// The guard survives a rotation.
-	if err := s.Sandbox().Rotate(context.Background()); err != nil {
+	if err := s.live.Rotate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, s, "edit_file", `{"path":"conf.py","old_string":"a = 2","new_string":"a = 4"}`, true, "has changed since you last read it")

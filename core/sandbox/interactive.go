@@ -28,7 +28,7 @@ func Remove(ctx context.Context, sb Sandbox, path string) error {
 	return r.Remove(ctx, path)
 }
 
-// Signal is what BackgroundProcesses.Signal and a terminal can send.
+// Signal is what ProcessSignaler.Signal and a terminal can send.
 type Signal string
 
 // Signals.
@@ -38,12 +38,9 @@ const (
 	SignalInterrupt Signal = "INT" // terminals only: what Ctrl-C sends
 )
 
-// BackgroundProcesses is a sandbox that can tell which of the background processes it
-// started (Start; their Process.ID) still run, and signal one's whole process group.
-type BackgroundProcesses interface {
-	// Running lists the background processes that still run (ID, PID and LogPath when
-	// known).
-	Running(ctx context.Context) ([]Process, error)
+// ProcessSignaler is a sandbox that can signal the whole process group of a background
+// process it started (Start; its Process.ID). Which still run, ProcessLister says.
+type ProcessSignaler interface {
 	// Signal sends SignalTerm or SignalKill to the process group of the background process
 	// id; ErrNotFound when none runs under that id.
 	Signal(ctx context.Context, id string, sig Signal) error

@@ -114,22 +114,26 @@ func (h *Host) process(ctx context.Context, inst *instance, c *hostCall) uint64 
 	if !ok {
 		return inst.status(abi.StatusNotFound, "process %s: no background command of this id was started by this plugin in this session", req.ID)
 	}
-	bp, ok := sandbox.As[sandbox.BackgroundProcesses](inst.sb)
+	pl, ok := sandbox.As[sandbox.ProcessLister](inst.sb)
 	if !ok {
 		return inst.status(abi.StatusIO, "process %s: this sandbox cannot tell whether its background commands run", req.ID)
 	}
 	if req.Signal != "" {
-		err := bp.Signal(ctx, req.ID, sandbox.Signal(req.Signal))
+		ps, ok := sandbox.As[sandbox.ProcessSignaler](inst.sb)
+		if !ok {
+			return inst.status(abi.StatusIO, "process %s: this sandbox cannot signal its background commands", req.ID)
+		}
+		err := ps.Signal(ctx, req.ID, sandbox.Signal(req.Signal))
 		if err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, fs.ErrNotExist) {
 			return inst.execStatus(fmt.Errorf("signal: %w", err))
 		}
 	}
-	running, err := bp.Running(ctx)
+	running, err := pl.Processes(ctx)
 	if err != nil {
 		return inst.execStatus(err)
 	}
 	reply := abi.ProcessReply{ID: req.ID, LogPath: own.logPath}
-	if i := slices.IndexFunc(running, func(p sandbox.Process) bool { return p.ID == req.ID }); i >= 0 {
+	if i := slices.IndexFunc(running, func(p sandbox.ProcessInfo) bool { return p.ID == req.ID }); i >= 0 {
 		reply.Running, reply.PID = true, running[i].PID
 	}
 	out, _ := json.Marshal(reply)

@@ -81,19 +81,19 @@ func (s *Session) runningTerms(ctx context.Context, old sandbox.Sandbox) []*term
 	s.bg.mu.Lock()
 	all := slices.Clone(s.bg.terms)
 	s.bg.mu.Unlock()
-	pl, ok := old.(processLister)
-	if len(all) == 0 || !ok || pl.Client() == nil {
+	pl, ok := sandbox.As[sandbox.ProcessLister](old)
+	if len(all) == 0 || !ok {
 		return all
 	}
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	infos, err := pl.Client().Processes(ctx)
+	infos, err := pl.Processes(ctx)
 	if err != nil {
 		return all
 	}
 	alive := map[string]bool{}
 	for _, in := range infos {
-		alive[in.Tag] = true
+		alive[in.ID] = true
 	}
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()

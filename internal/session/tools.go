@@ -13,25 +13,14 @@ import (
 // rotation must know (a process the agent stopped is not started again).
 
 var (
-	_ sandbox.Remover             = (*Session)(nil)
-	_ sandbox.BackgroundProcesses = (*Session)(nil)
+	_ sandbox.Remover         = (*Session)(nil)
+	_ sandbox.ProcessSignaler = (*Session)(nil)
 )
 
 // Remove removes a workspace entry in the current sandbox.
 func (s *Session) Remove(ctx context.Context, path string) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sandbox.Remove(ctx, sb, path) })
 	return err
-}
-
-// Running lists the background processes of the current sandbox that still run.
-func (s *Session) Running(ctx context.Context) ([]sandbox.Process, error) {
-	return do(ctx, s, func(sb sandbox.Sandbox) ([]sandbox.Process, error) {
-		bp, ok := sandbox.As[sandbox.BackgroundProcesses](sb)
-		if !ok {
-			return nil, errNoBackground(sb)
-		}
-		return bp.Running(ctx)
-	})
 }
 
 // Signal signals the background process id in the current sandbox. A process told to
@@ -42,17 +31,17 @@ func (s *Session) Signal(ctx context.Context, id string, sig sandbox.Signal) err
 		s.forget(id)
 	}
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
-		bp, ok := sandbox.As[sandbox.BackgroundProcesses](sb)
+		ps, ok := sandbox.As[sandbox.ProcessSignaler](sb)
 		if !ok {
 			return struct{}{}, errNoBackground(sb)
 		}
-		return struct{}{}, bp.Signal(ctx, id, sig)
+		return struct{}{}, ps.Signal(ctx, id, sig)
 	})
 	return err
 }
 
 func errNoBackground(sb sandbox.Sandbox) error {
-	return fmt.Errorf("sandbox %s cannot tell which background processes run: %w", sb.ID(), sandbox.ErrUnsupported)
+	return fmt.Errorf("sandbox %s cannot signal its background processes: %w", sb.ID(), sandbox.ErrUnsupported)
 }
 
 // forget drops a remembered background process.

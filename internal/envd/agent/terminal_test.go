@@ -179,10 +179,11 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 		t.Errorf("after one ended: %v", err)
 	}
 
-	// The programs listed as processes are not background commands.
-	running, err := c.Running(ctx)
-	if err != nil || len(running) != 0 {
-		t.Errorf("Running = %v, %v; terminals are not background commands", running, err)
+	// The terminals' programs are listed, under their terminal ids, so that a session
+	// knows which to start again after a rotation.
+	running, err := c.BackgroundProcesses(ctx)
+	if err != nil || len(running) != envd.MaxTerminals || !strings.HasPrefix(running[0].ID, envd.TerminalTagPrefix) {
+		t.Errorf("BackgroundProcesses = %v, %v; want the %d terminals", running, err, envd.MaxTerminals)
 	}
 }
 

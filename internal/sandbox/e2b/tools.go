@@ -13,8 +13,8 @@ import (
 // none between calls.
 
 var (
-	_ sandbox.Remover             = (*Sandbox)(nil)
-	_ sandbox.BackgroundProcesses = (*Sandbox)(nil)
+	_ sandbox.Remover         = (*Sandbox)(nil)
+	_ sandbox.ProcessSignaler = (*Sandbox)(nil)
 )
 
 // Remove removes a workspace entry. A symbolic link is removed itself, never what it
@@ -39,15 +39,6 @@ func (s *Sandbox) Remove(ctx context.Context, p string) error {
 	}
 	s.touched.Store(true)
 	return s.wrap(s.client.RemovePath(ctx, real))
-}
-
-// Running lists the background processes that still run.
-func (s *Sandbox) Running(ctx context.Context) ([]sandbox.Process, error) {
-	if err := s.closedErr(); err != nil {
-		return nil, err
-	}
-	ps, err := s.client.Running(ctx)
-	return ps, s.wrap(err)
 }
 
 // Signal signals the background process id (envd signals the process itself; its

@@ -10,8 +10,8 @@ import (
 // interactive.go), on the agent.
 
 var (
-	_ sandbox.Remover             = (*Sandbox)(nil)
-	_ sandbox.BackgroundProcesses = (*Sandbox)(nil)
+	_ sandbox.Remover         = (*Sandbox)(nil)
+	_ sandbox.ProcessSignaler = (*Sandbox)(nil)
 )
 
 // Remove removes a workspace entry (a directory with what is in it).
@@ -20,15 +20,6 @@ func (s *Sandbox) Remove(ctx context.Context, path string) error {
 		return err
 	}
 	return s.wrap(s.client.Remove(ctx, path))
-}
-
-// Running lists the background processes that still run.
-func (s *Sandbox) Running(ctx context.Context) ([]sandbox.Process, error) {
-	if err := s.closedErr(); err != nil {
-		return nil, err
-	}
-	ps, err := s.client.Running(ctx)
-	return ps, s.wrap(err)
 }
 
 // Signal signals the process group of the background process id.
