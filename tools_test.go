@@ -44,8 +44,8 @@ func TestShellRemembersAcrossRotations(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := expect(t, s, "bash", `{"command":"pwd; echo $X"}`, false, "/home/user/src\n1\n")
-		if strings.Contains(resultText(res), "cwd is now") {
-			t.Errorf("the directory did not change: %q", resultText(res))
+		if strings.Contains(testenv.ResultText(res), "cwd is now") {
+			t.Errorf("the directory did not change: %q", testenv.ResultText(res))
 		}
 	}
 	// Another session of the same project starts afresh: the state is the session's.
@@ -57,14 +57,14 @@ func TestShellRemembersAcrossRotations(t *testing.T) {
 func TestBackgroundOutputAndKill(t *testing.T) {
 	s := toolsSession(t, "background")
 	res := expect(t, s, "bash", `{"command":"for i in 1 2 3; do echo line$i; done; sleep 1000","background":true}`, false, "Started in background")
-	id := regexp.MustCompile(`id (bg-[0-9a-f]+)`).FindStringSubmatch(resultText(res))
+	id := regexp.MustCompile(`id (bg-[0-9a-f]+)`).FindStringSubmatch(testenv.ResultText(res))
 	if id == nil {
-		t.Fatalf("no id in %q", resultText(res))
+		t.Fatalf("no id in %q", testenv.ResultText(res))
 	}
 	in := `{"id":"` + id[1] + `"}`
-	waitFor(t, "the command's output", func() bool {
+	testenv.WaitFor(t, "the command's output", func() bool {
 		r, _ := s.Dispatch(context.Background(), "bash_output", json.RawMessage(in))
-		return strings.Contains(resultText(r), "line3")
+		return strings.Contains(testenv.ResultText(r), "line3")
 	})
 	expect(t, s, "bash_output", in, false, "running, pid", "[no new output]")
 	expect(t, s, "bash_kill", in, false, "stopped with SIGTERM")
@@ -74,8 +74,8 @@ func TestBackgroundOutputAndKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	res = expect(t, s, "bash_output", in, false, "no longer running")
-	if strings.Contains(resultText(res), "were restarted") {
-		t.Errorf("a stopped command was restarted: %q", resultText(res))
+	if strings.Contains(testenv.ResultText(res), "were restarted") {
+		t.Errorf("a stopped command was restarted: %q", testenv.ResultText(res))
 	}
 	expect(t, s, "bash_output", `{"id":"bg-0123456789abcdef"}`, true, "there is no background command bg-0123456789abcdef")
 }
@@ -99,11 +99,11 @@ func typeUntil(t *testing.T, s *Session, id, chars, want string) string {
 		in, _ := json.Marshal(map[string]any{"session_id": id, "chars": chars, "yield_time_ms": 3000})
 		chars = ""
 		res := expect(t, s, "write_stdin", string(in), false)
-		all.WriteString(resultText(res))
+		all.WriteString(testenv.ResultText(res))
 		if strings.Contains(all.String(), want) {
 			return all.String()
 		}
-		if strings.Contains(resultText(res), "exited with code") || time.Now().After(deadline) {
+		if strings.Contains(testenv.ResultText(res), "exited with code") || time.Now().After(deadline) {
 			t.Fatalf("session %s never said %q; it said %q", id, want, all.String())
 		}
 	}
@@ -112,8 +112,8 @@ func typeUntil(t *testing.T, s *Session, id, chars, want string) string {
 func TestPythonREPLThroughTheTerminalTools(t *testing.T) {
 	s := toolsSession(t, "repl")
 	res := expect(t, s, "exec_command", `{"cmd":"python3 -q","yield_time_ms":20000}`, false)
-	id := sessionID(t, resultText(res))
-	if !strings.Contains(resultText(res), ">>> ") {
+	id := sessionID(t, testenv.ResultText(res))
+	if !strings.Contains(testenv.ResultText(res), ">>> ") {
 		typeUntil(t, s, id, "", ">>> ")
 	}
 	typeUntil(t, s, id, "def double(x):\n    return 2 * x\n\n", ">>> ")
@@ -144,13 +144,13 @@ func TestNpmInitThroughStdin(t *testing.T) {
 	s := toolsSession(t, "npminit")
 	expect(t, s, "bash", `{"command":"mkdir -p app && cd app"}`, false)
 	res := expect(t, s, "exec_command", `{"cmd":"npm init","yield_time_ms":30000}`, false)
-	id := sessionID(t, resultText(res))
+	id := sessionID(t, testenv.ResultText(res))
 	answers := []struct{ prompt, answer string }{
 		{"package name:", "demo-app"}, {"version:", "0.2.0"}, {"description:", "made through stdin"},
 		{"entry point:", ""}, {"test command:", ""}, {"git repository:", ""}, {"keywords:", ""},
 		{"author:", "toolhost"}, {"license:", "MIT"}, {"type:", ""}, // npm 11 asks for the module type
 	}
-	out := output(resultText(res))
+	out := output(testenv.ResultText(res))
 	start := time.Now()
 	for _, a := range answers {
 		if a.prompt == "type:" && !strings.Contains(out, a.prompt) && strings.Contains(out, "Is this OK?") {
@@ -186,8 +186,8 @@ func readUntil(t *testing.T, s *Session, id, out, want string, chars ...string) 
 		in, _ := json.Marshal(map[string]any{"session_id": id, "chars": typed, "yield_time_ms": 3000})
 		typed = ""
 		res := expect(t, s, "write_stdin", string(in), false)
-		out += output(resultText(res))
-		if strings.Contains(resultText(res), "exited with code") || time.Now().After(deadline) {
+		out += output(testenv.ResultText(res))
+		if strings.Contains(testenv.ResultText(res), "exited with code") || time.Now().After(deadline) {
 			t.Fatalf("session %s never said %q; it said %q", id, want, out)
 		}
 		if want == "" {
@@ -220,9 +220,9 @@ func TestGuardedWritesInASandbox(t *testing.T) {
 	expect(t, s, "edit_file", edit, false, "File edited: conf.py")
 	// A background process changes the file behind the model's back.
 	expect(t, s, "bash", `{"command":"sleep 0.3; printf 'a = 2\nb = 3\n' > conf.py","background":true}`, false)
-	waitFor(t, "the background write", func() bool {
+	testenv.WaitFor(t, "the background write", func() bool {
 		r, _ := s.Dispatch(context.Background(), "bash", json.RawMessage(`{"command":"grep -c b conf.py"}`))
-		return strings.Contains(resultText(r), "1\n")
+		return strings.Contains(testenv.ResultText(r), "1\n")
 	})
 	expect(t, s, "edit_file", `{"path":"conf.py","old_string":"a = 2","new_string":"a = 4"}`, true, "has changed since you last read it")
 	expect(t, s, "write_file", `{"path":"conf.py","content":"clobbered"}`, true, "has changed since you last read it")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,14 +107,10 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	out0 := out.Output // what the start call collected, before the buffer filled
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(ws, "written")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the talker never finished writing")
-		}
-	}
+	testenv.WaitFor(t, "the talker to finish writing", func() bool {
+		_, err := os.Stat(filepath.Join(ws, "written"))
+		return err == nil
+	})
 	var total int
 	var dropped int64
 	var tail string
@@ -121,7 +118,6 @@ func TestTerminalBoundsAndSignals(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the talker never ended")
 		}
-		time.Sleep(300 * time.Millisecond)
 		if out, err = c.TerminalIO(ctx, out.ID, nil, "", w); err != nil {
 			t.Fatal(err)
 		}
