@@ -698,6 +698,7 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
+	terms := s.runningTerms(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
 	next, err := s.createRestored(ctx, why)
 	if err != nil {
@@ -707,6 +708,6 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
-	s.restartProcs(ctx, next, running, ports, why, "your files are as of the checkpoint you went back to")
+	s.restartProcs(ctx, next, running, terms, ports, why, "your files are as of the checkpoint you went back to")
 	return nil
 }
