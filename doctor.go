@@ -14,6 +14,7 @@ import (
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Check is one finding of Doctor: a part of the configuration and whether it is usable
@@ -117,7 +118,7 @@ func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) (_ []Chec
 			st.Close()
 		}
 	}()
-	probe := fmt.Sprintf("doctor/probe-%s-%d-%d", hostName(), os.Getpid(), time.Now().UnixNano())
+	probe := storekeys.DoctorProbe(hostName(), os.Getpid(), time.Now().UnixNano())
 	body := "toolhost doctor"
 	if _, err := st.store.Put(cctx, probe, strings.NewReader(body), store.PutOptions{Size: int64(len(body))}); err != nil {
 		c.Detail = doctorStoreHint(cfg, fmt.Errorf("writing a probe object: %w", err))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // A plugin this engine never compiled answers its first call in its quick form (the
@@ -39,7 +40,7 @@ func TestQuickFormThenCompiled(t *testing.T) {
 	}
 
 	s := h.OpenSession(memsandbox.New())
-	if res, err := s.Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || text(res) != "hi" {
+	if res, err := s.Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || testenv.ResultText(res) != "hi" {
 		t.Fatalf("first call: %+v, %v", res, err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a hang bound
@@ -50,7 +51,7 @@ func TestQuickFormThenCompiled(t *testing.T) {
 	if tr, err, ok := p.compiledTier(); !ok || err != nil || tr.quick {
 		t.Fatalf("after Settle: compiled form %v, %v, %v", tr, err, ok)
 	}
-	if res, err := s.Dispatch(ctx, "echo", json.RawMessage(`{"text":"again"}`)); err != nil || text(res) != "again" {
+	if res, err := s.Dispatch(ctx, "echo", json.RawMessage(`{"text":"again"}`)); err != nil || testenv.ResultText(res) != "again" {
 		t.Fatalf("call after compiling: %+v, %v", res, err)
 	}
 	for range len(p.pool.idle) {
@@ -73,7 +74,7 @@ func TestQuickFormThenCompiled(t *testing.T) {
 	if !p2.fromRecord || !p2.warm {
 		t.Fatalf("second host: from record %v, warm %v; want both", p2.fromRecord, p2.warm)
 	}
-	if res, err := h2.OpenSession(memsandbox.New()).Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || text(res) != "hi" {
+	if res, err := h2.OpenSession(memsandbox.New()).Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || testenv.ResultText(res) != "hi" {
 		t.Fatalf("call on the second host: %+v, %v", res, err)
 	}
 	if p2.quick.done != nil {
@@ -128,7 +129,7 @@ func TestSeed(t *testing.T) {
 	if p := h.plugins[0]; !p.fromRecord || p.quick.done != nil {
 		t.Fatalf("seeded: from record %v, quick form started %v", p.fromRecord, p.quick.done != nil)
 	}
-	if res, err := h.OpenSession(memsandbox.New()).Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || text(res) != "hi" {
+	if res, err := h.OpenSession(memsandbox.New()).Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || testenv.ResultText(res) != "hi" {
 		t.Fatalf("seeded call: %+v, %v", res, err)
 	}
 

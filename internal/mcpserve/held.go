@@ -20,7 +20,7 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/sessionapi"
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Sessions the shell holds: `toolhost session start` opens one through the session API
@@ -94,7 +94,7 @@ func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle 
 const shellOwner = "shell"
 
 func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
-	if err := snapshot.ValidProjectID(project); err != nil {
+	if err := storekeys.ValidProject(project); err != nil {
 		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
 	}
 	if workspace == "" {
@@ -290,6 +290,9 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 	var res abi.Result
 	if tool == CommitTool && !s.pluginCommit {
 		res = s.commitResult(ctx, h.b, sess, input)
+	} else if (tool == CheckpointsTool || tool == RewindTool) && !s.pluginTool(tool) {
+		msg, isErr := h.b.checkpointText(ctx, sess, tool, input)
+		res = abi.Result{IsError: isErr, Content: []abi.Content{{Type: abi.ContentText, Text: msg}}}
 	} else {
 		res, err = sess.Dispatch(ctx, tool, input)
 		if err != nil {
