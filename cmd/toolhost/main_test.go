@@ -715,17 +715,10 @@ func TestInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the command runs in the sandbox.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("the command never started\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Eventually(func() bool { _, err := os.Stat(filepath.Join(ws, "started")); return err == nil }) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the command never started\n%s", stderr.String())
 	}
 	start := time.Now()
 	cmd.Process.Signal(os.Interrupt)

@@ -85,15 +85,13 @@ func (e *sessionEnv) stopDaemon() {
 // waitGone waits (a hang bound, not a timing) for the daemon to exit and its socket to go.
 func waitGone(t testing.TB, pid int, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
+	if testenv.Eventually(func() bool {
 		_, serr := os.Stat(daemon.SocketPath(dir))
-		if syscall.Kill(pid, 0) != nil && os.IsNotExist(serr) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return syscall.Kill(pid, 0) != nil && os.IsNotExist(serr)
+	}) {
+		return
 	}
-	t.Errorf("the session daemon (pid %d) is still there after 2 minutes", pid)
+	t.Errorf("the session daemon (pid %d) is still there after %s", pid, testenv.HangBound)
 	syscall.Kill(pid, syscall.SIGKILL)
 }
 
@@ -244,17 +242,11 @@ func TestSessionTwoShells(t *testing.T) {
 			`{"command":"touch started; for i in $(seq 600); do [ -f go ] && echo saw it && exit 0; sleep 0.1; done; exit 1","timeout":120}`)
 	})
 	// The second shell, once the first call runs (it made its file).
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testenv.WaitFor(t, "the first call to show up in the sandbox", func() bool {
 		r := e.run("call", "--session", id, "bash", `{"command":"[ -f started ] && touch go && echo touched"}`)
-		if res := decodeResult(t, r); !res.IsError && strings.Contains(res.Content[0].Text, "touched") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first call never showed up in the sandbox")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		res := decodeResult(t, r)
+		return !res.IsError && strings.Contains(res.Content[0].Text, "touched")
+	})
 	wg.Wait()
 	if res := decodeResult(t, first); first.code != 0 || res.IsError || !strings.Contains(res.Content[0].Text, "saw it") {
 		t.Errorf("the first shell's call: %s", first)
