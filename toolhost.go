@@ -58,6 +58,7 @@ type options struct {
 	progress   func(snapshot.Progress)
 	configFile string
 	audit      audit.Sink
+	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
 }
 
 // WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
@@ -196,6 +197,9 @@ type Toolhost struct {
 	capt    *screenshot.Capturer // nil when screenshot.enabled is false
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
 	audit   *audit.Writer        // audit.file's, or nil
+	sink    audit.Sink           // every audit record goes here: audit.file's and WithAudit's, or nil
+
+	egress gatewayState // the egress gateway, made with the first session that needs it
 
 	provMu   sync.Mutex
 	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
@@ -257,6 +261,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 	case o.audit != nil:
 		hc.Audit = o.audit
 	}
+	t.sink = hc.Audit
 	if cfg.Screenshot.Enabled {
 		t.capt = screenshot.New(screenshot.Config{
 			ExecutablePath: cfg.Screenshot.Chromium,
@@ -289,6 +294,8 @@ func cloneConfig(c Config) Config {
 		p.Scope = cloneScope(p.Scope)
 	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	e := &c.Sandbox.Egress
+	e.Allow, e.Deny, e.Ports, e.Inject = slices.Clone(e.Allow), slices.Clone(e.Deny), slices.Clone(e.Ports), slices.Clone(e.Inject)
 	c.E2B.Templates = slices.Clone(c.E2B.Templates)
 	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)

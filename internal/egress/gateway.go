@@ -179,8 +179,9 @@ type Injection struct {
 
 // ClientConfig configures the gateway's side of one sandbox.
 type ClientConfig struct {
-	// Sandbox names the sandbox in audit records and logs.
+	// Sandbox names the sandbox in audit records and logs; Project its project.
 	Sandbox string
+	Project string
 	// Policy decides its destinations (Client.SetPolicy changes it at run time).
 	Policy *Policy
 	// Budget bounds the bytes it sends and receives; shared by the sandboxes of one
@@ -193,12 +194,13 @@ type ClientConfig struct {
 
 // Client is the gateway's side of one sandbox: its policy, its bounds, its connections.
 type Client struct {
-	g      *Gateway
-	id     string
-	policy atomic.Pointer[Policy]
-	budget *Budget
-	limits Limits
-	inject *injector // nil without injections
+	g       *Gateway
+	id      string
+	project string
+	policy  atomic.Pointer[Policy]
+	budget  *Budget
+	limits  Limits
+	inject  *injector // nil without injections
 
 	transport *http.Transport // upstream for plain HTTP and injected HTTPS
 
@@ -227,7 +229,7 @@ func (g *Gateway) NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Limits.IdleTimeout = DefaultIdleTimeout
 	}
 	c := &Client{
-		g: g, id: cfg.Sandbox, budget: cfg.Budget, limits: cfg.Limits,
+		g: g, id: cfg.Sandbox, project: cfg.Project, budget: cfg.Budget, limits: cfg.Limits,
 		slots: make(chan struct{}, cfg.Limits.MaxConns),
 		conns: map[net.Conn]struct{}{},
 	}
@@ -434,6 +436,7 @@ func humanBytes(n int64) string {
 type Record struct {
 	Time    time.Time `json:"time"` // when it ended
 	Sandbox string    `json:"sandbox"`
+	Project string    `json:"project,omitempty"`
 	Command string    `json:"command,omitempty"`
 	// Proto is how the sandbox asked: "http" (a forward request), "connect", "socks5".
 	Proto string `json:"proto"`
@@ -464,6 +467,7 @@ const (
 )
 
 func (c *Client) audit(r *Record) {
+	r.Project = c.project
 	if r.Decision == Deny {
 		c.denied.Add(1)
 	} else {

@@ -399,3 +399,23 @@ func TestBudget(t *testing.T) {
 		t.Fatal("a nil budget limits")
 	}
 }
+
+func TestAnyPortEntry(t *testing.T) {
+	p := mustCompile(t, Spec{Allow: []string{"git.example.test:*", "198.51.100.0/24:*"}, Deny: []string{"git.example.test:25"}})
+	dns := map[string][]string{"git.example.test": {"203.0.113.9"}}
+	for _, c := range []struct {
+		dest    string
+		allowed bool
+	}{
+		{"git.example.test:22", true}, {"git.example.test:443", true}, {"git.example.test:25", false},
+		{"198.51.100.9:5432", true}, {"198.51.100.9:80", true},
+	} {
+		if v := decideWith(p, c.dest, dns); v.Allowed != c.allowed {
+			t.Errorf("%s: %+v", c.dest, v)
+		}
+	}
+	allow, deny := p.Entries()
+	if len(allow) != 2 || allow[0].Port != AnyPort || allow[0].Text != "git.example.test:*" || allow[1].Text != "198.51.100.0/24:*" || len(deny) != 1 || deny[0].Port != 25 {
+		t.Errorf("Entries: %+v %+v", allow, deny)
+	}
+}

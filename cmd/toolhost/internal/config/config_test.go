@@ -440,7 +440,7 @@ func TestWorkingDirectoryFileIsNotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.File != "" || l.Sandbox.Network != "none" || l.Screenshot.Chromium != "" {
+	if l.File != "" || l.Sandbox.Network != "egress" || l.Screenshot.Chromium != "" {
 		t.Fatalf("the working directory's toolhost.yaml was read: file %q, network %q, chromium %q", l.File, l.Sandbox.Network, l.Screenshot.Chromium)
 	}
 }
