@@ -124,4 +124,3 @@ func TestSessionEgressNarrows(t *testing.T) {
 		t.Errorf("CheckEgress of the metadata address: %v %q", ok, rule)
 	}
 }
-
