@@ -44,10 +44,31 @@ type EgressInject struct {
 	Secret string `key:"secret"`
 }
 
-// EgressPolicy is a destination policy: the host's (sandbox.egress.*), or a session's
-// narrowing of it (SessionOptions.Egress, a serve token's egress), which can only take
-// away. Entries: name, *.name, *, name:port, CIDR, CIDR:port (docs/NETWORK.md).
-type EgressPolicy = sandbox.EgressPolicy
+// EgressPolicy narrows the host's egress policy (sandbox.egress.*) for a session
+// (SessionOptions.Egress, a serve token's egress): a destination must be allowed by both,
+// so it can only take away. Entries as in sandbox.egress.allow (name, *.name, name:port,
+// CIDR, CIDR:port, :* for every port; docs/NETWORK.md). With no preset and no allow
+// entries it narrows by its deny list and ports only.
+type EgressPolicy struct {
+	Preset string   `key:"preset" json:"preset,omitempty"`
+	Allow  []string `key:"allow" json:"allow,omitempty"`
+	Deny   []string `key:"deny" json:"deny,omitempty"`
+	Ports  []int    `key:"ports" json:"ports,omitempty"`
+}
+
+func (p *EgressPolicy) spec() egress.Spec {
+	return egress.Spec{Preset: p.Preset, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
+}
+
+// checkNarrowing compiles a session's narrowing against the host's policy.
+func (c *Config) checkNarrowing(p *EgressPolicy) error {
+	host, err := c.hostPolicy()
+	if err != nil {
+		return err
+	}
+	_, err = host.Narrow(p.spec())
+	return err
+}
 
 // Network modes of sandbox.network.
 const (
@@ -305,9 +326,9 @@ func (t *Toolhost) sessionEgress(project string, narrow *EgressPolicy) (*sandbox
 		return nil, err
 	}
 	p := gs.host
-	spec := EgressPolicy{Preset: gs.host.Preset(), Allow: slices.Clone(t.cfg.Sandbox.Egress.Allow), Deny: slices.Clone(t.cfg.Sandbox.Egress.Deny), Ports: gs.host.Ports()}
+	spec := sandbox.EgressPolicy{Preset: gs.host.Preset(), Allow: slices.Clone(t.cfg.Sandbox.Egress.Allow), Deny: slices.Clone(t.cfg.Sandbox.Egress.Deny), Ports: gs.host.Ports()}
 	if narrow != nil {
-		if p, err = p.Narrow(egress.Spec{Preset: narrow.Preset, Allow: narrow.Allow, Deny: narrow.Deny, Ports: narrow.Ports}); err != nil {
+		if p, err = p.Narrow(narrow.spec()); err != nil {
 			return nil, fmt.Errorf("the session's egress policy: %w", err)
 		}
 		spec = narrowedSpec(spec, *narrow)
@@ -329,7 +350,7 @@ func (t *Toolhost) sessionEgress(project string, narrow *EgressPolicy) (*sandbox
 // for a narrowed session: the session's allow list when it has one (each entry still
 // decided by the host's policy at the gateway, where there is one), both deny lists, the
 // session's ports when it names some.
-func narrowedSpec(host, s EgressPolicy) EgressPolicy {
+func narrowedSpec(host sandbox.EgressPolicy, s EgressPolicy) sandbox.EgressPolicy {
 	out := host
 	if s.Preset != "" || len(s.Allow) > 0 {
 		out.Preset, out.Allow = s.Preset, slices.Clone(s.Allow)
@@ -352,17 +373,66 @@ func narrowedSpec(host, s EgressPolicy) EgressPolicy {
 
 // CheckEgress decides a destination ("name:port", or an address) by the host's policy,
 // narrowed by narrow when it is not nil, resolving the name as the gateway would: what
-// `toolhost policy test` and the doctor ask.
+// the doctor asks.
 func (t *Toolhost) CheckEgress(ctx context.Context, dest string, narrow *EgressPolicy) (allowed bool, rule, reason string, err error) {
+	return checkEgress(ctx, t, dest, narrow, true)
+}
+
+// EgressDecision is what the egress policy says of one destination.
+type EgressDecision struct {
+	Allowed bool
+	// Rule is the rule that decided ("allow registry.npmjs.org (preset registries)",
+	// "always refused: loopback address"); Reason, for a refusal, what the model reads.
+	Rule, Reason string
+	// Resolved lists the addresses the name resolved to (with resolve).
+	Resolved []string
+}
+
+// DecideEgress decides a destination by cfg's egress policy (narrowed by narrow when it
+// is not nil), without a sandbox: `toolhost policy test` asks it. With resolve the name
+// is resolved through sandbox.egress.resolver and every address checked, as the gateway
+// does at connect time; without, a name is decided by the rules that name it.
+func DecideEgress(ctx context.Context, cfg Config, dest string, narrow *EgressPolicy, resolve bool, opts ...Option) (EgressDecision, error) {
+	if err := cfg.Validate(); err != nil {
+		return EgressDecision{}, err
+	}
+	t := &Toolhost{cfg: cloneConfig(cfg), opts: newOptions(opts)}
+	gs, err := t.gateway()
+	if err != nil {
+		return EgressDecision{}, err
+	}
+	p := gs.host
+	if narrow != nil {
+		if p, err = p.Narrow(narrow.spec()); err != nil {
+			return EgressDecision{}, fmt.Errorf("the narrowing egress policy: %w", err)
+		}
+	}
+	if !resolve {
+		v := egress.Decide(p, dest)
+		return EgressDecision{Allowed: v.Allowed, Rule: v.Rule, Reason: v.Reason}, nil
+	}
+	v, addrs := gs.g.Check(ctx, p, dest)
+	d := EgressDecision{Allowed: v.Allowed, Rule: v.Rule, Reason: v.Reason}
+	for _, a := range addrs {
+		d.Resolved = append(d.Resolved, a.String())
+	}
+	return d, nil
+}
+
+func checkEgress(ctx context.Context, t *Toolhost, dest string, narrow *EgressPolicy, resolve bool) (bool, string, string, error) {
 	gs, err := t.gateway()
 	if err != nil {
 		return false, "", "", err
 	}
 	p := gs.host
 	if narrow != nil {
-		if p, err = p.Narrow(egress.Spec{Preset: narrow.Preset, Allow: narrow.Allow, Deny: narrow.Deny, Ports: narrow.Ports}); err != nil {
+		if p, err = p.Narrow(narrow.spec()); err != nil {
 			return false, "", "", err
 		}
+	}
+	if !resolve {
+		v := egress.Decide(p, dest)
+		return v.Allowed, v.Rule, v.Reason, nil
 	}
 	v, _ := gs.g.Check(ctx, p, dest)
 	return v.Allowed, v.Rule, v.Reason, nil

@@ -455,9 +455,11 @@ no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in 
 localhost) is refused unless tokens are set.`},
 	{name: "serve.tokens", def: []ServeToken{},
 		doc: `Bearer tokens the server accepts ("Authorization: Bearer TOKEN"), each with the
-projects it may open (none listed: any):
+projects it may open (none listed: any) and, optionally, a narrowing of what its
+sessions' sandboxes may reach (sandbox.egress; it can only take away):
   - token: a long random string (openssl rand -hex 32), at least 16 characters
     projects: [shop, blog]
+    egress: {allow: [registry.npmjs.org]}
 Prefer tokens_file, which keeps them out of this file. No environment variable or
 flag; set it here.`},
 	{name: "serve.tokens_file", flag: "tokens-file", def: "",

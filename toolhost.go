@@ -301,6 +301,9 @@ func cloneConfig(c Config) Config {
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
 	for i := range c.Serve.Tokens {
 		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
+		if e := c.Serve.Tokens[i].Egress; e != nil {
+			c.Serve.Tokens[i].Egress = &EgressPolicy{Preset: e.Preset, Allow: slices.Clone(e.Allow), Deny: slices.Clone(e.Deny), Ports: slices.Clone(e.Ports)}
+		}
 	}
 	return c
 }

@@ -122,6 +122,25 @@ func New(cfg Config) *Gateway {
 	return g
 }
 
+// Decide decides a destination by the policy alone, resolving nothing: an address is
+// checked as written, a name by the rules that name it (the addresses it resolves to are
+// checked by the gateway at connect time). hostport is "name:port" or "address:port".
+func Decide(p *Policy, hostport string) Verdict {
+	hs, port, err := splitHostPort(hostport, 0)
+	if err != nil {
+		return Verdict{Rule: "malformed destination", Reason: "egress: " + err.Error(), Status: 400}
+	}
+	h, err := parseHost(hs)
+	if err != nil {
+		return refuse("not a name", fmt.Sprintf("%q is %v", hs, err))
+	}
+	pd := p.checkHost(h, port)
+	if pd.decided || !h.isAddr() {
+		return pd.v
+	}
+	return p.checkAddrs(h, port, pd, []netip.Addr{h.addr}, nil)
+}
+
 // Check resolves and decides a destination without connecting: `toolhost policy test`
 // and the doctor ask it. hostport is "name:port" (or an address); the verdict names the
 // rule that decided.
@@ -143,6 +162,18 @@ func (g *Gateway) Check(ctx context.Context, p *Policy, hostport string) (Verdic
 		return v, nil
 	}
 	return p.checkAddrs(h, port, pd, addrs, g.own.has), addrs
+}
+
+// Lookup resolves a name with the gateway's resolver (the doctor's health check).
+func (g *Gateway) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	h, err := parseHost(name)
+	if err != nil {
+		return nil, err
+	}
+	if h.isAddr() {
+		return []netip.Addr{h.addr}, nil
+	}
+	return g.resolver.LookupNetIP(ctx, h.name)
 }
 
 // resolve returns a host's addresses: the literal, or what the resolver says.

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
@@ -33,6 +34,8 @@ type Token struct {
 	Name     string
 	Value    string
 	Projects []string
+	// Egress narrows what the sessions the token opens may reach; nil: the host's policy.
+	Egress *toolhost.EgressPolicy
 }
 
 // ReadTokensFile reads bearer tokens from a file: one a line, "TOKEN [PROJECT...]",
@@ -118,10 +121,14 @@ func (s *Server) Handler() http.Handler {
 			return nil
 		}
 		owner := ""
+		var eg *toolhost.EgressPolicy
 		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
 			owner = ti.UserID
+			eg, _ = ti.Extra["egress"].(*toolhost.EgressPolicy)
 		}
-		return s.newMCPServer(project, owner)
+		ms, b := s.newMCPServerBinding(project, owner)
+		b.egress = eg
+		return ms
 	}, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.opts.IdleTimeout,
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
@@ -167,7 +174,7 @@ func (s *Server) verify(_ context.Context, token string, _ *http.Request) (*auth
 		return nil, fmt.Errorf("%w: the bearer token is not one of this server's", auth.ErrInvalidToken)
 	}
 	return &auth.TokenInfo{UserID: match.Name, Expiration: time.Now().Add(24 * time.Hour),
-		Extra: map[string]any{"projects": match.Projects}}, nil
+		Extra: map[string]any{"projects": match.Projects, "egress": match.Egress}}, nil
 }
 
 // countRefusals counts the requests h answers 401.

@@ -166,6 +166,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		names = append(names, t.Name)
 	}
 	s.metrics = newMetrics(names)
+	s.metrics.egress = th.EgressCounts
 	return s
 }
 
@@ -197,6 +198,13 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
+	ms, _ := s.newMCPServerBinding(project, owner)
+	return ms
+}
+
+// newMCPServerBinding is newMCPServer, with the binding its handlers share (for the
+// caller to set what it knows of the session before the first call opens it).
+func (s *Server) newMCPServerBinding(project, owner string) (*mcp.Server, *binding) {
 	b := newBinding(s, project, owner, "")
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
@@ -208,7 +216,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
-	return ms
+	return ms, b
 }
 
 // Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
@@ -274,9 +282,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type binding struct {
 	srv       *Server
 	project   string
-	owner     string        // the token's name over HTTP, for the log
-	workspace string        // a host directory as the workspace; "": the project's private one
-	gone      chan struct{} // closed when the session has ended (finish)
+	owner     string                 // the token's name over HTTP, for the log
+	workspace string                 // a host directory as the workspace; "": the project's private one
+	egress    *toolhost.EgressPolicy // the token's narrowing of the egress policy, or nil
+	gone      chan struct{}          // closed when the session has ended (finish)
 
 	mu      sync.Mutex // held while opening
 	sess    *toolhost.Session
@@ -360,6 +369,9 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	so.Project = b.project
 	if b.workspace != "" {
 		so.Workspace = b.workspace
+	}
+	if b.egress != nil {
+		so.Egress = b.egress
 	}
 	start := time.Now()
 	sess, err := s.th.Open(ctx, so)
