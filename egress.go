@@ -179,11 +179,11 @@ type gatewayState struct {
 	err    error
 
 	mu    sync.Mutex
-	stats map[string]*EgressStats // by project
+	stats map[string]*egressStats // by project
 }
 
-// EgressStats counts a project's connections through the gateway.
-type EgressStats struct {
+// egressStats counts a project's connections through the gateway.
+type egressStats struct {
 	Allowed, Refused atomic.Int64
 }
 
@@ -268,11 +268,11 @@ func (t *Toolhost) egressAudit(r *egress.Record) {
 	if r.Project != "" {
 		s.mu.Lock()
 		if s.stats == nil {
-			s.stats = map[string]*EgressStats{}
+			s.stats = map[string]*egressStats{}
 		}
 		st := s.stats[r.Project]
 		if st == nil {
-			st = &EgressStats{}
+			st = &egressStats{}
 			s.stats[r.Project] = st
 		}
 		s.mu.Unlock()
@@ -372,10 +372,9 @@ func narrowedSpec(host sandbox.EgressPolicy, s EgressPolicy) sandbox.EgressPolic
 }
 
 // CheckEgress decides a destination ("name:port", or an address) by the host's policy,
-// narrowed by narrow when it is not nil, resolving the name as the gateway would: what
-// the doctor asks.
-func (t *Toolhost) CheckEgress(ctx context.Context, dest string, narrow *EgressPolicy) (allowed bool, rule, reason string, err error) {
-	return checkEgress(ctx, t, dest, narrow, true)
+// narrowed by narrow when it is not nil, resolving the name as the gateway would.
+func (t *Toolhost) CheckEgress(ctx context.Context, dest string, narrow *EgressPolicy) (EgressDecision, error) {
+	return decideEgress(ctx, t, dest, narrow, true)
 }
 
 // EgressDecision is what the egress policy says of one destination.
@@ -397,6 +396,10 @@ func DecideEgress(ctx context.Context, cfg Config, dest string, narrow *EgressPo
 		return EgressDecision{}, err
 	}
 	t := &Toolhost{cfg: cloneConfig(cfg), opts: newOptions(opts)}
+	return decideEgress(ctx, t, dest, narrow, resolve)
+}
+
+func decideEgress(ctx context.Context, t *Toolhost, dest string, narrow *EgressPolicy, resolve bool) (EgressDecision, error) {
 	gs, err := t.gateway()
 	if err != nil {
 		return EgressDecision{}, err
@@ -417,25 +420,6 @@ func DecideEgress(ctx context.Context, cfg Config, dest string, narrow *EgressPo
 		d.Resolved = append(d.Resolved, a.String())
 	}
 	return d, nil
-}
-
-func checkEgress(ctx context.Context, t *Toolhost, dest string, narrow *EgressPolicy, resolve bool) (bool, string, string, error) {
-	gs, err := t.gateway()
-	if err != nil {
-		return false, "", "", err
-	}
-	p := gs.host
-	if narrow != nil {
-		if p, err = p.Narrow(narrow.spec()); err != nil {
-			return false, "", "", err
-		}
-	}
-	if !resolve {
-		v := egress.Decide(p, dest)
-		return v.Allowed, v.Rule, v.Reason, nil
-	}
-	v, _ := gs.g.Check(ctx, p, dest)
-	return v.Allowed, v.Rule, v.Reason, nil
 }
 
 // withEgressNet gives the gateway another network than this machine's (tests: their own

@@ -111,16 +111,16 @@ func TestSessionEgressNarrows(t *testing.T) {
 	expect(t, s2, "bash", `{"command":"curl -sS --max-time 60 http://other.test/"}`, false, "hello from other.test")
 	// CheckEgress answers the same way without a sandbox.
 	ctx := context.Background()
-	ok, rule, _, err := th.CheckEgress(ctx, "other.test:80", &EgressPolicy{Allow: []string{"registry.test"}})
-	if err != nil || ok || rule != "no rule allows other.test" {
-		t.Errorf("CheckEgress narrowed: %v %q %v", ok, rule, err)
+	d, err := th.CheckEgress(ctx, "other.test:80", &EgressPolicy{Allow: []string{"registry.test"}})
+	if err != nil || d.Allowed || d.Rule != "no rule allows other.test" {
+		t.Errorf("CheckEgress narrowed: %+v %v", d, err)
 	}
-	ok, rule, _, err = th.CheckEgress(ctx, "other.test:443", nil)
-	if err != nil || !ok || rule != "allow other.test" {
-		t.Errorf("CheckEgress: %v %q %v", ok, rule, err)
+	d, err = th.CheckEgress(ctx, "other.test:443", nil)
+	if err != nil || !d.Allowed || d.Rule != "allow other.test" || len(d.Resolved) != 1 {
+		t.Errorf("CheckEgress: %+v %v", d, err)
 	}
-	ok, rule, _, _ = th.CheckEgress(ctx, "169.254.169.254:80", nil)
-	if ok || !strings.HasPrefix(rule, "always refused") {
-		t.Errorf("CheckEgress of the metadata address: %v %q", ok, rule)
+	d, _ = th.CheckEgress(ctx, "169.254.169.254:80", nil)
+	if d.Allowed || !strings.HasPrefix(d.Rule, "always refused") {
+		t.Errorf("CheckEgress of the metadata address: %+v", d)
 	}
 }

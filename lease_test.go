@@ -46,7 +46,11 @@ func leaseStores(t *testing.T, f func(t *testing.T, cfg Config)) {
 		cfg := testConfig(t)
 		cfg.Sandbox.Provider = "test-memory"
 		cfg.Store.Kind = "s3"
-		cfg.Store.S3.Bucket, cfg.Store.S3.Endpoint, cfg.Store.S3.PathStyle = bucket, srv.Endpoint, true
+		for k, v := range map[string]any{"store.s3.bucket": bucket, "store.s3.endpoint": srv.Endpoint, "store.s3.path_style": true} {
+			if err := cfg.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
 		f(t, cfg)
 	})
 }

@@ -50,7 +50,7 @@ func TestPolicyThroughTheConfig(t *testing.T) {
 	cfg.Plugins[0].Secrets = map[string]string{"DEPLOY_TOKEN": "env:TOOLHOST_TEST_SECRET"}
 	rec := &audit.Recorder{}
 	th := newToolhost(t, cfg, WithAudit(rec))
-	s := th.Host().OpenSession(memsandbox.New())
+	s := th.host.OpenSession(memsandbox.New())
 	ctx := context.Background()
 	call := func(tool, input string) abi.Result {
 		res, err := s.Dispatch(ctx, tool, json.RawMessage(input))

@@ -2,21 +2,23 @@ package toolhost
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
 // package mcpserve).
 type ServeConfig struct {
-	Listen       string        `key:"listen"`
-	Tokens       []ServeToken  `key:"tokens"`
-	TokensFile   string        `key:"tokens_file"`
-	MaxSessions  int           `key:"max_sessions"`
-	IdleTimeout  time.Duration `key:"idle_timeout"`
-	MaxBodyBytes int64         `key:"max_body_bytes"`
+	Listen       string            `key:"listen"`
+	Tokens       []ServeToken      `key:"tokens"`
+	TokensFile   string            `key:"tokens_file"`
+	Workspaces   map[string]string `key:"workspaces"`
+	MaxSessions  int               `key:"max_sessions"`
+	IdleTimeout  time.Duration     `key:"idle_timeout"`
+	MaxBodyBytes int64             `key:"max_body_bytes"`
 }
 
 // ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
@@ -40,7 +42,7 @@ func (c *Config) validateServe(bad badKey) error {
 			return bad(key+".token", "must be at least 16 characters (openssl rand -hex 32 makes one)")
 		}
 		for _, p := range t.Projects {
-			if err := snapshot.ValidProjectID(p); err != nil {
+			if err := storekeys.ValidProject(p); err != nil {
 				return bad(key+".projects", "%v", err)
 			}
 		}
@@ -51,6 +53,14 @@ func (c *Config) validateServe(bad badKey) error {
 			if err := c.checkNarrowing(t.Egress); err != nil {
 				return bad(key+".egress", "%v", err)
 			}
+		}
+	}
+	for project, dir := range s.Workspaces {
+		if err := storekeys.ValidProject(project); err != nil {
+			return bad("serve.workspaces", "%v", err)
+		}
+		if !filepath.IsAbs(dir) {
+			return bad("serve.workspaces."+project, "must be an absolute path, got %q", dir)
 		}
 	}
 	if s.MaxSessions < 1 {

@@ -63,8 +63,12 @@ func exampleMissing() string {
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "test"
 	return cfg
 }
@@ -171,14 +175,14 @@ func TestProviders(t *testing.T) {
 			t.Error("registering local twice did not panic")
 		}
 	}()
-	RegisterProvider("local", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) { return nil, nil })
+	RegisterProvider(ProviderModule{Name: "local", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) { return nil, nil }})
 }
 
 // memProvider is a provider that cannot mount host directories, as a remote one.
 func init() {
-	RegisterProvider("test-memory", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) {
+	RegisterProvider(ProviderModule{Name: "test-memory", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) {
 		return &memsandbox.Provider{}, nil
-	})
+	}})
 }
 
 // TestRemoteProviderRefusesHostWorkspace: a provider that cannot mount a host directory
@@ -313,7 +317,7 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 	expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
 	expect(t, s, "write_file", `{"path":"site/busy.html","content":`+quote(busy)+`}`, false)
 	expect(t, s, "bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
-	waitFor(t, "the session to see the dev server", func() bool { return s.Sandbox().DevServerPort() == 8000 })
+	waitFor(t, "the session to see the dev server", func() bool { return s.live.DevServerPort() == 8000 })
 
 	// Auto-capture fires when the dev server starts listening.
 	waitFor(t, "an auto-capture after the dev server started", func() bool {
@@ -410,12 +414,12 @@ func TestScreenshotAfterThreeRotations(t *testing.T) {
 			ctx := context.Background()
 			expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
 			expect(t, s, "bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
-			waitFor(t, "the session to see the dev server", func() bool { return s.Sandbox().DevServerPort() == 8000 })
+			waitFor(t, "the session to see the dev server", func() bool { return s.live.DevServerPort() == 8000 })
 			autos := func() int { l, _ := s.Screenshots(ctx, screenshot.KindAuto); return len(l) }
 			waitFor(t, "the first auto-capture", func() bool { return autos() >= 2 })
 			for r := 1; r <= 3; r++ {
 				before := autos()
-				if err := s.Sandbox().Rotate(ctx); err != nil {
+				if err := s.live.Rotate(ctx); err != nil {
 					t.Fatal(err)
 				}
 				res := expect(t, s, "take_screenshot", `{}`, false)
@@ -434,7 +438,7 @@ func TestScreenshotAfterThreeRotations(t *testing.T) {
 				expect(t, s, "bash", `{"command":"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\""}`, false, "200\n")
 				waitFor(t, "an auto-capture after the rotation", func() bool { return autos() >= before+2 })
 			}
-			if n := s.Sandbox().Rotations(); n != 3 {
+			if n := s.live.Rotations(); n != 3 {
 				t.Errorf("%d rotations", n)
 			}
 		})
@@ -459,7 +463,7 @@ func TestTakeScreenshotRefusals(t *testing.T) {
 
 	expect(t, s, "write_file", `{"path":"index.html","content":"<p>hi</p>"}`, false)
 	expect(t, s, "bash", `{"command":"exec python3 -m http.server 8002","background":true}`, false)
-	waitFor(t, "the dev server", func() bool { return s.Sandbox().DevServerPort() == 8002 })
+	waitFor(t, "the dev server", func() bool { return s.live.DevServerPort() == 8002 })
 	for _, path := range []string{"//evil.example/", "@evil.example", `\\evil.example\x`, "http://evil.example/", "/\\evil.example", "javascript:alert(1)"} {
 		in, _ := json.Marshal(map[string]string{"path": path})
 		expect(t, s, "take_screenshot", string(in), true, "Error: could not take the screenshot")

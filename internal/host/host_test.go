@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func probePath(t testing.TB) string {
 	t.Helper()
-	p, err := testplugins.Build("host/testdata/probe")
+	p, err := testplugins.Build("internal/host/testdata/probe")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,18 +94,12 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	if note := egress.NoteOf(refused); note != "" {
 		res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: note})
 	}
-	if n, ok := s.sb.(noticer); ok {
+	if n, ok := sandbox.As[sandbox.Noticer](s.sb); ok {
 		if msg := n.Notice(); msg != "" {
 			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: msg})
 		}
 	}
 	return res, nil
-}
-
-// noticer is a sandbox with something to tell the agent once, in the next tool result
-// (internal/session: the background processes a rotation restarted).
-type noticer interface {
-	Notice() string
 }
 
 func hostFailure(tool string, err error) (abi.Result, error) {

@@ -19,7 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolhost/toolhost"
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // ProjectHeader names the project of the session a request opens (else the query
@@ -78,7 +78,7 @@ func CheckTokens(tokens []Token) error {
 			return fmt.Errorf("token %s is shorter than 16 characters: use a long random one (openssl rand -hex 32)", t.Name)
 		}
 		for _, p := range t.Projects {
-			if err := snapshot.ValidProjectID(p); err != nil {
+			if err := storekeys.ValidProject(p); err != nil {
 				return fmt.Errorf("token %s: %w", t.Name, err)
 			}
 		}
@@ -121,20 +121,36 @@ func (s *Server) Handler() http.Handler {
 			return nil
 		}
 		owner := ""
-		var eg *toolhost.EgressPolicy
 		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
 			owner = ti.UserID
-			eg, _ = ti.Extra["egress"].(*toolhost.EgressPolicy)
 		}
-		ms, b := s.newMCPServerBinding(project, owner)
-		b.egress = eg
-		return ms
+		return s.newMCPServer(project, owner)
 	}, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.opts.IdleTimeout,
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 		Logger:              s.log,
 	})
-	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(h))
+	// The stateless revision (2026-07-28) on the same endpoint: one server for every
+	// request, sessions as handles (stateless.go).
+	sh := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if project, _ := r.Context().Value(projectKey).(string); project == "" {
+			return nil
+		}
+		return s.statelessServer()
+	}, &mcp.StreamableHTTPOptions{
+		Stateless:                    true,
+		PropagateRequestCancellation: true,
+		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
+		Logger:                       s.log,
+	})
+	byEra := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if statelessEra(r) {
+			sh.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(byEra))
 	metricsH := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WriteTo(w)
@@ -174,7 +190,7 @@ func (s *Server) verify(_ context.Context, token string, _ *http.Request) (*auth
 		return nil, fmt.Errorf("%w: the bearer token is not one of this server's", auth.ErrInvalidToken)
 	}
 	return &auth.TokenInfo{UserID: match.Name, Expiration: time.Now().Add(24 * time.Hour),
-		Extra: map[string]any{"projects": match.Projects, "egress": match.Egress}}, nil
+		Extra: map[string]any{"projects": match.Projects}}, nil
 }
 
 // countRefusals counts the requests h answers 401.
@@ -213,7 +229,8 @@ func (w *statusWriter) Flush() {
 // MaxSessions or while shutting down (503).
 func (s *Server) gate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		stateless := statelessEra(r)
+		if r.Method != http.MethodPost || (r.Header.Get("Mcp-Session-Id") != "" && !stateless) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -231,7 +248,7 @@ func (s *Server) gate(h http.Handler) http.Handler {
 				project = allowed[0]
 			}
 		}
-		if err := snapshot.ValidProjectID(project); err != nil {
+		if err := storekeys.ValidProject(project); err != nil {
 			http.Error(w, fmt.Sprintf("project %q: %v", project, err), http.StatusBadRequest)
 			return
 		}
@@ -243,6 +260,13 @@ func (s *Server) gate(h http.Handler) http.Handler {
 		s.mu.Lock()
 		full, closing := len(s.connected) >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions, s.closing
 		s.mu.Unlock()
+		if stateless {
+			// Every request of the stateless revision names its project; the handlers
+			// read it from this header (and count sessions where they open one).
+			full = false
+			r = r.Clone(r.Context())
+			r.Header.Set(ProjectHeader, project)
+		}
 		switch {
 		case closing:
 			http.Error(w, "the server is shutting down", http.StatusServiceUnavailable)

@@ -40,7 +40,6 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -77,11 +76,14 @@ type Options struct {
 	// SessionOptions, when set, gives the options each session opens with for project
 	// (a wrapper provider, a logger); its Project is set from project.
 	SessionOptions func(project string) toolhost.SessionOptions
+	// Workspaces maps projects to host directories their sessions work on directly (owners
+	// kept) instead of their private workspaces: toolhost mcp --workspace, serve.workspaces.
+	Workspaces map[string]string
 	// ConfigDigest identifies the configuration, for the session API: a client with
 	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
 	ConfigDigest string
-	// HeldIdleTimeout ends a session held through the session API after this long
-	// without a call (default 1h); a session may ask for its own.
+	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
+	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
 }
 
@@ -102,6 +104,9 @@ type Server struct {
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 
 	held heldSessions // the sessions the shell holds (held.go)
+
+	statelessOnce sync.Once
+	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -133,7 +138,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		log = slog.Default()
 	}
 	if opts.HeldIdleTimeout <= 0 {
-		opts.HeldIdleTimeout = time.Hour
+		opts.HeldIdleTimeout = opts.IdleTimeout
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
@@ -198,14 +203,7 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
-	ms, _ := s.newMCPServerBinding(project, owner)
-	return ms
-}
-
-// newMCPServerBinding is newMCPServer, with the binding its handlers share (for the
-// caller to set what it knows of the session before the first call opens it).
-func (s *Server) newMCPServerBinding(project, owner string) (*mcp.Server, *binding) {
-	b := newBinding(s, project, owner, "")
+	b := newBinding(s, project, owner, s.opts.Workspaces[project])
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -216,15 +214,16 @@ func (s *Server) newMCPServerBinding(project, owner string) (*mcp.Server, *bindi
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
-	return ms, b
+	return ms
 }
 
 // Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
 // until the client goes or ctx ends; the session's workspace is then committed and its
-// sandbox closed.
+// sandbox closed. At the end of its input every request read is answered first, so a
+// client that writes its requests and closes its end still gets every answer.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
-	err := ms.Run(ctx, t)
+	err := ms.Run(ctx, drainAtEOF(t, s.log))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	serr := s.Shutdown(sctx)
@@ -293,11 +292,21 @@ type binding struct {
 	watched bool
 	ended   bool
 	endErr  error
-	endInfo snapshot.Info // the commit at the end, when it saved
+	endInfo toolhost.SnapshotInfo // the commit at the end, when it saved
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
-	return &binding{srv: s, project: project, owner: owner, workspace: workspace, gone: make(chan struct{})}
+	return &binding{srv: s, project: project, owner: owner, workspace: workspace, egress: s.tokenEgress(owner), gone: make(chan struct{})}
+}
+
+// tokenEgress is the egress narrowing of the token named owner, or nil.
+func (s *Server) tokenEgress(owner string) *toolhost.EgressPolicy {
+	for i := range s.opts.Tokens {
+		if s.opts.Tokens[i].Name == owner {
+			return s.opts.Tokens[i].Egress
+		}
+	}
+	return nil
 }
 
 // watch starts, once, the goroutine that finishes b when its MCP session ss ends (the

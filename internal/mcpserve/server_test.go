@@ -30,8 +30,12 @@ import (
 func testConfig(t testing.TB) toolhost.Config {
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "mcptest"
 	return cfg
 }
@@ -112,8 +116,12 @@ func connectHTTP(ctx context.Context, url, token, project string, copts *mcp.Cli
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
 	tr := &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1,
 		HTTPClient: &http.Client{Transport: bearer{token: token, project: project, base: clientTransport}}}
-	return c.Connect(ctx, tr, nil)
+	return c.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: statefulRevision})
 }
+
+// statefulRevision is the newest revision with sessions (the stateless one has tests of
+// its own, TestTwoRevisions).
+const statefulRevision = "2025-11-25"
 
 func call(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
@@ -183,7 +191,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 
 func snapshotCount(t testing.TB, th *toolhost.Toolhost, project string) int {
 	t.Helper()
-	l, err := th.Storage().Snapshots().List(context.Background(), project)
+	l, err := th.Storage().Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,8 @@ func Run(t *testing.T, p sandbox.Provider) {
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, p) })
 	t.Run("HostWorkspace", func(t *testing.T) { t.Parallel(); testHostWorkspace(t, p) })
 	t.Run("Handoff", func(t *testing.T) { t.Parallel(); testHandoff(t, p) })
+	t.Run("ProcessLister", func(t *testing.T) { t.Parallel(); testProcessLister(t, p) })
+	t.Run("ArchiveReporter", func(t *testing.T) { t.Parallel(); testArchiveReporter(t, p) })
 }
 
 // bound is how long the suite waits for anything before it calls it broken: a liveness
@@ -307,6 +309,68 @@ func testBackground(t *testing.T, p sandbox.Provider) {
 	if !eventually(func() bool { b, _ := sb.ReadFile(ctxFor(t), "sub/where.txt", 0); return string(b) == want }) {
 		b, _ := sb.ReadFile(ctxFor(t), "sub/where.txt", 0)
 		t.Errorf("a background process's environment and directory: %q, want %q", b, want)
+	}
+}
+
+// testProcessLister: a sandbox that lists its background processes lists one that runs,
+// under the ID Start gave it, through a wrapper, and not once it has exited.
+func testProcessLister(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{})
+	pl, ok := sandbox.As[sandbox.ProcessLister](wrapper{sb})
+	if !ok {
+		return // an optional ability
+	}
+	ctx := ctxFor(t)
+	long, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo done > done.txt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		procs, err := pl.Processes(ctx)
+		if err != nil {
+			t.Fatalf("Processes: %v", err)
+		}
+		var out []string
+		for _, pr := range procs {
+			out = append(out, pr.ID)
+			if pr.ID == long.ID && pr.PID != long.PID {
+				t.Errorf("process %s: pid %d, Start said %d", pr.ID, pr.PID, long.PID)
+			}
+		}
+		return out
+	}
+	if !eventually(func() bool { got := ids(); return slices.Contains(got, long.ID) && !slices.Contains(got, short.ID) }) {
+		t.Errorf("Processes: %v, want %s (running) and not %s (exited)", ids(), long.ID, short.ID)
+	}
+	if res := sh(t, sb, "cat done.txt"); string(res.Stdout) != "done\n" {
+		t.Errorf("the short process did not run: %q", res.Stdout)
+	}
+}
+
+// testArchiveReporter: a sandbox that reports on its archives writes what Archive writes
+// and counts what it stored.
+func testArchiveReporter(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{})
+	ar, ok := sandbox.As[sandbox.ArchiveReporter](wrapper{sb})
+	if !ok {
+		return // an optional ability
+	}
+	write(t, sb, "a.txt", "hello\n")
+	write(t, sb, "d/b.txt", "world!\n")
+	var buf bytes.Buffer
+	rep, err := ar.ArchiveReport(ctxFor(t), &buf, []string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 2 || rep.Bytes != int64(len("hello\n")+len("world!\n")) || rep.Skipped != 0 {
+		t.Errorf("report %+v: want 2 files of 13 bytes, none skipped", rep)
+	}
+	if m := untar(t, buf.Bytes()); m["a.txt"] != "hello\n" || m["d/b.txt"] != "world!\n" {
+		t.Errorf("the reported archive holds %v", m)
 	}
 }
 

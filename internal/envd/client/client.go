@@ -513,6 +513,22 @@ func (c *Client) Processes(ctx context.Context) ([]envd.ProcessInfo, error) {
 	return out.Processes, nil
 }
 
+// BackgroundProcesses lists the background processes the agent started that still run
+// (sandbox.ProcessLister): those with a tag.
+func (c *Client) BackgroundProcesses(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	infos, err := c.Processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.ProcessInfo
+	for _, in := range infos {
+		if in.Tag != "" {
+			out = append(out, sandbox.ProcessInfo{ID: in.Tag, PID: int(in.Pid)})
+		}
+	}
+	return out, nil
+}
+
 // Signal sends SIGNAL_SIGKILL or SIGNAL_SIGTERM to a process (its group, on our agent).
 func (c *Client) Signal(ctx context.Context, pid uint32, signal string) error {
 	return c.signal(ctx, envd.ProcessSelector{Pid: pid}, signal)

@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolhost/toolhost"
-
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/screenshot"
@@ -127,7 +126,7 @@ func TestEveryToolThroughTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &screenshot.Recorder{Capturer: capt, Store: st}
-	h, err := host.New(context.Background(), host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: toolhost.Capturer(rec), Store: st})
+	h, err := host.New(context.Background(), host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: capture.Of(rec), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/image/webp"
 
-	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
@@ -60,7 +60,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := session.Open(ctx, session.Config{
-		Provider: p.ForProject("rotating"), ProjectID: "rotating", Snapshots: snaps, Screenshots: rec,
+		Provider: p.ForProject("rotating"), ProjectID: "rotating", Snapshots: snaps, Screenshots: capture.Of(rec),
 		TTL: life, MaxLifetime: life, KeepaliveMargin: 12 * time.Second,
 		RetryInterval: 100 * time.Millisecond, Logger: testLogger(t),
 	})
@@ -68,7 +68,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	h, err := host.New(ctx, host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: toolhost.Capturer(rec), Store: st})
+	h, err := host.New(ctx, host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: capture.Of(rec), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

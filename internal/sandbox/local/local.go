@@ -660,9 +660,11 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // ID names the sandbox.
 func (s *Sandbox) ID() string { return s.id }
 
-// Client is the data-plane client of the sandbox's agent (for what the Sandbox interface
-// does not cover, such as listing processes).
-func (s *Sandbox) Client() *client.Client { return s.client }
+var (
+	_ sandbox.ProcessLister   = (*Sandbox)(nil)
+	_ sandbox.ArchiveReporter = (*Sandbox)(nil)
+	_ sandbox.PortLister      = (*Sandbox)(nil)
+)
 
 // StartedAt is when bwrap was started.
 func (s *Sandbox) StartedAt() time.Time { return s.startedAt }

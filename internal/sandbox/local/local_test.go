@@ -690,7 +690,7 @@ func TestBackgroundProcess(t *testing.T) {
 	}) {
 		t.Fatalf("log %s holds %q", pr.LogPath, log)
 	}
-	procs, err := sb.Client().Processes(ctx)
+	procs, err := sb.client.Processes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func TestPreviewHostNetwork(t *testing.T) {
 		if _, err := sb.PreviewURL(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
 			t.Errorf("PreviewURL of the host's port %d: %v, want ErrPortClosed", hp, err)
 		}
-		if c, err := sb.Client().DialPort(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
+		if c, err := sb.client.DialPort(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
 			if c != nil {
 				c.Close()
 			}
