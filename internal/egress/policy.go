@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Presets name lists of destinations. Their exact contents are README's table; keep the
-// two in step (TestPresetsInREADME).
+// Presets name lists of destinations. Their exact contents are docs/NETWORK.md's table;
+// keep the two in step (TestPresetsInDocs).
 const (
 	// PresetRegistries: the package registries a coding agent needs, the default.
 	PresetRegistries = "registries"

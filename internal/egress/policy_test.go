@@ -2,6 +2,8 @@ package egress
 
 import (
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -417,5 +419,33 @@ func TestAnyPortEntry(t *testing.T) {
 	allow, deny := p.Entries()
 	if len(allow) != 2 || allow[0].Port != AnyPort || allow[0].Text != "git.example.test:*" || allow[1].Text != "198.51.100.0/24:*" || len(deny) != 1 || deny[0].Port != 25 {
 		t.Errorf("Entries: %+v %+v", allow, deny)
+	}
+}
+
+// docs/NETWORK.md's presets table is the presets, row for row.
+func TestPresetsInDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/NETWORK.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			continue
+		}
+		preset := strings.TrimSpace(cells[1])
+		if _, ok := presets[preset]; !ok {
+			continue
+		}
+		got[preset] = append(got[preset], strings.Trim(strings.TrimSpace(cells[2]), "`"))
+	}
+	for name, want := range presets {
+		if len(want) == 0 {
+			continue
+		}
+		if !slices.Equal(got[name], want) {
+			t.Errorf("docs/NETWORK.md lists preset %s as\n%v\nthe code has\n%v", name, got[name], want)
+		}
 	}
 }
