@@ -135,7 +135,7 @@ func TestE2BSessions(t *testing.T) {
 			// The ledger: two sandboxes of the project, one running once the first's close
 			// (off the session's path) is recorded.
 			var u e2b.Usage
-			waitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
+			testenv.WaitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
 				var err error
 				st := th.Storage()
 				if u, err = e2b.UsageOf(ctx, th.cfg.Module("e2b").(*e2b.Section), module.Env{DataDir: th.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/audit"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testnet"
 )
 
@@ -73,8 +74,8 @@ func TestBashEgressNote(t *testing.T) {
 	}
 	// A command refused nothing: no note.
 	res = expect(t, s, "bash", `{"command":"echo fine"}`, false, "fine")
-	if strings.Contains(resultText(res), "egress refused") {
-		t.Errorf("a note on a command that was refused nothing: %q", resultText(res))
+	if strings.Contains(testenv.ResultText(res), "egress refused") {
+		t.Errorf("a note on a command that was refused nothing: %q", testenv.ResultText(res))
 	}
 	var allowed, refused int
 	for _, r := range rec.Records() {

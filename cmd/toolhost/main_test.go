@@ -832,7 +832,7 @@ func TestGoInstall(t *testing.T) {
 	}
 	snaps := 0
 	filepath.WalkDir(filepath.Join(home, ".local", "share", "toolhost", "store"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && strings.Contains(p, "projects/default/snapshots/") && strings.HasSuffix(p, ".tar.gz") {
+		if err == nil && strings.Contains(p, "projects/default/snapshots/") && (strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".snap")) {
 			snaps++
 		}
 		return nil

@@ -128,6 +128,8 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
+	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)
+	m.HandleFunc("POST "+envd.PathTreeRead, s.handleTreeRead)
 	s.mux = m
 	return s, nil
 }

@@ -178,7 +178,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if c.closed.Load() {
-			return nil, fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrClosed, err)
 		}
 		return nil, err
 	}
@@ -618,7 +618,7 @@ func (c *Client) openStream(ctx context.Context, sr envd.StartRequest, hdr map[s
 
 func (c *Client) streamErr(err error) error {
 	if c.closed.Load() {
-		return fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+		return fmt.Errorf("%w: %w", sandbox.ErrClosed, err)
 	}
 	return err
 }
@@ -903,7 +903,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dial port %d: %w (%v)", port, ctx.Err(), err)
+			return nil, fmt.Errorf("dial port %d: %w: %w", port, ctx.Err(), err)
 		}
 		return nil, fmt.Errorf("dial port %d: %w", port, c.streamErr(err))
 	}

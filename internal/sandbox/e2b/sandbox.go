@@ -152,7 +152,7 @@ func (s *Sandbox) wrap(err error) error {
 	if _, gerr := s.p.api.get(ctx, s.id); errors.Is(gerr, sandbox.ErrClosed) {
 		s.markGone("vanished (E2B no longer knows it)")
 		s.log.Warn("E2B sandbox vanished during a call", "err", err)
-		return fmt.Errorf("E2B sandbox %s vanished: %w (%v)", s.id, sandbox.ErrClosed, err)
+		return fmt.Errorf("E2B sandbox %s vanished: %w: %w", s.id, sandbox.ErrClosed, err)
 	}
 	return err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -107,7 +108,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 			// remote provider hands nothing over), and take_screenshot waits for it.
 			res := e.call("take_screenshot", `{"port":8000}`)
 			if res.IsError {
-				t.Fatalf("rotation %d: take_screenshot after the session restarted the dev server: %q", r, resultText(res))
+				t.Fatalf("rotation %d: take_screenshot after the session restarted the dev server: %q", r, testenv.ResultText(res))
 			}
 			checkShot(t, res)
 			shots++

@@ -694,9 +694,9 @@ func (s *Sandbox) wrap(err error) error {
 	select {
 	case <-s.dead:
 		if cerr := s.closedErr(); cerr != nil {
-			return fmt.Errorf("%w (%v)", cerr, err)
+			return fmt.Errorf("%w: %w", cerr, err)
 		}
-		return fmt.Errorf("sandbox %s died: %w (%v)", s.id, sandbox.ErrClosed, err)
+		return fmt.Errorf("sandbox %s died: %w: %w", s.id, sandbox.ErrClosed, err)
 	default:
 	}
 	if errors.Is(err, sandbox.ErrUnresponsive) {
@@ -714,7 +714,7 @@ func (s *Sandbox) wrap(err error) error {
 		defer cancel()
 		if s.client.Health(ctx) != nil {
 			s.shutdown("lost its agent")
-			return fmt.Errorf("sandbox %s lost its agent: %w (%v)", s.id, sandbox.ErrClosed, err)
+			return fmt.Errorf("sandbox %s lost its agent: %w: %w", s.id, sandbox.ErrClosed, err)
 		}
 	}
 	return err
