@@ -353,6 +353,7 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	// The rotation belongs to the session, not to the call that ran into it.
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
+	terms := s.runningTerms(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
 	handoff := s.canHandoff(old)
 
@@ -410,7 +411,7 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	if saveErr != nil && how == "restore" {
 		files = filesLost
 	}
-	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation", files)
+	restarted := s.restartProcs(ctx, next, running, terms, ports, "a scheduled rotation", files)
 	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
 		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
 }
@@ -482,12 +483,15 @@ func (s *Session) recoverDead(ctx context.Context) {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.rememberedProcs()
+	s.bg.mu.Lock()
+	terms := slices.Clone(s.bg.terms)
+	s.bg.mu.Unlock()
 	if s.canHandoff(old) {
 		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
 				"from", old.ID(), "to", next.ID())
-			s.adopt(ctx, next, running, filesKept)
+			s.adopt(ctx, next, running, terms, filesKept)
 			return
 		}
 		if !errors.Is(err, sandbox.ErrForeign) {
@@ -517,7 +521,7 @@ func (s *Session) recoverDead(ctx context.Context) {
 	s.log.Error("session: sandbox ended before it was saved; restored "+from+": work since it is lost",
 		"from", old.ID(), "to", next.ID())
 	s.closeLater(ctx, old)
-	s.adopt(ctx, next, running, filesLost)
+	s.adopt(ctx, next, running, terms, filesLost)
 }
 
 // What the notice of a replacement says of the files: nothing lost, or work since the
@@ -528,7 +532,7 @@ const (
 )
 
 // adopt makes next the session's sandbox after a death and restarts the processes.
-func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, files string) {
+func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
@@ -536,7 +540,7 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 	if s.devPort != 0 {
 		ports = []int{s.devPort}
 	}
-	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
+	s.restartProcs(ctx, next, running, terms, ports, "the old one stopped", files)
 }
 
 // save stores a snapshot of the current sandbox. With keep, the archive is also written
@@ -694,6 +698,7 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
+	terms := s.runningTerms(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
 	next, err := s.createRestored(ctx, why)
 	if err != nil {
@@ -703,6 +708,6 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
-	s.restartProcs(ctx, next, running, ports, why, "your files are as of the checkpoint you went back to")
+	s.restartProcs(ctx, next, running, terms, ports, why, "your files are as of the checkpoint you went back to")
 	return nil
 }
