@@ -541,9 +541,21 @@ func (s *session) serve() {
 	switch first[0] {
 	case socks5Version:
 		s.socks()
+	case socks4Version:
+		s.refuseSOCKS4()
 	default:
 		s.http()
 	}
+}
+
+// refuseSOCKS4 answers a SOCKS4 request at once with SOCKS4's "rejected": it carries no
+// name (4a's name is optional), so it is not a protocol the policy can be applied to.
+func (s *session) refuseSOCKS4() {
+	reason := "egress: SOCKS4 is not supported; use SOCKS5 with names (socks5h://) or HTTP CONNECT"
+	r := &Record{Time: time.Now(), Sandbox: s.c.id, Command: s.info.Command, Proto: "socks4", Decision: Deny, Rule: "SOCKS4 not supported", Reason: reason}
+	s.c.refused.add(s.info.Command, "a SOCKS4 request", reason)
+	s.c.audit(r)
+	_, _ = s.m.ctl().Write([]byte{0, socks4Rejected, 0, 0, 0, 0, 0, 0})
 }
 
 // refuseEarly answers a connection over the limit, in the protocol it started.

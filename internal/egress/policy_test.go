@@ -448,4 +448,26 @@ func TestPresetsInDocs(t *testing.T) {
 			t.Errorf("docs/NETWORK.md lists preset %s as\n%v\nthe code has\n%v", name, got[name], want)
 		}
 	}
+	// README's Network section has the default preset's table, one row per ecosystem.
+	b, err = os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Network\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	var readme []string
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(line, "|")
+		if !ok || len(cells) < 4 {
+			continue
+		}
+		for _, f := range strings.Fields(cells[2]) {
+			if strings.HasPrefix(f, "`") {
+				readme = append(readme, strings.Trim(f, "`"))
+			}
+		}
+	}
+	if !slices.Equal(readme, presets[PresetRegistries]) {
+		t.Errorf("README.md's Network section lists the registries preset as\n%v\nthe code has\n%v", readme, presets[PresetRegistries])
+	}
 }
