@@ -235,7 +235,7 @@ func (t *Toolhost) makeGateway(s *gatewayState) error {
 		s.inject = append(s.inject, egress.Injection{Domain: in.Domain, Header: in.Header, Value: v})
 	}
 	s.g = egress.New(gc)
-	t.opts.log.Info("sandbox network", "mode", t.cfg.Sandbox.Network, "preset", s.host.Preset(),
+	t.opts.log.Debug("sandbox network", "mode", t.cfg.Sandbox.Network, "preset", s.host.Preset(),
 		"allow", strings.Join(s.host.Allowed(), ","), "ports", s.host.Ports(), "resolver", cfg.Resolver,
 		"injected_domains", len(s.inject))
 	return nil
