@@ -3,75 +3,41 @@ package chunked
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
-// The store keys of the chunked format, all in this one file (to fold into the store's
-// key layout): what a snapshot key names lives under its project, what is shared by
-// every project of the store lives under chunks/.
-//
-//	projects/{project}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.snap  a manifest (the tar.gz
-//	                                                      format's keys, another suffix: both
-//	                                                      sort together in save order)
-//	projects/{project}/forks/origin.snap                  a fork's origin, kept for merges
-//	chunks/packs/{id[0:2]}/{id}                           a pack: compressed blobs + a trailer
-//	chunks/index/{YYYYMMDDTHHMMSSZ}-{nonce}               which blobs a save (or a compaction)
-//	                                                      put in which packs
-//	chunks/gc/doomed/{YYYYMMDDTHHMMSSZ}-{nonce}           packs a collection found unreferenced
-//	chunks/gc/lease/{generation}                          the collector's lease (one at a time)
+// The store keys of the chunked format are internal/storekeys's (the one owner of the
+// store's layout, whose doc comment draws it); these are this package's names for them.
 const (
-	PrefixChunks = "chunks/"
-	PrefixPacks  = "chunks/packs/"
-	PrefixIndex  = "chunks/index/"
-	PrefixDoomed = "chunks/gc/doomed/"
-	PrefixGCLock = "chunks/gc/lease/"
-	// PrefixProjects holds every project's objects; collection lists the manifests under it.
-	PrefixProjects = "projects/"
-	// Suffix ends every manifest key.
-	Suffix = ".snap"
+	PrefixChunks   = storekeys.Chunks
+	PrefixPacks    = storekeys.ChunkPacks
+	PrefixIndex    = storekeys.ChunkIndex
+	PrefixDoomed   = storekeys.ChunksDoomed
+	PrefixGCLock   = storekeys.ChunksGCLock
+	PrefixProjects = storekeys.Projects
+	Suffix         = storekeys.ManifestSuffix
 )
 
 // SnapshotPrefix is the folder of a project's snapshots, ending in "/".
-func SnapshotPrefix(project string) string { return PrefixProjects + project + "/snapshots/" }
+func SnapshotPrefix(project string) string { return storekeys.Snapshots(project) }
 
 // OriginKey is where a fork keeps the manifest it was made from (the base of a merge).
-func OriginKey(project string) string { return PrefixProjects + project + "/forks/origin" + Suffix }
+func OriginKey(project string) string { return storekeys.ForkOrigin(project) }
 
 const timeLayout = "20060102T150405Z"
 
 // ManifestKey names project's snapshot taken at t (to the millisecond), told apart from
 // others of the same millisecond by nonce (six lower-case hex digits).
 func ManifestKey(project string, t time.Time, nonce string) string {
-	t = t.UTC()
-	return fmt.Sprintf("%s%s-%03d-%s%s", SnapshotPrefix(project), t.Format(timeLayout), t.Nanosecond()/int(time.Millisecond), nonce, Suffix)
+	return storekeys.ManifestKey(project, t, nonce)
 }
-
-var manifestRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)-(\d{3})-[0-9a-f]{6}\.snap$`)
 
 // ParseManifestKey reads a snapshot key of this format back: its project and time.
 func ParseManifestKey(key string) (project string, t time.Time, ok bool) {
-	rest, found := strings.CutPrefix(key, PrefixProjects)
-	if !found {
-		return "", time.Time{}, false
-	}
-	project, name, found := strings.Cut(rest, "/snapshots/")
-	if !found || project == "" || strings.Contains(project, "/") {
-		return "", time.Time{}, false
-	}
-	m := manifestRE.FindStringSubmatch(name)
-	if m == nil {
-		return "", time.Time{}, false
-	}
-	t, err := time.Parse(timeLayout, m[1])
-	if err != nil {
-		return "", time.Time{}, false
-	}
-	ms, _ := strconv.Atoi(m[2])
-	return project, t.Add(time.Duration(ms) * time.Millisecond), true
+	return storekeys.ParseManifestKey(key)
 }
 
 // IsManifestKey reports whether key names a manifest: a snapshot, or a fork's origin.
@@ -80,10 +46,7 @@ func IsManifestKey(key string) bool {
 }
 
 // PackKey is where the pack id lives.
-func PackKey(id PackID) string {
-	h := id.String()
-	return PrefixPacks + h[:2] + "/" + h
-}
+func PackKey(id PackID) string { return storekeys.ChunkPack(id.String()) }
 
 // ParsePackKey reads a pack key back.
 func ParsePackKey(key string) (PackID, bool) {

@@ -133,7 +133,7 @@ func (t *TarSource) Stream(ctx context.Context, fn func(tree.Entry, io.Reader) e
 		case tar.TypeDir:
 			e.Type = tree.Dir
 			st.Dirs++
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader turns the legacy TypeRegA into TypeReg (or TypeDir)
 			e.Type, e.Size = tree.File, h.Size
 			if h.Size < 0 || h.Size > maxBytes-st.Bytes {
 				return st, fmt.Errorf("entry %q: %d bytes pass the limit of %d: %w", h.Name, h.Size, maxBytes, tree.ErrTooLarge)

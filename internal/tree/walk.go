@@ -106,7 +106,6 @@ type walker struct {
 	st      *WalkStats
 	fn      func(Entry, Opener) error
 	entries int
-	names   []string
 }
 
 func openDir(dirfd int, name string, noFollow bool) (int, error) {

@@ -423,7 +423,9 @@ func testCorruptRefused(t *testing.T, st store.Store) {
 	ws := filepath.Join(t.TempDir(), "ws")
 	MakeTree(t, ws, 12)
 	_, key := save(t, r, "p", ws, nil)
-	m, _ := r.Manifest(ctx, key)
+	if _, err := r.Manifest(ctx, key); err != nil {
+		t.Fatal(err)
+	}
 	// Flip one byte in every pack, behind the snapshot's back: the store's own SHA-256
 	// is rewritten to match, as a bad disk or a careless copy would leave it, so only the
 	// chunks' digests can tell.
@@ -445,7 +447,7 @@ func testCorruptRefused(t *testing.T, st store.Store) {
 		}
 	}
 	fresh := newRepo(t, st)
-	m, _ = fresh.Manifest(ctx, key)
+	m, _ := fresh.Manifest(ctx, key)
 	_, err = fresh.Verify(ctx, m)
 	if !errors.Is(err, chunked.ErrCorrupt) {
 		t.Fatalf("verify of a corrupted snapshot: %v", err)
