@@ -27,8 +27,9 @@ func TestWebFetchTool(t *testing.T) {
 	var recs audit.Recorder
 	h, err := host.New(context.Background(), host.Config{
 		DataDir: testplugins.DataDir(),
+		// The call budget is a hang bound: a loaded machine stretches a call's work.
 		Plugins: []host.PluginSpec{{Path: path, Grants: []abi.Capability{abi.CapWeb, abi.CapLog},
-			Scope: policy.Scope{Web: scope}}},
+			Scope: policy.Scope{Web: scope}, CallTimeout: testHang}},
 		Fetcher: w.f,
 		Audit:   &recs,
 	})

@@ -47,7 +47,7 @@ const schema = `{
 // Bounds: the bytes asked of the host (a DOM of more would cost the plugin's memory
 // for little a model can read), and the default length of an answer.
 const (
-	maxFetchBytes    = 3 << 20
+	maxFetchBytes    = 2 << 20
 	defaultMaxLength = 20000
 )
 
@@ -135,11 +135,12 @@ func sniff(b []byte) string {
 func toUTF8(b []byte, charset string) string {
 	switch strings.ToLower(charset) {
 	case "iso-8859-1", "latin1", "latin-1", "windows-1252":
-		r := make([]rune, len(b))
-		for i, c := range b {
-			r[i] = rune(c)
+		var sb strings.Builder
+		sb.Grow(len(b))
+		for _, c := range b {
+			sb.WriteRune(rune(c))
 		}
-		return string(r)
+		return sb.String()
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
@@ -158,9 +159,10 @@ func markdown(body []byte, pageURL string) (string, error) {
 }
 
 // result is the page's part from start, at most maxLen characters, under a header line.
+// It walks the text once and copies only the part it returns: a page of megabytes in a
+// plugin's memory is no place for a []rune of it.
 func result(rep abi.FetchReply, text string, start, maxLen int) abi.Result {
-	runes := []rune(text)
-	total := len(runes)
+	total := utf8.RuneCountInString(text)
 	var b strings.Builder
 	b.WriteString("Fetched " + rep.URL + " (HTTP " + strconv.Itoa(rep.Status))
 	if rep.ContentType != "" {
@@ -182,7 +184,8 @@ func result(rep abi.FetchReply, text string, start, maxLen int) abi.Result {
 	if total == 0 {
 		b.WriteString("(the page is empty)")
 	} else {
-		b.WriteString(string(runes[start:end]))
+		from := byteOffset(text, 0, start)
+		b.WriteString(text[from:byteOffset(text, from, end-start)])
 	}
 	if end < total {
 		b.WriteString("\n\n[cut at " + strconv.Itoa(end) + " of " + strconv.Itoa(total) + " characters: call web_fetch again with start_index " + strconv.Itoa(end) + " for more]")
@@ -192,4 +195,18 @@ func result(rep abi.FetchReply, text string, start, maxLen int) abi.Result {
 		res.IsError = true
 	}
 	return res
+}
+
+// byteOffset is the byte offset n characters after byte offset from in s (valid UTF-8).
+func byteOffset(s string, from, n int) int {
+	i := from
+	for ; n > 0 && i < len(s); n-- {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
 }
