@@ -111,7 +111,7 @@ func TestZeroIsNotDefault(t *testing.T) {
 // TestLightImports: a program that imports the host or the local provider links no
 // browser driver, and nothing of the test-only S3 server is in the module's requirements.
 func TestLightImports(t *testing.T) {
-	for _, pkg := range []string{"./host", "./internal/sandbox/local", "./core/sandbox", "./abi"} {
+	for _, pkg := range []string{"./internal/host", "./internal/sandbox/local", "./core/sandbox", "./abi"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

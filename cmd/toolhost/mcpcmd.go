@@ -115,6 +115,9 @@ Example:
 		if err := mcpserve.CheckListen(sc.Listen, len(tokens)); err != nil {
 			return usagef(cmd, "%v", err)
 		}
+		if err := mcpserve.CheckNetwork(c.cfg.Sandbox.Network, len(tokens)); err != nil {
+			return usagef(cmd, "%v", err)
+		}
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
