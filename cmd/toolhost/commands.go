@@ -161,7 +161,11 @@ func callCommand() *command {
 		help: `Runs TOOL with the JSON input ("-" reads it from stdin) in a sandbox of the
 configured project and prints the result as JSON: {"content":[...],"is_error":bool}.
 
-Without --workspace the call runs in the project's own private workspace: the
+With --session ID the call runs in that held session (toolhost session start),
+whose sandbox, background processes and workspace stay between calls. Without it,
+when the project has exactly one held session, the call runs there.
+
+Otherwise, without --workspace the call runs in the project's own private workspace: the
 session wakes from the project's newest snapshot, and the workspace is saved as a new
 snapshot after the call (unless nothing changed), so consecutive calls see each
 other's files while nothing of the current directory is ever mounted. With
@@ -178,6 +182,7 @@ Example:
   toolhost call write_file '{"path":"notes.txt","content":"hi\n"}' --workspace /tmp/ws`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("workspace", "w", "", "host directory mounted at /home/user (default: the project's private workspace, carried by its snapshots)")
+			fs.StringP("session", "s", "", "run the call in this held session (toolhost session start)")
 		},
 		nargs: [2]int{2, 2},
 	}
@@ -194,6 +199,18 @@ Example:
 			return usagef(cmd, "%v", err)
 		}
 		ws, _ := c.flags.GetString("workspace")
+		sid, _ := c.flags.GetString("session")
+		if sid != "" {
+			if ws != "" {
+				return usagef(cmd, "--session and --workspace: a session has its workspace already")
+			}
+			cl, _, err := c.sessionClient()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return c.callHeld(ctx, cmd, cl, sid, tool, input)
+		}
 		if ws != "" {
 			var err error
 			if ws, err = workspaceDir(ws); err != nil {
@@ -202,6 +219,15 @@ Example:
 			if err := c.cfg.CheckWorkspace(ws, c.cfg.File); err != nil {
 				return usagef(cmd, "--workspace: %v", err)
 			}
+		}
+		// The project's one held session, if it has one, takes the call: the project's
+		// lease is the daemon's, and its sandbox has the state the user means.
+		if cl, id, err := c.projectSession(ctx, cmd, ws); err != nil {
+			return err
+		} else if cl != nil {
+			defer cl.Close()
+			c.log.Debug("call: the project's held session takes it", "session", id)
+			return c.callHeld(ctx, cmd, cl, id, tool, input)
 		}
 
 		th, err := c.newToolhost(ctx)

@@ -2,6 +2,7 @@
 //
 //	toolhost tools [--format anthropic|openai|mcp|json] print the tool definitions
 //	toolhost call TOOL 'JSON' [--workspace DIR]       run one tool call in the project's sandbox
+//	toolhost session start|list|stop|commit           sessions held between calls (call --session ID)
 //	toolhost demo                                     run a short scripted agent session
 //	toolhost snapshot save|list|restore|delete|prune  workspace snapshots of a project
 //	toolhost screenshot list                          a project's stored screenshots
@@ -87,6 +88,7 @@ func commands() []*command {
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
 		mcpCommand(), serveCommand(),
+		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),
 		doctorCommand()}
 }
 

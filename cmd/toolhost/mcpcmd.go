@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost/internal/mcpserve"
 )
@@ -91,12 +92,26 @@ Clients send "Authorization: Bearer TOKEN" with a token of serve.tokens or
 serve.tokens_file; a token may name the projects it opens. Without tokens only a
 loopback address is served.
 
+With --daemon it is instead this user's session daemon, which holds the sessions of
+"toolhost session start" on a unix socket in $XDG_RUNTIME_DIR/toolhost (else
+$TMPDIR/toolhost-UID), mode 0600, answering only processes of this user. "session
+start" starts it when none runs; --exit-idle ends it when it has held nothing for that
+long.
+
 Example:
   (umask 077; openssl rand -hex 32 | sed 's/$/ shop/' > ~/.config/toolhost/tokens)
   toolhost serve --listen :8750 --tokens-file ~/.config/toolhost/tokens`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.Bool("daemon", false, "serve this user's held sessions on a unix socket instead (the session daemon)")
+			fs.Duration("exit-idle", 0, "with --daemon: exit when nothing was held or asked for this long (0: never)")
+		},
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		if d, _ := c.flags.GetBool("daemon"); d {
+			idle, _ := c.flags.GetDuration("exit-idle")
+			return serveDaemon(ctx, c, idle)
+		}
 		sc := c.cfg.Serve
 		var tokens []mcpserve.Token
 		for i, t := range sc.Tokens {

@@ -59,6 +59,9 @@ type Provider interface {
 const (
 	NetworkNone = "none" // no network at all, not even loopback to the host
 	NetworkHost = "host" // the host's network
+	// NetworkEgress: no route anywhere; the sandbox reaches what its policy allows
+	// through the host's egress gateway (CreateOptions.Egress; see Egress).
+	NetworkEgress = "egress"
 )
 
 // Handoff is the optional ability of providers whose workspaces outlive their sandboxes
@@ -102,8 +105,11 @@ type CreateOptions struct {
 	// Timeout is how long the sandbox lives before it is killed, unless extended with
 	// SetTimeout. Zero means the provider's default.
 	Timeout time.Duration
-	// Network is NetworkNone (the default when empty) or NetworkHost.
+	// Network is NetworkNone (the default when empty), NetworkEgress or NetworkHost.
 	Network string
+	// Egress is the way out of a sandbox with NetworkEgress; required with it. A provider
+	// that cannot enforce it refuses the sandbox, never gives it more network.
+	Egress *Egress
 	// Env is added to the environment of every process.
 	Env map[string]string
 }
@@ -171,7 +177,9 @@ type ExecRequest struct {
 	MaxOutputBytes int
 	// Tag names a background process (Start): its Process.ID and its log file. Empty
 	// means a fresh one; a session restarting a process after a rotation passes the old
-	// one, so the process keeps its id and log path.
+	// one, so the process keeps its id and log path. For Exec it names the command (it
+	// must then be unique within the sandbox): the egress gateway attributes the
+	// connections of the command and its children to it (see EgressReporter).
 	Tag string
 }
 

@@ -465,8 +465,14 @@ func (s *session) roundTrip(ctx context.Context, req *http.Request, d decision, 
 	out := req.Clone(ctx)
 	out.RequestURI = ""
 	out.URL.Scheme = scheme
-	out.URL.Host = hostPort(d)
-	out.Host = out.URL.Host
+	out.URL.Host = hostPort(d) // what the transport dials (and pools by)
+	out.Host = d.h.String()    // what the server is told: the name, its port only when not the scheme's
+	if d.h.isAddr() && d.h.addr.Is6() {
+		out.Host = "[" + out.Host + "]"
+	}
+	if !(scheme == "http" && d.port == 80 || scheme == "https" && d.port == 443) {
+		out.Host += ":" + strconv.Itoa(d.port)
+	}
 	out.Close = false
 	upgrade := upgradeType(req.Header)
 	for _, h := range hopHeaders {

@@ -40,6 +40,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -76,6 +77,12 @@ type Options struct {
 	// SessionOptions, when set, gives the options each session opens with for project
 	// (a wrapper provider, a logger); its Project is set from project.
 	SessionOptions func(project string) toolhost.SessionOptions
+	// ConfigDigest identifies the configuration, for the session API: a client with
+	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
+	ConfigDigest string
+	// HeldIdleTimeout ends a session held through the session API after this long
+	// without a call (default 1h); a session may ask for its own.
+	HeldIdleTimeout time.Duration
 }
 
 // Server serves one Toolhost's tools to MCP clients. It is safe for concurrent use.
@@ -94,6 +101,8 @@ type Server struct {
 	open      map[*binding]struct{} // sessions with a sandbox (or opening one)
 	closing   bool
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
+
+	held heldSessions // the sessions the shell holds (held.go)
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -124,7 +133,11 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
+	if opts.HeldIdleTimeout <= 0 {
+		opts.HeldIdleTimeout = time.Hour
+	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
+	s.held.init()
 	for _, t := range th.Tools() {
 		if t.Name == CommitTool {
 			s.pluginCommit = true
@@ -185,7 +198,7 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
-	b := &binding{srv: s, project: project, owner: owner}
+	b := newBinding(s, project, owner, "")
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -271,9 +284,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // binding is one MCP session's toolhost session, opened on its first call.
 type binding struct {
-	srv     *Server
-	project string
-	owner   string // the token's name over HTTP, for the log
+	srv       *Server
+	project   string
+	owner     string        // the token's name over HTTP, for the log
+	workspace string        // a host directory as the workspace; "": the project's private one
+	gone      chan struct{} // closed when the session has ended (finish)
 
 	mu      sync.Mutex // held while opening
 	sess    *toolhost.Session
@@ -281,6 +296,11 @@ type binding struct {
 	watched bool
 	ended   bool
 	endErr  error
+	endInfo snapshot.Info // the commit at the end, when it saved
+}
+
+func newBinding(s *Server, project, owner, workspace string) *binding {
+	return &binding{srv: s, project: project, owner: owner, workspace: workspace, gone: make(chan struct{})}
 }
 
 // watch starts, once, the goroutine that finishes b when its MCP session ss ends (the
@@ -350,6 +370,9 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 		so = s.opts.SessionOptions(b.project)
 	}
 	so.Project = b.project
+	if b.workspace != "" {
+		so.Workspace = b.workspace
+	}
 	start := time.Now()
 	sess, err := s.th.Open(ctx, so)
 	if err != nil {
@@ -378,6 +401,7 @@ func (b *binding) finish(ctx context.Context, why string) error {
 		return b.endErr
 	}
 	b.ended = true
+	defer close(b.gone)
 	if b.sess == nil {
 		if b.ss != nil {
 			b.ss.Close()
@@ -391,6 +415,7 @@ func (b *binding) finish(ctx context.Context, why string) error {
 		errs = append(errs, fmt.Errorf("committing project %s: %w", b.project, err))
 		s.log.Error("mcp: committing a session's workspace at its end", "project", b.project, "why", why, "err", err)
 	} else {
+		b.endInfo = info
 		s.log.Info("mcp: session committed", "project", b.project, "why", why, "snapshot", info.Key, "bytes", info.Size)
 	}
 	if err := b.sess.Close(ctx); err != nil {
@@ -443,22 +468,30 @@ func (b *binding) call(ctx context.Context, tool string, req *mcp.CallToolReques
 }
 
 func (b *binding) commit(ctx context.Context, sess *toolhost.Session, input json.RawMessage) *mcp.CallToolResult {
+	msg, isErr := b.commitText(ctx, sess, input)
+	if isErr {
+		return errorResult(msg)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// commitText runs the commit tool: what it answers, and whether that is an error.
+func (b *binding) commitText(ctx context.Context, sess *toolhost.Session, input json.RawMessage) (string, bool) {
 	var in struct {
 		Label string `json:"label"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
-		return errorResult(`commit takes {"label": "what the snapshot holds"}`)
+		return `commit takes {"label": "what the snapshot holds"}`, true
 	}
 	info, err := sess.Commit(ctx, in.Label)
 	if err != nil {
 		b.srv.log.Error("mcp: commit", "project", b.project, "err", err)
-		return errorResult("the workspace could not be saved (the server's log says why); try again")
+		return "the workspace could not be saved (the server's log says why); try again", true
 	}
-	msg := fmt.Sprintf("saved snapshot %s of project %s (%d bytes)", info.Key, b.project, info.Size)
 	if info.Unchanged {
-		msg = fmt.Sprintf("nothing changed since snapshot %s of project %s: it holds the workspace", info.Key, b.project)
+		return fmt.Sprintf("nothing changed since snapshot %s of project %s: it holds the workspace", info.Key, b.project), false
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+	return fmt.Sprintf("saved snapshot %s of project %s (%d bytes)", info.Key, b.project, info.Size), false
 }
 
 // reportProgress sends a progress notification every ProgressInterval while a call made

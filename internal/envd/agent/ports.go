@@ -136,7 +136,11 @@ func (s *Server) handlePorts(w http.ResponseWriter, _ *http.Request) {
 		writeUnaryError(w, envd.CodeInternal, "list listening ports: "+err.Error(), "")
 		return
 	}
-	b, err := json.Marshal(envd.PortsResponse{Ports: ps.list()})
+	ports := ps.list()
+	if s.egress != nil { // the agent's own port to the gateway is no program's
+		ports = slices.DeleteFunc(ports, func(p envd.ListeningPort) bool { return p.Port == s.egress.port })
+	}
+	b, err := json.Marshal(envd.PortsResponse{Ports: ports})
 	if err != nil {
 		writeUnaryError(w, envd.CodeInternal, "encode ports: "+err.Error(), "")
 		return
@@ -182,6 +186,10 @@ func (s *Server) handleDial(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Upgrade", envd.UpgradeTCP)
 		w.Header().Set("Connection", "Upgrade")
 		writeUnaryError(w, envd.CodeInvalidArgument, "dial needs Connection: Upgrade and Upgrade: "+envd.UpgradeTCP, "")
+		return
+	}
+	if s.egress != nil && port == s.egress.port {
+		writeUnaryError(w, envd.CodeInvalidArgument, fmt.Sprintf("port %d is the sandbox's egress proxy, not a program's", port), "")
 		return
 	}
 	up, target, err := s.dialPort(r, port)

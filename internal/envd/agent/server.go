@@ -45,7 +45,9 @@ type Config struct {
 	ProcDir string
 	// Init says the agent is pid 1 of the sandbox's pid namespace: Serve then reaps every
 	// process that ends in the sandbox, orphans included (see reaper).
-	Init   bool
+	Init bool
+	// Egress, when set, is the sandbox's way out (sandbox.NetworkEgress): see egress.go.
+	Egress *EgressConfig
 	Logger *slog.Logger
 }
 
@@ -64,6 +66,7 @@ type Server struct {
 	launch launcher
 	reaper *reaper   // set when cfg.Init
 	writes pathLocks // serialises writes of the same file
+	egress *egress   // set by Serve when cfg.Egress
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -140,6 +143,18 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		defer stop()
 		go s.reaper.run(rctx) // owned by Serve: stops when Serve returns
 	}
+	// The egress port is taken before the first request can start a command.
+	if err := s.startEgress(); err != nil {
+		s.Close()
+		return err
+	}
+	if s.egress != nil {
+		s.wg.Add(1)
+		go func() { // counted in s.wg: Close closes the listener
+			defer s.wg.Done()
+			s.serveEgress()
+		}()
+	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	stop := context.AfterFunc(ctx, func() { _ = hs.Close() })
 	defer stop()
@@ -163,6 +178,7 @@ func (s *Server) Close() {
 		_ = c.Close()
 	}
 	s.mu.Unlock()
+	s.closeEgress()
 	s.wg.Wait()
 	_ = s.root.Close()
 }

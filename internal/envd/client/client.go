@@ -638,7 +638,10 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			agentTimeout = timeout + c.margin
 		}
 	}
-	tag := newTag("fg-")
+	tag := r.Tag // the caller's name for the command (the egress audit's), else a fresh one
+	if tag == "" {
+		tag = newTag("fg-")
+	}
 	sr, err := startRequest(r, tag)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec: %w", err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ const (
 	envAgent        = "TOOLHOST_SANDBOX_AGENT" // "1": run the agent instead of main
 	envAgentFD      = "TOOLHOST_AGENT_FD"      // descriptor of the inherited listening socket
 	envAgentRlimits = "TOOLHOST_AGENT_RLIMITS" // resource limits to set first: "nofile=16384,..."
+	envAgentEgress  = "TOOLHOST_AGENT_EGRESS"  // "FD:PORT": the egress control socket and port
 )
 
 // init turns any binary that imports this package into the sandbox agent when the
@@ -57,11 +59,30 @@ func runAgent(log *slog.Logger) error {
 	if err := setRlimits(os.Getenv(envAgentRlimits)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	var egressCfg *agent.EgressConfig
+	egressFD := -1
+	if v := os.Getenv(envAgentEgress); v != "" {
+		fdText, portText, _ := strings.Cut(v, ":")
+		efd, err1 := strconv.Atoi(fdText)
+		port, err2 := strconv.Atoi(portText)
+		if err1 != nil || err2 != nil || efd < 3 || efd == fd || port < 1 || port > 65535 {
+			return fmt.Errorf("agent: bad %s %q", envAgentEgress, v)
+		}
+		egressFD = efd
+		egressCfg = &agent.EgressConfig{Port: port}
+	}
 	// The processes the agent starts must not see how it was started.
 	os.Unsetenv(envAgent)
 	os.Unsetenv(envAgentFD)
 	os.Unsetenv(envAgentRlimits)
-	closeInheritedFDs(fd)
+	os.Unsetenv(envAgentEgress)
+	closeInheritedFDs(fd, egressFD)
+	if egressCfg != nil {
+		// agent.Serve makes a connection of it (a copy, close-on-exec): no command inherits
+		// it.
+		egressCfg.Control = os.NewFile(uintptr(egressFD), "egress-control")
+		syscall.CloseOnExec(egressFD)
+	}
 	// Sandbox processes run as the same uid: without this they could ptrace the agent or
 	// take its descriptors (pidfd_getfd). Children get their own dumpable flag at exec.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
@@ -96,9 +117,12 @@ func runAgent(log *slog.Logger) error {
 		}
 	}()
 	prewarmThreads(agentThreads)
-	srv, err := agent.New(agent.Config{Logger: log, Init: os.Getpid() == 1})
+	srv, err := agent.New(agent.Config{Logger: log, Init: os.Getpid() == 1, Egress: egressCfg})
 	if err != nil {
 		return err
+	}
+	if egressCfg != nil {
+		defer egressCfg.Control.Close()
 	}
 	return srv.Serve(context.Background(), l)
 }
@@ -158,14 +182,14 @@ func openAgent(exe string, id identity) (*os.File, error) {
 // host itself inherited without close-on-exec, such as one from its own parent), so that
 // neither the agent nor the processes it starts hold anything of the host's. Inherited
 // descriptors are exactly those without FD_CLOEXEC: everything Go opened has it.
-func closeInheritedFDs(keep int) {
+func closeInheritedFDs(keep ...int) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= 2 || fd == keep {
+		if err != nil || fd <= 2 || slices.Contains(keep, fd) {
 			continue
 		}
 		flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)

@@ -242,7 +242,7 @@ var etcNetFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "
 
 // plan builds the bubblewrap invocation of one sandbox: its arguments and descriptors.
 // listener is the agent's listening socket (it becomes descriptor 3 in the sandbox).
-func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, opts sandbox.CreateOptions) (*launch, error) {
+func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, opts sandbox.CreateOptions, egress *egressLink) (*launch, error) {
 	l := &launch{}
 	agentFD := l.add(listener)
 	l.arg(
@@ -290,6 +290,12 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 			return nil, err
 		}
 		l.arg("--ro-bind-data", fd, d.dest)
+	}
+	if egress != nil {
+		if err := egress.plan(l); err != nil {
+			l.close()
+			return nil, err
+		}
 	}
 	lim := p.limits
 	l.arg("--proc", "/proc", "--dev", "/dev")
@@ -384,11 +390,15 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 	switch opts.Network {
 	case "", sandbox.NetworkNone, sandbox.NetworkHost:
+	case sandbox.NetworkEgress:
+		if opts.Egress == nil || opts.Egress.Gateway == nil {
+			return 0, fmt.Errorf("network %q needs the host's egress gateway (CreateOptions.Egress.Gateway)", opts.Network)
+		}
 	default:
-		return 0, fmt.Errorf("unknown network mode %q (want %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkHost)
+		return 0, fmt.Errorf("unknown network mode %q (want %q, %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkEgress, sandbox.NetworkHost)
 	}
 	for k := range opts.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD || k == envAgentRlimits {
+		if k == "" || strings.ContainsAny(k, "=\x00") || k == envAgent || k == envAgentFD || k == envAgentRlimits || k == envAgentEgress {
 			return 0, fmt.Errorf("invalid environment variable name %q", k)
 		}
 	}
@@ -476,11 +486,23 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 		return fail(err)
 	}
 	defer blockW.Close()
-	plan, err := p.plan(ws, lf, infoW, blockR, opts)
+	var egress *egressLink
+	if opts.Network == sandbox.NetworkEgress {
+		if egress, err = newEgressLink(opts, id, log); err != nil {
+			lf.Close()
+			infoW.Close()
+			blockR.Close()
+			return fail(err)
+		}
+	}
+	plan, err := p.plan(ws, lf, infoW, blockR, opts, egress)
 	if err != nil {
 		lf.Close()
 		infoW.Close()
 		blockR.Close()
+		if egress != nil {
+			egress.close()
+		}
 		return fail(err)
 	}
 	argsFD, err := plan.data("args", plan.argsData())
@@ -506,7 +528,10 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 	}
 	s := &Sandbox{
 		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, lock: lock, ws: ws, out: out, cg: cg,
-		dead: make(chan struct{}), closeDone: make(chan struct{}), initFD: -1,
+		egress: egress, dead: make(chan struct{}), closeDone: make(chan struct{}), initFD: -1,
+	}
+	if egress != nil {
+		egress.start() // shutdown closes it, whichever way the start goes from here
 	}
 	s.startedAt = time.Now()
 	s.endsAt = s.startedAt.Add(timeout)
@@ -538,6 +563,9 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 	err = <-started
 	plan.close() // the child has its copies
 	if err != nil {
+		if egress != nil {
+			egress.close()
+		}
 		return fail(err)
 	}
 	if err := s.admit(ctx, infoR, blockW); err != nil {
@@ -639,6 +667,7 @@ type Sandbox struct {
 	lock      *lockfile.Lock // held while the run dir is in use (see prune)
 	out       *sandboxOutput
 	cg        *cgroup.Group // nil when the host has no cgroups for us
+	egress    *egressLink   // nil unless the network is egress
 	initPID   int           // host pid of the sandbox's pid 1 (the agent)
 	initFD    int           // pidfd of initPID, or -1: kill signals the very process, never a reused pid
 	previews  previews      // host listeners of PreviewURL
@@ -798,6 +827,9 @@ func (s *Sandbox) shutdown(reason string) {
 		s.previews.close() // no new preview connections; the open ones end
 		s.client.Close()
 		s.kill()
+		if s.egress != nil {
+			s.egress.close() // after the kill: no agent is left to send more
+		}
 		if err := os.RemoveAll(s.runDir); err != nil {
 			s.log.Warn("remove sandbox run dir", "dir", s.runDir, "err", err)
 		}

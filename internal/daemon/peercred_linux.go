@@ -1,0 +1,33 @@
+package daemon
+
+import (
+	"errors"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// peerUID is the uid of the process at the other end of a unix socket connection, as the
+// kernel recorded it when it connected (SO_PEERCRED).
+func peerUID(c net.Conn) (int, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return -1, errors.New("not a unix socket connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	uid := -1
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		var cred *unix.Ucred
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr == nil {
+			uid = int(cred.Uid)
+		}
+	}); err != nil {
+		return -1, err
+	}
+	return uid, cerr
+}

@@ -1,0 +1,333 @@
+package mcpserve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/sessionapi"
+	"github.com/toolhost/toolhost/internal/snapshot"
+)
+
+// Sessions the shell holds: `toolhost session start` opens one through the session API
+// (sessionapi) on the daemon's socket, `toolhost call --session ID` calls it, `session
+// stop` ends it. Each is a binding like an MCP session's, opened at once rather than on a
+// first call, counted against MaxSessions and committed and closed at Shutdown the same
+// way; what differs is who ends it: a stop, its idle timeout, or the server's end.
+
+// heldSessions is the server's held sessions by id, and the recently ended ones (so a call
+// to one says what became of it).
+type heldSessions struct {
+	mu    sync.Mutex
+	byID  map[string]*held
+	ended map[string]string // id -> what ended it, for the next call's error
+	order []string          // ended ids, oldest first, to bound the map
+
+	inflight atomic.Int64 // API requests being answered
+	last     atomic.Int64 // unix nanoseconds of the last API request's end
+}
+
+func (h *heldSessions) init() {
+	h.byID = map[string]*held{}
+	h.ended = map[string]string{}
+	h.last.Store(time.Now().UnixNano())
+}
+
+// held is one session the shell holds.
+type held struct {
+	id       string
+	b        *binding
+	started  time.Time
+	ready    time.Duration
+	idle     time.Duration
+	wokeFrom string
+	calls    atomic.Int64
+	inflight atomic.Int64
+	last     atomic.Int64 // unix nanoseconds of the last call's start or end
+}
+
+func (h *held) info() sessionapi.Session {
+	return sessionapi.Session{ID: h.id, Project: h.b.project, Workspace: h.b.workspace, WokeFrom: h.wokeFrom,
+		Started: h.started.UTC(), LastCall: time.Unix(0, h.last.Load()).UTC(), Calls: h.calls.Load(),
+		IdleTimeoutMS: h.idle.Milliseconds(), ReadyMS: h.ready.Milliseconds()}
+}
+
+// apiError is an error with the status the session API answers it with.
+type apiError struct {
+	status int
+	err    error
+}
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+func apiErrorf(status int, format string, args ...any) error {
+	return &apiError{status, fmt.Errorf(format, args...)}
+}
+
+// StartHeld opens a session of project on workspace (a host directory, or "" for the
+// project's private workspace) and holds it until StopHeld, idle past idle (0: the
+// server's HeldIdleTimeout), or Shutdown.
+func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
+	if err := snapshot.ValidProjectID(project); err != nil {
+		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
+	}
+	if workspace != "" {
+		if !filepath.IsAbs(workspace) {
+			return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
+		}
+		if st, err := os.Stat(workspace); err != nil || !st.IsDir() {
+			return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not a directory", workspace)
+		}
+		if err := s.th.CheckWorkspace(workspace); err != nil {
+			return sessionapi.Session{}, &apiError{http.StatusBadRequest, err}
+		}
+	}
+	if idle <= 0 {
+		idle = s.opts.HeldIdleTimeout
+	}
+	b := newBinding(s, project, "shell", workspace)
+	start := time.Now()
+	sess, err := b.session(ctx)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if _, ok := errors.AsType[*lease.HeldError](err); ok {
+			status = http.StatusConflict
+		} else if s.isClosing() {
+			status = http.StatusServiceUnavailable
+		}
+		return sessionapi.Session{}, &apiError{status, err}
+	}
+	h := &held{b: b, started: start, ready: time.Since(start), idle: idle}
+	h.last.Store(time.Now().UnixNano())
+	if woke, ok := sess.Woke(); ok {
+		h.wokeFrom = woke.Key
+	}
+	s.held.mu.Lock()
+	for h.id == "" || s.held.byID[h.id] != nil || s.held.ended[h.id] != "" {
+		h.id = project + "-" + randomHex(3)
+	}
+	s.held.byID[h.id] = h
+	s.held.mu.Unlock()
+
+	s.mu.Lock()
+	if s.closing { // Shutdown has taken its list, or is about to finish this binding
+		s.mu.Unlock()
+		s.forget(h, "the server shut down")
+		return sessionapi.Session{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is shutting down; start the session again")
+	}
+	s.watchers.Add(1) // under s.mu, so never after Shutdown's Wait began
+	s.mu.Unlock()
+	go s.watchHeld(h) // owned by s.watchers: ends when the session does
+	s.log.Info("mcp: held session started", "id", h.id, "project", project, "workspace", workspace, "ready", h.ready.Round(time.Millisecond))
+	return h.info(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// watchHeld ends h when it has been idle (no call running, none started) for its idle
+// timeout, and forgets it when it ended any way.
+func (s *Server) watchHeld(h *held) {
+	defer s.watchers.Done()
+	t := time.NewTimer(h.idle)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.b.gone:
+			s.forget(h, "it was stopped")
+			return
+		case <-t.C:
+			left := h.idle - time.Since(time.Unix(0, h.last.Load()))
+			if left > 0 || h.inflight.Load() > 0 {
+				t.Reset(max(left, time.Second))
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+			h.b.finish(ctx, "idle")
+			cancel()
+			s.forget(h, fmt.Sprintf("it was idle for %s", h.idle))
+			return
+		}
+	}
+}
+
+// forget removes h from the held sessions and remembers why it ended.
+func (s *Server) forget(h *held, why string) {
+	msg := fmt.Sprintf("session %s has ended (%s)", h.id, why)
+	h.b.mu.Lock()
+	if info := h.b.endInfo; info.Key != "" {
+		msg += fmt.Sprintf("; its work is snapshot %s of project %s", info.Key, h.b.project)
+	}
+	h.b.mu.Unlock()
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	if s.held.byID[h.id] != h {
+		return
+	}
+	delete(s.held.byID, h.id)
+	s.held.ended[h.id] = msg
+	s.held.order = append(s.held.order, h.id)
+	if len(s.held.order) > 256 {
+		delete(s.held.ended, s.held.order[0])
+		s.held.order = s.held.order[1:]
+	}
+}
+
+// Held lists the held sessions, oldest first.
+func (s *Server) Held() []sessionapi.Session {
+	s.held.mu.Lock()
+	hs := make([]*held, 0, len(s.held.byID))
+	for _, h := range s.held.byID {
+		hs = append(hs, h)
+	}
+	s.held.mu.Unlock()
+	slices.SortFunc(hs, func(a, b *held) int { return a.started.Compare(b.started) })
+	out := make([]sessionapi.Session, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, h.info())
+	}
+	return out
+}
+
+// lookup finds a held session, or says why there is none (404).
+func (s *Server) lookup(id string) (*held, error) {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	if h := s.held.byID[id]; h != nil {
+		return h, nil
+	}
+	if msg := s.held.ended[id]; msg != "" {
+		return nil, apiErrorf(http.StatusNotFound, "%s; start a new one", msg)
+	}
+	ids := make([]string, 0, len(s.held.byID))
+	for id := range s.held.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	if len(ids) == 0 {
+		return nil, apiErrorf(http.StatusNotFound, "no session %s: none runs (toolhost session start opens one)", id)
+	}
+	return nil, apiErrorf(http.StatusNotFound, "no session %s (running: %s)", id, strings.Join(ids, ", "))
+}
+
+// CallHeld runs one tool call in held session id.
+func (s *Server) CallHeld(ctx context.Context, id, tool string, input json.RawMessage) (abi.Result, error) {
+	h, err := s.lookup(id)
+	if err != nil {
+		return abi.Result{}, err
+	}
+	if !s.hasTool(tool) {
+		names := make([]string, 0, len(s.tools))
+		for _, t := range s.tools {
+			names = append(names, t.Name)
+		}
+		return abi.Result{}, apiErrorf(http.StatusBadRequest, "unknown tool %q (tools: %s)", tool, strings.Join(names, ", "))
+	}
+	h.inflight.Add(1)
+	h.last.Store(time.Now().UnixNano())
+	defer func() {
+		h.last.Store(time.Now().UnixNano())
+		h.inflight.Add(-1)
+	}()
+	h.calls.Add(1)
+	sess, err := h.b.session(ctx)
+	if err != nil {
+		return abi.Result{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)
+	}
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage(`{}`)
+	}
+	start := time.Now()
+	var res abi.Result
+	if tool == CommitTool && !s.pluginCommit {
+		res = s.commitResult(ctx, h.b, sess, input)
+	} else {
+		res, err = sess.Dispatch(ctx, tool, input)
+		if err != nil {
+			s.log.Warn("mcp: a tool call failed in the host", "tool", tool, "session", id, "err", err)
+			if ctx.Err() != nil {
+				return abi.Result{}, ctx.Err()
+			}
+			if len(res.Content) == 0 {
+				return abi.Result{}, fmt.Errorf("%s could not run: %w", tool, err)
+			}
+		}
+	}
+	s.metrics.observe(tool, res.IsError, time.Since(start))
+	return res, nil
+}
+
+// commitResult is the commit tool's result for the session API.
+func (s *Server) commitResult(ctx context.Context, b *binding, sess *toolhost.Session, input json.RawMessage) abi.Result {
+	msg, isErr := b.commitText(ctx, sess, input)
+	return abi.Result{IsError: isErr, Content: []abi.Content{{Type: abi.ContentText, Text: msg}}}
+}
+
+// CommitHeld saves a snapshot of held session id's workspace.
+func (s *Server) CommitHeld(ctx context.Context, id, label string) (snapshot.Info, error) {
+	h, err := s.lookup(id)
+	if err != nil {
+		return snapshot.Info{}, err
+	}
+	h.last.Store(time.Now().UnixNano())
+	sess, err := h.b.session(ctx)
+	if err != nil {
+		return snapshot.Info{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)
+	}
+	return sess.Commit(ctx, label)
+}
+
+// StopHeld ends held session id: its workspace committed, its sandbox closed.
+func (s *Server) StopHeld(ctx context.Context, id string) (snapshot.Info, error) {
+	h, err := s.lookup(id)
+	if err != nil {
+		return snapshot.Info{}, err
+	}
+	err = h.b.finish(ctx, "stopped")
+	s.forget(h, "it was stopped")
+	h.b.mu.Lock()
+	info := h.b.endInfo
+	h.b.mu.Unlock()
+	return info, err
+}
+
+// CloseIfIdle starts the server's shutdown when nothing is held, connected or being
+// answered and the last request ended at least d ago; it reports whether it did. A
+// request that comes after finds the server closing (503), and its client starts a new
+// daemon.
+func (s *Server) CloseIfIdle(d time.Duration) bool {
+	if s.held.inflight.Load() > 0 || time.Since(time.Unix(0, s.held.last.Load())) < d {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || len(s.open) > 0 || len(s.connected) > 0 || s.held.inflight.Load() > 0 {
+		return false
+	}
+	s.closing = true
+	return true
+}
