@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func probePath(t testing.TB) string {
 	t.Helper()
-	p, err := testplugins.Build("host/testdata/probe")
+	p, err := testplugins.Build("internal/host/testdata/probe")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,5 +368,55 @@ func TestStoreCapability(t *testing.T) {
 	objs, err := store.ListAll(context.Background(), st, "")
 	if err != nil || len(objs) != 1 || objs[0].Key != "plugins/probe/notes/a.txt" {
 		t.Fatalf("store holds %+v, %v", objs, err)
+	}
+}
+
+// A tool's input that is not text is refused, never silently changed: bytes that are not
+// UTF-8 and escapes of half a UTF-16 pair would reach the tool as U+FFFD.
+func TestInputMustBeText(t *testing.T) {
+	h := newProbeHost(t, nil)
+	s := h.OpenSession(memsandbox.New())
+	for input, want := range map[string]string{
+		"{\"text\":\"a\xffb\"}":    "byte 10 of the input is not UTF-8",
+		"{\"text\":\"\xc3\"}":      "is not UTF-8",
+		`{"text":"a\ud800b"}`:      `\ud800 without its other half`,
+		`{"text":"\udc00"}`:        `\udc00 without its other half`,
+		`{"text":"\ud83d\u0041"}`:  `\ud83d without its other half`,
+		`{"text":"x","y\udfff":1}`: `\udfff without its other half`,
+	} {
+		res, err := dispatch(t, s, "echo", input)
+		if err != nil || !res.IsError || !strings.Contains(text(res), want) || !strings.HasPrefix(text(res), "[echo: invalid input: ") {
+			t.Errorf("echo %q = %q, %v; want an invalid-input error containing %q", input, text(res), err, want)
+		}
+	}
+	for input, want := range map[string]string{
+		`{"text":"\ud83d\ude00"}`: "\U0001F600",
+		`{"text":"\\ud800"}`:      `\ud800`,
+		`{"text":"é€"}`:           "é€",
+	} {
+		res, err := dispatch(t, s, "echo", input)
+		if err != nil || res.IsError || text(res) != want {
+			t.Errorf("echo %q = %q, %v; want %q", input, text(res), err, want)
+		}
+	}
+}
+
+// A file operation's path that ends in / is refused: it names a directory, and cleaning
+// it would act on a file of the directory's name.
+func TestFilePathEndingInSlash(t *testing.T) {
+	h := newProbeHost(t, nil)
+	sb := memsandbox.New()
+	sb.Put("dir/f", "x")
+	sb.Put("file.txt", "content")
+	s := h.OpenSession(sb)
+	for _, p := range []string{"file.txt/", "dir/", "new/"} {
+		res, err := dispatch(t, s, "read", `{"path":`+quote(p)+`}`)
+		if err != nil || !res.IsError || !strings.Contains(text(res), "ends in /") {
+			t.Errorf("read %s = %q, %v; want a refusal saying it ends in /", p, text(res), err)
+		}
+	}
+	res, err := dispatch(t, s, "read", `{"path":"file.txt"}`)
+	if err != nil || res.IsError || text(res) != "content" {
+		t.Errorf("read file.txt = %q, %v", text(res), err)
 	}
 }

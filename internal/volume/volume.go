@@ -272,6 +272,7 @@ func (p *Pool) buildTemplate() error {
 		cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-b", "4096",
 			"-O", "^has_journal,^resize_inode,sparse_super2", "-m", "0", "-E", ext, tmp)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+		cmd.WaitDelay = 5 * time.Second
 		return cmd.CombinedOutput()
 	}
 	// assume_storage_prezeroed (e2fsprogs 1.47) marks the inode tables zeroed, which the

@@ -277,13 +277,17 @@ func helperChurn() error {
 func TestCancelledCreateThenSIGTERM(t *testing.T) {
 	testenv.NeedBwrap(t)
 	run, ws := sharedDirs(t)
-	for ms := 0; ms <= 300; ms += 10 {
-		cmd := helperCmd("reaper", "MANY_RUN="+run, "MANY_WS="+ws, "MANY_CANCEL_MS="+strconv.Itoa(ms))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Errorf("create cancelled at %d ms: %v\n%s", ms, err, out)
+	t.Run("cancel", func(t *testing.T) {
+		for ms := 0; ms <= 300; ms += 10 {
+			t.Run(strconv.Itoa(ms)+"ms", func(t *testing.T) {
+				t.Parallel() // the processes share the directories, as toolhost processes do
+				cmd := helperCmd("reaper", "MANY_RUN="+run, "MANY_WS="+ws, "MANY_CANCEL_MS="+strconv.Itoa(ms))
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("create cancelled at %d ms: %v\n%s", ms, err, out)
+				}
+			})
 		}
-	}
+	})
 	after := settledHostState(t, run, ws, hostState{})
 	if !after.same(hostState{}) {
 		t.Errorf("left behind: %+v:\n%s", after, strings.Join(after.detail, "\n"))
