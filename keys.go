@@ -413,6 +413,14 @@ flag; set it here.`},
 		doc: `A file of bearer tokens, one a line: TOKEN [PROJECT...] (the projects it may open;
 none: any); # starts a comment. It may not be readable by group or others (chmod 600).
 Added to tokens.`},
+	{name: "serve.workspaces", def: map[string]string{},
+		doc: `Host directories that projects work on directly, instead of their private workspaces:
+  workspaces:
+    shop: /srv/checkouts/shop
+A session of such a project mounts the directory as its workspace (owners kept; a
+directory that holds the configuration, the data dir, a plugin or the browser is
+refused at start). No environment variable or flag; set it here. toolhost mcp takes
+--workspace DIR for its one project.`},
 	{name: "serve.max_sessions", flag: "max-sessions", def: 64,
 		usage: "most MCP sessions at once (toolhost serve)",
 		doc: `The most MCP sessions connected at once, each with its sandbox once it calls a tool; a

@@ -2,6 +2,7 @@ package toolhost
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,12 +12,13 @@ import (
 // ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
 // package mcpserve).
 type ServeConfig struct {
-	Listen       string        `key:"listen"`
-	Tokens       []ServeToken  `key:"tokens"`
-	TokensFile   string        `key:"tokens_file"`
-	MaxSessions  int           `key:"max_sessions"`
-	IdleTimeout  time.Duration `key:"idle_timeout"`
-	MaxBodyBytes int64         `key:"max_body_bytes"`
+	Listen       string            `key:"listen"`
+	Tokens       []ServeToken      `key:"tokens"`
+	TokensFile   string            `key:"tokens_file"`
+	Workspaces   map[string]string `key:"workspaces"`
+	MaxSessions  int               `key:"max_sessions"`
+	IdleTimeout  time.Duration     `key:"idle_timeout"`
+	MaxBodyBytes int64             `key:"max_body_bytes"`
 }
 
 // ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
@@ -40,6 +42,14 @@ func (c *Config) validateServe(bad badKey) error {
 			if err := snapshot.ValidProjectID(p); err != nil {
 				return bad(key+".projects", "%v", err)
 			}
+		}
+	}
+	for project, dir := range s.Workspaces {
+		if err := snapshot.ValidProjectID(project); err != nil {
+			return bad("serve.workspaces", "%v", err)
+		}
+		if !filepath.IsAbs(dir) {
+			return bad("serve.workspaces."+project, "must be an absolute path, got %q", dir)
 		}
 	}
 	if s.MaxSessions < 1 {

@@ -292,6 +292,7 @@ func cloneConfig(c Config) Config {
 	c.E2B.Templates = slices.Clone(c.E2B.Templates)
 	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
+	c.Serve.Workspaces = maps.Clone(c.Serve.Workspaces)
 	for i := range c.Serve.Tokens {
 		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
 	}

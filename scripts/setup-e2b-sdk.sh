@@ -11,4 +11,4 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/lib/npm-pinned.sh"
-npm_pinned setup-e2b-sdk e2b "$here/core/sandbox/e2b/e2bfake/testdata/sdk" TOOLHOST_E2B_SDK_DIR e2b-sdk "$@"
+npm_pinned setup-e2b-sdk e2b "$here/internal/sandbox/e2b/e2bfake/testdata/sdk" TOOLHOST_E2B_SDK_DIR e2b-sdk "$@"

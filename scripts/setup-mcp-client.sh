@@ -12,4 +12,4 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/lib/npm-pinned.sh"
-npm_pinned setup-mcp-client @modelcontextprotocol/sdk "$here/mcpserve/testdata/npmclient" TOOLHOST_MCP_CLIENT_DIR mcp-client "$@"
+npm_pinned setup-mcp-client @modelcontextprotocol/sdk "$here/internal/mcpserve/testdata/npmclient" TOOLHOST_MCP_CLIENT_DIR mcp-client "$@"

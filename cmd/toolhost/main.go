@@ -10,7 +10,8 @@
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
 //	toolhost policy test CASES.yaml                   prove a tool policy holds
 //	toolhost audit [FILE]                             show the audit of what plugins did
-//	toolhost mcp                                      serve the tools to one MCP client on stdio
+//	toolhost mcp [--workspace DIR]                    serve the tools to one MCP client on stdio
+//	toolhost mcp config CLIENT                        the MCP configuration of Claude Code, Desktop, Cursor
 //	toolhost serve [--listen ADDR]                    serve the tools over MCP (streamable HTTP)
 //	toolhost doctor                                   what is installed and usable here, one line each
 //	toolhost version                                  print the version (also --version)
@@ -87,7 +88,7 @@ func commands() []*command {
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
-		mcpCommand(), serveCommand(),
+		mcpConfigCommand(), mcpCommand(), serveCommand(),
 		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),
 		doctorCommand()}
 }

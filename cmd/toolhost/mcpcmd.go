@@ -29,11 +29,31 @@ from the project's newest snapshot, and stays up (kept alive, rotated) until the
 client goes; its workspace is then committed and the sandbox closed. The tool
 commit {"label": "..."} saves a snapshot at any time. Logs go to stderr, never stdout.
 
+With --workspace DIR the session works on DIR itself (the repository the client has
+open), mounted as the sandbox's /home/user with its owners kept, instead of the
+project's private workspace; DIR is still committed as the project's snapshots.
+
+"toolhost mcp config CLIENT" prints the configuration for Claude Code, Claude Desktop
+or Cursor with this binary's path.
+
 Example (.mcp.json or claude_desktop_config.json):
-  {"mcpServers": {"toolhost": {"command": "toolhost", "args": ["mcp", "--project", "shop"]}}}`,
+  {"mcpServers": {"toolhost": {"command": "/usr/local/bin/toolhost", "args": ["mcp", "--project", "shop", "--workspace", "/home/me/src/shop"]}}}`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringP("workspace", "w", "", "host directory the session works on (default: the project's private workspace)")
+		},
 		nargs: [2]int{0, 0},
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
+		ws, _ := c.flags.GetString("workspace")
+		if ws != "" {
+			var err error
+			if ws, err = workspaceDir(ws); err != nil {
+				return usagef(cmd, "--workspace: %v", err)
+			}
+			if err := c.cfg.CheckWorkspace(ws, c.cfg.File); err != nil {
+				return usagef(cmd, "--workspace: %v", err)
+			}
+		}
 		out, err := c.protocolStdout()
 		if err != nil {
 			return err
@@ -43,7 +63,11 @@ Example (.mcp.json or claude_desktop_config.json):
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
-		s := mcpserve.New(th, mcpserve.Options{Logger: c.log})
+		opts := mcpserve.Options{Logger: c.log}
+		if ws != "" {
+			opts.Workspaces = map[string]string{th.Config().Project: ws}
+		}
+		s := mcpserve.New(th, opts)
 		c.log.Debug("mcp: serving on stdio", "project", th.Config().Project)
 		return s.Serve(ctx, &mcp.IOTransport{Reader: io.NopCloser(c.stdin), Writer: out})
 	}
@@ -133,13 +157,18 @@ Example:
 		if err := mcpserve.CheckNetwork(c.cfg.Sandbox.Network, len(tokens)); err != nil {
 			return usagef(cmd, "%v", err)
 		}
+		for project, dir := range sc.Workspaces {
+			if err := c.cfg.CheckWorkspace(dir, c.cfg.File); err != nil {
+				return usagef(cmd, "serve.workspaces.%s: %v", project, err)
+			}
+		}
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
 		s := mcpserve.New(th, mcpserve.Options{Tokens: tokens, MaxSessions: sc.MaxSessions,
-			IdleTimeout: sc.IdleTimeout, MaxBodyBytes: sc.MaxBodyBytes, Logger: c.log})
+			IdleTimeout: sc.IdleTimeout, MaxBodyBytes: sc.MaxBodyBytes, Logger: c.log, Workspaces: sc.Workspaces})
 		return s.ListenAndServe(ctx, sc.Listen, shutdownGrace, func(a net.Addr) {
 			fmt.Fprintf(c.stderr, "toolhost serve: listening on http://%s/mcp\n", a)
 		})

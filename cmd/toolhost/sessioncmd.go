@@ -78,19 +78,10 @@ func (c *cli) ensureDaemon(ctx context.Context) (*sessionapi.Client, error) {
 	return cl, c.startDaemon(ctx, cl, dir)
 }
 
-// startDaemon starts `toolhost serve --daemon` with this command's configuration (its
-// environment, its config file and the configuration flags it was given) and waits until
-// it answers.
-func (c *cli) startDaemon(ctx context.Context, cl *sessionapi.Client, dir string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("starting the session daemon: %w", err)
-	}
-	exitIdle := daemonExitIdle
-	if f := c.flags.Lookup("daemon-exit-idle"); f != nil {
-		exitIdle, _ = c.flags.GetDuration("daemon-exit-idle")
-	}
-	args := []string{"serve", "--daemon", "--exit-idle", exitIdle.String()}
+// configFlags are the configuration flags this command was given (but --project), as
+// arguments that give another toolhost process the same configuration.
+func (c *cli) configFlags() []string {
+	var args []string
 	global := pflag.NewFlagSet("", pflag.ContinueOnError)
 	globalFlags(global)
 	c.flags.Visit(func(f *pflag.Flag) {
@@ -107,6 +98,23 @@ func (c *cli) startDaemon(ctx context.Context, cl *sessionapi.Client, dir string
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
+	return args
+}
+
+// startDaemon starts `toolhost serve --daemon` with this command's configuration (its
+// environment, its config file and the configuration flags it was given) and waits until
+// it answers.
+func (c *cli) startDaemon(ctx context.Context, cl *sessionapi.Client, dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("starting the session daemon: %w", err)
+	}
+	exitIdle := daemonExitIdle
+	if f := c.flags.Lookup("daemon-exit-idle"); f != nil {
+		exitIdle, _ = c.flags.GetDuration("daemon-exit-idle")
+	}
+	args := []string{"serve", "--daemon", "--exit-idle", exitIdle.String()}
+	args = append(args, c.configFlags()...)
 	wd, err := os.Getwd()
 	if err != nil {
 		wd = "/"

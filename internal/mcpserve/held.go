@@ -32,10 +32,12 @@ import (
 // heldSessions is the server's held sessions by id, and the recently ended ones (so a call
 // to one says what became of it).
 type heldSessions struct {
-	mu    sync.Mutex
-	byID  map[string]*held
-	ended map[string]string // id -> what ended it, for the next call's error
-	order []string          // ended ids, oldest first, to bound the map
+	mu         sync.Mutex
+	byID       map[string]*held
+	ended      map[string]string           // id -> what ended it, for the next call's error
+	endedOwner map[string]string           // id -> its owner, so only they learn it
+	order      []string                    // ended ids, oldest first, to bound the map
+	defaults   map[defaultKey]*defaultSlot // the stateless revision's default sessions
 
 	inflight atomic.Int64 // API requests being answered
 	last     atomic.Int64 // unix nanoseconds of the last API request's end
@@ -44,6 +46,8 @@ type heldSessions struct {
 func (h *heldSessions) init() {
 	h.byID = map[string]*held{}
 	h.ended = map[string]string{}
+	h.endedOwner = map[string]string{}
+	h.defaults = map[defaultKey]*defaultSlot{}
 	h.last.Store(time.Now().UnixNano())
 }
 
@@ -83,8 +87,18 @@ func apiErrorf(status int, format string, args ...any) error {
 // project's private workspace) and holds it until StopHeld, idle past idle (0: the
 // server's HeldIdleTimeout), or Shutdown.
 func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
+	return s.startHeld(ctx, shellOwner, project, workspace, idle)
+}
+
+// shellOwner owns the sessions of the session API: its callers are this user's processes.
+const shellOwner = "shell"
+
+func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
 	if err := snapshot.ValidProjectID(project); err != nil {
 		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
+	}
+	if workspace == "" {
+		workspace = s.opts.Workspaces[project]
 	}
 	if workspace != "" {
 		if !filepath.IsAbs(workspace) {
@@ -100,7 +114,7 @@ func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle 
 	if idle <= 0 {
 		idle = s.opts.HeldIdleTimeout
 	}
-	b := newBinding(s, project, "shell", workspace)
+	b := newBinding(s, project, owner, workspace)
 	start := time.Now()
 	sess, err := b.session(ctx)
 	if err != nil {
@@ -190,19 +204,23 @@ func (s *Server) forget(h *held, why string) {
 	}
 	delete(s.held.byID, h.id)
 	s.held.ended[h.id] = msg
+	s.held.endedOwner[h.id] = h.b.owner
 	s.held.order = append(s.held.order, h.id)
 	if len(s.held.order) > 256 {
 		delete(s.held.ended, s.held.order[0])
+		delete(s.held.endedOwner, s.held.order[0])
 		s.held.order = s.held.order[1:]
 	}
 }
 
-// Held lists the held sessions, oldest first.
+// Held lists the sessions held through the session API, oldest first.
 func (s *Server) Held() []sessionapi.Session {
 	s.held.mu.Lock()
 	hs := make([]*held, 0, len(s.held.byID))
 	for _, h := range s.held.byID {
-		hs = append(hs, h)
+		if h.b.owner == shellOwner {
+			hs = append(hs, h)
+		}
 	}
 	s.held.mu.Unlock()
 	slices.SortFunc(hs, func(a, b *held) int { return a.started.Compare(b.started) })
@@ -213,19 +231,22 @@ func (s *Server) Held() []sessionapi.Session {
 	return out
 }
 
-// lookup finds a held session, or says why there is none (404).
-func (s *Server) lookup(id string) (*held, error) {
+// lookup finds owner's held session id, or says why there is none (404). Another
+// owner's session is "no session", whatever it is.
+func (s *Server) lookup(owner, id string) (*held, error) {
 	s.held.mu.Lock()
 	defer s.held.mu.Unlock()
-	if h := s.held.byID[id]; h != nil {
+	if h := s.held.byID[id]; h != nil && h.b.owner == owner {
 		return h, nil
 	}
-	if msg := s.held.ended[id]; msg != "" {
+	if msg := s.held.ended[id]; msg != "" && s.held.endedOwner[id] == owner {
 		return nil, apiErrorf(http.StatusNotFound, "%s; start a new one", msg)
 	}
 	ids := make([]string, 0, len(s.held.byID))
-	for id := range s.held.byID {
-		ids = append(ids, id)
+	for id, h := range s.held.byID {
+		if h.b.owner == owner {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	if len(ids) == 0 {
@@ -236,7 +257,11 @@ func (s *Server) lookup(id string) (*held, error) {
 
 // CallHeld runs one tool call in held session id.
 func (s *Server) CallHeld(ctx context.Context, id, tool string, input json.RawMessage) (abi.Result, error) {
-	h, err := s.lookup(id)
+	return s.callHeld(ctx, shellOwner, id, tool, input)
+}
+
+func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input json.RawMessage) (abi.Result, error) {
+	h, err := s.lookup(owner, id)
 	if err != nil {
 		return abi.Result{}, err
 	}
@@ -289,7 +314,7 @@ func (s *Server) commitResult(ctx context.Context, b *binding, sess *toolhost.Se
 
 // CommitHeld saves a snapshot of held session id's workspace.
 func (s *Server) CommitHeld(ctx context.Context, id, label string) (snapshot.Info, error) {
-	h, err := s.lookup(id)
+	h, err := s.lookup(shellOwner, id)
 	if err != nil {
 		return snapshot.Info{}, err
 	}
@@ -303,7 +328,11 @@ func (s *Server) CommitHeld(ctx context.Context, id, label string) (snapshot.Inf
 
 // StopHeld ends held session id: its workspace committed, its sandbox closed.
 func (s *Server) StopHeld(ctx context.Context, id string) (snapshot.Info, error) {
-	h, err := s.lookup(id)
+	return s.stopHeld(ctx, shellOwner, id)
+}
+
+func (s *Server) stopHeld(ctx context.Context, owner, id string) (snapshot.Info, error) {
+	h, err := s.lookup(owner, id)
 	if err != nil {
 		return snapshot.Info{}, err
 	}
@@ -312,6 +341,12 @@ func (s *Server) StopHeld(ctx context.Context, id string) (snapshot.Info, error)
 	h.b.mu.Lock()
 	info := h.b.endInfo
 	h.b.mu.Unlock()
+	if err != nil && info.Key != "" {
+		// The work is saved; what failed is closing the sandbox, which is the host's
+		// business (the log has it), not the caller's.
+		s.log.Warn("mcp: a held session's sandbox did not close cleanly after its commit", "id", id, "err", err)
+		err = nil
+	}
 	return info, err
 }
 

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +50,49 @@ func TestHeldIdle(t *testing.T) {
 	_, err = s.StartHeld(ctx, "idle", "", 0)
 	if !errors.As(err, &ae) || ae.status != http.StatusServiceUnavailable {
 		t.Errorf("a start after CloseIfIdle: %v", err)
+	}
+}
+
+// TestWorkspaces: a project named in Options.Workspaces works on its host directory, over
+// MCP (HTTP, the project from the header) and as a held session alike; other projects
+// keep their private workspaces.
+func TestWorkspaces(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := newServer(t, testConfig(t), Options{Workspaces: map[string]string{"repo": dir}})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx := context.Background()
+	cs, err := connectHTTP(ctx, srv.URL+"/mcp", "", "repo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, cs, "write_file", map[string]any{"path": "over-mcp.txt", "content": "mcp\n"}); res.IsError {
+		t.Fatalf("write_file: %s", text(res))
+	}
+	cs.Close()
+	if b, err := os.ReadFile(filepath.Join(dir, "over-mcp.txt")); err != nil || string(b) != "mcp\n" {
+		t.Errorf("over-mcp.txt in the project's directory: %q %v", b, err)
+	}
+	h, err := s.StartHeld(ctx, "repo", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Workspace != dir {
+		t.Errorf("the held session's workspace is %q, want %q", h.Workspace, dir)
+	}
+	res, err := s.CallHeld(ctx, h.ID, "bash", json.RawMessage(`{"command":"cat over-mcp.txt"}`))
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].Text, "mcp") {
+		t.Errorf("the held session does not see the directory: %v %+v", err, res)
+	}
+	if _, err := s.StopHeld(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.StartHeld(ctx, "other", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Workspace != "" {
+		t.Errorf("another project got the workspace %q", other.Workspace)
 	}
 }

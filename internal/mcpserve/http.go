@@ -159,7 +159,31 @@ func (s *Server) Handler() http.Handler {
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 		Logger:              s.log,
 	})
-	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(newCancelGuard(h, s.opts.MaxBodyBytes, s.metrics.cancelDropped)))
+	// The stateless revision (2026-07-28) on the same endpoint: one server for every
+	// request, sessions as handles (stateless.go).
+	sh := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if project, _ := r.Context().Value(projectKey).(string); project == "" {
+			return nil
+		}
+		return s.statelessServer()
+	}, &mcp.StreamableHTTPOptions{
+		Stateless:                    true,
+		PropagateRequestCancellation: true,
+		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
+		Logger:                       s.log,
+	})
+	// A cancelled request of the session revision gets no response (cancel.go); one of
+	// the stateless revision is cancelled by ending its HTTP request, which then carries
+	// none.
+	stateful := newCancelGuard(h, s.opts.MaxBodyBytes, s.metrics.cancelDropped)
+	byEra := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if statelessEra(r) {
+			sh.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(byEra))
 	metricsH := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WriteTo(w)
@@ -238,7 +262,8 @@ func (w *statusWriter) Flush() {
 // MaxSessions or while shutting down (503).
 func (s *Server) gate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		stateless := statelessEra(r)
+		if r.Method != http.MethodPost || (r.Header.Get("Mcp-Session-Id") != "" && !stateless) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -265,13 +290,20 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("this token may not open project %s (it may open: %s)", project, strings.Join(allowed, ", ")), http.StatusForbidden)
 			return
 		}
-		// The request holds a slot from here until its session is watched (from its first
-		// request on, see newMCPServer) or it failed: requests arriving together cannot all
-		// pass the count before any is counted.
+		if stateless {
+			// Every request of the stateless revision names its project; the handlers
+			// read it from this header (and count sessions where they open one).
+			r = r.Clone(r.Context())
+			r.Header.Set(ProjectHeader, project)
+		}
+		// A request opening a session holds a slot from here until its session is watched
+		// (from its first request on, see newMCPServer) or it failed: requests arriving
+		// together cannot all pass the count before any is counted.
 		s.mu.Lock()
-		full := len(s.connected)+s.pending >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions
+		full := !stateless && (len(s.connected)+s.pending >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions)
 		closing := s.closing
-		if !full && !closing {
+		held := !full && !closing && !stateless
+		if held {
 			s.pending++
 		}
 		s.mu.Unlock()
@@ -284,11 +316,13 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("the server has %d sessions open, its limit; try again later", s.opts.MaxSessions), http.StatusServiceUnavailable)
 			return
 		}
-		defer func() {
-			s.mu.Lock()
-			s.pending--
-			s.mu.Unlock()
-		}()
+		if held {
+			defer func() {
+				s.mu.Lock()
+				s.pending--
+				s.mu.Unlock()
+			}()
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), projectKey, project)))
 	})
 }

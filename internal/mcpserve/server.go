@@ -77,11 +77,14 @@ type Options struct {
 	// SessionOptions, when set, gives the options each session opens with for project
 	// (a wrapper provider, a logger); its Project is set from project.
 	SessionOptions func(project string) toolhost.SessionOptions
+	// Workspaces maps projects to host directories their sessions work on directly (owners
+	// kept) instead of their private workspaces: toolhost mcp --workspace, serve.workspaces.
+	Workspaces map[string]string
 	// ConfigDigest identifies the configuration, for the session API: a client with
 	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
 	ConfigDigest string
-	// HeldIdleTimeout ends a session held through the session API after this long
-	// without a call (default 1h); a session may ask for its own.
+	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
+	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
 }
 
@@ -103,6 +106,9 @@ type Server struct {
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 
 	held heldSessions // the sessions the shell holds (held.go)
+
+	statelessOnce sync.Once
+	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
 }
 
 // New makes a Server of th's tools. Tools whose schema is not a JSON object schema are
@@ -134,7 +140,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		log = slog.Default()
 	}
 	if opts.HeldIdleTimeout <= 0 {
-		opts.HeldIdleTimeout = time.Hour
+		opts.HeldIdleTimeout = opts.IdleTimeout
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
@@ -198,7 +204,7 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
-	b := newBinding(s, project, owner, "")
+	b := newBinding(s, project, owner, s.opts.Workspaces[project])
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -225,10 +231,11 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 
 // Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
 // until the client goes or ctx ends; the session's workspace is then committed and its
-// sandbox closed.
+// sandbox closed. At the end of its input every request read is answered first, so a
+// client that writes its requests and closes its end still gets every answer.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
-	err := ms.Run(ctx, cancelTransport{t, s.metrics.cancelDropped})
+	err := ms.Run(ctx, drainAtEOF(cancelTransport{t, s.metrics.cancelDropped}, s.log))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	serr := s.Shutdown(sctx)

@@ -112,8 +112,12 @@ func connectHTTP(ctx context.Context, url, token, project string, copts *mcp.Cli
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
 	tr := &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1,
 		HTTPClient: &http.Client{Transport: bearer{token: token, project: project, base: clientTransport}}}
-	return c.Connect(ctx, tr, nil)
+	return c.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: statefulRevision})
 }
+
+// statefulRevision is the newest revision with sessions (the stateless one has tests of
+// its own, TestTwoRevisions).
+const statefulRevision = "2025-11-25"
 
 func call(t testing.TB, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
