@@ -22,8 +22,6 @@ import (
 // link. Dispatch admits the tool call itself (calls per minute), keeps secrets out of its
 // result and audits it.
 
-var unscoped = policy.Decision{Allowed: true, Rule: "unscoped"}
-
 // decide asks the plugin's policy about the call c. ok false means the check itself failed
 // and st is the status to return.
 func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d policy.Decision, st uint64, ok bool) {
