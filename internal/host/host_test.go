@@ -130,7 +130,9 @@ func TestDispatch(t *testing.T) {
 }
 
 func TestRunawayPluginStoppedWhileHostServes(t *testing.T) {
-	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 300 * time.Millisecond })
+	// A budget an echo never misses on a loaded machine (a hang bound for spin, which uses
+	// it all), short enough to keep the test short.
+	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 3 * time.Second })
 	s := h.OpenSession(memsandbox.New())
 
 	var wg sync.WaitGroup
@@ -169,8 +171,10 @@ func TestCallerContextStopsPlugin(t *testing.T) {
 }
 
 func TestTimeInHostFunctionsIsNotBudget(t *testing.T) {
-	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 200 * time.Millisecond })
-	sb := &slowSandbox{Sandbox: memsandbox.New(), delay: 600 * time.Millisecond}
+	// The command takes three times the plugin's budget; the plugin's own work is a
+	// fraction of it even on a loaded machine.
+	h := newProbeHost(t, func(c *Config) { c.CallTimeout = time.Second })
+	sb := &slowSandbox{Sandbox: memsandbox.New(), delay: 3 * time.Second}
 	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["true"]}`)
 	if err != nil || res.IsError {
 		t.Fatalf("a command longer than the plugin budget: %+v, %v; want success", res, err)

@@ -166,7 +166,8 @@ func TestPluginLimits(t *testing.T) {
 			t.Errorf("4 MiB under a 32 MiB limit: %+v, %v", res, err)
 		}
 		// A plugin may have more than the host's default.
-		h = probeHostWith(t, func(s *PluginSpec) { s.MemoryLimitMiB = 256 }, func(c *Config) { c.MemoryLimitMiB = 32 })
+		// (A budget of time that no loaded machine misses: memory is what is tested.)
+		h = probeHostWith(t, func(s *PluginSpec) { s.MemoryLimitMiB = 256; s.CallTimeout = 2 * time.Minute }, func(c *Config) { c.MemoryLimitMiB = 32 })
 		if res, err := dispatch(t, h.OpenSession(memsandbox.New()), "garbage", `{"mb":64}`); err != nil || res.IsError {
 			t.Errorf("64 MiB under the plugin's 256 MiB: %+v, %v", res, err)
 		}
