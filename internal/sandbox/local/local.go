@@ -121,12 +121,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.HostGID == 0 {
 		cfg.HostGID = cfg.HostUID
 	}
-	uid := strconv.Itoa(os.Geteuid())
 	if cfg.RunDir == "" {
-		cfg.RunDir = filepath.Join(os.TempDir(), "toolhost-run-"+uid)
+		cfg.RunDir = DefaultRunDir()
 	}
 	if cfg.WorkspaceDir == "" {
-		cfg.WorkspaceDir = filepath.Join("/var/tmp", "toolhost-workspaces-"+uid)
+		cfg.WorkspaceDir = DefaultWorkspaceDir()
 	}
 	if _, err := os.Stat(BwrapPath); err != nil {
 		return nil, fmt.Errorf("local provider: %w: %v", ErrNoBwrap, err)
@@ -180,6 +179,17 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	return p, nil
+}
+
+// DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.
+func DefaultRunDir() string {
+	return filepath.Join(os.TempDir(), "toolhost-run-"+strconv.Itoa(os.Geteuid()))
+}
+
+// DefaultWorkspaceDir is Config.WorkspaceDir when none is given:
+// /var/tmp/toolhost-workspaces-UID.
+func DefaultWorkspaceDir() string {
+	return filepath.Join("/var/tmp", "toolhost-workspaces-"+strconv.Itoa(os.Geteuid()))
 }
 
 func rootOwner(id identity) int {
