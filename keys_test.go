@@ -17,12 +17,15 @@ func TestConfigKeys(t *testing.T) {
 	walk = func(typ reflect.Type, prefix string) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
+			if !f.IsExported() {
+				continue // Config.modules: walked below, module by module
+			}
 			name := f.Tag.Get("key")
 			if name == "" {
 				t.Errorf("field %s%s has no key tag", prefix, f.Name)
 				continue
 			}
-			if f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == reflect.TypeFor[Config]().PkgPath() {
+			if f.Type.Kind() == reflect.Struct && (f.Type.PkgPath() == typ.PkgPath() || f.Type.Name() == "") {
 				walk(f.Type, prefix+name+".")
 				continue
 			}
@@ -30,6 +33,9 @@ func TestConfigKeys(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[Config](), "")
+	for _, m := range moduleRefs() {
+		walk(reflect.TypeOf(m.config()).Elem(), m.prefix)
+	}
 
 	keys := ConfigKeys()
 	byName, env, flags := map[string]bool{}, map[string]string{}, map[string]string{}

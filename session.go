@@ -14,11 +14,12 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // SessionOptions choose what a session works on.
@@ -62,7 +63,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if project == "" {
 		project = cfg.Project
 	}
-	if err := snapshot.ValidProjectID(project); err != nil {
+	if err := storekeys.ValidProject(project); err != nil {
 		return nil, fmt.Errorf("opening a session: %w", err)
 	}
 	ws := opts.Workspace
@@ -116,6 +117,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
 	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
+	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
+	if t.rec != nil {
+		auto = capture.Of(t.rec)
+	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
@@ -126,11 +131,11 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		KeepaliveMargin: cfg.Session.KeepaliveMargin,
 		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     maxLife,
-		Screenshots:     t.rec,
+		Screenshots:     auto,
 		Logger:          log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening a session for project %s: %w%s", project, err, bwrapHint())
+		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
 	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
 	opened = true
@@ -285,27 +290,27 @@ func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessa
 
 // Commit saves a snapshot of the workspace (a phase commit) and, when a dev server runs,
 // has its page captured on its own afterwards (under auto/).
-func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
+func (s *Session) Commit(ctx context.Context, label string) (SnapshotInfo, error) {
 	if err := s.leaseErr(); err != nil {
-		return snapshot.Info{}, fmt.Errorf("committing: %w", err)
+		return SnapshotInfo{}, fmt.Errorf("committing: %w", err)
 	}
-	return s.live.Commit(ctx, label)
+	info, err := s.live.Commit(ctx, label)
+	return snapshotInfo(info), err
 }
 
-// Screenshots lists the project's stored screenshots of one kind (screenshot.KindAgent:
-// those take_screenshot took; screenshot.KindAuto: those the session took on its own; ""
-// for both), newest first.
-func (s *Session) Screenshots(ctx context.Context, kind string) ([]screenshot.Stored, error) {
+// Screenshots lists the project's stored screenshots of one kind (ScreenshotsAgent: those
+// take_screenshot took; ScreenshotsAuto: those the session took on its own; "" for both),
+// newest first.
+func (s *Session) Screenshots(ctx context.Context, kind string) ([]Screenshot, error) {
 	return s.th.storage.Screenshots(ctx, s.project, kind)
 }
 
 // Woke reports the snapshot the session's first sandbox was restored from; false when it
 // started empty (a new project, or a host directory as the workspace).
-func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
-
-// Sandbox is the session's sandbox: a internal/session.Session, which outlives the sandboxes
-// it rotates through (its Rotations, SandboxID, Archive, ReadFile...).
-func (s *Session) Sandbox() *session.Session { return s.live }
+func (s *Session) Woke() (SnapshotInfo, bool) {
+	info, ok := s.wake.first()
+	return snapshotInfo(info), ok
+}
 
 // Close ends the session and its sandbox without saving (Commit first to keep the work),
 // waiting for the sandbox to stop at most until ctx ends, then gives up the project's

@@ -25,9 +25,9 @@ func (t *Toolhost) CheckWorkspace(dir string) error {
 // exists yet or not: a sandbox that may create the default config file (which no command
 // read, because there was none) would configure every later command. So the list holds
 // the config file read, the one TOOLHOST_CONFIG names, the default one, the data dir, the
-// audit file, the plugins and the browser; the data dir, the directory store and the
-// local sandboxes' run and workspace dirs are the host's own state, which a workspace
-// may neither hold nor lie in.
+// audit file, the plugins and the browser; the data dir and the modules' directories
+// (the directory store, the local sandboxes' run and workspace dirs) are the host's own
+// state, which a workspace may neither hold nor lie in.
 func (c *Config) CheckWorkspace(dir, configFile string) error {
 	cfg := c
 	ws := realPath(dir)
@@ -35,23 +35,26 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		what, path string
 		state      bool // the host's own state: no workspace inside it either
 	}
-	runDir, wsDir := cfg.Sandbox.RunDir, cfg.Sandbox.WorkspaceDir
-	if runDir == "" {
-		runDir = local.DefaultRunDir()
-	}
-	if wsDir == "" {
-		wsDir = local.DefaultWorkspaceDir()
-	}
 	list := []trusted{
 		{what: "the config file", path: configFile},
 		{what: "the config file TOOLHOST_CONFIG names", path: os.Getenv(EnvPrefix + "CONFIG")},
 		{what: "the default config file", path: DefaultConfigFile()},
 		{what: "the data dir", path: cfg.DataDir, state: true},
 		{what: "the browser (screenshot.chromium)", path: cfg.Screenshot.Chromium},
-		{what: "the directory store (store.dir)", path: cfg.Store.Dir, state: true},
 		{what: "the audit file (audit.file)", path: cfg.Audit.File},
-		{what: "the sandboxes' run dir (sandbox.run_dir)", path: runDir, state: true},
-		{what: "the sandboxes' workspace dir (sandbox.workspace_dir)", path: wsDir, state: true},
+		// The local sandboxes' directories when their keys leave them to the default.
+		{what: "the sandboxes' default run dir", path: local.DefaultRunDir(), state: true},
+		{what: "the sandboxes' default workspace dir", path: local.DefaultWorkspaceDir(), state: true},
+	}
+	for _, k := range ConfigKeys() {
+		if !k.HostPath || k.Module == "" {
+			continue
+		}
+		if v, err := cfg.Get(k.Name); err == nil {
+			if p, ok := v.(string); ok && p != "" {
+				list = append(list, trusted{what: "a directory of the " + k.Module + " module (" + k.Name + ")", path: p, state: true})
+			}
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		list = append(list, trusted{what: "the toolhost executable", path: exe})

@@ -26,7 +26,9 @@ func builtinTools(t *testing.T) []abi.Tool {
 	t.Helper()
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	th, err := toolhost.New(context.Background(), cfg, quiet())
 	if err != nil {
 		t.Fatal(err)

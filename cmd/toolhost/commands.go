@@ -69,7 +69,7 @@ an MCP tools/list request.
 		case "mcp":
 			return writeJSON(c.stdout, mcpTools(tools), true)
 		case "json":
-			return writeJSON(c.stdout, pluginsJSON(th.Host()), true)
+			return writeJSON(c.stdout, pluginsJSON(th), true)
 		}
 		return writeJSON(c.stdout, tools, true)
 	}
@@ -125,7 +125,7 @@ type pluginJSON struct {
 	Tools   []abi.Tool       `json:"tools"`
 }
 
-func pluginsJSON(h *host.Host) []pluginJSON {
+func pluginsJSON(h *toolhost.Toolhost) []pluginJSON {
 	defs := map[string]abi.Tool{}
 	for _, t := range h.Tools() {
 		defs[t.Name] = t
@@ -145,7 +145,15 @@ func pluginsJSON(h *host.Host) []pluginJSON {
 	return out
 }
 
-func importNames(imps []host.Import) []string {
+func hostImportNames(imps []host.Import) []string {
+	out := make([]string, 0, len(imps))
+	for _, im := range imps {
+		out = append(out, im.Module+"."+im.Name)
+	}
+	return out
+}
+
+func importNames(imps []toolhost.PluginImport) []string {
 	out := make([]string, 0, len(imps))
 	for _, im := range imps {
 		out = append(out, im.Module+"."+im.Name)
@@ -356,7 +364,7 @@ would need in the configuration's plugins list.`,
 				Manifest abi.Manifest     `json:"manifest"`
 				Imports  []string         `json:"imports"`
 				Needs    []abi.Capability `json:"needs"`
-			}{path, len(wasm), m, importNames(in.Imports), needs}, true)
+			}{path, len(wasm), m, hostImportNames(in.Imports), needs}, true)
 		}
 		printInspection(c.stdout, path, len(wasm), in)
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/policy"
 )
@@ -337,7 +338,7 @@ func runCase(ctx context.Context, c *cli, pc *policyCase, where string) (problem
 	if pc.Call.Input == nil {
 		input = []byte("{}")
 	}
-	res, callErr := th.Host().OpenSession(sb).Dispatch(ctx, pc.Call.Tool, input)
+	res, callErr := experimental.Dispatch(ctx, th, sb, pc.Call.Tool, input)
 	recs = slices.DeleteFunc(rec.Records(), func(r audit.Record) bool { return r.Cap == audit.CapTool })
 	if callErr != nil {
 		problems = append(problems, "the host could not run the tool: "+callErr.Error())

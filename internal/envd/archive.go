@@ -1,6 +1,9 @@
 package envd
 
-import "github.com/toolhost/toolhost/internal/archive"
+import (
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/archive"
+)
 
 // The workspace as one tar.gz, packed and unpacked inside the sandbox: the agent sees the
 // sandbox's own view of the files, so a symbolic link the sandbox made can only ever lead to
@@ -45,3 +48,12 @@ const (
 // inside the sandbox, so what it sends is hostile input, and an endless stream must not
 // fill the host's disk. It matches archive.DefaultMaxBytes, the most a restore extracts.
 const MaxArchiveBytes = archive.DefaultMaxBytes
+
+// Report is the sandbox interface's report of a pack.
+func (r ArchiveResult) Report() sandbox.ArchiveReport {
+	out := sandbox.ArchiveReport{Files: r.Files, Dirs: r.Dirs, Symlinks: r.Symlinks, Bytes: r.Bytes, Skipped: r.Skipped}
+	for _, s := range r.Skips {
+		out.Skips = append(out.Skips, sandbox.ArchiveSkip{Path: s.Path, Reason: s.Reason})
+	}
+	return out
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/policy"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // scopedHost loads the built-ins, with scope (and the other fields of mutate) applied to
@@ -291,7 +292,7 @@ func TestCaptureScope(t *testing.T) {
 	s := h.OpenSession(memsandbox.New())
 	ctx := context.Background()
 	res, err := s.Dispatch(ctx, "take_screenshot", json.RawMessage(`{"port":5432}`))
-	if err != nil || !res.IsError || !strings.Contains(resultText(res), "policy: plugin screenshot may not capture port 5432 (allowed: 3000)") {
+	if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), "policy: plugin screenshot may not capture port 5432 (allowed: 3000)") {
 		t.Errorf("port 5432: %+v, %v", res, err)
 	}
 	// Port 3000 is allowed: the capture goes on (and fails here, as nothing listens and

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Defaults of Config.
@@ -167,9 +168,9 @@ func (c *Config) defaults() error {
 }
 
 // Prefix is where a project's lease generations live.
-func Prefix(project string) string { return "projects/" + project + "/lease/" }
+func Prefix(project string) string { return storekeys.Lease(project) }
 
-func genKey(project string, n uint64) string { return fmt.Sprintf("%s%020d", Prefix(project), n) }
+func genKey(project string, n uint64) string { return storekeys.LeaseGeneration(project, n) }
 
 // Lease is a held lease. Its renewing goroutine runs until Release.
 type Lease struct {

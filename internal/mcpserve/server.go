@@ -40,7 +40,6 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -303,7 +302,7 @@ type binding struct {
 	watched bool
 	ended   bool
 	endErr  error
-	endInfo snapshot.Info // the commit at the end, when it saved
+	endInfo toolhost.SnapshotInfo // the commit at the end, when it saved
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Background processes survive rotation: the session remembers each one started through
@@ -94,29 +93,24 @@ func (s *Session) rememberedProcs() []*bgProc {
 	return slices.Clone(s.bg.procs)
 }
 
-// processLister is a sandbox whose data-plane client lists its processes (local).
-type processLister interface {
-	Client() *client.Client
-}
-
 // runningProcs asks old which remembered processes still run, and forgets the others
 // (exited, or killed by the agent). When old cannot say, all are taken as running.
 func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgProc {
 	all := s.rememberedProcs()
-	pl, ok := old.(processLister)
-	if len(all) == 0 || !ok || pl.Client() == nil {
+	pl, ok := sandbox.As[sandbox.ProcessLister](old)
+	if len(all) == 0 || !ok {
 		return all
 	}
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	infos, err := pl.Client().Processes(ctx)
+	infos, err := pl.Processes(ctx)
 	if err != nil {
 		s.log.Warn("session: cannot tell which background processes still run; restarting all remembered", "err", err)
 		return all
 	}
 	alive := map[string]bool{}
 	for _, in := range infos {
-		alive[in.Tag] = true
+		alive[in.ID] = true
 	}
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()

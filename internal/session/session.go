@@ -29,8 +29,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd"
-	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
@@ -75,7 +74,7 @@ type Config struct {
 	// Screenshots, when set, captures the dev server's page on its own (under auto/)
 	// when a background process starts listening, after each commit and after a
 	// rotation restarted it.
-	Screenshots *screenshot.Recorder
+	Screenshots AutoCapturer
 	// Clock is the session's time; nil means SystemClock(). Tests inject a fake.
 	Clock Clock
 	// TempDir holds the local copy of a snapshot a rotation makes when it has to restore
@@ -531,12 +530,6 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
 }
 
-// archiveReporter is a sandbox that says what its archive left out (the local provider's
-// agent does).
-type archiveReporter interface {
-	ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error)
-}
-
 // save stores a snapshot of the current sandbox. With keep, the archive is also written
 // to a local file, returned whenever the pack completed, even when the store failed (the
 // caller removes it).
@@ -544,7 +537,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 	sb := s.sb
 	start := time.Now()
 	var local *localArchive
-	var rep envd.ArchiveResult
+	var rep sandbox.ArchiveReport
 	info, err := s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
 		var f *os.File
 		if keep {
@@ -555,11 +548,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 			w = io.MultiWriter(w, f)
 		}
 		var err error
-		if ar, ok := sb.(archiveReporter); ok {
-			rep, err = ar.ArchiveReport(ctx, w, s.cfg.Excludes)
-		} else {
-			err = sb.Archive(ctx, w, s.cfg.Excludes)
-		}
+		rep, err = sandbox.ArchiveWithReport(ctx, sb, w, s.cfg.Excludes)
 		if f != nil {
 			size, _ := f.Seek(0, io.SeekCurrent)
 			if cerr := f.Close(); err != nil || cerr != nil {
@@ -570,7 +559,10 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 		}
 		return err
 	})
-	info.Skipped, info.Skips = rep.Skipped, rep.Skips
+	info.Skipped = rep.Skipped
+	for _, sk := range rep.Skips {
+		info.Skips = append(info.Skips, archive.Skip{Path: sk.Path, Reason: sk.Reason})
+	}
 	if err != nil {
 		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
 		return info, local, err

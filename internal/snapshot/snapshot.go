@@ -39,7 +39,6 @@ package snapshot
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -48,7 +47,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +55,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Errors callers branch on; test with errors.Is. Their messages are one line each, fit to
@@ -71,7 +70,7 @@ var (
 	// for the one snapshot asked for.
 	ErrCorrupt = errors.New("no snapshot of the project restores")
 	// ErrInvalidProject: the project ID cannot be used in a key.
-	ErrInvalidProject = errors.New("invalid project id")
+	ErrInvalidProject = storekeys.ErrInvalidProject
 	// ErrNotSnapshotKey: a key given to RestoreKey or Delete is not a snapshot key of the
 	// project.
 	ErrNotSnapshotKey = errors.New("not a snapshot key")
@@ -92,7 +91,7 @@ const (
 	DefaultMaxBackoff     = store.DefaultRetryMaxBackoff
 	DefaultRetryWindow    = store.DefaultRetryWindow
 	DefaultAttemptTimeout = 15 * time.Minute
-	MaxProjectIDLen       = 128
+	MaxProjectIDLen       = storekeys.MaxProjectLen
 )
 
 // Config configures a Manager. Store is required.
@@ -230,78 +229,33 @@ func New(cfg Config) (*Manager, error) {
 	}, nil
 }
 
-var projectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// ValidProjectID reports why id cannot name a project, or nil: 1 to 128 characters of
-// letters, digits, '.', '_' and '-', starting with a letter or digit, without "..".
-func ValidProjectID(id string) error {
-	if len(id) == 0 || len(id) > MaxProjectIDLen || !projectRE.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("%w %q: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidProject, id, MaxProjectIDLen)
-	}
-	return nil
-}
+// ValidProjectID reports why id cannot name a project, or nil (storekeys.ValidProject:
+// the store's key layout has one owner).
+func ValidProjectID(id string) error { return storekeys.ValidProject(id) }
 
 // Prefix is the folder of a project's snapshots, ending in "/".
-func Prefix(projectID string) string { return "projects/" + projectID + "/snapshots/" }
-
-const (
-	timeLayout = "20060102T150405Z"
-	nonceLen   = 6
-)
+func Prefix(projectID string) string { return storekeys.Snapshots(projectID) }
 
 // Key names the snapshot of projectID taken at t (to the millisecond, in UTC), told
-// apart from others of the same millisecond by nonce (six lower-case hex digits; see
-// NewNonce).
+// apart from others of the same millisecond by nonce (see NewNonce).
 func Key(projectID string, t time.Time, nonce string) string {
-	t = t.UTC()
-	return fmt.Sprintf("%s%s-%03d-%s.tar.gz", Prefix(projectID), t.Format(timeLayout), t.Nanosecond()/int(time.Millisecond), nonce)
+	return storekeys.SnapshotKey(projectID, t, nonce)
 }
 
 // NewNonce returns six random lower-case hex digits for Key.
-func NewNonce() string {
-	var b [nonceLen / 2]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-var keyRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)(?:-(\d{3})-[0-9a-f]{6}|_(\d{2}))?\.tar\.gz$`)
+func NewNonce() string { return storekeys.NewNonce() }
 
 // ParseKey reads a snapshot key back: its project and time. ok is false for any other
 // object. Keys of older versions ({YYYYMMDDTHHMMSSZ}.tar.gz, _NN.tar.gz) parse too,
 // with a time to the second.
 func ParseKey(key string) (projectID string, t time.Time, ok bool) {
-	projectID, t, _, ok = parseKey(key)
+	projectID, t, _, ok = storekeys.ParseSnapshotKey(key)
 	return projectID, t, ok
 }
 
 // parseKey also returns the earliest time a new key may take to sort after key.
 func parseKey(key string) (projectID string, t, after time.Time, ok bool) {
-	rest, found := strings.CutPrefix(key, "projects/")
-	if !found {
-		return "", time.Time{}, time.Time{}, false
-	}
-	projectID, name, found := strings.Cut(rest, "/snapshots/")
-	if !found || ValidProjectID(projectID) != nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	m := keyRE.FindStringSubmatch(name)
-	if m == nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	t, err := time.Parse(timeLayout, m[1])
-	if err != nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	switch {
-	case m[2] != "":
-		ms, _ := strconv.Atoi(m[2])
-		t = t.Add(time.Duration(ms) * time.Millisecond)
-		return projectID, t, t.Add(time.Millisecond), true
-	case m[3] == "00": // "_00" was never written
-		return "", time.Time{}, time.Time{}, false
-	}
-	// An older version's key: it holds the whole second.
-	return projectID, t, t.Add(time.Second), true
+	return storekeys.ParseSnapshotKey(key)
 }
 
 // claim picks the time of a new snapshot of the project: now, but never before after

@@ -7,16 +7,9 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/pdk/pdktest"
 )
-
-func text(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
 
 func TestFormat(t *testing.T) {
 	cases := []struct {
@@ -40,7 +33,7 @@ func TestFormat(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := format("cmd", "5", c.res)
-		if got := text(r); got != c.want || r.IsError != c.err {
+		if got := testenv.ResultText(r); got != c.want || r.IsError != c.err {
 			t.Errorf("%s: got %v\n%q\nwant %v\n%q", c.name, r.IsError, got, c.err, c.want)
 		}
 	}
@@ -53,7 +46,7 @@ func TestFormatBudget(t *testing.T) {
 	}
 	errs := strings.Repeat("warning: something\n", 2000) // 38,000 bytes
 	r := format("make", "60", abi.ExecResult{Stdout: out.String(), Stderr: errs, ExitCode: 2})
-	got := text(r)
+	got := testenv.ResultText(r)
 	if len(got) > outputBudget+500 {
 		t.Errorf("result is %d bytes", len(got))
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/core/sandbox"
 )
 
 // Archive has the agent pack the workspace inside the sandbox and streams it to w. Packing
@@ -20,16 +20,28 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 
 // ArchiveReport is Archive that also returns the agent's report: what it packed and what
 // it left out because a snapshot cannot hold it (the sandbox's word: names are hostile).
-func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error) {
+func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (sandbox.ArchiveReport, error) {
 	if err := s.closedErr(); err != nil {
-		return envd.ArchiveResult{}, err
+		return sandbox.ArchiveReport{}, err
 	}
 	res, err := s.client.Archive(ctx, w, excludes)
 	if err != nil {
-		return res, s.wrap(fmt.Errorf("archive sandbox %s: %w", s.id, err))
+		return res.Report(), s.wrap(fmt.Errorf("archive sandbox %s: %w", s.id, err))
 	}
 	s.log.Debug("archived workspace", "files", res.Files, "skipped", res.Skipped, "bytes_in", res.Bytes, "ms", res.Millis)
-	return res, nil
+	return res.Report(), nil
+}
+
+// Processes lists the background processes that still run (sandbox.ProcessLister).
+func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, err
+	}
+	procs, err := s.client.BackgroundProcesses(ctx)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list processes of sandbox %s: %w", s.id, err))
+	}
+	return procs, nil
 }
 
 // Extract has the agent unpack a tar.gz into the (empty) workspace, inside the sandbox: the
