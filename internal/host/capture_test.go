@@ -225,12 +225,12 @@ func TestCaptureResultHasNoHostPath(t *testing.T) {
 	if res.IsError || len(res.Content) != 3 {
 		t.Fatalf("take_screenshot: %+v", res)
 	}
-	if txt := resultText(res); strings.Contains(txt, hostDir) || strings.Contains(txt, "stored at") {
+	if txt := testenv.ResultText(res); strings.Contains(txt, hostDir) || strings.Contains(txt, "stored at") {
 		t.Errorf("the result names a host path: %q", txt)
 	}
 	fc.storeErr = fmt.Errorf("open %sx.webp: permission denied", hostDir)
 	res = shoot(t, s, `{"port":8000}`)
-	if txt := resultText(res); strings.Contains(txt, hostDir) {
+	if txt := testenv.ResultText(res); strings.Contains(txt, hostDir) {
 		t.Errorf("the result names a host path: %q", txt)
 	}
 }

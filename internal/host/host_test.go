@@ -382,8 +382,8 @@ func TestInputMustBeText(t *testing.T) {
 		`{"text":"x","y\udfff":1}`: `\udfff without its other half`,
 	} {
 		res, err := dispatch(t, s, "echo", input)
-		if err != nil || !res.IsError || !strings.Contains(text(res), want) || !strings.HasPrefix(text(res), "[echo: invalid input: ") {
-			t.Errorf("echo %q = %q, %v; want an invalid-input error containing %q", input, text(res), err, want)
+		if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), want) || !strings.HasPrefix(testenv.ResultText(res), "[echo: invalid input: ") {
+			t.Errorf("echo %q = %q, %v; want an invalid-input error containing %q", input, testenv.ResultText(res), err, want)
 		}
 	}
 	for input, want := range map[string]string{
@@ -392,8 +392,8 @@ func TestInputMustBeText(t *testing.T) {
 		`{"text":"é€"}`:           "é€",
 	} {
 		res, err := dispatch(t, s, "echo", input)
-		if err != nil || res.IsError || text(res) != want {
-			t.Errorf("echo %q = %q, %v; want %q", input, text(res), err, want)
+		if err != nil || res.IsError || testenv.ResultText(res) != want {
+			t.Errorf("echo %q = %q, %v; want %q", input, testenv.ResultText(res), err, want)
 		}
 	}
 }
@@ -408,12 +408,12 @@ func TestFilePathEndingInSlash(t *testing.T) {
 	s := h.OpenSession(sb)
 	for _, p := range []string{"file.txt/", "dir/", "new/"} {
 		res, err := dispatch(t, s, "read", `{"path":`+quote(p)+`}`)
-		if err != nil || !res.IsError || !strings.Contains(text(res), "ends in /") {
-			t.Errorf("read %s = %q, %v; want a refusal saying it ends in /", p, text(res), err)
+		if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), "ends in /") {
+			t.Errorf("read %s = %q, %v; want a refusal saying it ends in /", p, testenv.ResultText(res), err)
 		}
 	}
 	res, err := dispatch(t, s, "read", `{"path":"file.txt"}`)
-	if err != nil || res.IsError || text(res) != "content" {
-		t.Errorf("read file.txt = %q, %v", text(res), err)
+	if err != nil || res.IsError || testenv.ResultText(res) != "content" {
+		t.Errorf("read file.txt = %q, %v", testenv.ResultText(res), err)
 	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 const rawInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
@@ -198,10 +200,10 @@ func TestCancelledRequestGetsNoResponse(t *testing.T) {
 		marker := fmt.Sprintf("1001.%d", time.Now().UnixNano()%1e9)
 		before := s.Metrics().Unanswered()
 		send(call(3, marker))
-		waitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
+		testenv.WaitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
 		send(cancelOf(3))
-		waitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
-		waitFor(t, "the answer to the cancelled call to be dropped", func() bool { return s.Metrics().Unanswered() == before+1 })
+		testenv.WaitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
+		testenv.WaitFor(t, "the answer to the cancelled call to be dropped", func() bool { return s.Metrics().Unanswered() == before+1 })
 		// The dropped answer was due before this ping: had it been sent, it came first.
 		send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 		for _, id := range until(4) {
@@ -239,9 +241,9 @@ func TestCancelledRequestGetsNoResponse(t *testing.T) {
 			}
 			body <- b.String()
 		}()
-		waitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
+		testenv.WaitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
 		rawPost(t, url, sid, cancelOf(3)).Body.Close()
-		waitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
+		testenv.WaitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
 		select {
 		case got := <-body:
 			for line := range strings.Lines(got) {
