@@ -98,9 +98,11 @@ type StoreConfig struct {
 
 // SnapshotConfig is the snapshot.* keys.
 type SnapshotConfig struct {
-	Keep     int      `key:"keep"`
-	Excludes []string `key:"excludes"`
-	Retries  int      `key:"retries"`
+	Keep     int           `key:"keep"`
+	Excludes []string      `key:"excludes"`
+	Retries  int           `key:"retries"`
+	Format   string        `key:"format"`
+	Grace    time.Duration `key:"grace"`
 }
 
 // SessionConfig is the session.* keys: the lifetime policy of a session's sandboxes.
@@ -335,6 +337,12 @@ func (c *Config) validateStorage(bad badKey) error {
 	}
 	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
 		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
+	}
+	if f := c.Snapshot.Format; f != "" && f != "chunked" && f != "tar.gz" {
+		return bad("snapshot.format", "must be chunked or tar.gz, got %q", f)
+	}
+	if c.Snapshot.Grace < 0 || (c.Snapshot.Grace > 0 && c.Snapshot.Grace < time.Minute) {
+		return bad("snapshot.grace", "must be at least 1m, got %s", c.Snapshot.Grace)
 	}
 	return nil
 }

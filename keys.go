@@ -175,6 +175,16 @@ The variable and the flag take a comma-separated list.`},
 	{name: "snapshot.retries", flag: "snapshot-retries", def: 3,
 		usage: "retries of a failed snapshot upload or download (0: none)",
 		doc:   `How many times a failed upload or download is retried, with backoff (0 to 20; 0: none).`},
+	{name: "snapshot.format", flag: "snapshot-format", def: "chunked",
+		usage: "how new snapshots are stored: chunked or tar.gz",
+		doc: `chunked: files cut into content-defined chunks stored once per store (a save
+stores what changed; snapshots can be verified, diffed, rewound, forked and merged).
+tar.gz: one archive per snapshot. Both formats restore, whatever this says.`},
+	{name: "snapshot.grace", flag: "snapshot-grace", def: time.Hour,
+		usage: "how long unreferenced chunks stay before collection deletes them",
+		doc: `Chunks no snapshot references are deleted by a collection (snapshot gc) only after
+staying unreferenced this long, so a host saving meanwhile never loses one. Hosts sharing a
+store must keep their clocks within a quarter of it.`},
 
 	{name: "session.ttl", flag: "session-ttl", def: time.Hour,
 		usage:   "how long a sandbox lives unless extended",

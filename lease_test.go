@@ -158,7 +158,7 @@ func TestLeaseLost(t *testing.T) {
 		t.Errorf("a commit after the loss: %v", err)
 	}
 	// Nor does a rotation save: every save of the session goes through its recorder.
-	if _, err := s.wake.Save(context.Background(), "shop", func(w io.Writer) error { return nil }); !errors.Is(err, lease.ErrLost) {
+	if _, err := s.wake.SaveLabeled(context.Background(), "shop", "rotation", func(w io.Writer) error { return nil }); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("a save after the loss: %v", err)
 	}
 	if objs, err := store.ListAll(context.Background(), th.Storage().Store(), "projects/shop/snapshots/"); err != nil || len(objs) != 0 {

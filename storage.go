@@ -25,6 +25,9 @@ var (
 	ErrInvalidKeep = snapshot.ErrInvalidKeep
 	// ErrNoSnapshot: the project has no snapshot to restore.
 	ErrNoSnapshot = snapshot.ErrNoSnapshot
+	// ErrNoSuchSnapshot: a snapshot asked for by key (a rewind's checkpoint) is not the
+	// project's.
+	ErrNoSuchSnapshot = snapshot.ErrNoSuchSnapshot
 )
 
 // SnapshotInfo describes one snapshot of a project's workspace, and what a save or a

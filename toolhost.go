@@ -140,6 +140,8 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 	snaps, err := snapshot.New(snapshot.Config{
 		Store:    s.store,
 		Keep:     cfg.Snapshot.Keep,
+		Format:   cfg.Snapshot.Format,
+		Grace:    cfg.Snapshot.Grace,
 		Excludes: cfg.Snapshot.Excludes,
 		Retries:  retries,
 		Logger:   o.snapLog,

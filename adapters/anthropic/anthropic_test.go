@@ -58,8 +58,8 @@ func TestToolsCarryTheSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(params) != len(tools) || len(tools) != 7 {
-		t.Fatalf("%d params for %d tools, want 7", len(params), len(tools))
+	if len(params) != len(tools) || len(tools) != 12 {
+		t.Fatalf("%d params for %d tools, want 12", len(params), len(tools))
 	}
 	for i, p := range params {
 		got := jsonOf(t, p)

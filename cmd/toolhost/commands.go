@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -238,6 +239,7 @@ Example:
 			return c.callHeld(ctx, cmd, cl, id, tool, input)
 		}
 
+		oneShotGuard(&c.cfg.Config)
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
@@ -271,6 +273,26 @@ Example:
 		return writeJSON(c.stdout, res, false)
 	}
 	return cmd
+}
+
+// oneShotGuard turns the built-in file tools' guard off for a one-shot call: the guard
+// lets edit_file and write_file change only a file the session has read, and a call that
+// is its own session has read nothing. An env the configuration gives wins.
+func oneShotGuard(cfg *toolhost.Config) {
+	for i := range cfg.Plugins {
+		p := &cfg.Plugins[i]
+		if p.Path != "editfile.wasm" || cfg.PluginsDir != "" {
+			continue
+		}
+		if _, set := p.Env["TOOLHOST_EDITFILE_GUARD"]; !set {
+			env := maps.Clone(p.Env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["TOOLHOST_EDITFILE_GUARD"] = "off"
+			p.Env = env
+		}
+	}
 }
 
 // checkJSON says what is wrong with a tool input, in one line.

@@ -115,7 +115,7 @@ a failed one, and exits 1 if any failed (2 if the file is wrong), for CI.
     - name: the docs writer may not touch the code
       plugin:                 # a plugins entry, as in the configuration
         path: editfile.wasm
-        grants: [sandbox_files]
+        grants: [sandbox_files, sandbox_exec]
         sandbox_files: {read: ["**"], write: ["docs/**"]}
       files: {src/main.go: "package main\n"}
       links: {docs/evil.md: ../src/main.go}

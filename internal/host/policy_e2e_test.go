@@ -257,7 +257,11 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		if r.Sandbox != sb.ID() || r.Time.IsZero() || r.Micros < 0 {
 			t.Errorf("record without its sandbox or time: %+v", r)
 		}
-		line := strings.Join([]string{r.Plugin, r.Tool, r.Cap, r.Op, r.Path, strings.Join(r.Argv, " "), r.Decision, r.Why}, "|")
+		argv := strings.Join(r.Argv, " ")
+		if len(r.Argv) > 3 && r.Argv[3] == "toolhost-bash" { // the shell's wrapper: its command is last
+			argv = "bash -c WRAPPER ... " + r.Argv[len(r.Argv)-1]
+		}
+		line := strings.Join([]string{r.Plugin, r.Tool, r.Cap, r.Op, r.Path, argv, r.Decision, r.Why}, "|")
 		if r.Status != 0 {
 			line += fmt.Sprintf("|%d", r.Status)
 		}
@@ -274,7 +278,8 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		"editfile|read_file|tool|call|||allow|",
 		"editfile|write_file|sandbox_files|write|src/main.go||deny|write: docs/**|-1",
 		"editfile|write_file|tool|call|||allow|",
-		"bash|bash|sandbox_exec|run||bash -c echo hi|allow|unscoped",
+		"bash|bash|session|get|||allow|unscoped|-2", // where the shell is: nowhere yet
+		"bash|bash|sandbox_exec|run||bash -c WRAPPER ... echo hi|allow|unscoped",
 		"bash|bash|tool|call|||allow|",
 		"editfile|read_file|sandbox_files|read_text|../etc/passwd||invalid||-18",
 		"editfile|read_file|tool|call|||allow|",

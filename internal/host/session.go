@@ -20,6 +20,9 @@ type Session struct {
 	sb          sandbox.Sandbox
 	project     string
 	defaultPort int
+
+	state sessionState // the plugins' session state (state.go)
+	owned owned        // the background processes and terminals they started (procfuncs.go)
 }
 
 // Sandbox returns the sandbox the session's tools act in.

@@ -290,6 +290,9 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 	var res abi.Result
 	if tool == CommitTool && !s.pluginCommit {
 		res = s.commitResult(ctx, h.b, sess, input)
+	} else if (tool == CheckpointsTool || tool == RewindTool) && !s.pluginTool(tool) {
+		msg, isErr := h.b.checkpointText(ctx, sess, tool, input)
+		res = abi.Result{IsError: isErr, Content: []abi.Content{{Type: abi.ContentText, Text: msg}}}
 	} else {
 		res, err = sess.Dispatch(ctx, tool, input)
 		if err != nil {

@@ -643,3 +643,63 @@ func TestProjectOpenElsewhere(t *testing.T) {
 		t.Errorf("after the first session ended: error %v, %q; want the committed file", res.IsError, text(res))
 	}
 }
+
+// TestCheckpointsAndRewind: a client lists the checkpoints (labels and times), sees rewind
+// marked destructive, rewinds the workspace (a shell command's change included) and
+// undoes the rewind.
+func TestCheckpointsAndRewind(t *testing.T) {
+	s, _ := newServer(t, testConfig(t), Options{})
+	cs := connectInMemory(t, s, nil)
+	defer cs.Close()
+	ctx := context.Background()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range lt.Tools {
+		switch tl.Name {
+		case CheckpointsTool:
+			if tl.Annotations == nil || !tl.Annotations.ReadOnlyHint {
+				t.Errorf("checkpoints is not marked read-only: %+v", tl.Annotations)
+			}
+		case RewindTool:
+			if tl.Annotations == nil || tl.Annotations.DestructiveHint == nil || !*tl.Annotations.DestructiveHint {
+				t.Errorf("rewind is not marked destructive: %+v", tl.Annotations)
+			}
+		}
+	}
+	call(t, cs, "bash", map[string]any{"command": "echo first > state.txt"})
+	if res := call(t, cs, CommitTool, map[string]any{"label": "first state"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	call(t, cs, "bash", map[string]any{"command": "echo second > state.txt"})
+	if res := call(t, cs, CommitTool, map[string]any{"label": "second state"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	res := call(t, cs, CheckpointsTool, map[string]any{})
+	lines := strings.Split(strings.TrimSpace(text(res)), "\n")
+	if res.IsError || len(lines) != 2 || !strings.HasSuffix(lines[0], "second state") || !strings.HasSuffix(lines[1], "first state") {
+		t.Fatalf("checkpoints: %q", text(res))
+	}
+	first := strings.Fields(lines[1])[0]
+	res = call(t, cs, RewindTool, map[string]any{"checkpoint": first})
+	if res.IsError || !strings.Contains(text(res), "rewind to it to undo") {
+		t.Fatalf("rewind: %q", text(res))
+	}
+	if got := text(call(t, cs, "read_file", map[string]any{"path": "state.txt"})); !strings.Contains(got, "first") {
+		t.Fatalf("after the rewind: %q", got)
+	}
+	// The answer names the checkpoint that undoes it.
+	undo := text(res)[strings.Index(text(res), "checkpoint ")+len("checkpoint "):]
+	undo = strings.Fields(strings.SplitN(undo, "The state before the rewind is checkpoint ", 2)[1])[0]
+	undo = strings.TrimSuffix(undo, ":")
+	if res := call(t, cs, RewindTool, map[string]any{"checkpoint": undo}); res.IsError {
+		t.Fatalf("undo: %q", text(res))
+	}
+	if got := text(call(t, cs, "read_file", map[string]any{"path": "state.txt"})); !strings.Contains(got, "second") {
+		t.Fatalf("after the undo: %q", got)
+	}
+	if res := call(t, cs, RewindTool, map[string]any{"checkpoint": "no-such"}); !res.IsError || !strings.Contains(text(res), "call checkpoints") {
+		t.Errorf("rewind to nothing: %q", text(res))
+	}
+}

@@ -58,6 +58,15 @@ const (
 	OpGet            = abi.FnStoreGet
 	OpStoreList      = abi.FnStoreList
 	OpDelete         = abi.FnStoreDelete
+	// The agent tools' host functions (issue 20). Their classes: remove is a write of its
+	// path; terminal_start runs a program (decided as run, and like a background command
+	// it outlives the call); process and terminal_io act only on what the plugin itself
+	// started in the session, which the policy allowed when it started it; the session
+	// state (CapSession get and set) is the plugin's own memory and reaches nothing.
+	OpRemove        = abi.FnRemove
+	OpProcess       = abi.FnProcess
+	OpTerminalStart = abi.FnTerminalStart
+	OpTerminalIO    = abi.FnTerminalIO
 )
 
 // Class is what an operation does, which decides the part of a Scope that judges it.
@@ -67,18 +76,21 @@ const (
 type Class int
 
 const (
-	ClassRead       Class = iota + 1 // reads a file's content: files.read
-	ClassWrite                       // changes a file: files.write
-	ClassLook                        // stat, list: files.read, and the directories on the way to it
-	ClassRun                         // runs a program: exec
-	ClassCapture                     // captures a port: capture.ports
-	ClassStoreRead                   // reads the plugin's store
-	ClassStoreWrite                  // changes the plugin's store: refused when store.access is read
+	ClassRead         Class = iota + 1 // reads a file's content: files.read
+	ClassWrite                         // changes a file: files.write
+	ClassLook                          // stat, list: files.read, and the directories on the way to it
+	ClassRun                           // runs a program: exec
+	ClassCapture                       // captures a port: capture.ports
+	ClassStoreRead                     // reads the plugin's store
+	ClassStoreWrite                    // changes the plugin's store: refused when store.access is read
+	ClassOwnProcess                    // acts only on a process or terminal the plugin itself started in the session
+	ClassSessionState                  // the plugin's own session state: reaches nothing outside the host
 )
 
 var classNames = map[Class]string{
 	ClassRead: "read", ClassWrite: "write", ClassLook: "look", ClassRun: "run",
 	ClassCapture: "capture", ClassStoreRead: "store read", ClassStoreWrite: "store write",
+	ClassOwnProcess: "own process", ClassSessionState: "session state",
 }
 
 func (c Class) String() string {
@@ -101,9 +113,15 @@ var classes = map[capOp]Class{
 	{abi.CapSandboxFiles, OpReadVersioned}:  ClassRead,
 	{abi.CapSandboxFiles, OpWrite}:          ClassWrite,
 	{abi.CapSandboxFiles, OpWriteVersioned}: ClassWrite,
+	{abi.CapSandboxFiles, OpRemove}:         ClassWrite,
 	{abi.CapSandboxFiles, OpStat}:           ClassLook,
 	{abi.CapSandboxFiles, OpList}:           ClassLook,
 	{abi.CapSandboxExec, OpRun}:             ClassRun,
+	{abi.CapSandboxExec, OpTerminalStart}:   ClassRun,
+	{abi.CapSandboxExec, OpProcess}:         ClassOwnProcess,
+	{abi.CapSandboxExec, OpTerminalIO}:      ClassOwnProcess,
+	{abi.CapSession, abi.FnSessionGet}:      ClassSessionState,
+	{abi.CapSession, abi.FnSessionSet}:      ClassSessionState,
 	{abi.CapCapture, OpCapture}:             ClassCapture,
 	{abi.CapStore, OpGet}:                   ClassStoreRead,
 	{abi.CapStore, OpStoreList}:             ClassStoreRead,
@@ -261,6 +279,10 @@ func (p *Policy) Decide(plugin string, r Request) Decision {
 		return p.decideStore(plugin, class, r)
 	case ClassCapture:
 		return p.decideCapture(plugin, r)
+	case ClassOwnProcess:
+		return ownOnly
+	case ClassSessionState:
+		return unscoped // its own memory, kept per plugin and session
 	}
 	return Decision{Rule: "no class", Message: fmt.Sprintf("policy: plugin %s may not call %s.%s", plugin, r.Cap, r.Op)}
 }
@@ -273,7 +295,7 @@ func fileVerb(class Class, op string) string {
 	case ClassWrite:
 		return "write"
 	}
-	return op // stat, list
+	return op // stat, list, remove
 }
 
 // fileSet is the patterns, and their rule, that judge a file operation of class.
@@ -385,6 +407,10 @@ func CheckLinks(rel string, lstat func(rel string) (link, exists bool, err error
 	return l, err
 }
 
+// ownOnly decides the calls that act only on a process or terminal the plugin started in
+// this session (the host checks that it did).
+var ownOnly = Decision{Allowed: true, Rule: "its own processes"}
+
 func (p *Policy) decideExec(plugin string, r Request) Decision {
 	if p.programs == nil && p.maxTimeout == 0 {
 		return unscoped
@@ -415,6 +441,11 @@ func (p *Policy) decideExec(plugin string, r Request) Decision {
 					"policy: plugin %s may not set %s for the programs it runs (allowed: %s)", plugin, name, allowed)}
 			}
 		}
+	}
+	if r.Op == OpTerminalStart && p.maxTimeout > 0 {
+		return Decision{Rule: rule, Message: fmt.Sprintf(
+			"policy: plugin %s may not start programs on a terminal: its commands may run at most %s, and a terminal outlives the call",
+			plugin, p.maxTimeout)}
 	}
 	if r.Background && p.maxTimeout > 0 {
 		return Decision{Rule: rule, Message: fmt.Sprintf(

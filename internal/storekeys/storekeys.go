@@ -4,9 +4,16 @@
 // reads the same, because the layout below is that version's, and keys it parses include
 // the older forms.
 //
-//	projects/{project}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.tar.gz   a snapshot
+//	projects/{project}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.tar.gz   a snapshot, tar.gz
 //	                            (older: {YYYYMMDDTHHMMSSZ}.tar.gz, _NN.tar.gz)
+//	projects/{project}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.snap     a snapshot, chunked:
+//	                            its manifest (both formats sort together in save order)
+//	projects/{project}/forks/origin.snap                                a fork's origin
 //	projects/{project}/lease/{generation, 20 digits}                    the project lease
+//	chunks/packs/{id[0:2]}/{id}                                         a pack of chunks
+//	chunks/index/{YYYYMMDDTHHMMSSZ}-{nonce}                             which chunks a save packed where
+//	chunks/gc/doomed/{YYYYMMDDTHHMMSSZ}-{nonce}                         packs a collection found unreferenced
+//	chunks/gc/lease/{generation}                                        the collector's lease
 //	screenshots/{project}/{agent|auto}/{YYYYMMDDTHHMMSSZ}_{viewport}.webp  screenshots
 //	plugins/{plugin}/{key}                                              a plugin's own store
 //	quota/{provider}/{...}                                              a provider's ledger (e2b)
@@ -53,6 +60,55 @@ const (
 	quotaRoot       = "quota/"
 	doctorRoot      = "doctor/"
 )
+
+// The store-wide folders of the chunked snapshot format (shared by every project).
+const (
+	Chunks       = "chunks/"
+	ChunkPacks   = "chunks/packs/"
+	ChunkIndex   = "chunks/index/"
+	ChunksDoomed = "chunks/gc/doomed/"
+	ChunksGCLock = "chunks/gc/lease/"
+	// Projects holds every project's objects.
+	Projects = projectsRoot
+	// ManifestSuffix ends the key of every chunked snapshot's manifest.
+	ManifestSuffix = ".snap"
+)
+
+// ChunkPack is where the pack with the hex id lives (a fan-out by its first two digits).
+func ChunkPack(hexID string) string { return ChunkPacks + hexID[:2] + "/" + hexID }
+
+// ForkOrigin is where a fork keeps the manifest it was made from (the base of a merge).
+func ForkOrigin(project string) string { return Project(project) + "forks/origin" + ManifestSuffix }
+
+// ManifestKey names project's chunked snapshot taken at t (to the millisecond), told apart
+// from others of the same millisecond by nonce: the tar.gz key's form with another suffix.
+func ManifestKey(project string, t time.Time, nonce string) string {
+	return strings.TrimSuffix(SnapshotKey(project, t, nonce), ".tar.gz") + ManifestSuffix
+}
+
+var manifestRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)-(\d{3})-[0-9a-f]{6}\.snap$`)
+
+// ParseManifestKey reads a chunked snapshot's key back: its project and time.
+func ParseManifestKey(key string) (project string, t time.Time, ok bool) {
+	rest, found := strings.CutPrefix(key, projectsRoot)
+	if !found {
+		return "", time.Time{}, false
+	}
+	project, name, found := strings.Cut(rest, "/snapshots/")
+	if !found || ValidProject(project) != nil {
+		return "", time.Time{}, false
+	}
+	m := manifestRE.FindStringSubmatch(name)
+	if m == nil {
+		return "", time.Time{}, false
+	}
+	t, err := time.Parse(snapshotTime, m[1])
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	ms, _ := strconv.Atoi(m[2])
+	return project, t.Add(time.Duration(ms) * time.Millisecond), true
+}
 
 // Project is everything of one project (snapshots, lease), ending in "/".
 func Project(project string) string { return projectsRoot + project + "/" }

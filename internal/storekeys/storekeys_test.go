@@ -54,6 +54,15 @@ func TestParseSnapshotKey(t *testing.T) {
 			t.Errorf("%s: %q %v %v %v, want %q %v %v %v", tc.key, p, tm, after, ok, tc.wantProject, tc.t, tc.after, tc.ok)
 		}
 	}
+	if p, tm, ok := ParseManifestKey("projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap"); !ok || p != "shop" || !tm.Equal(at.Add(42*time.Millisecond)) {
+		t.Errorf("a manifest key: %q %v %v", p, tm, ok)
+	}
+	if _, _, ok := ParseManifestKey("projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz"); ok {
+		t.Error("a tar.gz key parsed as a manifest's")
+	}
+	if _, _, _, ok := ParseSnapshotKey("projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap"); ok {
+		t.Error("a manifest key parsed as a tar.gz snapshot's")
+	}
 	k := SnapshotKey("a.b-c_d", at.Add(7*time.Millisecond), NewNonce())
 	if p, tm, _, ok := ParseSnapshotKey(k); !ok || p != "a.b-c_d" || !tm.Equal(at.Add(7*time.Millisecond)) {
 		t.Errorf("round trip of %s: %q %v %v", k, p, tm, ok)

@@ -522,7 +522,9 @@ func (c *Client) BackgroundProcesses(ctx context.Context) ([]sandbox.ProcessInfo
 	}
 	var out []sandbox.ProcessInfo
 	for _, in := range infos {
-		if in.Tag != "" {
+		// A foreground command is tagged fg- (Exec); terminals (term-) are listed: they
+		// too run on until they end, and a session restarts them after a rotation.
+		if in.Tag != "" && !strings.HasPrefix(in.Tag, "fg-") {
 			out = append(out, sandbox.ProcessInfo{ID: in.Tag, PID: int(in.Pid)})
 		}
 	}

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"github.com/toolhost/toolhost/internal/tree"
 	"io"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -58,3 +59,29 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 	s.log.Debug("extracted workspace", "files", res.Files, "bytes", res.Bytes, "ms", res.Millis)
 	return nil
 }
+
+// TreeList has the agent list the workspace from the sandbox's own view (tree.Source): a
+// chunked save lists first and reads only what changed.
+func (s *Sandbox) TreeList(ctx context.Context, excludes []string) ([]tree.Entry, tree.WalkStats, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, tree.WalkStats{}, err
+	}
+	es, st, err := s.client.TreeList(ctx, excludes)
+	if err != nil {
+		return nil, st, s.wrap(fmt.Errorf("list sandbox %s: %w", s.id, err))
+	}
+	return es, st, nil
+}
+
+// TreeRead has the agent read files of the workspace (tree.Source).
+func (s *Sandbox) TreeRead(ctx context.Context, paths []string, fn func(tree.Entry, io.Reader) error) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
+	if err := s.client.TreeRead(ctx, paths, fn); err != nil {
+		return s.wrap(fmt.Errorf("read sandbox %s: %w", s.id, err))
+	}
+	return nil
+}
+
+var _ tree.Source = (*Sandbox)(nil)
