@@ -164,8 +164,23 @@ audit:
 		t.Errorf("control characters reach the terminal:\n%q", r.stdout)
 	}
 	r = runCLI(t, env, "audit", file, "--plugin", "bash", "--cap", "sandbox_exec", "--format", "text", "--since", "1h")
-	if r.code != 0 || !strings.Contains(r.stdout, "sandbox_exec.run") || !strings.Contains(r.stdout, "bash -c ls") || strings.Contains(r.stdout, "editfile") {
+	if r.code != 0 || !strings.Contains(r.stdout, "sandbox_exec.run") || !strings.Contains(r.stdout, "bash -c ") || strings.Contains(r.stdout, "editfile") {
 		t.Errorf("bash's commands as a table:\n%s", r)
+	}
+	// The table cuts a long argv; the JSON keeps it whole: bash's wrapper, the command last.
+	r = runCLI(t, env, "audit", file, "--plugin", "bash", "--cap", "sandbox_exec")
+	ran := false
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var rec struct {
+			Op   string
+			Argv []string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Op == "run" && len(rec.Argv) > 0 && rec.Argv[len(rec.Argv)-1] == "ls" {
+			ran = true
+		}
+	}
+	if r.code != 0 || !ran {
+		t.Errorf("bash's commands as JSON: no run whose command is ls:\n%s", r)
 	}
 	if r := runCLI(t, env, "audit", "--since", "2999-01-01"); r.code != 0 || r.stdout != "" {
 		t.Errorf("nothing after 2999:\n%s", r)
