@@ -54,7 +54,8 @@ func newProbeHost(t testing.TB, mutate func(*Config)) *Host {
 
 func dispatch(t *testing.T, s *Session, tool, input string) (abi.Result, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A hang bound: at load 50 under -race, 30 s ran out while a plugin instance was made.
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
 	defer cancel()
 	return s.Dispatch(ctx, tool, json.RawMessage(input))
 }
