@@ -129,6 +129,10 @@ func newFixture(t testing.TB, spec egress.Spec, opts ...fixtureOpt) *fixture {
 			size -= k
 		}
 	})
+	reg.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", r.URL.Query().Get("to"))
+		w.WriteHeader(http.StatusFound)
+	})
 	reg.HandleFunc("/quiet", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		w.(http.Flusher).Flush()
