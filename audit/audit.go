@@ -33,6 +33,13 @@ const (
 // ends, after the records of the host calls it made.
 const CapTool = "tool"
 
+// CapEgress is the Cap of the record of one connection (one request, for plain HTTP) a
+// sandbox made through the egress gateway: Op is how it asked (http, connect, socks5),
+// Dest the destination, Addr the address connected to, Port its port, Command the command
+// that made it, Why the rule that decided, Error the refusal's reason or why an allowed
+// connection failed, In and Out the bytes from and to the sandbox.
+const CapEgress = "egress"
+
 // Record is one line of the audit: a host call, or a tool call (Cap CapTool).
 type Record struct {
 	Time time.Time `json:"time"` // when the call ended
@@ -70,6 +77,13 @@ type Record struct {
 	// words together) keeps its first MaxList bytes. A command as long as the model cares
 	// to make it cannot make an audit line as long.
 	Cut int `json:"cut,omitempty"`
+
+	// Dest, Addr, Command and Injected are an egress record's (CapEgress): Injected names
+	// the header the gateway added, never its value.
+	Dest     string `json:"dest,omitempty"`
+	Addr     string `json:"addr,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Injected string `json:"injected,omitempty"`
 }
 
 // Bounds of a record's line (see Record.Cut).
@@ -86,7 +100,7 @@ func Capped(r *Record) *Record {
 	}
 	c := *r
 	cut := 0
-	for _, f := range []*string{&c.Sandbox, &c.Plugin, &c.Tool, &c.Cap, &c.Op, &c.Path, &c.Key, &c.Decision, &c.Why, &c.Error} {
+	for _, f := range []*string{&c.Sandbox, &c.Plugin, &c.Tool, &c.Cap, &c.Op, &c.Path, &c.Key, &c.Decision, &c.Why, &c.Error, &c.Dest, &c.Addr, &c.Command, &c.Injected} {
 		*f, cut = cutString(*f, MaxField, cut)
 	}
 	c.Argv, cut = cutList(c.Argv, cut)
@@ -96,7 +110,7 @@ func Capped(r *Record) *Record {
 }
 
 func overBounds(r *Record) bool {
-	for _, f := range []string{r.Sandbox, r.Plugin, r.Tool, r.Cap, r.Op, r.Path, r.Key, r.Decision, r.Why, r.Error} {
+	for _, f := range []string{r.Sandbox, r.Plugin, r.Tool, r.Cap, r.Op, r.Path, r.Key, r.Decision, r.Why, r.Error, r.Dest, r.Addr, r.Command, r.Injected} {
 		if len(f) > MaxField {
 			return true
 		}

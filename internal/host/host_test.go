@@ -54,7 +54,8 @@ func newProbeHost(t testing.TB, mutate func(*Config)) *Host {
 
 func dispatch(t *testing.T, s *Session, tool, input string) (abi.Result, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A hang bound: at load 50 under -race, 30 s ran out while a plugin instance was made.
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
 	defer cancel()
 	return s.Dispatch(ctx, tool, json.RawMessage(input))
 }
@@ -164,10 +165,10 @@ func TestCallerContextStopsPlugin(t *testing.T) {
 }
 
 func TestTimeInHostFunctionsIsNotBudget(t *testing.T) {
-	// The command takes three times the plugin's budget; the plugin's own work is a
-	// fraction of it even on a loaded machine.
-	h := newProbeHost(t, func(c *Config) { c.CallTimeout = time.Second })
-	sb := &slowSandbox{Sandbox: memsandbox.New(), delay: 3 * time.Second}
+	// The command takes twice the plugin's budget; the plugin's own work is a fraction of
+	// it even on a loaded machine (a 1 s budget was missed under -race at load 40).
+	h := newProbeHost(t, func(c *Config) { c.CallTimeout = 5 * time.Second })
+	sb := &slowSandbox{Sandbox: memsandbox.New(), delay: 10 * time.Second}
 	res, err := dispatch(t, h.OpenSession(sb), "exec", `{"argv":["true"]}`)
 	if err != nil || res.IsError {
 		t.Fatalf("a command longer than the plugin budget: %+v, %v; want success", res, err)

@@ -293,9 +293,12 @@ func fileVerb(class Class, op string) string {
 	case ClassRead:
 		return "read"
 	case ClassWrite:
+		if op == OpRemove {
+			return "remove"
+		}
 		return "write"
 	}
-	return op // stat, list, remove
+	return op // stat, list
 }
 
 // fileSet is the patterns, and their rule, that judge a file operation of class.
