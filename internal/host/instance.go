@@ -73,7 +73,7 @@ func instanceFrom(ctx context.Context) *instance {
 const loadTimeout = time.Minute
 
 func newInstance(ctx context.Context, p *plugin, t *tier) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, loadTimeout))
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
 	mod, err := t.rt.InstantiateModule(p.memoryContext(ctx), t.compiled, p.modCfg.WithStderr(stderr))
