@@ -46,6 +46,7 @@ type Config struct {
 	Audit      AuditConfig      `key:"audit"`
 	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
+	LogFormat  string           `key:"log_format"`
 }
 
 // Plugin is one plugin to load (an entry of the plugins key).
@@ -279,6 +280,9 @@ func (c *Config) Validate() error {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format", "must be text or json, got %q", c.LogFormat)
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return bad("data_dir", "is empty (DefaultConfig sets it)")

@@ -10,11 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/sandbox/local"
 	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
@@ -83,62 +81,6 @@ func doctorPlugins(ctx context.Context, cfg *Config, o options) Check {
 	}
 	c.OK, c.Detail = true, fmt.Sprintf("%d loaded (%s), %d tools", len(names), strings.Join(names, ", "), len(h.Tools()))
 	return c
-}
-
-// doctorLocal starts a sandbox of the local provider and runs a command in it (which
-// needs bubblewrap and user namespaces), reports the limits and looks for python3 in it.
-func doctorLocal(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
-	sb := Check{Name: "sandbox", Needed: true}
-	p, err := newLocalProvider(ctx, providerEnv{cfg: cfg, log: quiet})
-	if err != nil {
-		sb.Detail = err.Error()
-		if errors.Is(err, local.ErrNoBwrap) {
-			sb.Detail = "bubblewrap is not installed: make setup, or apt-get install bubblewrap"
-		}
-		return []Check{sb}
-	}
-	lp := p.(*local.Provider)
-	defer lp.Close(context.WithoutCancel(ctx))
-	limits := Check{Name: "limits", OK: true}
-	var missing, all []string
-	for _, e := range lp.Enforcement() {
-		all = append(all, e.String())
-		if e.Missing != "" {
-			missing = append(missing, e.String())
-		}
-	}
-	limits.Detail = strings.Join(all, "; ")
-	if len(missing) > 0 {
-		limits.OK = false
-		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (docs/SECURITY.md says what each needs)"
-	}
-
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	start := time.Now()
-	s, err := lp.Create(cctx, sandbox.CreateOptions{Timeout: time.Minute})
-	if err != nil {
-		sb.Detail = fmt.Sprintf("starting a sandbox failed: %v (bubblewrap needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; in a container, run it with --privileged or a seccomp profile that allows them)", err)
-		return []Check{sb, limits}
-	}
-	defer s.Close(context.WithoutCancel(ctx))
-	res, err := s.Exec(cctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "id -u"}, Timeout: 30 * time.Second})
-	if err != nil || res.ExitCode != 0 {
-		sb.Detail = fmt.Sprintf("a sandbox started but could not run a command: %v %s", err, strings.TrimSpace(string(res.Stderr)))
-		return []Check{sb, limits}
-	}
-	sb.OK = true
-	sb.Detail = fmt.Sprintf("bubblewrap %s and user namespaces: a sandbox started and ran a command as uid %s in %s",
-		local.BwrapPath, strings.TrimSpace(string(res.Stdout)), time.Since(start).Round(time.Millisecond))
-
-	py := Check{Name: "python3"}
-	res, err = s.Exec(cctx, sandbox.ExecRequest{Argv: []string{"python3", "--version"}, Timeout: 30 * time.Second})
-	if err == nil && res.ExitCode == 0 {
-		py.OK, py.Detail = true, strings.TrimSpace(string(res.Stdout)+string(res.Stderr))+" in the sandbox (the demo serves its page with it)"
-	} else {
-		py.Detail = "no python3 in the sandbox: the demo's dev server needs it (make setup, or apt-get install python3)"
-	}
-	return []Check{sb, limits, py}
 }
 
 func doctorBrowser(cfg *Config) Check {

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
-	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
 // ProviderFactory makes the sandbox provider that sandbox.provider names, from the whole
@@ -135,43 +133,6 @@ func chainOf(cfg *Config, log *slog.Logger, members []sandbox.Named) sandbox.Pro
 	c := sandbox.NewChain(log, members...)
 	c.ContinueOnError = cfg.E2B.ContinueOnError
 	return c
-}
-
-// newLocalProvider is the local (bubblewrap) provider with the sandbox.* limits and the
-// session's lifetime.
-func newLocalProvider(_ context.Context, env providerEnv) (sandbox.Provider, error) {
-	cfg := env.cfg
-	mib := func(v int64) int64 {
-		if v < 0 {
-			return -1 // no limit
-		}
-		return v << 20
-	}
-	sb := cfg.Sandbox
-	p, err := local.New(local.Config{
-		RunDir:         sb.RunDir,
-		WorkspaceDir:   sb.WorkspaceDir,
-		DefaultTimeout: cfg.Session.TTL,
-		MaxLifetime:    cfg.Session.MaxLifetime,
-		Limits: local.Limits{
-			MemoryBytes: mib(sb.MemoryMiB), Processes: sb.Processes, CPUs: sb.CPUs,
-			TmpBytes: mib(sb.TmpMiB), ShmBytes: mib(sb.ShmMiB), DiskBytes: mib(sb.DiskMiB), OpenFiles: sb.OpenFiles,
-		},
-		HostUID: sb.HostUID,
-		Logger:  env.log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("local sandbox provider: %w%s", err, bwrapHint())
-	}
-	return p, nil
-}
-
-// bwrapHint tells people how to get bubblewrap when it is missing.
-func bwrapHint() string {
-	if _, err := os.Stat(local.BwrapPath); err != nil {
-		return " (install bubblewrap: make setup, or apt-get install bubblewrap)"
-	}
-	return ""
 }
 
 // newE2BProvider is the E2B provider of the e2b.* keys. Empty keys take the variables

@@ -40,7 +40,7 @@ const daemonStartBound = 2 * time.Minute
 // the project (each session names its own), the log level and serve's own keys. Two
 // commands with the same digest may share the daemon's sessions.
 func configDigest(cfg toolhost.Config) string {
-	cfg.Project, cfg.LogLevel, cfg.Serve = "", "", toolhost.ServeConfig{}
+	cfg.Project, cfg.LogLevel, cfg.LogFormat, cfg.Serve = "", "", "", toolhost.ServeConfig{}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return ""
@@ -57,7 +57,11 @@ func (c *cli) sessionClient() (*sessionapi.Client, string, error) {
 	}
 	sock := daemon.SocketPath(dir)
 	dial := func(ctx context.Context) (net.Conn, error) { return daemon.DialContext(ctx, sock) }
-	return sessionapi.NewClient(dial, configDigest(c.cfg.Config)), dir, nil
+	digest := ""
+	if c.cfg != nil {
+		digest = configDigest(c.cfg.Config)
+	}
+	return sessionapi.NewClient(dial, digest), dir, nil
 }
 
 // ensureDaemon returns a client of the session daemon, starting one when none answers.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package local is the sandbox provider for this machine: every sandbox is a bubblewrap
 // (bwrap) container with a minimal read-only root, the workspace at /home/user, a private
 // /tmp, an unprivileged user, no network unless asked, a seccomp filter, and a limit on

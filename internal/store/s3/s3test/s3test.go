@@ -131,7 +131,7 @@ func Start(parent string) (*Server, error) {
 	s.cmd.Dir = dir
 	s.cmd.Stderr = s.stderr
 	// Killed with the test process, however that ends.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = dieWithParent()
 	stdin, err := s.cmd.StdinPipe()
 	if err != nil {
 		return nil, err
