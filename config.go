@@ -10,15 +10,14 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
-	"github.com/toolhost/toolhost/internal/sandbox/e2b"
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -41,12 +40,16 @@ type Config struct {
 	Lease      LeaseConfig      `key:"lease"`
 	Screenshot ScreenshotConfig `key:"screenshot"`
 	Sandbox    SandboxConfig    `key:"sandbox"`
-	E2B        E2BConfig        `key:"e2b"`
 	Limits     LimitsConfig     `key:"limits"`
 	Audit      AuditConfig      `key:"audit"`
 	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
 	LogFormat  string           `key:"log_format"`
+
+	// modules holds the configuration of every registered module (the e2b provider's
+	// e2b.* keys, the s3 store's store.s3.* ...), each a value of the module's own type,
+	// by moduleID. Get, Set and Module reach it; DefaultConfig fills it.
+	modules map[string]any
 }
 
 // Plugin is one plugin to load (an entry of the plugins key).
@@ -87,29 +90,20 @@ type AuditConfig struct {
 	File string `key:"file"`
 }
 
-// StoreConfig is the store.* keys: the object store of snapshots and screenshots.
+// StoreConfig is the store.* keys that every store shares: which one, and where its keys
+// are served publicly. Each store's own keys (store.dir, store.s3.*) are its module's.
 type StoreConfig struct {
-	Kind       string   `key:"kind"`
-	Dir        string   `key:"dir"`
-	PublicBase string   `key:"public_base"`
-	S3         S3Config `key:"s3"`
-}
-
-// S3Config is the store.s3.* keys.
-type S3Config struct {
-	Bucket       string `key:"bucket"`
-	Region       string `key:"region"`
-	Endpoint     string `key:"endpoint"`
-	PathStyle    bool   `key:"path_style"`
-	CreateBucket bool   `key:"create_bucket"`
-	Checksums    string `key:"checksums"`
+	Kind       string `key:"kind"`
+	PublicBase string `key:"public_base"`
 }
 
 // SnapshotConfig is the snapshot.* keys.
 type SnapshotConfig struct {
-	Keep     int      `key:"keep"`
-	Excludes []string `key:"excludes"`
-	Retries  int      `key:"retries"`
+	Keep     int           `key:"keep"`
+	Excludes []string      `key:"excludes"`
+	Retries  int           `key:"retries"`
+	Format   string        `key:"format"`
+	Grace    time.Duration `key:"grace"`
 }
 
 // SessionConfig is the session.* keys: the lifetime policy of a session's sandboxes.
@@ -136,74 +130,26 @@ type ScreenshotConfig struct {
 	Chromium string        `key:"chromium"`
 }
 
-// SandboxConfig is the sandbox.* keys: the provider and what each sandbox may use.
+// SandboxConfig is the sandbox.* keys that every provider honours: which providers, the
+// network policy and what each sandbox may use. A provider's own keys (the local
+// provider's sandbox.host_uid, run_dir and workspace_dir) are its module's.
 type SandboxConfig struct {
-	Provider     string  `key:"provider"`
-	Network      string  `key:"network"`
-	MemoryMiB    int64   `key:"memory_mib"`
-	Processes    int64   `key:"processes"`
-	CPUs         float64 `key:"cpus"`
-	TmpMiB       int64   `key:"tmp_mib"`
-	ShmMiB       int64   `key:"shm_mib"`
-	DiskMiB      int64   `key:"disk_mib"`
-	OpenFiles    int64   `key:"open_files"`
-	HostUID      int     `key:"host_uid"`
-	RunDir       string  `key:"run_dir"`
-	WorkspaceDir string  `key:"workspace_dir"`
+	Provider        string  `key:"provider"`
+	ContinueOnError bool    `key:"continue_on_error"`
+	Network         string  `key:"network"`
+	MemoryMiB       int64   `key:"memory_mib"`
+	Processes       int64   `key:"processes"`
+	CPUs            float64 `key:"cpus"`
+	TmpMiB          int64   `key:"tmp_mib"`
+	ShmMiB          int64   `key:"shm_mib"`
+	DiskMiB         int64   `key:"disk_mib"`
+	OpenFiles       int64   `key:"open_files"`
 }
 
-// E2BConfig is the e2b.* keys: the E2B provider (sandbox.provider: e2b, alone or in a
-// list). Empty strings take the variables E2B's official SDKs read (E2B_API_KEY,
-// E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL), then E2B's defaults.
-type E2BConfig struct {
-	APIKey            Secret            `key:"api_key"`
-	Domain            string            `key:"domain"`
-	APIURL            string            `key:"api_url"`
-	SandboxURL        string            `key:"sandbox_url"`
-	Template          string            `key:"template"`
-	Templates         []E2BTemplate     `key:"templates"`
-	CPUCount          int               `key:"cpu_count"`
-	MemoryMB          int               `key:"memory_mb"`
-	Plan              string            `key:"plan"`
-	MaxLifetime       time.Duration     `key:"max_lifetime"`
-	MonthlyCPUMinutes float64           `key:"monthly_cpu_minutes"`
-	PrivatePreviews   bool              `key:"private_previews"`
-	Metadata          map[string]string `key:"metadata"`
-	RequestTimeout    time.Duration     `key:"request_timeout"`
-	ConnectTimeout    time.Duration     `key:"connect_timeout"`
-	ContinueOnError   bool              `key:"continue_on_error"`
-}
-
-// E2BTemplate is an E2B template and its size (an entry of e2b.templates).
-type E2BTemplate struct {
-	ID       string `key:"id"`
-	CPUCount int    `key:"cpu_count"`
-	MemoryMB int    `key:"memory_mb"`
-}
-
-// Secret is a configuration value that is a credential. It never shows: fmt, slog and
-// text encoders see "[redacted]" (or "" when it is empty), so a logged or dumped Config
-// cannot leak it; string(s) is the value.
-type Secret string
-
-func (s Secret) redacted() string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// String is "[redacted]", or "" when s is empty.
-func (s Secret) String() string { return s.redacted() }
-
-// GoString is what %#v shows.
-func (s Secret) GoString() string { return strconv.Quote(s.redacted()) }
-
-// LogValue is what slog records.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
-
-// MarshalText is what text, JSON and YAML encoders write.
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.redacted()), nil }
+// Secret is a configuration value that is a credential (e2b.api_key, a serve token). It
+// never shows: fmt, slog and text encoders see "[redacted]" (or "" when it is empty), so
+// a logged or dumped Config cannot leak it; string(s) is the value.
+type Secret = module.Secret
 
 // LimitsConfig is the limits.* keys: what plugins and commands may use.
 type LimitsConfig struct {
@@ -220,6 +166,9 @@ type LimitsConfig struct {
 // local sandbox provider, a directory store under the data dir.
 func DefaultConfig() Config {
 	var c Config
+	for _, m := range moduleRefs() {
+		c.section(m)
+	}
 	v := reflect.ValueOf(&c).Elem()
 	for _, k := range keyTable {
 		f, err := fieldOf(v, k.name)
@@ -262,14 +211,6 @@ func (c *Config) Level() slog.Level {
 		return slog.LevelInfo
 	}
 	return l
-}
-
-// storeDir is store.dir, or data_dir/store when it is empty.
-func (c *Config) storeDir() string {
-	if c.Store.Dir != "" {
-		return c.Store.Dir
-	}
-	return filepath.Join(c.DataDir, "store")
 }
 
 // Validate checks every value; the error names the key and fits on one line.
@@ -317,7 +258,7 @@ func (c *Config) Validate() error {
 	if c.Screenshot.Chromium != "" && !filepath.IsAbs(c.Screenshot.Chromium) {
 		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
 	}
-	if err := c.validateE2B(bad); err != nil {
+	if err := c.validateModules(); err != nil {
 		return err
 	}
 	if err := c.validateServe(bad); err != nil {
@@ -331,22 +272,12 @@ func (c *Config) Validate() error {
 
 type badKey func(key, format string, args ...any) error
 
-// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
-// order a chain tries them: "e2b, local" is [e2b local].
-func ProviderNamesOf(value string) []string {
-	var names []string
-	for n := range strings.SplitSeq(value, ",") {
-		names = append(names, strings.TrimSpace(n))
-	}
-	return names
-}
-
 func (c *Config) validateSandbox(bad badKey) error {
 	seen := map[string]bool{}
 	for _, name := range ProviderNamesOf(c.Sandbox.Provider) {
-		if _, ok := providers.lookup(name); !ok {
+		if _, ok := module.LookupProvider(name); !ok {
 			return bad("sandbox.provider", "unknown provider %q (known: %s; several, tried in order, as a comma-separated list such as e2b,local)",
-				name, strings.Join(providers.names(), ", "))
+				name, strings.Join(ProviderNames(), ", "))
 		}
 		if seen[name] {
 			return bad("sandbox.provider", "%q is listed twice in %q", name, c.Sandbox.Provider)
@@ -384,38 +315,16 @@ func (c *Config) validateSandbox(bad badKey) error {
 	if c.Sandbox.CPUs < 0 {
 		return bad("sandbox.cpus", "must be a number of cores, or 0 for all, got %g", c.Sandbox.CPUs)
 	}
-	if c.Sandbox.HostUID <= 0 {
-		return bad("sandbox.host_uid", "must be an unprivileged uid (not 0), got %d", c.Sandbox.HostUID)
-	}
 	return nil
 }
 
 // validateStorage checks project, store.* and snapshot.*.
 func (c *Config) validateStorage(bad badKey) error {
-	if err := snapshot.ValidProjectID(c.Project); err != nil {
+	if err := storekeys.ValidProject(c.Project); err != nil {
 		return bad("project", "%v", err)
 	}
-	switch c.Store.Kind {
-	case "dir":
-		if c.Store.Dir != "" && strings.TrimSpace(c.Store.Dir) == "" {
-			return bad("store.dir", "is blank")
-		}
-	case "s3":
-		if c.Store.S3.Bucket == "" {
-			return bad("store.s3.bucket", "is required when store.kind is s3")
-		}
-	default:
-		return bad("store.kind", "must be \"dir\" or \"s3\", got %q", c.Store.Kind)
-	}
-	if e := c.Store.S3.Endpoint; e != "" {
-		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("store.s3.endpoint", "must be an http or https URL, got %q", e)
-		}
-	}
-	switch c.Store.S3.Checksums {
-	case "when_supported", "when_required":
-	default:
-		return bad("store.s3.checksums", "must be \"when_supported\" or \"when_required\", got %q", c.Store.S3.Checksums)
+	if _, ok := module.LookupStore(c.Store.Kind); !ok {
+		return bad("store.kind", "unknown store %q (known: %s)", c.Store.Kind, strings.Join(storeKinds(), ", "))
 	}
 	if b := c.Store.PublicBase; b != "" {
 		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
@@ -433,67 +342,11 @@ func (c *Config) validateStorage(bad badKey) error {
 	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
 		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
 	}
-	return nil
-}
-
-// usesE2B reports whether sandbox.provider names e2b.
-func (c *Config) usesE2B() bool { return slices.Contains(ProviderNamesOf(c.Sandbox.Provider), "e2b") }
-
-// e2bPlan is the plan e2b.plan names, with e2b.max_lifetime and e2b.monthly_cpu_minutes.
-func (c *Config) e2bPlan() e2b.Plan {
-	plan, _ := e2b.PlanNamed(c.E2B.Plan)
-	if c.E2B.MaxLifetime > 0 {
-		plan.MaxLifetime = c.E2B.MaxLifetime
+	if f := c.Snapshot.Format; f != "" && f != "chunked" && f != "tar.gz" {
+		return bad("snapshot.format", "must be chunked or tar.gz, got %q", f)
 	}
-	plan.MonthlyCPUMinutes = c.E2B.MonthlyCPUMinutes
-	return plan
-}
-
-func (c *Config) validateE2B(bad badKey) error {
-	e := &c.E2B
-	if _, ok := e2b.PlanNamed(e.Plan); !ok {
-		return bad("e2b.plan", "must be \"hobby\" or \"pro\" (set e2b.max_lifetime and e2b.monthly_cpu_minutes for what a plan of your own allows), got %q", e.Plan)
-	}
-	if strings.ContainsAny(e.Domain, "/: ") {
-		return bad("e2b.domain", "must be a domain name such as e2b.app (no scheme, port or path), got %q", e.Domain)
-	}
-	for _, u := range []struct{ key, v string }{{"e2b.api_url", e.APIURL}, {"e2b.sandbox_url", e.SandboxURL}} {
-		if u.v == "" {
-			continue
-		}
-		if pu, err := url.Parse(u.v); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.User != nil {
-			return bad(u.key, "must be an http or https URL such as https://api.e2b.app, got %q", u.v)
-		}
-	}
-	if e.CPUCount < 0 || e.MemoryMB < 0 {
-		return bad("e2b.cpu_count", "e2b.cpu_count and e2b.memory_mb must be 0 (the template's) or positive, got %d and %d", e.CPUCount, e.MemoryMB)
-	}
-	for i, t := range e.Templates {
-		if strings.TrimSpace(t.ID) == "" || t.CPUCount < 1 || t.MemoryMB < 1 {
-			return bad(fmt.Sprintf("e2b.templates[%d]", i), "needs an id, a cpu_count and a memory_mb (positive), got %+v", t)
-		}
-	}
-	if e.MaxLifetime < 0 {
-		return bad("e2b.max_lifetime", "must be positive, or 0 for the plan's, got %s", e.MaxLifetime)
-	}
-	if e.MonthlyCPUMinutes < 0 {
-		return bad("e2b.monthly_cpu_minutes", "must be positive, or 0 for no limit, got %g", e.MonthlyCPUMinutes)
-	}
-	for _, k := range slices.Sorted(maps.Keys(e.Metadata)) {
-		if strings.TrimSpace(k) == "" {
-			return bad("e2b.metadata", "has an empty name")
-		}
-	}
-	if e.RequestTimeout <= 0 {
-		return bad("e2b.request_timeout", "must be positive, got %s", e.RequestTimeout)
-	}
-	if e.ConnectTimeout <= 0 {
-		return bad("e2b.connect_timeout", "must be positive, got %s", e.ConnectTimeout)
-	}
-	// A session on E2B lives within the plan's maximum lifetime (Open cuts its ttl and
-	// max_lifetime to it): the keepalive margin must leave it room to extend and rotate.
-	if max := c.e2bPlan().MaxLifetime; c.usesE2B() && c.Session.KeepaliveMargin >= max {
-		return bad("session.keepalive_margin", "must be less than the E2B plan's maximum sandbox lifetime (%s, e2b.plan and e2b.max_lifetime), got %s", max, c.Session.KeepaliveMargin)
+	if c.Snapshot.Grace < 0 || (c.Snapshot.Grace > 0 && c.Snapshot.Grace < time.Minute) {
+		return bad("snapshot.grace", "must be at least 1m, got %s", c.Snapshot.Grace)
 	}
 	return nil
 }

@@ -6,31 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Check is one finding of Doctor: a part of the configuration and whether it is usable
-// here.
-type Check struct {
-	// Name is the part: "plugins", "sandbox", "limits", "python3", "browser", "store",
-	// "lease", "e2b".
-	Name string
-	// OK: usable.
-	OK bool
-	// Needed: the configuration cannot work without it (Doctor's caller exits non-zero
-	// when a needed check is not OK); otherwise a failure is a warning (the demo's
-	// python3, a limit the host cannot enforce).
-	Needed bool
-	// Detail is what was found when OK, what to do otherwise. One line.
-	Detail string
-}
+// here (Name, OK, Needed, Detail; see the type it stands for).
+type Check = module.Check
 
 // Doctor checks what cfg needs on this machine, each part for real: it loads the
 // plugins, starts a tiny local sandbox and runs commands in it (when sandbox.provider
@@ -46,14 +35,23 @@ func Doctor(ctx context.Context, cfg Config, opts ...Option) []Check {
 	quiet := slog.New(slog.DiscardHandler)
 	var out []Check
 	out = append(out, doctorPlugins(ctx, &cfg, o))
-	names := ProviderNamesOf(cfg.Sandbox.Provider)
-	if slices.Contains(names, "local") {
-		out = append(out, doctorLocal(ctx, &cfg, quiet)...)
-	}
 	out = append(out, doctorBrowser(&cfg))
-	out = append(out, doctorStore(ctx, &cfg, quiet)...)
-	if slices.Contains(names, "e2b") {
-		out = append(out, doctorE2B(ctx, cfg, len(names) == 1))
+	stores, st := doctorStore(ctx, &cfg, quiet)
+	out = append(out, stores...)
+	if st != nil {
+		defer st.Close()
+	}
+	// Each provider sandbox.provider names checks what it needs, with the store when it
+	// opened (a provider may keep records in it).
+	names := ProviderNamesOf(cfg.Sandbox.Provider)
+	env := module.Env{Logger: quiet, DataDir: cfg.DataDir, Settings: cfg.settings()}
+	if st != nil {
+		env.Store, env.StoreShared = st.store, st.shared
+	}
+	for _, name := range names {
+		if m, ok := module.LookupProvider(name); ok && m.Doctor != nil {
+			out = append(out, m.Doctor(ctx, cfg.Module(name), env, len(names) == 1)...)
+		}
 	}
 	return out
 }
@@ -98,22 +96,27 @@ func doctorBrowser(cfg *Config) Check {
 }
 
 // doctorStore opens the store and puts, gets and deletes a probe object; then it checks
-// that the store keeps project leases (when lease.enabled).
-func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
+// that the store keeps project leases (when lease.enabled). When the store works it is
+// returned open, for the providers' checks; the caller closes it.
+func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) (_ []Check, opened *Storage) {
 	c := Check{Name: "store", Needed: true}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	st, err := openStorage(cctx, cfg, options{log: quiet, snapLog: quiet})
 	if err != nil {
 		c.Detail = doctorStoreHint(cfg, err)
-		return []Check{c}
+		return []Check{c}, nil
 	}
-	defer st.Close()
-	probe := fmt.Sprintf("doctor/probe-%s-%d-%d", hostName(), os.Getpid(), time.Now().UnixNano())
+	defer func() {
+		if opened == nil {
+			st.Close()
+		}
+	}()
+	probe := storekeys.DoctorProbe(hostName(), os.Getpid(), time.Now().UnixNano())
 	body := "toolhost doctor"
 	if _, err := st.store.Put(cctx, probe, strings.NewReader(body), store.PutOptions{Size: int64(len(body))}); err != nil {
 		c.Detail = doctorStoreHint(cfg, fmt.Errorf("writing a probe object: %w", err))
-		return []Check{c}
+		return []Check{c}, nil
 	}
 	defer st.store.Delete(context.WithoutCancel(cctx), probe)
 	r, _, err := st.store.Get(cctx, probe)
@@ -127,18 +130,18 @@ func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
 	}
 	if err != nil {
 		c.Detail = doctorStoreHint(cfg, fmt.Errorf("reading the probe object back: %w", err))
-		return []Check{c}
+		return []Check{c}, nil
 	}
 	if err := st.store.Delete(cctx, probe); err != nil {
 		c.Detail = doctorStoreHint(cfg, fmt.Errorf("deleting the probe object: %w", err))
-		return []Check{c}
+		return []Check{c}, nil
 	}
 	c.OK, c.Detail = true, st.where+": wrote, read and deleted a probe object"
 
 	l := Check{Name: "lease"}
 	if !cfg.Lease.Enabled {
 		l.OK, l.Detail = true, "project leases are off (lease.enabled: false): run one host per store"
-		return []Check{c, l}
+		return []Check{c, l}, st
 	}
 	switch err := lease.Check(cctx, st.store, probe+"-lease"); {
 	case err == nil:
@@ -148,14 +151,14 @@ func doctorStore(ctx context.Context, cfg *Config, quiet *slog.Logger) []Check {
 	default:
 		l.Detail = doctorStoreHint(cfg, fmt.Errorf("checking conditional writes: %w", err))
 	}
-	return []Check{c, l}
+	return []Check{c, l}, st
 }
 
 // doctorStoreHint is err with what to do about it.
 func doctorStoreHint(cfg *Config, err error) string {
 	hint := ""
 	switch {
-	case cfg.Store.Kind != "s3":
+	case cfg.Store.Kind == "dir":
 		hint = "check that store.dir is a directory this user can write"
 	case errors.Is(err, store.ErrNoCredentials):
 		hint = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for the bucket"
@@ -170,23 +173,4 @@ func doctorStoreHint(cfg *Config, err error) string {
 		return err.Error()
 	}
 	return err.Error() + ": " + hint
-}
-
-// doctorE2B asks E2B for the team's running sandboxes: an authenticated call that
-// creates nothing.
-func doctorE2B(ctx context.Context, cfg Config, only bool) Check {
-	c := Check{Name: "e2b", Needed: only}
-	if cfg.E2B.APIKey == "" && os.Getenv("E2B_API_KEY") == "" {
-		c.Detail = "no API key: set E2B_API_KEY (or TOOLHOST_E2B_API_KEY); get one at https://e2b.dev/dashboard"
-		return c
-	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.E2B.RequestTimeout)
-	defer cancel()
-	n, err := E2BRunning(cctx, cfg)
-	if err != nil {
-		c.Detail = fmt.Sprintf("asking E2B with the API key: %v", err)
-		return c
-	}
-	c.OK, c.Detail = true, fmt.Sprintf("the API key is accepted; %d of the team's sandboxes run now", n)
-	return c
 }

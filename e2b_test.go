@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
@@ -39,9 +40,11 @@ func e2bConfig(t *testing.T, providers string, f *e2bfake.Server) Config {
 	}
 	cfg.Sandbox.Provider = providers
 	if f != nil {
-		cfg.E2B.APIKey = Secret(f.APIKey())
-		cfg.E2B.Domain = f.Domain()
-		cfg.E2B.APIURL, cfg.E2B.SandboxURL = f.URL(), f.URL()
+		for k, v := range map[string]any{"e2b.api_key": Secret(f.APIKey()), "e2b.domain": f.Domain(), "e2b.api_url": f.URL(), "e2b.sandbox_url": f.URL()} {
+			if err := cfg.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	return cfg
 }
@@ -84,8 +87,8 @@ func TestE2BWithoutKey(t *testing.T) {
 	var logs logBuf
 	th = newToolhost(t, e2bConfig(t, "e2b,local", nil), logs.option())
 	s := open(t, th, SessionOptions{})
-	if _, ok := sandbox.As[*local.Sandbox](s.Sandbox()); !ok {
-		t.Fatalf("e2b,local without a key: the session's sandbox is %T, want a local one", s.Sandbox().Unwrap())
+	if _, ok := sandbox.As[*local.Sandbox](s.live); !ok {
+		t.Fatalf("e2b,local without a key: the session's sandbox is %T, want a local one", s.live.Unwrap())
 	}
 	expect(t, s, "bash", `{"command":"echo $TOOLHOST_SANDBOX_PROVIDER here"}`, false, " here")
 	if !strings.Contains(logs.String(), `reason="E2B API key not configured"`) || !strings.Contains(logs.String(), "next=local") {
@@ -104,23 +107,25 @@ func TestE2BSessions(t *testing.T) {
 		t.Run(providers, func(t *testing.T) {
 			var logs logBuf
 			cfg := e2bConfig(t, providers, f)
-			cfg.E2B.MaxLifetime = 20 * time.Minute // the session's 1h ttl is cut to it
+			if err := cfg.Set("e2b.max_lifetime", 20*time.Minute); err != nil { // the session's 1h ttl is cut to it
+				t.Fatal(err)
+			}
 			th := newToolhost(t, cfg, logs.option())
 			project := "on-e2b"
 			s := open(t, th, SessionOptions{Project: project})
-			if _, ok := sandbox.As[*e2b.Sandbox](s.Sandbox()); !ok {
-				t.Fatalf("the session's sandbox is %T, want an E2B one\n%s", s.Sandbox().Unwrap(), logs.String())
+			if _, ok := sandbox.As[*e2b.Sandbox](s.live); !ok {
+				t.Fatalf("the session's sandbox is %T, want an E2B one\n%s", s.live.Unwrap(), logs.String())
 			}
-			if left := time.Until(s.Sandbox().EndsAt()); left > 20*time.Minute || left < 10*time.Minute {
+			if left := time.Until(s.live.EndsAt()); left > 20*time.Minute || left < 10*time.Minute {
 				t.Errorf("the sandbox ends in %s: want within the plan's 20m", left.Round(time.Second))
 			}
 			expect(t, s, "write_file", `{"path":"notes.txt","content":"on E2B\n"}`, false)
 			expect(t, s, "bash", `{"command":"cat notes.txt; echo $TOOLHOST_SANDBOX_PROVIDER"}`, false, "on E2B\ne2b")
-			first := s.Sandbox().SandboxID()
-			if err := s.Sandbox().Rotate(ctx); err != nil {
+			first := s.live.SandboxID()
+			if err := s.live.Rotate(ctx); err != nil {
 				t.Fatalf("rotate: %v\n%s", err, logs.String())
 			}
-			if s.Sandbox().SandboxID() == first {
+			if s.live.SandboxID() == first {
 				t.Fatal("the rotation kept the sandbox")
 			}
 			expect(t, s, "read_file", `{"path":"notes.txt"}`, false, "on E2B")
@@ -130,9 +135,10 @@ func TestE2BSessions(t *testing.T) {
 			// The ledger: two sandboxes of the project, one running once the first's close
 			// (off the session's path) is recorded.
 			var u e2b.Usage
-			waitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
+			testenv.WaitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
 				var err error
-				if u, err = th.Storage().E2BUsage(ctx, time.Now()); err != nil {
+				st := th.Storage()
+				if u, err = e2b.UsageOf(ctx, th.cfg.Module("e2b").(*e2b.Section), module.Env{DataDir: th.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				return u.Running == 1

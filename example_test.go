@@ -36,7 +36,9 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	cfg := toolhost.DefaultConfig() // the built-in plugins, the local sandbox, a directory store
-	cfg.Store.Dir = filepath.Join(dir, "store")
+	if err := cfg.Set("store.dir", filepath.Join(dir, "store")); err != nil {
+		log.Fatal(err)
+	}
 	cfg.Project = "example"
 	th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {

@@ -45,6 +45,14 @@ type ConfigKey struct {
 	Aliases []Alias
 	// Type is the Go type of the key's field, for parsers.
 	Type reflect.Type
+	// Module names the provider or store that owns the key ("e2b", "s3"); empty for the
+	// keys every part shares.
+	Module string
+	// HostPath: the value is a path on the host that the host reads or writes on its own
+	// behalf; CheckWorkspace refuses a workspace that contains it.
+	HostPath bool
+	// Example is an example value as YAML lines, shown commented out below the key.
+	Example string
 }
 
 // Alias is an older name of a key.
@@ -151,35 +159,11 @@ letters, digits, '.', '_' or '-', starting with a letter or digit.`},
 		doc: `dir: a directory on this machine, no setup. s3: AWS S3 or any S3-compatible store;
 credentials come from the AWS SDK's standard chain (AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role...), never from this file.`},
-	{name: "store.dir", flag: "store-dir", def: "", defText: `"" (data_dir/store)`,
-		usage: "directory store's root (default data_dir/store)",
-		doc:   `The directory store's root.`},
 	{name: "store.public_base", flag: "store-public-base", def: "",
 		usage: "public origin (CDN) that serves the store's keys, for screenshot URLs",
 		doc: `The public origin (a CDN) that serves the store's keys. When set, a screenshot's URL
 is public_base/key; otherwise it is a presigned S3 URL (valid 7 days) or, for the
 directory store, the image's file path.`},
-	{name: "store.s3.bucket", flag: "s3-bucket", def: "",
-		usage: "S3 bucket (store s3)",
-		doc:   `Required when kind is s3.`},
-	{name: "store.s3.region", flag: "s3-region", def: "", defText: `"" (the AWS SDK's, else us-east-1)`,
-		usage: "S3 region (default: the AWS SDK's, else us-east-1)",
-		doc:   `The region of the bucket; by default the SDK's (AWS_REGION, ~/.aws/config).`},
-	{name: "store.s3.endpoint", flag: "s3-endpoint", def: "", defText: `"" (AWS)`,
-		usage: "S3-compatible endpoint URL (default: AWS)",
-		doc:   `An S3-compatible endpoint such as http://127.0.0.1:7070, instead of AWS.`},
-	{name: "store.s3.path_style", flag: "s3-path-style", def: false,
-		usage: "address buckets as endpoint/bucket (most S3-compatible servers)",
-		doc:   `Address buckets as endpoint/bucket/key (most S3-compatible servers need it).`},
-	{name: "store.s3.create_bucket", flag: "s3-create-bucket", def: false,
-		usage: "create the bucket when a request finds it missing",
-		doc: `Create the bucket the first time a request finds it missing (a new S3-compatible
-server, a test). Off, a missing bucket fails with one line that names it and says how to
-fix it.`},
-	{name: "store.s3.checksums", flag: "s3-checksums", def: "when_supported",
-		usage: "request checksums: when_supported or when_required",
-		doc: `when_supported (the SDK's default) or when_required, for S3-compatible stores that
-refuse the newer checksum headers.`},
 
 	{name: "snapshot.keep", flag: "snapshot-keep", def: 5,
 		usage: "snapshots kept per project (the newest)",
@@ -191,6 +175,16 @@ The variable and the flag take a comma-separated list.`},
 	{name: "snapshot.retries", flag: "snapshot-retries", def: 3,
 		usage: "retries of a failed snapshot upload or download (0: none)",
 		doc:   `How many times a failed upload or download is retried, with backoff (0 to 20; 0: none).`},
+	{name: "snapshot.format", flag: "snapshot-format", def: "chunked",
+		usage: "how new snapshots are stored: chunked or tar.gz",
+		doc: `chunked: files cut into content-defined chunks stored once per store (a save
+stores what changed; snapshots can be verified, diffed, rewound, forked and merged).
+tar.gz: one archive per snapshot. Both formats restore, whatever this says.`},
+	{name: "snapshot.grace", flag: "snapshot-grace", def: time.Hour,
+		usage: "how long unreferenced chunks stay before collection deletes them",
+		doc: `Chunks no snapshot references are deleted by a collection (snapshot gc) only after
+staying unreferenced this long, so a host saving meanwhile never loses one. Hosts sharing a
+store must keep their clocks within a quarter of it.`},
 
 	{name: "session.ttl", flag: "session-ttl", def: time.Hour,
 		usage:   "how long a sandbox lives unless extended",
@@ -251,7 +245,13 @@ bubblewrap). e2b: E2B's cloud sandboxes (the e2b keys below). Several, comma-sep
 are tried in order for each new sandbox: with e2b,local a session runs on E2B when it
 can and here when E2B is unavailable (no API key, not reachable, out of capacity), the
 reason logged; an error that is the configuration's (a key E2B refuses, a template too
-small) stops there unless e2b.continue_on_error is set.`},
+small) stops there unless continue_on_error is set.`},
+	{name: "sandbox.continue_on_error", flag: "continue-on-error", def: false,
+		aliases: []Alias{{Name: "e2b.continue_on_error", Flag: "e2b-continue-on-error"}},
+		usage:   "in a provider list, give way to the next provider on any error",
+		doc: `In a list of providers (sandbox.provider: e2b,local), give way to the next one on any
+error, not only when a provider is unavailable: a key E2B refuses or a template that
+does not exist then also falls back (and is logged), instead of failing the session.`},
 	{name: "sandbox.network", flag: "network", def: "none",
 		usage: "sandbox network: none or host",
 		doc:   `none: no network at all. host: the host's network.`},
@@ -282,83 +282,6 @@ bounded. -1: no limit.`},
 	{name: "sandbox.open_files", flag: "sandbox-open-files", def: int64(16384),
 		usage: "open files per process in a sandbox",
 		doc:   `Open files per process in a sandbox (RLIMIT_NOFILE).`},
-	{name: "sandbox.host_uid", flag: "sandbox-host-uid", def: 2100000000,
-		usage: "host uid and gid of the sandbox user when toolhost runs as root",
-		doc: `When toolhost runs as root, the sandbox user is this unprivileged host uid (and gid),
-never root: files a sandbox makes belong to it. Pick one nothing else uses.`},
-	{name: "sandbox.run_dir", flag: "run-dir", def: "", defText: `"" ($TMPDIR/toolhost-run-UID)`,
-		usage: "private directory of the sandboxes' sockets (default $TMPDIR/toolhost-run-UID)",
-		doc: `The private directory of the sandboxes' sockets; must be this user's and writable by
-no one else.`},
-	{name: "sandbox.workspace_dir", flag: "workspace-dir", def: "", defText: `"" (/var/tmp/toolhost-workspaces-UID)`,
-		usage: "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)",
-		doc: `Where private workspaces live (their volumes, as root): disk-backed, and below
-directories anyone may pass through (bubblewrap runs as the sandbox user).`},
-
-	{name: "e2b.api_key", secret: true, def: Secret(""), defText: `"" ($E2B_API_KEY)`,
-		doc: `The E2B API key (e2b_...). Empty: the variable E2B_API_KEY, as E2B's own SDKs read it.
-Without a key the e2b provider is unavailable ("E2B API key not configured") and a list
-such as e2b,local goes on to the next provider. A secret: no flag, and never printed.`},
-	{name: "e2b.domain", flag: "e2b-domain", def: "", defText: `"" ($E2B_DOMAIN, else e2b.app)`,
-		usage: "E2B's domain (default $E2B_DOMAIN, else e2b.app; a self-hosted cluster's own)",
-		doc: `E2B's domain: sandboxes are reached at {port}-{id}.{domain}. e2b.app is the managed
-service; a self-hosted E2B cluster has its own.`},
-	{name: "e2b.api_url", flag: "e2b-api-url", def: "", defText: `"" ($E2B_API_URL, else https://api.DOMAIN)`,
-		usage: "E2B's API (default $E2B_API_URL, else https://api.DOMAIN)",
-		doc:   `The control plane's URL, when it is not https://api.{domain}.`},
-	{name: "e2b.sandbox_url", flag: "e2b-sandbox-url", def: "", defText: `"" ($E2B_SANDBOX_URL, else each sandbox's own host)`,
-		usage: "one URL for all sandbox traffic (default $E2B_SANDBOX_URL)",
-		doc: `One URL for all traffic to sandboxes, routed by E2B's E2b-Sandbox-Id and
-E2b-Sandbox-Port headers (a proxy of a self-hosted cluster); empty: each sandbox's own
-host, https://{port}-{id}.{domain}.`},
-	{name: "e2b.template", flag: "e2b-template", def: "", defText: `"" (base, or the smallest known that fits cpu_count and memory_mb)`,
-		usage: "E2B template (ID or alias) sandboxes start from (default base)",
-		doc: `The template sandboxes start from, an ID or alias: base, or a team's own with its tools
-preinstalled. It needs coreutils, GNU tar and gzip (base has them).`},
-	{name: "e2b.templates", def: []E2BTemplate{},
-		doc: `Templates and their sizes, beyond what E2B's API lists (public templates such as base,
-2 CPUs and 512 MB, are known already). cpu_count and memory_mb below pick from them.
-No environment variable or flag; set it here.`},
-	{name: "e2b.cpu_count", flag: "e2b-cpu-count", def: 0,
-		usage: "CPUs per E2B sandbox (0: the template's)",
-		doc: `CPUs and memory per E2B sandbox. On E2B they belong to templates: a size picks the
-smallest known template that provides it, or fails naming the ones there are. 0: the
-template's.`},
-	{name: "e2b.memory_mb", flag: "e2b-memory-mb", def: 0,
-		usage: "memory per E2B sandbox, MB (0: the template's)",
-		doc:   `See cpu_count.`},
-	{name: "e2b.plan", flag: "e2b-plan", def: "hobby",
-		usage: "E2B plan: hobby or pro (lifetime, concurrency and rate limits)",
-		doc: `hobby (sandboxes live at most 1h; 20 at once; 1 creation a second) or pro (24h; 100; 5).
-Sessions on E2B keep ttl and max_lifetime within the plan's lifetime; toolhost quota and
-the log warn at 80% of a limit.`},
-	{name: "e2b.max_lifetime", flag: "e2b-max-lifetime", def: time.Duration(0), defText: "0 (the plan's)",
-		usage: "longest life of one E2B sandbox (0: the plan's)",
-		doc:   `The longest one E2B sandbox may live, when the team's plan differs from the named one.`},
-	{name: "e2b.monthly_cpu_minutes", flag: "e2b-monthly-cpu-minutes", def: 0.0,
-		usage: "E2B compute the team means to spend a month, CPU minutes (0: not watched)",
-		doc: `The compute the team means to spend in a calendar month, in CPU minutes (sandbox
-lifetime times CPUs), e.g. what its credits cover; toolhost quota and the log warn at
-80%. 0: not watched.`},
-	{name: "e2b.private_previews", flag: "e2b-private-previews", def: false,
-		usage: "E2B sandbox ports reachable only with their traffic token",
-		doc: `Make a sandbox's ports (other than E2B's own agent's) reachable only with the
-sandbox's traffic token; previews and screenshots go through a proxy on this host
-that adds it.`},
-	{name: "e2b.metadata", def: map[string]string{},
-		doc: `Labels added to every E2B sandbox, shown in E2B's dashboard and list; toolhost adds
-toolhost: "1", host and project. No environment variable or flag; set it here.`},
-	{name: "e2b.request_timeout", flag: "e2b-request-timeout", def: 60 * time.Second,
-		usage: "bound of each E2B API request, waits after a 429 included",
-		doc:   `The bound of each request to E2B's API, the waits a 429 asks for included.`},
-	{name: "e2b.connect_timeout", flag: "e2b-connect-timeout", def: 10 * time.Second,
-		usage: "bound of reaching E2B; past it the provider is unavailable",
-		doc:   `The bound of reaching E2B; past it the provider is unavailable and a list goes on.`},
-	{name: "e2b.continue_on_error", flag: "e2b-continue-on-error", def: false,
-		usage: "in a provider list, give way to the next provider on any error",
-		doc: `In a list of providers (sandbox.provider: e2b,local), give way to the next one on any
-error, not only when a provider is unavailable: a key E2B refuses or a template that
-does not exist then also falls back (and is logged), instead of failing the session.`},
 
 	{name: "limits.memory_mib", flag: "memory-mib", def: 128,
 		usage: "memory limit per plugin instance, MiB",
@@ -443,7 +366,6 @@ file gets 413.`},
 var sectionTable = []ConfigSection{
 	{"store", `The object store that holds snapshots (projects/{project}/snapshots/) and screenshots
 (screenshots/{project}/{agent|auto}/).`},
-	{"store.s3", ""},
 	{"snapshot", `Workspace snapshots: one tar.gz per save, the newest kept per project.`},
 	{"session", `The lifetime of the sandboxes a session runs tools in. A session extends its sandbox
 while it can; before an end it cannot extend, it saves a snapshot, starts a new sandbox
@@ -456,11 +378,6 @@ listening and after each commit), in Chromium (scripts/setup-browser.sh installs
 /home/user, private /tmp, an unprivileged user, a seccomp filter) and what each one may
 use. The limits in force, and how each is enforced on this host, are logged when the
 provider starts (a limit the host cannot enforce is a warning).`},
-	{"e2b", `The E2B provider (sandbox.provider: e2b, or e2b in a list): sandboxes on E2B's fleet,
-or on a self-hosted E2B cluster (set domain, and api_url when it is elsewhere). Its
-sandboxes are ephemeral: the work lives in the snapshots, restored into a new sandbox
-at each rotation. Every sandbox it creates is counted for toolhost quota, in data_dir
-(or in the store when it is S3, which several hosts may share). More: docs/E2B.md.`},
 	{"limits", `What plugins and commands may use.`},
 	{"audit", `A record of what plugins do, for whoever tests or reviews tool policy.`},
 	{"serve", `toolhost serve: the tools over MCP (streamable HTTP) for many clients at once. One MCP
@@ -474,12 +391,16 @@ func EnvName(key string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
-// ConfigKeys is the table of every configuration key, in a stable order.
+// ConfigKeys is the table of every configuration key, in a stable order: the keys every
+// part shares, with the keys of each registered module (provider or store) after the
+// shared keys of its section (the local provider's after sandbox.*, the s3 store's after
+// store.*, a section of a module's own after the sandbox section).
 func ConfigKeys() []ConfigKey {
-	typ := reflect.ValueOf(&Config{}).Elem()
+	cfg := DefaultConfig()
+	v := reflect.ValueOf(&cfg).Elem()
 	out := make([]ConfigKey, 0, len(keyTable))
 	for _, k := range keyTable {
-		f, err := fieldOf(typ, k.name)
+		f, err := fieldOf(v, k.name)
 		if err != nil {
 			panic(err)
 		}
@@ -497,11 +418,71 @@ func ConfigKeys() []ConfigKey {
 		}
 		out = append(out, ck)
 	}
+	for _, m := range moduleRefs() {
+		var keys []ConfigKey
+		sec := reflect.ValueOf(cfg.section(m)).Elem()
+		for _, mk := range m.keys {
+			f, err := fieldOf(sec, strings.TrimPrefix(mk.Name, m.prefix))
+			if err != nil {
+				panic(fmt.Sprintf("toolhost: module %s: %v", m.name, err))
+			}
+			ck := ConfigKey{Name: mk.Name, Flag: mk.Flag, Usage: mk.Usage, Doc: mk.Doc, Type: f.Type(),
+				Default: mk.Default, Derived: mk.Default != "", Secret: mk.Secret, Module: m.name, HostPath: mk.HostPath, Example: mk.Example}
+			if !mk.FileOnly {
+				ck.Env = EnvName(mk.Name)
+			}
+			if ck.Default == "" {
+				ck.Default = yamlValue(f.Interface())
+			}
+			for _, a := range mk.Aliases {
+				ck.Aliases = append(ck.Aliases, Alias{Name: a, Env: EnvName(a), Flag: strings.NewReplacer(".", "-", "_", "-").Replace(a)})
+			}
+			keys = append(keys, ck)
+		}
+		out = slices.Insert(out, insertAt(out, m.prefix), keys...)
+	}
 	return out
 }
 
-// ConfigSections documents the sections of keys, in the order of the example file.
-func ConfigSections() []ConfigSection { return slices.Clone(sectionTable) }
+// insertAt is where the keys of a module with prefix go in the table: after the last key
+// of the same top section, else after the sandbox section.
+func insertAt(keys []ConfigKey, prefix string) int {
+	top, _, _ := strings.Cut(prefix, ".")
+	last := -1
+	for i, k := range keys {
+		if t, _, _ := strings.Cut(k.Name, "."); t == top {
+			last = i
+		}
+	}
+	if last < 0 {
+		for i, k := range keys {
+			if strings.HasPrefix(k.Name, "sandbox.") {
+				last = i
+			}
+		}
+	}
+	return last + 1
+}
+
+// ConfigSections documents the sections of keys, in the order of the example file: the
+// shared ones with each module's after the section its keys follow.
+func ConfigSections() []ConfigSection {
+	out := slices.Clone(sectionTable)
+	for _, m := range moduleRefs() {
+		for _, sec := range m.sections {
+			if slices.ContainsFunc(out, func(s ConfigSection) bool { return s.Name == sec.Name }) {
+				continue
+			}
+			top, _, _ := strings.Cut(sec.Name, ".")
+			at := slices.IndexFunc(out, func(s ConfigSection) bool { return s.Name == top })
+			if at < 0 {
+				at = slices.IndexFunc(out, func(s ConfigSection) bool { return s.Name == "sandbox" })
+			}
+			out = slices.Insert(out, at+1, ConfigSection{Name: sec.Name, Doc: sec.Doc})
+		}
+	}
+	return out
+}
 
 // yamlValue shows a default as YAML would.
 func yamlValue(v any) string {
@@ -517,16 +498,15 @@ func yamlValue(v any) string {
 		return "[" + strings.Join(v, ", ") + "]"
 	case []Plugin:
 		return "the built-in plugins"
-	case []E2BTemplate:
-		if len(v) == 0 {
-			return "[]"
-		}
 	case map[string]string:
 		if len(v) == 0 {
 			return "{}"
 		}
 	case Secret:
 		return yamlValue(v.String())
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Len() == 0 {
+		return "[]"
 	}
 	return fmt.Sprint(v)
 }

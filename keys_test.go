@@ -17,12 +17,15 @@ func TestConfigKeys(t *testing.T) {
 	walk = func(typ reflect.Type, prefix string) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
+			if !f.IsExported() {
+				continue // Config.modules: walked below, module by module
+			}
 			name := f.Tag.Get("key")
 			if name == "" {
 				t.Errorf("field %s%s has no key tag", prefix, f.Name)
 				continue
 			}
-			if f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == reflect.TypeFor[Config]().PkgPath() {
+			if f.Type.Kind() == reflect.Struct && (f.Type.PkgPath() == typ.PkgPath() || f.Type.Name() == "") {
 				walk(f.Type, prefix+name+".")
 				continue
 			}
@@ -30,6 +33,9 @@ func TestConfigKeys(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[Config](), "")
+	for _, m := range moduleRefs() {
+		walk(reflect.TypeOf(m.config()).Elem(), m.prefix)
+	}
 
 	keys := ConfigKeys()
 	byName, env, flags := map[string]bool{}, map[string]string{}, map[string]string{}
@@ -111,7 +117,7 @@ func TestZeroIsNotDefault(t *testing.T) {
 // TestLightImports: a program that imports the host or the local provider links no
 // browser driver, and nothing of the test-only S3 server is in the module's requirements.
 func TestLightImports(t *testing.T) {
-	for _, pkg := range []string{"./host", "./internal/sandbox/local", "./core/sandbox", "./abi"} {
+	for _, pkg := range []string{"./internal/host", "./internal/sandbox/local", "./core/sandbox", "./abi"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

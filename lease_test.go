@@ -16,6 +16,7 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // leaseStores runs f with a configuration on each store backend: a directory, and the
@@ -46,7 +47,11 @@ func leaseStores(t *testing.T, f func(t *testing.T, cfg Config)) {
 		cfg := testConfig(t)
 		cfg.Sandbox.Provider = "test-memory"
 		cfg.Store.Kind = "s3"
-		cfg.Store.S3.Bucket, cfg.Store.S3.Endpoint, cfg.Store.S3.PathStyle = bucket, srv.Endpoint, true
+		for k, v := range map[string]any{"store.s3.bucket": bucket, "store.s3.endpoint": srv.Endpoint, "store.s3.path_style": true} {
+			if err := cfg.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
 		f(t, cfg)
 	})
 }
@@ -143,17 +148,17 @@ func TestLeaseLost(t *testing.T) {
 	expect(t, s, "bash", `{"command": "echo mine"}`, false, "mine")
 	// Another host's generation far ahead of this one's: its next renewal sees it.
 	putGeneration(t, th.Storage().Store(), "shop", 1<<40, "usurper", time.Now().Add(time.Hour))
-	waitFor(t, "the session to notice", func() bool { return s.leaseErr() != nil })
+	testenv.WaitFor(t, "the session to notice", func() bool { return s.leaseErr() != nil })
 
 	res, err := s.Dispatch(context.Background(), "bash", json.RawMessage(`{"command": "echo again"}`))
-	if err == nil || !res.IsError || !strings.Contains(resultText(res), "project shop may be open on another host") {
+	if err == nil || !res.IsError || !strings.Contains(testenv.ResultText(res), "project shop may be open on another host") {
 		t.Errorf("a call after the loss: %v %+v", err, res)
 	}
 	if _, err := s.Commit(context.Background(), "x"); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("a commit after the loss: %v", err)
 	}
 	// Nor does a rotation save: every save of the session goes through its recorder.
-	if _, err := s.wake.Save(context.Background(), "shop", func(w io.Writer) error { return nil }); !errors.Is(err, lease.ErrLost) {
+	if _, err := s.wake.SaveLabeled(context.Background(), "shop", "rotation", func(w io.Writer) error { return nil }); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("a save after the loss: %v", err)
 	}
 	if objs, err := store.ListAll(context.Background(), th.Storage().Store(), "projects/shop/snapshots/"); err != nil || len(objs) != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -50,7 +51,7 @@ func TestPolicyThroughTheConfig(t *testing.T) {
 	cfg.Plugins[0].Secrets = map[string]string{"DEPLOY_TOKEN": "env:TOOLHOST_TEST_SECRET"}
 	rec := &audit.Recorder{}
 	th := newToolhost(t, cfg, WithAudit(rec))
-	s := th.Host().OpenSession(memsandbox.New())
+	s := th.host.OpenSession(memsandbox.New())
 	ctx := context.Background()
 	call := func(tool, input string) abi.Result {
 		res, err := s.Dispatch(ctx, tool, json.RawMessage(input))
@@ -63,11 +64,11 @@ func TestPolicyThroughTheConfig(t *testing.T) {
 		t.Errorf("docs/a.md: %+v", res)
 	}
 	res := call("write_file", `{"path":"main.go","content":"x"}`)
-	if !res.IsError || !strings.Contains(resultText(res), "policy: plugin editfile may not write main.go (allowed: docs/**)") {
+	if !res.IsError || !strings.Contains(testenv.ResultText(res), "policy: plugin editfile may not write main.go (allowed: docs/**)") {
 		t.Errorf("main.go: %+v", res)
 	}
-	if res := call("bash", `{"command":"echo $DEPLOY_TOKEN"}`); !strings.Contains(resultText(res), "[secret DEPLOY_TOKEN]") || strings.Contains(resultText(res), "the-value") {
-		t.Errorf("the secret: %q", resultText(res))
+	if res := call("bash", `{"command":"echo $DEPLOY_TOKEN"}`); !strings.Contains(testenv.ResultText(res), "[secret DEPLOY_TOKEN]") || strings.Contains(testenv.ResultText(res), "the-value") {
+		t.Errorf("the secret: %q", testenv.ResultText(res))
 	}
 	if got := th.Plugins()[0].Secrets; len(got) != 1 || got[0] != "DEPLOY_TOKEN" {
 		t.Errorf("PluginInfo.Secrets = %v", got)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
@@ -39,13 +39,13 @@ func (c *Config) validateServe(bad badKey) error {
 			return bad(key+".token", "must be at least 16 characters (openssl rand -hex 32 makes one)")
 		}
 		for _, p := range t.Projects {
-			if err := snapshot.ValidProjectID(p); err != nil {
+			if err := storekeys.ValidProject(p); err != nil {
 				return bad(key+".projects", "%v", err)
 			}
 		}
 	}
 	for project, dir := range s.Workspaces {
-		if err := snapshot.ValidProjectID(project); err != nil {
+		if err := storekeys.ValidProject(project); err != nil {
 			return bad("serve.workspaces", "%v", err)
 		}
 		if !filepath.IsAbs(dir) {

@@ -8,17 +8,20 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // SessionOptions choose what a session works on.
@@ -62,7 +65,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if project == "" {
 		project = cfg.Project
 	}
-	if err := snapshot.ValidProjectID(project); err != nil {
+	if err := storekeys.ValidProject(project); err != nil {
 		return nil, fmt.Errorf("opening a session: %w", err)
 	}
 	ws := opts.Workspace
@@ -116,6 +119,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
 	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
+	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
+	if t.rec != nil {
+		auto = capture.Of(t.rec)
+	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
@@ -126,11 +133,11 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		KeepaliveMargin: cfg.Session.KeepaliveMargin,
 		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     maxLife,
-		Screenshots:     t.rec,
+		Screenshots:     auto,
 		Logger:          log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening a session for project %s: %w%s", project, err, bwrapHint())
+		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
 	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
 	opened = true
@@ -285,27 +292,98 @@ func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessa
 
 // Commit saves a snapshot of the workspace (a phase commit) and, when a dev server runs,
 // has its page captured on its own afterwards (under auto/).
-func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
+func (s *Session) Commit(ctx context.Context, label string) (SnapshotInfo, error) {
 	if err := s.leaseErr(); err != nil {
-		return snapshot.Info{}, fmt.Errorf("committing: %w", err)
+		return SnapshotInfo{}, fmt.Errorf("committing: %w", err)
 	}
-	return s.live.Commit(ctx, label)
+	info, err := s.live.Commit(ctx, label)
+	return snapshotInfo(info), err
 }
 
-// Screenshots lists the project's stored screenshots of one kind (screenshot.KindAgent:
-// those take_screenshot took; screenshot.KindAuto: those the session took on its own; ""
-// for both), newest first.
-func (s *Session) Screenshots(ctx context.Context, kind string) ([]screenshot.Stored, error) {
+// Screenshots lists the project's stored screenshots of one kind (ScreenshotsAgent: those
+// take_screenshot took; ScreenshotsAuto: those the session took on its own; "" for both),
+// newest first.
+func (s *Session) Screenshots(ctx context.Context, kind string) ([]Screenshot, error) {
 	return s.th.storage.Screenshots(ctx, s.project, kind)
 }
 
 // Woke reports the snapshot the session's first sandbox was restored from; false when it
 // started empty (a new project, or a host directory as the workspace).
-func (s *Session) Woke() (snapshot.Info, bool) { return s.wake.first() }
+func (s *Session) Woke() (SnapshotInfo, bool) {
+	info, ok := s.wake.first()
+	return snapshotInfo(info), ok
+}
 
-// Sandbox is the session's sandbox: a internal/session.Session, which outlives the sandboxes
-// it rotates through (its Rotations, SandboxID, Archive, ReadFile...).
-func (s *Session) Sandbox() *session.Session { return s.live }
+// Checkpoints lists the project's snapshots, newest first, with their times and labels:
+// the points a Rewind can go back to.
+func (s *Session) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
+	cps, err := s.th.storage.snaps.Checkpoints(ctx, s.project)
+	out := make([]Checkpoint, len(cps))
+	for i, c := range cps {
+		out[i] = Checkpoint{Key: c.Key, Time: c.Time, Label: c.Label, Format: c.Format, Files: c.Files, Bytes: c.Bytes, Origin: c.Origin}
+	}
+	return out, err
+}
+
+// Checkpoint is a snapshot as a rewind sees it.
+type Checkpoint struct {
+	// Key names the snapshot; its last part (after the last "/") names it as well.
+	Key  string
+	Time time.Time
+	// Label is the commit's ("rotation", a phase's name, "before rewind to ...").
+	Label string
+	// Format is "chunked" or "tar.gz" (only chunked snapshots keep labels).
+	Format string
+	Files  int
+	Bytes  int64
+	// Origin is, for a fork or a rewind, the snapshot it copies.
+	Origin string
+}
+
+// Rewound is what a Rewind did.
+type Rewound struct {
+	// Saved is the snapshot of the present taken first (Unchanged when the newest
+	// snapshot already held it).
+	Saved SnapshotInfo
+	// Checkpoint is the snapshot rewound to.
+	Checkpoint string
+	// Now is the new newest snapshot: the checkpoint's content.
+	Now SnapshotInfo
+	// Undo is the checkpoint a Rewind goes to to undo this one: the present.
+	Undo string
+}
+
+// Rewind moves the workspace back to the checkpoint key (a key from Checkpoints, or its
+// last part) without losing the present: the present is saved first, the checkpoint's
+// content becomes the project's newest snapshot, and the session continues in a sandbox
+// restored from it (background processes restarted). Rewinding to Rewound.Undo undoes
+// it. A session on a host directory cannot rewind (the directory is the state).
+func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
+	if err := s.leaseErr(); err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: %w", err)
+	}
+	if s.wake.hostDir {
+		return Rewound{}, errors.New("rewinding: the workspace is a host directory, which is its own state; restore a snapshot into it with toolhost snapshot restore")
+	}
+	snaps := s.th.storage.snaps
+	target, err := snaps.Resolve(ctx, s.project, key)
+	if err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: %w", err)
+	}
+	saved, err := s.Commit(ctx, "before rewind to "+path.Base(target))
+	if err != nil {
+		return Rewound{}, fmt.Errorf("rewinding: saving the present first: %w", err)
+	}
+	now, undo, err := snaps.Rewind(ctx, s.project, target)
+	if err != nil {
+		return Rewound{Saved: saved, Checkpoint: target}, fmt.Errorf("rewinding: %w", err)
+	}
+	res := Rewound{Saved: saved, Checkpoint: target, Now: snapshotInfo(now), Undo: undo}
+	if err := s.live.Reload(ctx, "a rewind to "+path.Base(target)); err != nil {
+		return res, fmt.Errorf("rewinding: the project's newest snapshot is the checkpoint now, but the workspace could not be restored from it: %w", err)
+	}
+	return res, nil
+}
 
 // Close ends the session and its sandbox without saving (Commit first to keep the work),
 // waiting for the sandbox to stop at most until ctx ends, then gives up the project's
@@ -329,20 +407,27 @@ type wakeRecorder struct {
 	wokeN int
 }
 
-func (w *wakeRecorder) Save(ctx context.Context, project string, pack func(io.Writer) error) (snapshot.Info, error) {
+func (w *wakeRecorder) SaveLabeled(ctx context.Context, project, label string, pack func(io.Writer) error) (snapshot.Info, error) {
 	// Every save (a commit, a rotation's) is the project's newest snapshot, which the
 	// host that took the lease over would wake from: none once the lease is lost.
 	if err := w.lease.check(); err != nil {
 		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
 	}
-	return w.snaps.Save(ctx, project, pack)
+	return w.snaps.SaveLabeled(ctx, project, label, pack)
 }
 
-func (w *wakeRecorder) Restore(ctx context.Context, project string, extract func(io.Reader) error) (snapshot.Info, error) {
+func (w *wakeRecorder) SaveTree(ctx context.Context, project, label string, src tree.Source, excludes []string) (snapshot.Info, error) {
+	if err := w.lease.check(); err != nil {
+		return snapshot.Info{}, fmt.Errorf("saving a snapshot: %w", err)
+	}
+	return w.snaps.SaveTree(ctx, project, label, src, excludes)
+}
+
+func (w *wakeRecorder) RestoreTo(ctx context.Context, project string, t snapshot.Target) (snapshot.Info, error) {
 	if w.hostDir {
 		return snapshot.Info{}, fmt.Errorf("the workspace is a host directory: %w", snapshot.ErrNoSnapshot)
 	}
-	in, err := w.snaps.Restore(ctx, project, extract)
+	in, err := w.snaps.RestoreTo(ctx, project, t)
 	if err == nil {
 		w.mu.Lock()
 		if w.wokeN == 0 {

@@ -41,11 +41,11 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
-	"github.com/toolhost/toolhost/internal/store/dir"
-	"github.com/toolhost/toolhost/internal/store/s3"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -55,7 +55,7 @@ type Option func(*options)
 type options struct {
 	log        *slog.Logger
 	snapLog    *slog.Logger
-	progress   func(snapshot.Progress)
+	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
 }
@@ -69,7 +69,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithSnapshotLogger(l *slog.Logger) Option { return func(o *options) { o.snapLog = l } }
 
 // WithSnapshotProgress calls fn as snapshot transfers move bytes.
-func WithSnapshotProgress(fn func(snapshot.Progress)) Option {
+func WithSnapshotProgress(fn func(SnapshotProgress)) Option {
 	return func(o *options) { o.progress = fn }
 }
 
@@ -100,12 +100,13 @@ func newOptions(opts []Option) options {
 // snapshots and stored screenshots. It needs no plugins and no sandbox: the CLI's
 // snapshot and screenshot commands use it alone.
 type Storage struct {
-	cfg   Config
-	store store.Store
-	where string
-	snaps *snapshot.Manager
-	rec   *screenshot.Recorder // its Capturer is the Toolhost's, or nil
-	close func() error
+	cfg    Config
+	store  store.Store
+	where  string
+	shared bool // several hosts may share the store (module.Opened.Shared)
+	snaps  *snapshot.Manager
+	rec    *screenshot.Recorder // its Capturer is the Toolhost's, or nil
+	close  func() error
 }
 
 // OpenStorage opens the configured store (store.*) and the snapshot manager on it
@@ -119,50 +120,38 @@ func OpenStorage(ctx context.Context, cfg Config, opts ...Option) (*Storage, err
 
 func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) {
 	s := &Storage{cfg: cloneConfig(*cfg), close: func() error { return nil }}
-	switch cfg.Store.Kind {
-	case "s3":
-		st, err := s3.New(ctx, s3.Config{
-			Bucket:               cfg.Store.S3.Bucket,
-			Region:               cfg.Store.S3.Region,
-			Endpoint:             cfg.Store.S3.Endpoint,
-			PathStyle:            cfg.Store.S3.PathStyle,
-			ChecksumWhenRequired: cfg.Store.S3.Checksums == "when_required",
-			CreateBucket:         cfg.Store.S3.CreateBucket,
-			Logger:               o.log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("store s3://%s: %w", cfg.Store.S3.Bucket, err)
-		}
-		s.store, s.where = st, "s3://"+cfg.Store.S3.Bucket
-	default:
-		abs, err := filepath.Abs(cfg.storeDir())
-		if err != nil {
-			return nil, fmt.Errorf("store.dir: %w", err)
-		}
-		st, err := dir.New(abs)
-		if err != nil {
-			return nil, fmt.Errorf("opening the directory store %s: %w", abs, err)
-		}
-		s.store, s.where, s.close = st, abs, st.Close
+	m, ok := module.LookupStore(cfg.Store.Kind)
+	if !ok { // Validate checked; the registry cannot shrink
+		return nil, fmt.Errorf("store %q is not registered", cfg.Store.Kind)
+	}
+	opened, err := m.Open(ctx, cfg.Module(cfg.Store.Kind), module.Env{Logger: o.log, DataDir: cfg.DataDir, Settings: cfg.settings()})
+	if err != nil {
+		return nil, err
+	}
+	s.store, s.where, s.shared = opened.Store, opened.Where, opened.Shared
+	if opened.Close != nil {
+		s.close = opened.Close
 	}
 	// snapshot.Config reads a zero Retries as its default; here zero means none.
 	retries := cfg.Snapshot.Retries
 	if retries == 0 {
 		retries = -1
 	}
-	m, err := snapshot.New(snapshot.Config{
+	snaps, err := snapshot.New(snapshot.Config{
 		Store:    s.store,
 		Keep:     cfg.Snapshot.Keep,
+		Format:   cfg.Snapshot.Format,
+		Grace:    cfg.Snapshot.Grace,
 		Excludes: cfg.Snapshot.Excludes,
 		Retries:  retries,
 		Logger:   o.snapLog,
-		Progress: o.progress,
+		Progress: progressOf(o.progress),
 	})
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("snapshots: %w", err)
 	}
-	s.snaps = m
+	s.snaps = snaps
 	s.rec = &screenshot.Recorder{Store: s.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
 	return s, nil
 }
@@ -173,14 +162,9 @@ func (s *Storage) Store() store.Store { return s.store }
 // Where names the store for people: its directory, or s3://BUCKET.
 func (s *Storage) Where() string { return s.where }
 
-// Snapshots is the snapshot manager: save, list and restore a project's workspace.
-func (s *Storage) Snapshots() *snapshot.Manager { return s.snaps }
-
-// Screenshots lists a project's stored screenshots of one kind (screenshot.KindAgent,
-// screenshot.KindAuto, or "" for both), newest first.
-func (s *Storage) Screenshots(ctx context.Context, project, kind string) ([]screenshot.Stored, error) {
-	return s.rec.List(ctx, project, kind)
-}
+// Shared reports whether several hosts may share the store (an S3 bucket), so records
+// that hosts add up belong in it.
+func (s *Storage) Shared() bool { return s.shared }
 
 // Close releases the store.
 func (s *Storage) Close() error { return s.close() }
@@ -199,8 +183,7 @@ type Toolhost struct {
 
 	provMu   sync.Mutex
 	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
-	members  []sandbox.Named  // the providers sandbox.provider names, in order
-	lifeCap  time.Duration    // the shortest lifetime bound of a member (E2B's plan), or 0
+	lifeCap  time.Duration    // the provider's lifetime bound (E2B's plan's), or 0
 
 	leaseMu  sync.Mutex
 	leaseOK  bool                     // the store was checked: it keeps leases (see takeLease)
@@ -269,7 +252,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		}
 		t.rec = &screenshot.Recorder{Capturer: t.capt, Store: st.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
 		st.rec = t.rec
-		hc.Capturer = recorderCapturer{t.rec}
+		hc.Capturer = capture.Of(t.rec)
 	}
 	h, err := host.New(ctx, hc)
 	if err != nil {
@@ -289,8 +272,7 @@ func cloneConfig(c Config) Config {
 		p.Scope = cloneScope(p.Scope)
 	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
-	c.E2B.Templates = slices.Clone(c.E2B.Templates)
-	c.E2B.Metadata = maps.Clone(c.E2B.Metadata)
+	c.modules = cloneModules(c.modules)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
 	c.Serve.Workspaces = maps.Clone(c.Serve.Workspaces)
 	for i := range c.Serve.Tokens {
@@ -391,11 +373,8 @@ func (t *Toolhost) Config() Config { return cloneConfig(t.cfg) }
 // API request.
 func (t *Toolhost) Tools() []abi.Tool { return t.host.Tools() }
 
-// Plugins describes the loaded plugins.
-func (t *Toolhost) Plugins() []host.PluginInfo { return t.host.Plugins() }
-
-// Host is the plugin host, for what this package does not wrap.
-func (t *Toolhost) Host() *host.Host { return t.host }
+// Plugins describes the loaded plugins, in load order.
+func (t *Toolhost) Plugins() []PluginInfo { return pluginInfos(t.host.Plugins()) }
 
 // Storage is the store with the snapshots and screenshots on it.
 func (t *Toolhost) Storage() *Storage { return t.storage }
@@ -418,37 +397,22 @@ func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
 	if t.provider != nil {
 		return t.provider, nil
 	}
-	members, err := buildProviders(ctx, providerEnv{cfg: &t.cfg, log: t.opts.log, storage: t.storage})
+	p, err := t.buildProvider(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range members {
-		if lc, ok := m.Provider.(lifetimeCapped); ok && (t.lifeCap == 0 || lc.MaxLifetime() < t.lifeCap) {
-			t.lifeCap = lc.MaxLifetime()
-		}
-	}
-	t.members = members
-	t.provider = chainOf(&t.cfg, t.opts.log, members)
+	t.provider, t.lifeCap = p, sandbox.MaxLifetimeOf(p)
 	return t.provider, nil
 }
 
-// sessionProvider is the provider of one session of project: Provider, with each member
-// that counts per project (e2b's quota ledger) viewed for project.
+// sessionProvider is the provider of one session of project: Provider, viewed for project
+// where it counts per project (sandbox.ProjectScoped: E2B's quota ledger).
 func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
 	p, err := t.Provider(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(t.members, func(m sandbox.Named) bool { _, ok := m.Provider.(projectScoped); return ok }) {
-		return p, nil
-	}
-	views := slices.Clone(t.members)
-	for i, m := range views {
-		if ps, ok := m.Provider.(projectScoped); ok {
-			views[i].Provider = ps.ForProject(project)
-		}
-	}
-	return chainOf(&t.cfg, t.opts.log, views), nil
+	return sandbox.ForProject(p, project), nil
 }
 
 // Close closes the host, the browser, the provider and the store. Sessions should be
@@ -465,11 +429,9 @@ func (t *Toolhost) Close(ctx context.Context) error {
 			}
 		}
 		t.provMu.Lock()
-		for _, m := range t.members {
-			if c, ok := m.Provider.(interface{ Close(context.Context) error }); ok {
-				if err := c.Close(ctx); err != nil {
-					errs = append(errs, fmt.Errorf("closing the %s sandbox provider: %w", m.Name, err))
-				}
+		if t.provider != nil {
+			if err := sandbox.CloseProvider(ctx, t.provider); err != nil {
+				errs = append(errs, fmt.Errorf("closing the sandbox provider: %w", err))
 			}
 		}
 		t.provMu.Unlock()
@@ -493,4 +455,14 @@ func (t *Toolhost) Close(ctx context.Context) error {
 		t.closeErr = errors.Join(errs...)
 	})
 	return t.closeErr
+}
+
+// progressOf adapts a SnapshotProgress callback to the snapshot manager's.
+func progressOf(fn func(SnapshotProgress)) func(snapshot.Progress) {
+	if fn == nil {
+		return nil
+	}
+	return func(p snapshot.Progress) {
+		fn(SnapshotProgress{Project: p.ProjectID, Phase: p.Phase, Done: p.Done, Total: p.Total})
+	}
 }

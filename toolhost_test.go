@@ -63,8 +63,12 @@ func exampleMissing() string {
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "test"
 	return cfg
 }
@@ -97,14 +101,6 @@ func open(t testing.TB, th *Toolhost, opts SessionOptions) *Session {
 	return s
 }
 
-func resultText(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
-
 // expect runs a call and checks its is_error flag and that its text contains every want.
 func expect(t *testing.T, s *Session, tool, input string, isErr bool, wants ...string) abi.Result {
 	t.Helper()
@@ -114,7 +110,7 @@ func expect(t *testing.T, s *Session, tool, input string, isErr bool, wants ...s
 	if err != nil {
 		t.Fatalf("%s %s: host error %v", tool, input, err)
 	}
-	got := resultText(res)
+	got := testenv.ResultText(res)
 	if res.IsError != isErr {
 		t.Errorf("%s %s: is_error = %v, want %v; text: %q", tool, input, res.IsError, isErr, got)
 	}
@@ -124,19 +120,6 @@ func expect(t *testing.T, s *Session, tool, input string, isErr bool, wants ...s
 		}
 	}
 	return res
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	// Generous: under go test ./... the browser tests of several packages share two
-	// cores, and a first capture launches a browser. Passing takes what it takes.
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
@@ -171,14 +154,14 @@ func TestProviders(t *testing.T) {
 			t.Error("registering local twice did not panic")
 		}
 	}()
-	RegisterProvider("local", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) { return nil, nil })
+	RegisterProvider(ProviderModule{Name: "local", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) { return nil, nil }})
 }
 
 // memProvider is a provider that cannot mount host directories, as a remote one.
 func init() {
-	RegisterProvider("test-memory", func(context.Context, *Config, *slog.Logger) (sandbox.Provider, error) {
+	RegisterProvider(ProviderModule{Name: "test-memory", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) {
 		return &memsandbox.Provider{}, nil
-	})
+	}})
 }
 
 // TestRemoteProviderRefusesHostWorkspace: a provider that cannot mount a host directory
@@ -260,7 +243,7 @@ func TestSessionWakesAndCommits(t *testing.T) {
 		t.Error("a session over a host directory restored a snapshot into it")
 	}
 	expect(t, s3, "bash", `{"command":"ls"}`, false, "here.txt")
-	if got := resultText(expect(t, s3, "bash", `{"command":"ls"}`, false)); strings.Contains(got, "notes.txt") {
+	if got := testenv.ResultText(expect(t, s3, "bash", `{"command":"ls"}`, false)); strings.Contains(got, "notes.txt") {
 		t.Errorf("the host directory shows the snapshot's files: %q", got)
 	}
 }
@@ -313,10 +296,10 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 	expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
 	expect(t, s, "write_file", `{"path":"site/busy.html","content":`+quote(busy)+`}`, false)
 	expect(t, s, "bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
-	waitFor(t, "the session to see the dev server", func() bool { return s.Sandbox().DevServerPort() == 8000 })
+	testenv.WaitFor(t, "the session to see the dev server", func() bool { return s.live.DevServerPort() == 8000 })
 
 	// Auto-capture fires when the dev server starts listening.
-	waitFor(t, "an auto-capture after the dev server started", func() bool {
+	testenv.WaitFor(t, "an auto-capture after the dev server started", func() bool {
 		l, _ := s.Screenshots(ctx, screenshot.KindAuto)
 		return len(l) >= 2
 	})
@@ -361,7 +344,7 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 	if _, err := s.Commit(ctx, "phase 1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "an auto-capture after the commit", func() bool {
+	testenv.WaitFor(t, "an auto-capture after the commit", func() bool {
 		l, _ := s.Screenshots(ctx, screenshot.KindAuto)
 		return len(l) >= len(before)+2
 	})
@@ -369,12 +352,12 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 	// A page that never goes idle is shot at the bound, and the result says so.
 	res := expect(t, s, "take_screenshot", `{"port":8000,"path":"/busy.html"}`, false)
 	if !strings.Contains(res.Content[2].Text, "still loading") {
-		t.Errorf("busy page: %q", resultText(res))
+		t.Errorf("busy page: %q", testenv.ResultText(res))
 	}
 	// A 404 page is captured and its status reported.
 	res = expect(t, s, "take_screenshot", `{"path":"/missing.html"}`, false)
 	if !strings.Contains(res.Content[2].Text, "HTTP 404") {
-		t.Errorf("missing page: %q", resultText(res))
+		t.Errorf("missing page: %q", testenv.ResultText(res))
 	}
 
 	if pid := th.capt.BrowserPID(); pid != 0 {
@@ -410,17 +393,17 @@ func TestScreenshotAfterThreeRotations(t *testing.T) {
 			ctx := context.Background()
 			expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
 			expect(t, s, "bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
-			waitFor(t, "the session to see the dev server", func() bool { return s.Sandbox().DevServerPort() == 8000 })
+			testenv.WaitFor(t, "the session to see the dev server", func() bool { return s.live.DevServerPort() == 8000 })
 			autos := func() int { l, _ := s.Screenshots(ctx, screenshot.KindAuto); return len(l) }
-			waitFor(t, "the first auto-capture", func() bool { return autos() >= 2 })
+			testenv.WaitFor(t, "the first auto-capture", func() bool { return autos() >= 2 })
 			for r := 1; r <= 3; r++ {
 				before := autos()
-				if err := s.Sandbox().Rotate(ctx); err != nil {
+				if err := s.live.Rotate(ctx); err != nil {
 					t.Fatal(err)
 				}
 				res := expect(t, s, "take_screenshot", `{}`, false)
 				if len(res.Content) != 4 {
-					t.Fatalf("rotation %d: take_screenshot: %q", r, resultText(res))
+					t.Fatalf("rotation %d: take_screenshot: %q", r, testenv.ResultText(res))
 				}
 				for _, img := range []image.Image{decode(t, res.Content[0]), decode(t, res.Content[1])} {
 					r, g, b, _ := img.At(img.Bounds().Dx()-5, img.Bounds().Dy()-5).RGBA()
@@ -432,9 +415,9 @@ func TestScreenshotAfterThreeRotations(t *testing.T) {
 					t.Errorf("rotation %d: notice %q", r, n)
 				}
 				expect(t, s, "bash", `{"command":"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\""}`, false, "200\n")
-				waitFor(t, "an auto-capture after the rotation", func() bool { return autos() >= before+2 })
+				testenv.WaitFor(t, "an auto-capture after the rotation", func() bool { return autos() >= before+2 })
 			}
-			if n := s.Sandbox().Rotations(); n != 3 {
+			if n := s.live.Rotations(); n != 3 {
 				t.Errorf("%d rotations", n)
 			}
 		})
@@ -459,7 +442,7 @@ func TestTakeScreenshotRefusals(t *testing.T) {
 
 	expect(t, s, "write_file", `{"path":"index.html","content":"<p>hi</p>"}`, false)
 	expect(t, s, "bash", `{"command":"exec python3 -m http.server 8002","background":true}`, false)
-	waitFor(t, "the dev server", func() bool { return s.Sandbox().DevServerPort() == 8002 })
+	testenv.WaitFor(t, "the dev server", func() bool { return s.live.DevServerPort() == 8002 })
 	for _, path := range []string{"//evil.example/", "@evil.example", `\\evil.example\x`, "http://evil.example/", "/\\evil.example", "javascript:alert(1)"} {
 		in, _ := json.Marshal(map[string]string{"path": path})
 		expect(t, s, "take_screenshot", string(in), true, "Error: could not take the screenshot")

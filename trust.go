@@ -26,8 +26,17 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		{"the config file", configFile},
 		{"the data dir", cfg.DataDir},
 		{"the browser (screenshot.chromium)", cfg.Screenshot.Chromium},
-		{"the directory store (store.dir)", cfg.Store.Dir},
 		{"the audit file (audit.file)", cfg.Audit.File},
+	}
+	for _, k := range ConfigKeys() {
+		if !k.HostPath || k.Module == "" {
+			continue
+		}
+		if v, err := cfg.Get(k.Name); err == nil {
+			if p, ok := v.(string); ok && p != "" {
+				list = append(list, trusted{"a directory of the " + k.Module + " module (" + k.Name + ")", p})
+			}
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		list = append(list, trusted{"the toolhost executable", exe})

@@ -40,6 +40,15 @@ const ModulePrefix = "toolhost_"
 // parked reply and the message of the last failed host call.
 const ModuleCore = "toolhost"
 
+// ModuleSession holds the functions of a plugin's session state (get, set), which every
+// plugin may import without a grant: they reach nothing but a few bytes the host keeps for
+// that plugin in that session (ABI.md section 3.4).
+const ModuleSession = "toolhost_session"
+
+// CapSession names the session-state functions for the policy and the audit. It is not a
+// grant: every plugin has it, and Capabilities does not list it.
+const CapSession Capability = "session"
+
 // ModuleWASI is WASI preview1. Every plugin may import it; the host gives it no
 // preopened directories, so it reaches nothing but clocks, randomness and stderr.
 const ModuleWASI = "wasi_snapshot_preview1"
@@ -71,6 +80,12 @@ const (
 	FnLog = "write" // toolhost_log.write(level i32, msg_ptr, msg_len)
 
 	FnExec = "run" // toolhost_sandbox_exec.run(req_ptr, req_len, out_ptr, out_cap) -> i64
+	// toolhost_sandbox_exec.process(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnProcess = "process"
+	// toolhost_sandbox_exec.terminal_start(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnTerminalStart = "terminal_start"
+	// toolhost_sandbox_exec.terminal_io(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnTerminalIO = "terminal_io"
 
 	FnRead     = "read"      // toolhost_sandbox_files.read(path_ptr, path_len, out_ptr, out_cap) -> i64
 	FnReadText = "read_text" // toolhost_sandbox_files.read_text(req_ptr, req_len, out_ptr, out_cap) -> i64
@@ -79,8 +94,9 @@ const (
 	FnReadVersioned = "read_versioned"
 	// toolhost_sandbox_files.write_versioned(path_ptr, path_len, data_ptr, data_len, version_ptr, version_len) -> i64
 	FnWriteVersioned = "write_versioned"
-	FnStat           = "stat" // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
-	FnList           = "list" // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnStat           = "stat"   // toolhost_sandbox_files.stat(path_ptr, path_len, out_ptr, out_cap) -> i64
+	FnList           = "list"   // toolhost_sandbox_files.list(req_ptr, req_len, out_ptr, out_cap) -> i64
+	FnRemove         = "remove" // toolhost_sandbox_files.remove(path_ptr, path_len) -> i64
 
 	FnCapture = "capture" // toolhost_capture.capture(req_ptr, req_len, out_ptr, out_cap) -> i64
 
@@ -88,6 +104,9 @@ const (
 	FnStoreGet    = "get"    // toolhost_store.get(key_ptr, key_len, out_ptr, out_cap) -> i64
 	FnStoreList   = "list"   // toolhost_store.list(prefix_ptr, prefix_len, out_ptr, out_cap) -> i64
 	FnStoreDelete = "delete" // toolhost_store.delete(key_ptr, key_len) -> i64
+
+	FnSessionGet = "get" // toolhost_session.get(key_ptr, key_len, out_ptr, out_cap) -> i64
+	FnSessionSet = "set" // toolhost_session.set(key_ptr, key_len, data_ptr, data_len) -> i64
 )
 
 // Status is a negative i64 a host function returns instead of a length. The values are

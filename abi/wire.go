@@ -146,6 +146,8 @@ type ReadTextRequest struct {
 	MaxBytes int `json:"max_bytes,omitempty"`
 	// Number prefixes each line with its number right-aligned in 6 columns and a tab.
 	Number bool `json:"number,omitempty"`
+	// Version asks for the file's version (as read_versioned gives it) in the header.
+	Version bool `json:"version,omitempty"`
 }
 
 // ReadTextHeader is the first line of a read_text reply; the window's text follows it,
@@ -158,6 +160,8 @@ type ReadTextHeader struct {
 	Binary     bool  `json:"binary"`    // the file looks binary: NUL bytes or not text
 	CutLines   int   `json:"cut_lines"` // lines cut at MaxLineChars
 	Full       bool  `json:"full"`      // the window stopped at MaxBytes before Limit
+	// Version is the file's version (the hex SHA-256 of all of it), when asked for.
+	Version string `json:"version,omitempty"`
 }
 
 // FileInfo is one entry of toolhost_sandbox_files.stat and .list replies.
@@ -231,4 +235,73 @@ type Shot struct {
 type StoreObject struct {
 	Key  string `json:"key"` // relative to the plugin's own prefix
 	Size int64  `json:"size"`
+}
+
+// ProcessRequest is the JSON request of toolhost_sandbox_exec.process: the state of a
+// background command the plugin started in this session (ExecResult.ID), and a signal to
+// send its whole process group first, when Signal is set.
+type ProcessRequest struct {
+	ID string `json:"id"`
+	// Signal is "" (none), "TERM" or "KILL".
+	Signal string `json:"signal,omitempty"`
+}
+
+// ProcessReply is the JSON reply of toolhost_sandbox_exec.process.
+type ProcessReply struct {
+	ID      string `json:"id"`
+	LogPath string `json:"log_path"`
+	// Running says the process still runs (after the signal, if one was sent: a process
+	// that handles TERM may still be running).
+	Running bool `json:"running"`
+	PID     int  `json:"pid,omitempty"`
+}
+
+// TerminalStartRequest is the JSON request of toolhost_sandbox_exec.terminal_start: run a
+// command on a pseudo-terminal that outlives the call, then wait for its first output as
+// TerminalIORequest says.
+type TerminalStartRequest struct {
+	Argv []string          `json:"argv"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	// Cols and Rows size the terminal (default 120 x 40).
+	Cols int `json:"cols,omitempty"`
+	Rows int `json:"rows,omitempty"`
+	TerminalWait
+}
+
+// TerminalWait says how long a terminal call waits for output: until the program has
+// been quiet for QuietMS after its last output (default 250), WaitMS in all (default
+// 10,000; the host caps it), the program's end, or MaxBytes of output (default 64 KiB).
+type TerminalWait struct {
+	WaitMS   int `json:"wait_ms,omitempty"`
+	QuietMS  int `json:"quiet_ms,omitempty"`
+	MaxBytes int `json:"max_bytes,omitempty"`
+}
+
+// TerminalIORequest is the JSON request of toolhost_sandbox_exec.terminal_io: write Input
+// to a terminal the plugin started in this session (control keys as their bytes: Ctrl-C is
+// "\u0003"), or send it Signal ("INT", "TERM", "KILL"; KILL also forgets it), then wait
+// for output.
+type TerminalIORequest struct {
+	ID     string `json:"id"`
+	Input  string `json:"input,omitempty"`
+	Signal string `json:"signal,omitempty"`
+	TerminalWait
+}
+
+// TerminalReply is the header line of a terminal_start or terminal_io reply; the output
+// the program wrote since the last call follows it, after a newline, OutputLen raw bytes.
+type TerminalReply struct {
+	ID        string `json:"id"`
+	PID       int    `json:"pid,omitempty"`
+	OutputLen int    `json:"output_len"`
+	// Dropped counts output bytes lost because nobody read them in time (the oldest go).
+	Dropped int64 `json:"dropped,omitempty"`
+	// Exited: the program ended (ExitCode is then its status, -1 for a signal); its
+	// terminal is gone after this reply.
+	Exited   bool `json:"exited,omitempty"`
+	ExitCode int  `json:"exit_code,omitempty"`
+	// Restarted: the sandbox was replaced since the last call and the program was started
+	// again in the new one: what it held in memory is gone.
+	Restarted bool `json:"restarted,omitempty"`
 }

@@ -539,6 +539,8 @@ func decodeReadText(b []byte) (h abi.ReadTextHeader, text string, ok bool) {
 			h.CutLines = int(n)
 		case "full":
 			h.Full = string(v) == "true"
+		case "version":
+			h.Version, _ = jsonString(v)
 		}
 	}
 	return h, string(b[i+1:]), true
@@ -601,6 +603,9 @@ func appendReadTextRequest(b []byte, r abi.ReadTextRequest) []byte {
 	}
 	if r.Number {
 		b = append(b, `,"number":true`...)
+	}
+	if r.Version {
+		b = append(b, `,"version":true`...)
 	}
 	return append(b, '}')
 }

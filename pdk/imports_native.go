@@ -41,6 +41,7 @@ func SetHost(h Host) Host {
 	defer native.Unlock()
 	old := native.host
 	native.host = h
+	clear(nativeState)
 	return old
 }
 
@@ -150,6 +151,9 @@ func rawReadText(req, out []byte) int64 {
 			return nil, err
 		}
 		header, text := abi.TextWindow(data, r)
+		if r.Version {
+			header.Version = version(data)
+		}
 		hb, err := json.Marshal(header)
 		return append(append(hb, '\n'), text...), err
 	})
@@ -296,5 +300,129 @@ func rawStoreDelete(key string) int64 {
 			return nil, err
 		}
 		return 0, sh.StoreDelete(key)
+	})
+}
+
+// The native session state is the package's own, emptied by SetHost, unless the Host
+// keeps it (StateHost).
+var nativeState = map[string][]byte{}
+
+// StateHost is a native Host that keeps the plugin's session state itself.
+type StateHost interface {
+	SessionGet(key string) ([]byte, bool)
+	SessionSet(key string, value []byte)
+}
+
+func rawSessionGet(key string, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		var v []byte
+		var ok bool
+		if sh, isState := h.(StateHost); isState {
+			v, ok = sh.SessionGet(key)
+		} else {
+			native.Lock()
+			v, ok = nativeState[key]
+			native.Unlock()
+		}
+		if !ok {
+			return nil, &Error{Op: "session get", Status: abi.StatusNotFound, Msg: "session get " + key + ": no such key"}
+		}
+		return append([]byte(nil), v...), nil
+	})
+}
+
+func rawSessionSet(key string, data []byte) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		v := append([]byte(nil), data...)
+		if sh, isState := h.(StateHost); isState {
+			sh.SessionSet(key, v)
+			return len(data), nil
+		}
+		native.Lock()
+		if len(v) == 0 {
+			delete(nativeState, key)
+		} else {
+			nativeState[key] = v
+		}
+		native.Unlock()
+		return len(data), nil
+	})
+}
+
+// RemoveHost is a native Host that can remove files (sandbox_files.remove).
+type RemoveHost interface {
+	Remove(path string) error
+}
+
+func rawRemove(path string) int64 {
+	return hostCall(nil, func(h Host) (any, error) {
+		rh, ok := h.(RemoveHost)
+		if !ok {
+			return nil, errNativeUnsupported
+		}
+		return 0, rh.Remove(path)
+	})
+}
+
+// ProcessHost is a native Host that can ask after and signal background commands
+// (sandbox_exec.process).
+type ProcessHost interface {
+	Process(req abi.ProcessRequest) (abi.ProcessReply, error)
+}
+
+func rawProcess(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		ph, ok := h.(ProcessHost)
+		if !ok {
+			return nil, errNativeUnsupported
+		}
+		var r abi.ProcessRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("process", err)
+		}
+		return ph.Process(r)
+	})
+}
+
+// TerminalHost is a native Host with terminals (sandbox_exec.terminal_start and
+// terminal_io). Output is what the program wrote.
+type TerminalHost interface {
+	TerminalStart(req abi.TerminalStartRequest) (abi.TerminalReply, []byte, error)
+	TerminalIO(req abi.TerminalIORequest) (abi.TerminalReply, []byte, error)
+}
+
+func terminalCall(out []byte, fn func(th TerminalHost) (abi.TerminalReply, []byte, error)) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		th, ok := h.(TerminalHost)
+		if !ok {
+			return nil, errNativeUnsupported
+		}
+		r, output, err := fn(th)
+		if err != nil {
+			return nil, err
+		}
+		r.OutputLen = len(output)
+		hb, err := json.Marshal(r)
+		return append(append(hb, '\n'), output...), err
+	})
+}
+
+func rawTerminalStart(req, out []byte) int64 {
+	return terminalCall(out, func(th TerminalHost) (abi.TerminalReply, []byte, error) {
+		var r abi.TerminalStartRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return abi.TerminalReply{}, nil, invalid("terminal_start", err)
+		}
+		return th.TerminalStart(r)
+	})
+}
+
+func rawTerminalIO(req, out []byte) int64 {
+	return terminalCall(out, func(th TerminalHost) (abi.TerminalReply, []byte, error) {
+		var r abi.TerminalIORequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return abi.TerminalReply{}, nil, invalid("terminal_io", err)
+		}
+		return th.TerminalIO(r)
 	})
 }

@@ -40,6 +40,24 @@ func hostStat(path string, out unsafe.Pointer, outCap uint32) int64
 //go:wasmimport toolhost_sandbox_files list
 func hostList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
 
+//go:wasmimport toolhost_sandbox_files remove
+func hostRemove(path string) int64
+
+//go:wasmimport toolhost_sandbox_exec process
+func hostProcess(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_exec terminal_start
+func hostTerminalStart(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_sandbox_exec terminal_io
+func hostTerminalIO(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_session get
+func hostSessionGet(key string, out unsafe.Pointer, outCap uint32) int64
+
+//go:wasmimport toolhost_session set
+func hostSessionSet(key string, data unsafe.Pointer, dataLen uint32) int64
+
 //go:wasmimport toolhost_capture capture
 func hostCapture(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
 
@@ -93,3 +111,19 @@ func rawStoreList(prefix string, out []byte) int64 {
 	return hostStoreList(prefix, ptr(out), uint32(len(out)))
 }
 func rawStoreDelete(key string) int64 { return hostStoreDelete(key) }
+func rawRemove(path string) int64     { return hostRemove(path) }
+func rawProcess(req, out []byte) int64 {
+	return hostProcess(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+func rawTerminalStart(req, out []byte) int64 {
+	return hostTerminalStart(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+func rawTerminalIO(req, out []byte) int64 {
+	return hostTerminalIO(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+func rawSessionGet(key string, out []byte) int64 {
+	return hostSessionGet(key, ptr(out), uint32(len(out)))
+}
+func rawSessionSet(key string, data []byte) int64 {
+	return hostSessionSet(key, ptr(data), uint32(len(data)))
+}

@@ -39,7 +39,7 @@ func (s Scope) IsZero() bool {
 }
 
 // Files scopes sandbox_files: the paths the plugin may read (read, read_text,
-// read_versioned, stat, list) and write (write, write_versioned), as path patterns
+// read_versioned, stat, list) and write (write, write_versioned, remove), as path patterns
 // relative to the workspace (see the package's pattern syntax). An empty list allows
 // nothing: {read: ["**"]} is a read-only plugin, {read: ["**"], write: ["docs/**"]} one
 // that writes only below docs/.

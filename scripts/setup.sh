@@ -2,8 +2,9 @@
 # setup.sh installs what toolhost needs and is missing, and does nothing else.
 #
 #   scripts/setup.sh          what `make run` needs: bubblewrap, e2fsprogs (mkfs.ext4 for
-#                             the workspace volumes), and Debian's python3 (the demo serves
-#                             a page from the sandbox with python3 -m http.server)
+#                             the workspace volumes), Debian's python3 (the demo serves
+#                             a page from the sandbox with python3 -m http.server) and
+#                             poppler-utils (read_file reads PDFs with it in the sandbox)
 #   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo),
 #                             clang for wasm32-wasi (clang, lld, wasi-libc and the
 #                             wasm32 compiler runtime), which builds the C example plugin,
@@ -45,6 +46,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 [ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 # A sandbox sees the host's /usr only, so a python3 elsewhere (pyenv, /usr/local) does not count.
 [ -x /usr/bin/python3 ] || missing+=(python3)
+# read_file reads PDFs with poppler (pdfinfo, pdftotext, pdftoppm) inside the sandbox.
+[ -x /usr/bin/pdftotext ] && [ -x /usr/bin/pdftoppm ] || missing+=(poppler-utils)
 if $want_test; then
 	# -race needs cgo, which needs a C compiler and the C library headers.
 	command -v gcc >/dev/null 2>&1 || missing+=(gcc)

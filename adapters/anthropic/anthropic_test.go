@@ -26,7 +26,9 @@ func builtinTools(t *testing.T) []abi.Tool {
 	t.Helper()
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	th, err := toolhost.New(context.Background(), cfg, quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +58,8 @@ func TestToolsCarryTheSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(params) != len(tools) || len(tools) != 7 {
-		t.Fatalf("%d params for %d tools, want 7", len(params), len(tools))
+	if len(params) != len(tools) || len(tools) != 12 {
+		t.Fatalf("%d params for %d tools, want 12", len(params), len(tools))
 	}
 	for i, p := range params {
 		got := jsonOf(t, p)

@@ -38,8 +38,12 @@ func TestAgentLoopAgainstFakeMessagesAPI(t *testing.T) {
 	defer cancel()
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "agent"
 	th, err := toolhost.New(ctx, cfg, quiet())
 	if err != nil {

@@ -31,8 +31,8 @@ func loadBuiltins(b *testing.B, cfg host.Config) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	if n := len(h.Tools()); n != 7 {
-		b.Fatalf("%d tools, want 7", n)
+	if n := len(h.Tools()); n != 12 {
+		b.Fatalf("%d tools, want 12", n)
 	}
 	h.Close(ctx)
 	b.StartTimer()

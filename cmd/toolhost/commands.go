@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,7 +70,7 @@ an MCP tools/list request.
 		case "mcp":
 			return writeJSON(c.stdout, mcpTools(tools), true)
 		case "json":
-			return writeJSON(c.stdout, pluginsJSON(th.Host()), true)
+			return writeJSON(c.stdout, pluginsJSON(th), true)
 		}
 		return writeJSON(c.stdout, tools, true)
 	}
@@ -125,7 +126,7 @@ type pluginJSON struct {
 	Tools   []abi.Tool       `json:"tools"`
 }
 
-func pluginsJSON(h *host.Host) []pluginJSON {
+func pluginsJSON(h *toolhost.Toolhost) []pluginJSON {
 	defs := map[string]abi.Tool{}
 	for _, t := range h.Tools() {
 		defs[t.Name] = t
@@ -145,7 +146,15 @@ func pluginsJSON(h *host.Host) []pluginJSON {
 	return out
 }
 
-func importNames(imps []host.Import) []string {
+func hostImportNames(imps []host.Import) []string {
+	out := make([]string, 0, len(imps))
+	for _, im := range imps {
+		out = append(out, im.Module+"."+im.Name)
+	}
+	return out
+}
+
+func importNames(imps []toolhost.PluginImport) []string {
 	out := make([]string, 0, len(imps))
 	for _, im := range imps {
 		out = append(out, im.Module+"."+im.Name)
@@ -230,6 +239,7 @@ Example:
 			return c.callHeld(ctx, cmd, cl, id, tool, input)
 		}
 
+		oneShotGuard(&c.cfg.Config)
 		th, err := c.newToolhost(ctx)
 		if err != nil {
 			return err
@@ -263,6 +273,26 @@ Example:
 		return writeJSON(c.stdout, res, false)
 	}
 	return cmd
+}
+
+// oneShotGuard turns the built-in file tools' guard off for a one-shot call: the guard
+// lets edit_file and write_file change only a file the session has read, and a call that
+// is its own session has read nothing. An env the configuration gives wins.
+func oneShotGuard(cfg *toolhost.Config) {
+	for i := range cfg.Plugins {
+		p := &cfg.Plugins[i]
+		if p.Path != "editfile.wasm" || cfg.PluginsDir != "" {
+			continue
+		}
+		if _, set := p.Env["TOOLHOST_EDITFILE_GUARD"]; !set {
+			env := maps.Clone(p.Env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["TOOLHOST_EDITFILE_GUARD"] = "off"
+			p.Env = env
+		}
+	}
 }
 
 // checkJSON says what is wrong with a tool input, in one line.
@@ -356,7 +386,7 @@ would need in the configuration's plugins list.`,
 				Manifest abi.Manifest     `json:"manifest"`
 				Imports  []string         `json:"imports"`
 				Needs    []abi.Capability `json:"needs"`
-			}{path, len(wasm), m, importNames(in.Imports), needs}, true)
+			}{path, len(wasm), m, hostImportNames(in.Imports), needs}, true)
 		}
 		printInspection(c.stdout, path, len(wasm), in)
 		return nil

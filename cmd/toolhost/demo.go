@@ -16,6 +16,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/experimental"
 )
 
 // expect is what a demo step's result should be.
@@ -109,7 +110,7 @@ func demoSteps() []demoStep {
 		{title: "a tool that does not exist", tool: "deploy", expect: expectError,
 			input: in()},
 		{title: "the workspace, as a snapshot packs it", run: func(ctx context.Context, st *demoState) (string, error) {
-			return listArchive(ctx, st.sess.Sandbox(), st.cli.cfg.Snapshot.Excludes)
+			return listArchive(ctx, experimental.Sandbox(st.sess), st.cli.cfg.Snapshot.Excludes)
 		}},
 	}
 	return append(steps, projectSteps()...)
@@ -219,7 +220,7 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	if in, ok := sess.Woke(); ok {
 		woke = "woke from snapshot " + in.Key
 	}
-	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), sess.Sandbox().SandboxID(), c.cfg.Sandbox.Network, woke)
+	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), currentSandbox(sess), c.cfg.Sandbox.Network, woke)
 	if !c.cfg.Screenshot.Enabled {
 		fmt.Fprintf(out, "screenshots are off (screenshot.enabled: false): the screenshot steps will fail\n")
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
@@ -137,11 +138,11 @@ func autoCapturesStep(ctx context.Context, st *demoState) (string, error) {
 	const bound, settle = 30 * time.Second, 2 * time.Second
 	start, lastChange, seen := time.Now(), time.Now(), -1
 	for {
-		shots, err := st.sess.Screenshots(ctx, screenshot.KindAuto)
+		shots, err := st.sess.Screenshots(ctx, toolhost.ScreenshotsAuto)
 		if err != nil {
 			return "", err
 		}
-		var mine []screenshot.Stored
+		var mine []toolhost.Screenshot
 		for _, s := range shots {
 			if s.Time.UTC().Format(time.RFC3339) >= since {
 				mine = append(mine, s)
@@ -183,7 +184,7 @@ func autoCapturesStep(ctx context.Context, st *demoState) (string, error) {
 // its workspace over does (local), and the step fails if it did not.
 func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	cfg := st.cli.cfg.Session
-	live := st.sess.Sandbox()
+	live := experimental.Sandbox(st.sess)
 	input, _ := marshalJSON(obj{"command", "ls " + demoPageDir + " src && cat ticks.txt"})
 	call := func() (abi.Result, time.Duration, error) {
 		t := time.Now()
@@ -201,7 +202,7 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	before, oldID, handoffs := live.Rotations(), live.SandboxID(), st.provider.handoffCount()
+	before, oldID, handoffs := experimental.Rotations(st.sess), currentSandbox(st.sess), st.provider.handoffCount()
 	// The provider that made the sandbox decides (an E2B one, even in a list, restores).
 	canHandOff := sandbox.CanHandoff(st.provider, live)
 	st.provider.ageCurrent(cfg.MaxLifetime)
@@ -213,7 +214,7 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	after := live.Rotations()
+	after := experimental.Rotations(st.sess)
 	how := "restored from the snapshot (the provider cannot hand a workspace over)"
 	handedOff := st.provider.handoffCount() > handoffs
 	if handedOff {
@@ -222,7 +223,7 @@ func rotationStep(ctx context.Context, st *demoState) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sandbox %s made to look %s old (session.max_lifetime), so it cannot be extended,\n", oldID, cfg.MaxLifetime)
 	fmt.Fprintf(&b, "and set to end in %s (inside session.keepalive_margin, %s)\n", left, cfg.KeepaliveMargin)
-	fmt.Fprintf(&b, "rotations: %d -> %d; sandbox %s -> %s; the work %s\n", before, after, oldID, live.SandboxID(), how)
+	fmt.Fprintf(&b, "rotations: %d -> %d; sandbox %s -> %s; the work %s\n", before, after, oldID, currentSandbox(st.sess), how)
 	fmt.Fprintf(&b, "the next call: ok in %s; the same call before took %s: a pause of about %s\n",
 		ms(took), ms(base), ms(max(took-base, 0)))
 	b.WriteString("its output, from the new sandbox:\n")
@@ -251,9 +252,9 @@ func wakeStep(ctx context.Context, st *demoState) (string, error) {
 	if !ok {
 		return "", errors.New("the new session restored nothing")
 	}
-	sb := fresh.Sandbox()
+	sb := experimental.Sandbox(fresh)
 	var b strings.Builder
-	fmt.Fprintf(&b, "sandbox %s woke in %s from %s (%s, saved %s UTC)\n", sb.SandboxID(), ms(woke),
+	fmt.Fprintf(&b, "sandbox %s woke in %s from %s (%s, saved %s UTC)\n", currentSandbox(fresh), ms(woke),
 		info.Key, humanBytes(info.Size), info.Time.UTC().Format(timeLayout))
 	list, err := listArchive(ctx, sb, c.cfg.Snapshot.Excludes)
 	if err != nil {
@@ -308,7 +309,7 @@ func keepWorkspace(ctx context.Context, st *demoState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, _, err := st.th.Storage().Snapshots().RestoreDir(ctx, st.cli.cfg.Project, dir, true); err != nil {
+	if _, _, err := st.th.Storage().RestoreDir(ctx, st.cli.cfg.Project, "", dir, true); err != nil {
 		os.Remove(dir)
 		return "", err
 	}
@@ -399,3 +400,13 @@ func (s *agingSandbox) StartedAt() time.Time {
 
 // Unwrap is the sandbox under the disguise: its abilities are the ones that count.
 func (s *agingSandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
+
+// currentSandbox names the sandbox a session's tools act in at the moment.
+func currentSandbox(s *toolhost.Session) string {
+	if w, ok := experimental.Sandbox(s).(sandbox.Wrapper); ok {
+		if sb := w.Unwrap(); sb != nil {
+			return sb.ID()
+		}
+	}
+	return "?"
+}

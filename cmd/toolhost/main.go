@@ -101,7 +101,9 @@ func (cmd *command) usage() string {
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
-		snapshotPruneCommand(), screenshotListCommand(), quotaCommand(),
+		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotDiffCommand(), snapshotExportCommand(),
+		snapshotForkCommand(), snapshotRewindCommand(), snapshotMergeCommand(), snapshotGCCommand(),
+		screenshotListCommand(), quotaCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
 		mcpConfigCommand(), mcpCommand(), serveCommand(),
 		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),

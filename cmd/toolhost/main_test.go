@@ -228,7 +228,7 @@ func TestToolsAnthropic(t *testing.T) {
 			names = append(names, name)
 		}
 		slices.Sort(names)
-		want := []string{"bash", "edit_file", "glob", "grep", "read_file", "take_screenshot", "write_file"}
+		want := []string{"apply_patch", "bash", "bash_kill", "bash_output", "edit_file", "exec_command", "glob", "grep", "read_file", "take_screenshot", "write_file", "write_stdin"}
 		if !slices.Equal(names, want) {
 			t.Errorf("toolhost %v: tools %v, want %v", args, names, want)
 		}
@@ -261,8 +261,8 @@ func TestToolsJSON(t *testing.T) {
 		}
 		tools += len(p.Tools)
 	}
-	if tools != 7 {
-		t.Errorf("%d tools across the plugins, want 7", tools)
+	if tools != 12 {
+		t.Errorf("%d tools across the plugins, want 12", tools)
 	}
 }
 
@@ -271,7 +271,7 @@ func TestToolsJSON(t *testing.T) {
 func TestToolsOpenAIAndMCP(t *testing.T) {
 	t.Parallel()
 	var anthropic []abi.Tool
-	if r := runCLI(t, nil, "tools"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &anthropic) != nil || len(anthropic) != 7 {
+	if r := runCLI(t, nil, "tools"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &anthropic) != nil || len(anthropic) != 12 {
 		t.Fatalf("toolhost tools:\n%s", r)
 	}
 	keysOf := func(raw json.RawMessage) []string {
@@ -675,7 +675,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, []byte(`plugins:
   - path: editfile.wasm
-    grants: [sandbox_files, log]
+    grants: [sandbox_exec, sandbox_files, log]
   - path: `+wordcountWasm+`
     grants: [`+grants+`]
 `), 0o644)
@@ -815,7 +815,7 @@ func TestGoInstall(t *testing.T) {
 	}
 	r := run("tools")
 	var tools []abi.Tool
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 7 {
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tools) != nil || len(tools) != 12 {
 		t.Fatalf("tools from /:\n%s", r)
 	}
 	r = run("call", "bash", `{"command":"echo hi > hi.txt; cat hi.txt; pwd"}`, "--log-level", "warn")
@@ -832,7 +832,7 @@ func TestGoInstall(t *testing.T) {
 	}
 	snaps := 0
 	filepath.WalkDir(filepath.Join(home, ".local", "share", "toolhost", "store"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && strings.Contains(p, "projects/default/snapshots/") && strings.HasSuffix(p, ".tar.gz") {
+		if err == nil && strings.Contains(p, "projects/default/snapshots/") && (strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".snap")) {
 			snaps++
 		}
 		return nil

@@ -36,13 +36,16 @@ func cliEnv(t *testing.T, env ...string) []string {
 func snapshots(t *testing.T, dir, project string) int {
 	t.Helper()
 	cfg := toolhost.DefaultConfig()
-	cfg.DataDir, cfg.Store.Dir = testDataDir, dir
+	cfg.DataDir = testDataDir
+	if err := cfg.Set("store.dir", dir); err != nil {
+		t.Fatal(err)
+	}
 	st, err := toolhost.OpenStorage(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := st.Snapshots().List(context.Background(), project)
+	l, err := st.Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}

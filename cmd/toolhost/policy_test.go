@@ -13,28 +13,28 @@ cases:
   - name: the docs writer writes below docs
     plugin:
       path: editfile.wasm
-      grants: [sandbox_files, log]
+      grants: [sandbox_exec, sandbox_files, log]
       sandbox_files: {read: ["**"], write: ["docs/**"]}
     call: {tool: write_file, input: {path: docs/guide.md, content: "# Guide\n"}}
     expect:
-      allowed: [{cap: sandbox_files, op: write, path: docs/guide.md}]
+      allowed: [{cap: sandbox_files, op: write_versioned, path: docs/guide.md}]
       result: {is_error: false, contains: ["File written: docs/guide.md"]}
   - name: the docs writer may not touch the code, not even through a link
     sandbox: local
     plugin:
       path: editfile.wasm
-      grants: [sandbox_files, log]
-      sandbox_files: {read: ["**"], write: ["docs/**"]}
+      grants: [sandbox_exec, sandbox_files, log]
+      sandbox_files: {read: ["**", "!**/.env"], write: ["docs/**"]}
     files: {src/main.go: "package main\n"}
     links: {docs/main.go: ../src/main.go}
     call: {tool: write_file, input: {path: docs/main.go, content: "pwned"}}
     expect:
-      denied: [{op: write, path: docs/main.go}]
+      denied: [{op: read_text, path: docs/main.go}]
       result: {is_error: true, contains: ["docs/main.go is a symbolic link"]}
   - name: the reviewer reads but never writes
     plugin:
       path: editfile.wasm
-      grants: [sandbox_files]
+      grants: [sandbox_files, sandbox_exec]
       sandbox_files: {read: ["**", "!**/.env"]}
     files: {.env: "TOKEN=1\n"}
     call: {tool: read_file, input: {path: .env}}
@@ -59,16 +59,16 @@ const failingCases = `cases:
   - name: claims the reviewer may write
     plugin:
       path: editfile.wasm
-      grants: [sandbox_files]
+      grants: [sandbox_files, sandbox_exec]
       sandbox_files: {read: ["**"]}
     call: {tool: write_file, input: {path: a.txt, content: "x"}}
     expect:
-      allowed: [{op: write, path: a.txt}]
+      allowed: [{op: write_versioned, path: a.txt}]
       result: {is_error: false}
   - name: this one holds
-    plugin: {path: editfile.wasm, grants: [sandbox_files]}
+    plugin: {path: editfile.wasm, grants: [sandbox_files, sandbox_exec]}
     call: {tool: write_file, input: {path: a.txt, content: "x"}}
-    expect: {allowed: [{op: write}]}
+    expect: {allowed: [{op: write_versioned}]}
 `
 
 func TestPolicyTest(t *testing.T) {
@@ -100,9 +100,9 @@ func TestPolicyTest(t *testing.T) {
 	}
 	for _, want := range []string{
 		"FAIL claims the reviewer may write",
-		"no allowed host call {op=write path=a.txt}",
+		"no allowed host call {op=write_versioned path=a.txt}",
 		"the result's is_error is true, want false",
-		"deny sandbox_files.write a.txt: policy: plugin editfile may not write a.txt (allowed: nothing)",
+		"deny sandbox_files.write_versioned a.txt: policy: plugin editfile may not write a.txt (allowed: nothing)",
 		"ok   this one holds",
 		"1 of 2 cases passed",
 	} {
@@ -123,7 +123,7 @@ func TestAuditCommand(t *testing.T) {
 	cfg := filepath.Join(dir, "toolhost.yaml")
 	os.WriteFile(cfg, []byte(`plugins:
   - path: editfile.wasm
-    grants: [sandbox_files, log]
+    grants: [sandbox_exec, sandbox_files, log]
     sandbox_files: {read: ["**"], write: ["docs/**"]}
   - {path: bash.wasm, grants: [sandbox_exec, log]}
 audit:
@@ -190,8 +190,8 @@ func TestPolicyExample(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644)
 	for _, c := range []struct{ config, tool, input, want string }{
-		{"reviewer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: nothing)"},
-		{"docs-writer.yaml", "write_file", `{"path":"main.go","content":"x"}`, "policy: plugin editfile may not write main.go (allowed: docs/**)"},
+		{"reviewer.yaml", "write_file", `{"path":"new.go","content":"x"}`, "policy: plugin editfile may not write new.go (allowed: nothing)"},
+		{"docs-writer.yaml", "write_file", `{"path":"new.go","content":"x"}`, "policy: plugin editfile may not write new.go (allowed: docs/**)"},
 	} {
 		audit := filepath.Join(t.TempDir(), "audit.jsonl")
 		env := []string{"TOOLHOST_AUDIT_FILE=" + audit} // not /var/log/toolhost

@@ -25,6 +25,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/policy"
 )
@@ -114,7 +115,7 @@ a failed one, and exits 1 if any failed (2 if the file is wrong), for CI.
     - name: the docs writer may not touch the code
       plugin:                 # a plugins entry, as in the configuration
         path: editfile.wasm
-        grants: [sandbox_files]
+        grants: [sandbox_files, sandbox_exec]
         sandbox_files: {read: ["**"], write: ["docs/**"]}
       files: {src/main.go: "package main\n"}
       links: {docs/evil.md: ../src/main.go}
@@ -337,7 +338,7 @@ func runCase(ctx context.Context, c *cli, pc *policyCase, where string) (problem
 	if pc.Call.Input == nil {
 		input = []byte("{}")
 	}
-	res, callErr := th.Host().OpenSession(sb).Dispatch(ctx, pc.Call.Tool, input)
+	res, callErr := experimental.Dispatch(ctx, th, sb, pc.Call.Tool, input)
 	recs = slices.DeleteFunc(rec.Records(), func(r audit.Record) bool { return r.Cap == audit.CapTool })
 	if callErr != nil {
 		problems = append(problems, "the host could not run the tool: "+callErr.Error())

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // newToolhost loads the configured plugins and opens the store: what the commands that
@@ -24,7 +23,7 @@ func (c *cli) newToolhost(ctx context.Context) (*toolhost.Toolhost, error) {
 
 // newStorage opens the configured store with the snapshots and screenshots on it: what
 // the snapshot and screenshot commands need (no plugins, no sandbox).
-func (c *cli) newStorage(ctx context.Context, progress func(snapshot.Progress)) (*toolhost.Storage, error) {
+func (c *cli) newStorage(ctx context.Context, progress func(toolhost.SnapshotProgress)) (*toolhost.Storage, error) {
 	opts := c.options()
 	if progress != nil {
 		opts = append(opts, toolhost.WithSnapshotProgress(progress))
@@ -122,7 +121,7 @@ func newProgress(w io.Writer) *progress {
 }
 
 // update is the snapshot.Config.Progress callback.
-func (p *progress) update(pr snapshot.Progress) {
+func (p *progress) update(pr toolhost.SnapshotProgress) {
 	if !p.tty {
 		return
 	}
@@ -164,15 +163,15 @@ func rate(n int64, d time.Duration) string {
 
 // printTransfer prints what a save or restore really moved, one line on stderr, when a
 // phase moved anything or failed.
-func printTransfer(w io.Writer, tr snapshot.Transfer) {
-	if slices.ContainsFunc(tr.Phases, func(p snapshot.Phase) bool { return p.Bytes > 0 || p.Failed }) {
-		fmt.Fprintf(w, "transfer: %s\n", tr)
+func printTransfer(w io.Writer, info toolhost.SnapshotInfo) {
+	if slices.ContainsFunc(info.Transfer, func(p toolhost.TransferPhase) bool { return p.Bytes > 0 || p.Failed }) {
+		fmt.Fprintf(w, "transfer: %s\n", info.TransferSummary)
 	}
 }
 
 // errNoSnapshot says, for people, that a project has nothing to restore.
 func errNoSnapshot(project string, err error) error {
-	if errors.Is(err, snapshot.ErrNoSnapshot) {
+	if errors.Is(err, toolhost.ErrNoSnapshot) {
 		return fmt.Errorf("project %s has no snapshot (save one with: toolhost snapshot save --project %s --workspace DIR)", project, project)
 	}
 	return err

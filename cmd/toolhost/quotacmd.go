@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/internal/module"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 )
 
 func quotaCommand() *command {
@@ -40,7 +42,8 @@ host and project, whoever made them).`,
 			return err
 		}
 		defer st.Close()
-		u, err := st.E2BUsage(ctx, time.Now())
+		sec := c.cfg.Module("e2b").(*e2b.Section)
+		u, err := e2b.UsageOf(ctx, sec, module.Env{DataDir: c.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now())
 		if err != nil {
 			return fmt.Errorf("reading the E2B usage ledger: %w", err)
 		}
@@ -76,9 +79,9 @@ host and project, whoever made them).`,
 				out.Days = append(out.Days, day{d.Day, d.Project, d.Creations, d.CPUMinutes})
 			}
 			if live {
-				lctx, cancel := context.WithTimeout(ctx, c.cfg.E2B.RequestTimeout)
+				lctx, cancel := context.WithTimeout(ctx, sec.RequestTimeout)
 				defer cancel()
-				n, err := toolhost.E2BRunning(lctx, c.cfg.Config)
+				n, err := e2b.RunningOf(lctx, sec)
 				if err != nil {
 					return fmt.Errorf("asking E2B how many sandboxes run: %w", err)
 				}
@@ -90,9 +93,9 @@ host and project, whoever made them).`,
 			return err
 		}
 		if live {
-			lctx, cancel := context.WithTimeout(ctx, c.cfg.E2B.RequestTimeout)
+			lctx, cancel := context.WithTimeout(ctx, sec.RequestTimeout)
 			defer cancel()
-			n, err := toolhost.E2BRunning(lctx, c.cfg.Config)
+			n, err := e2b.RunningOf(lctx, sec)
 			if err != nil {
 				return fmt.Errorf("asking E2B how many sandboxes run: %w", err)
 			}

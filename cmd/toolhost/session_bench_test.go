@@ -37,7 +37,10 @@ func BenchmarkSessionCall(b *testing.B) {
 
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testDataDir
-	cfg.Store.Dir = filepath.Join(rt, "store")
+	storeDir := filepath.Join(rt, "store")
+	if err := cfg.Set("store.dir", storeDir); err != nil {
+		b.Fatal(err)
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(quiet))
 	if err != nil {
@@ -90,7 +93,7 @@ func BenchmarkSessionCall(b *testing.B) {
 	})
 
 	b.Run("cli", func(b *testing.B) {
-		env := append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+cfg.Store.Dir)
+		env := append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+storeDir)
 		for b.Loop() {
 			cmd := exec.Command(toolBin, "call", "--session", held.ID, "bash", string(input))
 			cmd.Env = env

@@ -14,9 +14,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/screenshot"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 const timeLayout = "2006-01-02 15:04:05"
@@ -58,9 +57,9 @@ Example:
 			return err
 		}
 		defer st.Close()
-		info, stats, err := st.Snapshots().SaveDir(ctx, c.cfg.Project, ws)
+		info, stats, err := st.SaveDir(ctx, c.cfg.Project, ws)
 		pr.finish()
-		printTransfer(c.stderr, info.Transfer)
+		printTransfer(c.stderr, info)
 		if err != nil {
 			// It names the project, the store and the cause: print it as it is.
 			return err
@@ -78,7 +77,7 @@ Example:
 				info.Key, humanBytes(info.Size), count(stats.Files, "file", "files"))
 		} else {
 			fmt.Fprintf(c.stdout, "saved %s (%s; %s, %s packed, in %s)\n", info.Key, humanBytes(info.Size),
-				count(stats.Files, "file", "files"), humanBytes(stats.BytesIn), ms(stats.Duration))
+				count(stats.Files, "file", "files"), humanBytes(stats.Bytes), ms(stats.Duration))
 		}
 		fmt.Fprintf(c.stdout, "store: %s\n", st.Where())
 		printSkips(c.stdout, info)
@@ -95,7 +94,7 @@ func count(n int, one, many string) string { return fmt.Sprintf("%d %s", n, plur
 
 // printSkips says what a save left out because a snapshot cannot hold it: the count and
 // the first entries, quoted (names come from the workspace).
-func printSkips(w io.Writer, info snapshot.Info) {
+func printSkips(w io.Writer, info toolhost.SnapshotInfo) {
 	if info.Skipped == 0 {
 		return
 	}
@@ -126,7 +125,7 @@ stdout and says so on stderr (exit status 0).`,
 			return err
 		}
 		defer st.Close()
-		infos, err := st.Snapshots().List(ctx, c.cfg.Project)
+		infos, err := st.Snapshots(ctx, c.cfg.Project)
 		if err != nil {
 			return fmt.Errorf("listing the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
 		}
@@ -199,19 +198,13 @@ Examples:
 		}
 		defer st.Close()
 		project := c.cfg.Project
-		var info snapshot.Info
-		var stats archive.ExtractStats
-		if key != "" {
-			info, stats, err = st.Snapshots().RestoreDirKey(ctx, project, key, abs, true)
-		} else {
-			info, stats, err = st.Snapshots().RestoreDir(ctx, project, abs, true)
-		}
+		info, stats, err := st.RestoreDir(ctx, project, key, abs, true)
 		pr.finish()
-		printTransfer(c.stderr, info.Transfer)
+		printTransfer(c.stderr, info)
 		for _, r := range info.Refused {
 			fmt.Fprintf(c.stderr, "skipped %s: %s\n", r.Key, printable(strings.Join(strings.Fields(r.Reason), " ")))
 		}
-		if errors.Is(err, snapshot.ErrNotSnapshotKey) {
+		if errors.Is(err, toolhost.ErrNotSnapshotKey) {
 			return usagef(cmd, "--key: %v", err)
 		}
 		if err != nil {
@@ -257,9 +250,9 @@ Example:
 			return err
 		}
 		defer st.Close()
-		err = st.Snapshots().Delete(ctx, c.cfg.Project, key)
+		err = st.DeleteSnapshot(ctx, c.cfg.Project, key)
 		switch {
-		case errors.Is(err, snapshot.ErrNotSnapshotKey):
+		case errors.Is(err, toolhost.ErrNotSnapshotKey):
 			return usagef(cmd, "%v", err)
 		case err != nil:
 			return fmt.Errorf("deleting from %s: %w", st.Where(), err)
@@ -302,9 +295,9 @@ Example:
 			return err
 		}
 		defer st.Close()
-		pruned, err := st.Snapshots().Prune(ctx, c.cfg.Project, keep)
+		pruned, err := st.PruneSnapshots(ctx, c.cfg.Project, keep)
 		switch {
-		case errors.Is(err, snapshot.ErrInvalidKeep):
+		case errors.Is(err, toolhost.ErrInvalidKeep):
 			return usagef(cmd, "--keep: %v", err)
 		case err != nil:
 			return fmt.Errorf("pruning the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
@@ -342,7 +335,7 @@ else the file of the directory store).`,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		kind, _ := c.flags.GetString("kind")
-		if kind != "" && kind != screenshot.KindAgent && kind != screenshot.KindAuto {
+		if kind != "" && kind != toolhost.ScreenshotsAgent && kind != toolhost.ScreenshotsAuto {
 			return usagef(cmd, "--kind must be agent or auto, got %q", kind)
 		}
 		st, err := c.newStorage(ctx, nil)
@@ -384,7 +377,7 @@ else the file of the directory store).`,
 }
 
 // printShots prints stored captures as a table.
-func printShots(w io.Writer, shots []screenshot.Stored) {
+func printShots(w io.Writer, shots []toolhost.Screenshot) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "TIME (UTC)\tKIND\tVIEWPORT\tSIZE\tURL\n")
 	for _, s := range shots {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -78,7 +79,7 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-var snapshotKeyRE = regexp.MustCompile(`projects/[^/\s]+/snapshots/\d{8}T\d{6}Z-\d{3}-[0-9a-f]{6}\.tar\.gz`)
+var snapshotKeyRE = regexp.MustCompile(`projects/[^/\s]+/snapshots/\d{8}T\d{6}Z-\d{3}-[0-9a-f]{6}\.(tar\.gz|snap)`)
 
 // TestSnapshotRoundTrip: save a workspace, list it, restore it into a new directory and
 // into one that holds other files, which are moved aside, not lost.
@@ -373,7 +374,9 @@ func TestSnapshotManagement(t *testing.T) {
 	t.Parallel()
 	project := "snap-manage"
 	storeDir := t.TempDir()
-	env := []string{"TOOLHOST_STORE_DIR=" + storeDir}
+	// The tar.gz format's management (a damaged archive is refused by its SHA-256);
+	// TestCheckpoints does the chunked format's.
+	env := []string{"TOOLHOST_STORE_DIR=" + storeDir, "TOOLHOST_SNAPSHOT_FORMAT=tar.gz"}
 	cli := func(args ...string) runResult {
 		t.Helper()
 		return runCLI(t, env, append(args, "--project", project)...)
@@ -491,5 +494,100 @@ func TestPrintable(t *testing.T) {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestCheckpoints: the chunked format's commands as a user runs them: diff, verify (of a
+// snapshot and of a live workspace), export, rewind and its undo, fork, a diff across
+// projects, merge and gc.
+func TestCheckpoints(t *testing.T) {
+	t.Parallel()
+	env := []string{"TOOLHOST_STORE_DIR=" + t.TempDir(), "TOOLHOST_SNAPSHOT_FORMAT=chunked"}
+	cli := func(project string, args ...string) runResult {
+		t.Helper()
+		return runCLI(t, env, append(args, "--project", project)...)
+	}
+	ws := t.TempDir()
+	var keys []string
+	for i, body := range []string{"one\ntwo\nthree\n", "one\nTWO\nthree\n", "one\nTWO\nthree\nfour\n"} {
+		writeTree(t, ws, map[string]string{"notes.txt": body, "same.txt": "kept\n"})
+		r := cli("shop", "snapshot", "save", "-w", ws)
+		key := snapshotKeyRE.FindString(r.stdout)
+		if r.code != 0 || !strings.HasSuffix(key, ".snap") {
+			t.Fatalf("save %d:\n%s", i, r)
+		}
+		keys = append(keys, key)
+	}
+	short := func(k string) string { return strings.TrimSuffix(filepath.Base(k), ".snap") }
+
+	r := cli("shop", "snapshot", "diff", short(keys[0]))
+	if r.code != 0 || !strings.Contains(r.stdout, "changed  notes.txt (content)") || !strings.Contains(r.stdout, "-two\n+TWO\n") ||
+		!strings.Contains(r.stdout, "+four\n") || strings.Contains(r.stdout, "same.txt") {
+		t.Fatalf("diff:\n%s", r)
+	}
+	if r = cli("shop", "snapshot", "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "verified "+keys[2]) {
+		t.Fatalf("verify:\n%s", r)
+	}
+	if r = cli("shop", "snapshot", "verify", "-w", ws); r.code != 0 || !strings.Contains(r.stdout, "holds exactly") {
+		t.Fatalf("verify of the live workspace:\n%s", r)
+	}
+	writeTree(t, ws, map[string]string{"new.txt": "x\n"})
+	if r = cli("shop", "snapshot", "verify", "-w", ws); r.code != 0 || !strings.Contains(r.stdout, "added    new.txt") {
+		t.Fatalf("verify of a changed workspace:\n%s", r)
+	}
+	exp := filepath.Join(t.TempDir(), "shop.tar.gz")
+	if r = cli("shop", "snapshot", "export", "-o", exp); r.code != 0 {
+		t.Fatalf("export:\n%s", r)
+	}
+	if out, err := exec.Command("tar", "tzf", exp).CombinedOutput(); err != nil || !strings.Contains(string(out), "\nnotes.txt\n") {
+		t.Fatalf("tar reads the export: %v\n%s", err, out)
+	}
+
+	// Rewind to the first, then undo.
+	r = cli("shop", "snapshot", "rewind", short(keys[0]))
+	if r.code != 0 || !strings.Contains(r.stdout, "undo: toolhost snapshot rewind --project shop "+short(keys[2])) {
+		t.Fatalf("rewind:\n%s", r)
+	}
+	restored := func(project string) string {
+		out := filepath.Join(t.TempDir(), "r")
+		if r := cli(project, "snapshot", "restore", "-w", out); r.code != 0 {
+			t.Fatalf("restore %s:\n%s", project, r)
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "notes.txt"))
+		return string(b)
+	}
+	if got := restored("shop"); got != "one\ntwo\nthree\n" {
+		t.Fatalf("after the rewind: %q", got)
+	}
+	if r = cli("shop", "snapshot", "rewind", short(keys[2])); r.code != 0 {
+		t.Fatalf("undo:\n%s", r)
+	}
+	if got := restored("shop"); got != "one\nTWO\nthree\nfour\n" {
+		t.Fatalf("after the undo: %q", got)
+	}
+
+	// Fork, change the fork, compare across projects, merge back.
+	if r = cli("shop", "snapshot", "fork", "--to", "shop-x"); r.code != 0 || !strings.Contains(r.stdout, "into project shop-x") {
+		t.Fatalf("fork:\n%s", r)
+	}
+	fws := filepath.Join(t.TempDir(), "fork")
+	if r = cli("shop-x", "snapshot", "restore", "-w", fws); r.code != 0 {
+		t.Fatalf("restore the fork:\n%s", r)
+	}
+	writeTree(t, fws, map[string]string{"notes.txt": "zero\none\nTWO\nthree\nfour\n"})
+	if r = cli("shop-x", "snapshot", "save", "-w", fws); r.code != 0 {
+		t.Fatalf("save the fork:\n%s", r)
+	}
+	if r = runCLI(t, env, "snapshot", "diff", "shop:", "shop-x:"); r.code != 0 || !strings.Contains(r.stdout, "+zero\n") {
+		t.Fatalf("diff across projects:\n%s", r)
+	}
+	if r = cli("shop-x", "snapshot", "merge"); r.code != 0 || !strings.Contains(r.stdout, "took     notes.txt") {
+		t.Fatalf("merge:\n%s", r)
+	}
+	if got := restored("shop"); got != "zero\none\nTWO\nthree\nfour\n" {
+		t.Fatalf("after the merge: %q", got)
+	}
+	if r = cli("shop", "snapshot", "gc"); r.code != 0 || !strings.Contains(r.stdout, "manifests") {
+		t.Fatalf("gc:\n%s", r)
 	}
 }

@@ -3,12 +3,16 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
+	"time"
 )
 
 // Optional abilities.
 //
 // Some sandboxes can do more than the Sandbox interface asks: list the ports their
-// processes listen on (PortLister), report the dev server they saw start (DevServer). Each
+// processes listen on (PortLister), report the dev server they saw start (DevServer),
+// list their background processes (ProcessLister), report what an archive left out
+// (ArchiveReporter), or have something to tell the model (Noticer). Each
 // such ability is a small named interface, and callers find it with As, never with a bare
 // type assertion, because sandboxes are often wrapped (a session around the provider's
 // sandbox, a test double around a real one): As looks through every wrapper that
@@ -16,8 +20,9 @@ import (
 // it implements Unwrap and the ability of the sandbox under it shows through. This is the
 // convention net/http's ResponseController follows for ResponseWriter wrappers.
 //
-// Providers have one optional ability, Handoff. A provider wrapper implements it itself
-// when its inner provider does, since it must wrap the sandbox Handoff returns anyway.
+// Providers have optional abilities too: Handoff (and HandoffChecker), LifetimeBound,
+// ProjectScoped and Closer, found with ProviderAs through any provider wrapper
+// (ProviderWrapper). A Chain implements each over its members.
 
 // Wrapper is a Sandbox that runs on another one.
 type Wrapper interface {
@@ -95,4 +100,134 @@ func DevServerPort(sb Sandbox) int {
 		return ds.DevServerPort()
 	}
 	return 0
+}
+
+// ProcessInfo is a background process a sandbox knows of (one Start made and that still
+// runs).
+type ProcessInfo struct {
+	// ID is the Process.ID Start gave it (ExecRequest.Tag when one was passed).
+	ID string
+	// PID is its process id inside the sandbox.
+	PID int
+}
+
+// ProcessLister is a sandbox that can tell which of its background processes still run.
+// A session asks before a rotation, to start again only what was running; a process that
+// exited, or that the sandbox killed, is not listed. Processes run in the foreground
+// (Exec) are not listed.
+type ProcessLister interface {
+	Processes(ctx context.Context) ([]ProcessInfo, error)
+}
+
+// ArchiveSkip is an entry a pack left out, and why (a name too long, an unreadable file,
+// a FIFO or socket, an entry past a bound). Path is the sandbox's own name for it: data
+// the sandbox wrote, to be quoted wherever it is shown.
+type ArchiveSkip struct {
+	Path   string
+	Reason string
+}
+
+// ArchiveReport says what a pack stored and what it left out.
+type ArchiveReport struct {
+	Files, Dirs, Symlinks int
+	// Bytes is the size of the files' contents.
+	Bytes int64
+	// Skipped counts the entries left out; Skips names the first of them (at most 100).
+	Skipped int
+	Skips   []ArchiveSkip
+}
+
+// ArchiveReporter is a sandbox whose Archive can say what it stored and left out: a
+// snapshot then reports the entries it could not hold (the local provider's agent packs
+// inside the sandbox and tells). ArchiveReport writes exactly what Archive would write.
+type ArchiveReporter interface {
+	ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (ArchiveReport, error)
+}
+
+// ArchiveWithReport archives sb to w, with its report when sb (or a sandbox it wraps) is
+// an ArchiveReporter, else with an empty report.
+func ArchiveWithReport(ctx context.Context, sb Sandbox, w io.Writer, excludes []string) (ArchiveReport, error) {
+	if ar, ok := As[ArchiveReporter](sb); ok {
+		return ar.ArchiveReport(ctx, w, excludes)
+	}
+	return ArchiveReport{}, sb.Archive(ctx, w, excludes)
+}
+
+// Noticer is a sandbox with something to tell the model once, in the next tool result: a
+// session says which background processes a rotation restarted, or that work was lost.
+// Notice returns the text and forgets it; "" when there is nothing to tell.
+type Noticer interface {
+	Notice() string
+}
+
+// Provider abilities.
+
+// ProviderWrapper is a Provider that runs on another one (a test double, a view).
+type ProviderWrapper interface {
+	UnwrapProvider() Provider
+}
+
+// ProviderAs returns the first provider in the chain p, p.UnwrapProvider(), ... that is a
+// T, where T is a provider ability.
+func ProviderAs[T any](p Provider) (T, bool) {
+	for range maxUnwrap {
+		if p == nil {
+			break
+		}
+		if t, ok := p.(T); ok {
+			return t, true
+		}
+		w, ok := p.(ProviderWrapper)
+		if !ok {
+			break
+		}
+		p = w.UnwrapProvider()
+	}
+	var zero T
+	return zero, false
+}
+
+// LifetimeBound is a provider whose sandboxes cannot live past a bound (an E2B plan's):
+// a session keeps its sandbox's ttl and its own max_lifetime within MaxLifetime.
+type LifetimeBound interface {
+	MaxLifetime() time.Duration
+}
+
+// MaxLifetimeOf is p's bound on a sandbox's life, or 0 when it has none.
+func MaxLifetimeOf(p Provider) time.Duration {
+	if lb, ok := ProviderAs[LifetimeBound](p); ok {
+		return lb.MaxLifetime()
+	}
+	return 0
+}
+
+// ProjectScoped is a provider that counts its sandboxes under a project (E2B's quota
+// ledger): ForProject returns the view a session of project creates through, which
+// creates the same sandboxes and labels them with the project. The view shares the
+// provider's resources; closing the provider closes it.
+type ProjectScoped interface {
+	ForProject(project string) Provider
+}
+
+// ForProject is p's view for project, or p itself when it is not ProjectScoped.
+func ForProject(p Provider, project string) Provider {
+	if ps, ok := ProviderAs[ProjectScoped](p); ok {
+		return ps.ForProject(project)
+	}
+	return p
+}
+
+// Closer is a provider that holds resources until it is closed (a connection pool, a
+// spare volume, a cgroup): the owner of the provider calls Close once, after every
+// sandbox it made is closed; Close returns when the resources are released or ctx ends.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// CloseProvider closes p when it is a Closer.
+func CloseProvider(ctx context.Context, p Provider) error {
+	if c, ok := ProviderAs[Closer](p); ok {
+		return c.Close(ctx)
+	}
+	return nil
 }

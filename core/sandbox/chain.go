@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // ErrUnavailable: a provider cannot create a sandbox now, for a reason that is not the
@@ -42,7 +43,42 @@ var (
 	_ Provider       = (*Chain)(nil)
 	_ Handoff        = (*Chain)(nil)
 	_ HandoffChecker = (*Chain)(nil)
+	_ LifetimeBound  = (*Chain)(nil)
+	_ ProjectScoped  = (*Chain)(nil)
+	_ Closer         = (*Chain)(nil)
 )
+
+// MaxLifetime is the shortest bound of its members (a session may land on any of them),
+// or 0 when none has one.
+func (c *Chain) MaxLifetime() time.Duration {
+	var least time.Duration
+	for _, p := range c.Providers {
+		if d := MaxLifetimeOf(p.Provider); d > 0 && (least == 0 || d < least) {
+			least = d
+		}
+	}
+	return least
+}
+
+// ForProject is a chain of the members' views for project (see ProjectScoped).
+func (c *Chain) ForProject(project string) Provider {
+	views := make([]Named, len(c.Providers))
+	for i, p := range c.Providers {
+		views[i] = Named{Name: p.Name, Provider: ForProject(p.Provider, project)}
+	}
+	return &Chain{Providers: views, ContinueOnError: c.ContinueOnError, Logger: c.Logger}
+}
+
+// Close closes every member that is a Closer.
+func (c *Chain) Close(ctx context.Context) error {
+	var errs []error
+	for _, p := range c.Providers {
+		if err := CloseProvider(ctx, p.Provider); err != nil {
+			errs = append(errs, fmt.Errorf("closing the %s sandbox provider: %w", p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // NewChain builds a chain over providers, tried in the order given.
 func NewChain(log *slog.Logger, providers ...Named) *Chain {

@@ -45,8 +45,12 @@ func TestAgentAgainstFakeMessagesAPI(t *testing.T) {
 	defer cancel()
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "agent-loop"
 	th, err := toolhost.New(ctx, cfg, toolhost.WithLogger(quiet))
 	if err != nil {

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -122,6 +124,25 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 // The swap is two renames in dir's parent; a process holding dir open (or a bind mount of
 // it) keeps seeing the old tree.
 func ExtractReplace(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) (ExtractStats, error) {
+	var st ExtractStats
+	backup, err := Replace(dir, func(tmp string) error {
+		var err error
+		st, err = Extract(ctx, r, tmp, opts)
+		return err
+	})
+	st.Backup = backup
+	if err != nil && !errors.Is(err, ErrUnsafe) && !errors.Is(err, ErrTooLarge) && !strings.HasPrefix(err.Error(), "archive:") {
+		err = fmt.Errorf("archive: extract into %s: %w", dir, err)
+	}
+	return st, err
+}
+
+// Replace fills a new sibling of dir (made empty, mode 0755) with fill, and only when fill
+// succeeds swaps it in: a non-empty dir is renamed to "<dir>.before-restore-<UTC time>"
+// (the backup returned), never deleted; an empty dir is replaced. On error dir is
+// untouched and the partial tree removed. Any restore into a directory that may hold
+// work goes through it (ExtractReplace, a chunked snapshot's restore).
+func Replace(dir string, fill func(tmp string) error) (backup string, err error) {
 	dir = filepath.Clean(dir)
 	parent, base := filepath.Split(dir)
 	if parent == "" {
@@ -129,44 +150,42 @@ func ExtractReplace(ctx context.Context, r io.Reader, dir string, opts ExtractOp
 	}
 	tmp, err := os.MkdirTemp(parent, "."+base+".restore-")
 	if err != nil {
-		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
+		return "", err
 	}
 	// MkdirTemp made tmp 0700; an archive with a root entry ("./") sets its own mode.
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		os.RemoveAll(tmp)
-		return ExtractStats{}, fmt.Errorf("archive: extract into %s: %w", dir, err)
+		return "", err
 	}
-	st, err := Extract(ctx, r, tmp, opts)
-	if err != nil {
+	if err := fill(tmp); err != nil {
 		os.RemoveAll(tmp)
-		return st, err
+		return "", err
 	}
 	if fi, serr := os.Lstat(dir); serr == nil {
 		if !fi.IsDir() {
 			os.RemoveAll(tmp)
-			return st, fmt.Errorf("archive: extract into %s: not a directory", dir)
+			return "", fmt.Errorf("restore into %s: not a directory", dir)
 		}
 		if rerr := os.Remove(dir); rerr != nil { // fails unless dir is empty
-			backup := fmt.Sprintf("%s.before-restore-%s", dir, time.Now().UTC().Format("20060102T150405.000000000Z"))
+			backup = fmt.Sprintf("%s.before-restore-%s", dir, time.Now().UTC().Format("20060102T150405.000000000Z"))
 			if err := os.Rename(dir, backup); err != nil {
 				os.RemoveAll(tmp)
-				return st, fmt.Errorf("archive: extract into %s: move the old tree aside: %w", dir, err)
+				return "", fmt.Errorf("restore into %s: move the old tree aside: %w", dir, err)
 			}
-			st.Backup = backup
 		}
 	} else if !errors.Is(serr, fs.ErrNotExist) {
 		os.RemoveAll(tmp)
-		return st, fmt.Errorf("archive: extract into %s: %w", dir, serr)
+		return "", fmt.Errorf("restore into %s: %w", dir, serr)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		if st.Backup != "" {
-			os.Rename(st.Backup, dir)
-			st.Backup = ""
+		if backup != "" {
+			os.Rename(backup, dir)
+			backup = ""
 		}
 		os.RemoveAll(tmp)
-		return st, fmt.Errorf("archive: extract into %s: swap in the restored tree: %w", dir, err)
+		return "", fmt.Errorf("restore into %s: swap in the restored tree: %w", dir, err)
 	}
-	return st, nil
+	return backup, nil
 }
 
 func prepareDest(dir string) error {
@@ -212,6 +231,12 @@ type extractor struct {
 	taken map[string]bool
 	dirs  []dirMeta
 	buf   []byte
+
+	jobs    chan xjob
+	workers sync.WaitGroup // the writers; stop closes jobs and waits
+	pending sync.WaitGroup // files handed to them and not yet written
+	errMu   sync.Mutex
+	werr    error
 }
 
 func newExtractor(ctx context.Context, root *os.Root, opts ExtractOptions) *extractor {
@@ -233,7 +258,16 @@ func newExtractor(ctx context.Context, root *os.Root, opts ExtractOptions) *extr
 	}
 }
 
+// flushErr returns a worker's failure without waiting.
+func (x *extractor) flushErr() error {
+	x.errMu.Lock()
+	defer x.errMu.Unlock()
+	return x.werr
+}
+
 func (x *extractor) run(r io.Reader) error {
+	x.startWorkers()
+	defer x.stop()
 	zr, err := pgzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("read gzip header: %w", err)
@@ -271,6 +305,9 @@ func (x *extractor) run(r io.Reader) error {
 	}
 	if n > 1<<20 {
 		return fmt.Errorf("%w: more than 1 MiB of data after the end of the archive", ErrUnsafe)
+	}
+	if err := x.flush(); err != nil {
+		return err
 	}
 	return x.finishDirs()
 }
@@ -327,6 +364,9 @@ func (x *extractor) clearSpot(entry, name string) error {
 	if !x.taken[name] && !x.realDirs[name] {
 		x.taken[name] = true
 		return nil
+	}
+	if err := x.flush(); err != nil { // the name may be a file still being written
+		return err
 	}
 	fi, err := x.root.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -425,6 +465,9 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		return nil
 
 	case tar.TypeLink:
+		if err := x.flush(); err != nil { // its target may still be being written
+			return err
+		}
 		if name == "." {
 			return fmt.Errorf("entry %q: a link cannot be the root: %w", hdr.Name, ErrUnsafe)
 		}
@@ -489,7 +532,106 @@ func (x *extractor) checkLinkTarget(hdr *tar.Header, name string) error {
 	return nil
 }
 
+// Files are written on several goroutines (restore at the disk's pace, not one file at a
+// time): a file of at most parallelMax bytes is read whole from the archive and handed to
+// a worker, which creates, fills, chmods and dates it through the Root; larger files are
+// written inline. Nothing is synced. Before anything that needs earlier files on disk (a
+// hard link to one, a duplicate name, the directories' modes at the end) the writes are
+// flushed.
+const parallelMax = 1 << 20
+
+type xjob struct {
+	entry, name string
+	mode        fs.FileMode
+	mtime       time.Time
+	data        []byte
+}
+
+func (x *extractor) startWorkers() {
+	n := max(runtime.GOMAXPROCS(0), 2)
+	x.jobs = make(chan xjob, 4*n)
+	for range n {
+		x.workers.Go(func() { // owned by the extractor: stop closes jobs and waits
+			for j := range x.jobs {
+				if err := x.writeData(j); err != nil {
+					x.fail(err)
+				}
+				x.pending.Done()
+			}
+		})
+	}
+}
+
+func (x *extractor) stop() {
+	if x.jobs != nil {
+		close(x.jobs)
+		x.workers.Wait()
+		x.jobs = nil
+	}
+}
+
+func (x *extractor) fail(err error) {
+	x.errMu.Lock()
+	defer x.errMu.Unlock()
+	if x.werr == nil {
+		x.werr = err
+	}
+}
+
+// flush waits for the files handed to the workers and returns their first failure.
+func (x *extractor) flush() error {
+	x.pending.Wait()
+	x.errMu.Lock()
+	defer x.errMu.Unlock()
+	return x.werr
+}
+
+func (x *extractor) writeData(j xjob) error {
+	f, err := x.root.OpenFile(j.name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", j.entry, err)
+	}
+	_, werr := f.Write(j.data)
+	if werr == nil {
+		werr = f.Chmod(j.mode)
+	}
+	if werr == nil && !j.mtime.IsZero() {
+		werr = futimes(f, j.mtime)
+	}
+	if cerr := f.Close(); werr == nil && cerr != nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("entry %q: %w", j.entry, werr)
+	}
+	return nil
+}
+
 func (x *extractor) writeFile(hdr *tar.Header, name string, mode fs.FileMode, r io.Reader) error {
+	if x.jobs != nil && hdr.Size <= parallelMax {
+		data := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		if n, _ := r.Read(make([]byte, 1)); n > 0 { // the tar reader never does this; belt and braces
+			return fmt.Errorf("entry %q: more data than the declared %d bytes: %w", hdr.Name, hdr.Size, ErrTooLarge)
+		}
+		x.st.Bytes += hdr.Size
+		if x.opts.Progress != nil {
+			x.opts.Progress(x.st.Bytes)
+		}
+		if err := x.flushErr(); err != nil {
+			return err
+		}
+		x.pending.Add(1)
+		select {
+		case x.jobs <- xjob{entry: hdr.Name, name: name, mode: mode, mtime: hdr.ModTime, data: data}:
+			return nil
+		case <-x.ctx.Done():
+			x.pending.Done()
+			return x.ctx.Err()
+		}
+	}
 	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)

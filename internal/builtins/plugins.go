@@ -46,7 +46,8 @@ type Builtin struct {
 
 var builtins = []Builtin{
 	{"bash", "bash.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapLog}},
-	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapLog}},
+	// editfile runs poppler (pdfinfo, pdftotext, pdftoppm) in the sandbox to read PDFs.
+	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog}},
 	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
 	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}},
 }

@@ -1,6 +1,9 @@
 package envd
 
-import "github.com/toolhost/toolhost/internal/archive"
+import (
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/archive"
+)
 
 // The workspace as one tar.gz, packed and unpacked inside the sandbox: the agent sees the
 // sandbox's own view of the files, so a symbolic link the sandbox made can only ever lead to
@@ -45,3 +48,37 @@ const (
 // inside the sandbox, so what it sends is hostile input, and an endless stream must not
 // fill the host's disk. It matches archive.DefaultMaxBytes, the most a restore extracts.
 const MaxArchiveBytes = archive.DefaultMaxBytes
+
+// The workspace as a tree, listed and read from the sandbox's own view (see internal/tree):
+// a chunked save lists it, then reads only the files whose size or times changed.
+const (
+	// PathTreeList answers a listing of the workspace (tree's wire form), leaving out
+	// QueryExcludes; its TrailerTree says how it ended.
+	PathTreeList = "/toolhost/tree/list"
+	// PathTreeRead takes NUL-separated paths in its body and answers their contents.
+	PathTreeRead = "/toolhost/tree/read"
+	// TrailerTree is a TreeResult as JSON; without it a listing or read is incomplete.
+	TrailerTree = "Toolhost-Tree"
+	// MaxTreeReadBody bounds a read's list of paths.
+	MaxTreeReadBody = 64 << 20
+)
+
+// TreeResult is the trailer of a listing or a read.
+type TreeResult struct {
+	Files    int            `json:"files"`
+	Dirs     int            `json:"dirs"`
+	Symlinks int            `json:"symlinks,omitempty"`
+	Skipped  int            `json:"skipped,omitempty"`
+	Bytes    int64          `json:"bytes"`
+	Skips    []archive.Skip `json:"skips,omitempty"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// Report is the sandbox interface's report of a pack.
+func (r ArchiveResult) Report() sandbox.ArchiveReport {
+	out := sandbox.ArchiveReport{Files: r.Files, Dirs: r.Dirs, Symlinks: r.Symlinks, Bytes: r.Bytes, Skipped: r.Skipped}
+	for _, s := range r.Skips {
+		out.Skips = append(out.Skips, sandbox.ArchiveSkip{Path: s.Path, Reason: s.Reason})
+	}
+	return out
+}

@@ -65,7 +65,8 @@ func PageConversation() []Turn {
 					names = append(names, t.Name)
 				}
 				slices.Sort(names)
-				want := []string{"bash", "edit_file", "glob", "grep", "read_file", "take_screenshot", "write_file"}
+				want := []string{"apply_patch", "bash", "bash_kill", "bash_output", "edit_file", "exec_command", "glob", "grep",
+					"read_file", "take_screenshot", "write_file", "write_stdin"}
 				if !slices.Equal(names, want) {
 					return fmt.Errorf("tools %v, want %v", names, want)
 				}

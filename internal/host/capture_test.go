@@ -14,6 +14,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -131,25 +132,25 @@ func TestCaptureCapability(t *testing.T) {
 
 	// Nothing listens: the capturer is not even asked.
 	res = shoot(t, s, `{"port":8001}`)
-	if !res.IsError || !strings.Contains(resultText(res), "nothing in the sandbox listens on port 8001") || len(fc.bases) != 2 {
-		t.Errorf("a closed port: %q (%d captures)", resultText(res), len(fc.bases))
+	if !res.IsError || !strings.Contains(testenv.ResultText(res), "nothing in the sandbox listens on port 8001") || len(fc.bases) != 2 {
+		t.Errorf("a closed port: %q (%d captures)", testenv.ResultText(res), len(fc.bases))
 	}
 	// A failed capture reaches the model in words.
 	fc.err = fmt.Errorf("%w: screenshot: connection refused (is the dev server running?)", host.ErrCaptureUnreachable)
 	res = shoot(t, s, `{"port":8000}`)
-	if !res.IsError || !strings.Contains(resultText(res), "is the dev server running?") {
-		t.Errorf("a failed capture: %q", resultText(res))
+	if !res.IsError || !strings.Contains(testenv.ResultText(res), "is the dev server running?") {
+		t.Errorf("a failed capture: %q", testenv.ResultText(res))
 	}
 
 	// Without a dev server and without a port there is nothing to aim at.
 	s = captureHost(t, fc).OpenSession(sb)
-	if res := shoot(t, s, `{}`); !res.IsError || !strings.Contains(resultText(res), "no port given and no dev server seen") {
-		t.Errorf("no port: %q", resultText(res))
+	if res := shoot(t, s, `{}`); !res.IsError || !strings.Contains(testenv.ResultText(res), "no port given and no dev server seen") {
+		t.Errorf("no port: %q", testenv.ResultText(res))
 	}
 	// Without a capturer, captures say so.
 	s = captureHost(t, nil).OpenSession(sb)
-	if res := shoot(t, s, `{"port":8000}`); !res.IsError || !strings.Contains(resultText(res), "no browser configured") {
-		t.Errorf("no capturer: %q", resultText(res))
+	if res := shoot(t, s, `{"port":8000}`); !res.IsError || !strings.Contains(testenv.ResultText(res), "no browser configured") {
+		t.Errorf("no capturer: %q", testenv.ResultText(res))
 	}
 }
 
@@ -177,14 +178,14 @@ func TestCaptureStraddlingARotation(t *testing.T) {
 	s := captureHost(t, fc).OpenSession(&rotating{Sandbox: sb})
 	res := shoot(t, s, `{"port":8000}`)
 	if res.IsError || len(fc.bases) != 2 || fc.bases[1] != "http://127.0.0.1:40002/" {
-		t.Fatalf("take_screenshot across a rotation: %q after captures of %v", resultText(res), fc.bases)
+		t.Fatalf("take_screenshot across a rotation: %q after captures of %v", testenv.ResultText(res), fc.bases)
 	}
 	// A sandbox replaced under every capture: the first and three more, then the error.
 	fc.bases = nil
 	for n := 3; n <= 6; n++ {
 		fc.unreachable[fmt.Sprintf("http://127.0.0.1:%d/", 40000+n)] = true
 	}
-	if res := shoot(t, s, `{"port":8000}`); !res.IsError || len(fc.bases) != 4 || !strings.Contains(resultText(res), "connection refused") {
-		t.Errorf("previews refused four times: %q after captures of %v", resultText(res), fc.bases)
+	if res := shoot(t, s, `{"port":8000}`); !res.IsError || len(fc.bases) != 4 || !strings.Contains(testenv.ResultText(res), "connection refused") {
+		t.Errorf("previews refused four times: %q after captures of %v", testenv.ResultText(res), fc.bases)
 	}
 }

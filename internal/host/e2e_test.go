@@ -40,6 +40,11 @@ func builtinPlugins(t testing.TB) []host.PluginSpec {
 				return
 			}
 			spec := host.PluginSpec{Path: p}
+			if b.Pkg == "plugins/editfile" {
+				// These tests are of the file tools' mechanics and the host's policy, on
+				// files they put in place: the guard (tested at the root) stays out.
+				spec.Env = map[string]string{"TOOLHOST_EDITFILE_GUARD": "off"}
+			}
 			for _, g := range b.Grants {
 				spec.Grants = append(spec.Grants, abi.Capability(g))
 			}
@@ -112,19 +117,11 @@ func (e *env) call(tool, input string) abi.Result {
 	return res
 }
 
-func resultText(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
-
 // expect asserts a call's is_error flag and that its text contains every want.
 func (e *env) expect(tool, input string, isErr bool, wants ...string) string {
 	e.t.Helper()
 	res := e.call(tool, input)
-	got := resultText(res)
+	got := testenv.ResultText(res)
 	if res.IsError != isErr {
 		e.t.Errorf("%s %s: is_error = %v, want %v; text: %q", tool, input, res.IsError, isErr, got)
 	}
@@ -161,7 +158,7 @@ func TestToolsList(t *testing.T) {
 	for _, tl := range newHost(t).Tools() {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "bash,read_file,write_file,edit_file,grep,glob,take_screenshot" {
+	if got := strings.Join(names, ","); got != "bash,bash_output,bash_kill,exec_command,write_stdin,read_file,write_file,edit_file,apply_patch,grep,glob,take_screenshot" {
 		t.Fatalf("tools = %s", got)
 	}
 }
@@ -254,7 +251,7 @@ func TestBash(t *testing.T) {
 		"$ echo hi; echo oops >&2; exit 3\nhi\n", "[stderr]\noops\n", "[exit 3]")
 	e.expect("bash", `{"command":"pwd; id -u; cat /dev/stdin | wc -c"}`, false, "/home/user\n1000\n0\n", "[exit 0]")
 	e.expect("bash", `{"command":"printf '\\033[31mred\\033[0m'"}`, false, "red")
-	if got := resultText(e.call("bash", `{"command":"printf '\\033[31mred\\033[0m'"}`)); strings.Contains(got, "\x1b") {
+	if got := testenv.ResultText(e.call("bash", `{"command":"printf '\\033[31mred\\033[0m'"}`)); strings.Contains(got, "\x1b") {
 		t.Errorf("ANSI escapes reached the result: %q", got)
 	}
 
@@ -277,7 +274,7 @@ func TestBash(t *testing.T) {
 	logPath := strings.TrimRight(strings.Fields(after)[0], ",.;")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out := resultText(e.call("bash", `{"command":"cat `+logPath+`"}`))
+		out := testenv.ResultText(e.call("bash", `{"command":"cat `+logPath+`"}`))
 		if strings.Contains(out, "tick 3") {
 			break
 		}
@@ -363,12 +360,12 @@ func TestConcurrentSessions(t *testing.T) {
 				return
 			}
 			res, err := s.Dispatch(ctx, "bash", json.RawMessage(`{"command":"wc -l < `+name+`"}`))
-			if err != nil || !strings.Contains(resultText(res), strings.TrimSpace(strings.Repeat(" ", 0))+itoa(i+1)+"\n") {
-				t.Errorf("session %d bash: %q %v", i, resultText(res), err)
+			if err != nil || !strings.Contains(testenv.ResultText(res), strings.TrimSpace(strings.Repeat(" ", 0))+itoa(i+1)+"\n") {
+				t.Errorf("session %d bash: %q %v", i, testenv.ResultText(res), err)
 			}
 			res, err = s.Dispatch(ctx, "grep", json.RawMessage(`{"pattern":"session","output_mode":"count"}`))
-			if err != nil || !strings.Contains(resultText(res), ":"+itoa(i+1)) {
-				t.Errorf("session %d grep: %q %v", i, resultText(res), err)
+			if err != nil || !strings.Contains(testenv.ResultText(res), ":"+itoa(i+1)) {
+				t.Errorf("session %d grep: %q %v", i, testenv.ResultText(res), err)
 			}
 			if b, err := os.ReadFile(filepath.Join(ws, name)); err != nil || string(b) != content {
 				t.Errorf("session %d: workspace holds %q, %v", i, b, err)
@@ -398,7 +395,7 @@ func TestConcurrentEditsLoseNothing(t *testing.T) {
 			in := fmt.Sprintf(`{"path":"shared.txt","old_string":"slot-%02d","new_string":"done-%02d"}`, i, i)
 			res, err := e.s.Dispatch(ctx, "edit_file", json.RawMessage(in))
 			if err != nil || res.IsError {
-				errs <- fmt.Sprintf("edit %d: %v %s", i, err, resultText(res))
+				errs <- fmt.Sprintf("edit %d: %v %s", i, err, testenv.ResultText(res))
 			}
 		})
 	}

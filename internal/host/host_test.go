@@ -15,6 +15,7 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 
 func probePath(t testing.TB) string {
 	t.Helper()
-	p, err := testplugins.Build("host/testdata/probe")
+	p, err := testplugins.Build("internal/host/testdata/probe")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +57,6 @@ func dispatch(t *testing.T, s *Session, tool, input string) (abi.Result, error) 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return s.Dispatch(ctx, tool, json.RawMessage(input))
-}
-
-func text(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
 }
 
 func TestLoadRefusesUngrantedImport(t *testing.T) {
@@ -106,12 +99,12 @@ func TestDispatch(t *testing.T) {
 	s := h.OpenSession(memsandbox.New())
 
 	res, err := dispatch(t, s, "echo", `{"text":"hello"}`)
-	if err != nil || res.IsError || text(res) != "hello" {
+	if err != nil || res.IsError || testenv.ResultText(res) != "hello" {
 		t.Fatalf("echo = %+v, %v", res, err)
 	}
 
 	res, err = dispatch(t, s, "nope", `{}`)
-	if err != nil || !res.IsError || text(res) != "[nope: unknown tool]" {
+	if err != nil || !res.IsError || testenv.ResultText(res) != "[nope: unknown tool]" {
 		t.Fatalf("unknown tool = %+v, %v", res, err)
 	}
 
@@ -123,8 +116,8 @@ func TestDispatch(t *testing.T) {
 		`{"text":`:              "input is not valid JSON",
 	} {
 		res, err = dispatch(t, s, "echo", input)
-		if err != nil || !res.IsError || !strings.Contains(text(res), want) || !strings.HasPrefix(text(res), "[echo: invalid input: ") {
-			t.Errorf("echo %s = %q, %v; want an invalid-input error containing %q", input, text(res), err, want)
+		if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), want) || !strings.HasPrefix(testenv.ResultText(res), "[echo: invalid input: ") {
+			t.Errorf("echo %s = %q, %v; want an invalid-input error containing %q", input, testenv.ResultText(res), err, want)
 		}
 	}
 }
@@ -142,7 +135,7 @@ func TestRunawayPluginStoppedWhileHostServes(t *testing.T) {
 	})
 	// While one instance spins, others keep answering.
 	for range 20 {
-		if res, err := dispatch(t, s, "echo", `{"text":"still here"}`); err != nil || text(res) != "still here" {
+		if res, err := dispatch(t, s, "echo", `{"text":"still here"}`); err != nil || testenv.ResultText(res) != "still here" {
 			t.Fatalf("echo during spin = %+v, %v", res, err)
 		}
 	}
@@ -152,7 +145,7 @@ func TestRunawayPluginStoppedWhileHostServes(t *testing.T) {
 	if !errors.Is(err, ErrPluginTimeout) {
 		t.Fatalf("a guest sleeping past its budget: %+v, %v; want ErrPluginTimeout", res, err)
 	}
-	if res, err := dispatch(t, s, "echo", `{"text":"after"}`); err != nil || text(res) != "after" {
+	if res, err := dispatch(t, s, "echo", `{"text":"after"}`); err != nil || testenv.ResultText(res) != "after" {
 		t.Fatalf("echo after = %+v, %v", res, err)
 	}
 }
@@ -195,7 +188,7 @@ func TestPluginFailuresDiscardInstance(t *testing.T) {
 		if !errors.Is(err, ErrPluginFailed) || !res.IsError {
 			t.Errorf("%s: %+v, %v; want ErrPluginFailed", tool, res, err)
 		}
-		if res, err := dispatch(t, s, "echo", `{"text":"ok"}`); err != nil || text(res) != "ok" {
+		if res, err := dispatch(t, s, "echo", `{"text":"ok"}`); err != nil || testenv.ResultText(res) != "ok" {
 			t.Fatalf("echo after %s = %+v, %v", tool, res, err)
 		}
 	}
@@ -216,8 +209,8 @@ func TestOutOfBoundsPointersGetStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "read_path=-14 read_len=-14 write_data=-14 exec_req=-14 take_none=-2 last_error_out=-14"
-	if text(res) != want {
-		t.Fatalf("oob statuses = %q, want %q", text(res), want)
+	if testenv.ResultText(res) != want {
+		t.Fatalf("oob statuses = %q, want %q", testenv.ResultText(res), want)
 	}
 }
 
@@ -245,7 +238,7 @@ func TestFilePolicyAndTwoCallReplies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := text(res); !strings.HasPrefix(got, want) {
+		if got := testenv.ResultText(res); !strings.HasPrefix(got, want) {
 			t.Errorf("read %s = %.80q, want prefix %.80q", path, got, want)
 		}
 	}
@@ -264,10 +257,10 @@ func TestExecRequestReachesSandbox(t *testing.T) {
 		t.Fatalf("argv reached the sandbox as %q", sb.Argvs)
 	}
 	// The reply is a JSON header line, then the raw stdout and stderr.
-	head, body, _ := strings.Cut(text(res), "\n")
+	head, body, _ := strings.Cut(testenv.ResultText(res), "\n")
 	var er abi.ExecResult
 	if err := json.Unmarshal([]byte(head), &er); err != nil || body[:er.StdoutLen] != "-e $(touch x); 'q' -- .\n" || er.StderrLen != 0 {
-		t.Fatalf("exec reply %q: %v", text(res), err)
+		t.Fatalf("exec reply %q: %v", testenv.ResultText(res), err)
 	}
 }
 
@@ -278,7 +271,7 @@ func TestOutputCappedAndANSIStripped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := text(res)
+	got := testenv.ResultText(res)
 	if !strings.HasPrefix(got, strings.Repeat("é-", 12500)) || !strings.HasSuffix(got, strings.Repeat("é-", 12500)) {
 		t.Error("capped output does not keep 25,000 characters of head and tail")
 	}
@@ -286,8 +279,8 @@ func TestOutputCappedAndANSIStripped(t *testing.T) {
 		t.Errorf("capped output does not say how much was cut: %q", got[25000:25200])
 	}
 	res, err = dispatch(t, s, "ansi", `{}`)
-	if err != nil || text(res) != "red plain done" {
-		t.Fatalf("ansi = %q, %v", text(res), err)
+	if err != nil || testenv.ResultText(res) != "red plain done" {
+		t.Fatalf("ansi = %q, %v", testenv.ResultText(res), err)
 	}
 }
 
@@ -300,8 +293,8 @@ func TestConcurrentSessions(t *testing.T) {
 			for j := range 20 {
 				want := strings.Repeat("x", i*10+j)
 				res, err := s.Dispatch(context.Background(), "echo", json.RawMessage(`{"text":"`+want+`"}`))
-				if err != nil || text(res) != want {
-					t.Errorf("session %d call %d: %q, %v", i, j, text(res), err)
+				if err != nil || testenv.ResultText(res) != want {
+					t.Errorf("session %d call %d: %q, %v", i, j, testenv.ResultText(res), err)
 					return
 				}
 			}
@@ -360,8 +353,8 @@ func TestStoreCapability(t *testing.T) {
 		{`{"op":"get","key":"a//b"}`, "status -22"},
 	} {
 		res, err := dispatch(t, s, "store", c.input)
-		if err != nil || !strings.HasPrefix(text(res), c.want) {
-			t.Errorf("store %s = %q, %v; want %q", c.input, text(res), err, c.want)
+		if err != nil || !strings.HasPrefix(testenv.ResultText(res), c.want) {
+			t.Errorf("store %s = %q, %v; want %q", c.input, testenv.ResultText(res), err, c.want)
 		}
 	}
 	// The plugin's corner is plugins/probe/: nothing lands anywhere else.

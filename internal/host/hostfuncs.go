@@ -55,7 +55,7 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 		switch f.op {
 		case abi.FnWriteVersioned:
 			params = []api.ValueType{i32, i32, i32, i32, i32, i32}
-		case abi.FnStoreDelete:
+		case abi.FnStoreDelete, abi.FnRemove:
 			params = []api.ValueType{i32, i32}
 		}
 		m := f.cap.Module()
@@ -99,12 +99,17 @@ type hostCall struct {
 	exec           abi.ExecRequest
 	list           abi.ListRequest
 	text           abi.ReadTextRequest
+	process        abi.ProcessRequest
+	terminal       terminalCall
 	in             int // bytes the call took, for the audit
 }
 
 // hostFns lists the acting host functions. Their import names are the ops.
 var hostFns = []*hostFn{
 	{abi.CapSandboxExec, abi.FnExec, (*Host).decodeExec, (*Host).exec},
+	{abi.CapSandboxExec, abi.FnProcess, (*Host).decodeProcess, (*Host).process},
+	{abi.CapSandboxExec, abi.FnTerminalStart, (*Host).decodeTerminalStart, (*Host).terminalStart},
+	{abi.CapSandboxExec, abi.FnTerminalIO, (*Host).decodeTerminalIO, (*Host).terminalIO},
 	{abi.CapSandboxFiles, abi.FnRead, (*Host).decodePathOut, (*Host).readFile},
 	{abi.CapSandboxFiles, abi.FnReadText, (*Host).decodeReadText, (*Host).readText},
 	{abi.CapSandboxFiles, abi.FnWrite, (*Host).decodePathData, (*Host).writeFile},
@@ -112,11 +117,14 @@ var hostFns = []*hostFn{
 	{abi.CapSandboxFiles, abi.FnWriteVersioned, (*Host).decodeWriteVersioned, (*Host).writeVersioned},
 	{abi.CapSandboxFiles, abi.FnStat, (*Host).decodePathOut, (*Host).stat},
 	{abi.CapSandboxFiles, abi.FnList, (*Host).decodeList, (*Host).list},
+	{abi.CapSandboxFiles, abi.FnRemove, (*Host).decodePath, (*Host).remove},
 	{abi.CapCapture, abi.FnCapture, (*Host).decodeCapture, (*Host).capture},
 	{abi.CapStore, abi.FnStorePut, (*Host).decodeStorePut, (*Host).storePut},
 	{abi.CapStore, abi.FnStoreGet, (*Host).decodeStoreKeyOut, (*Host).storeGet},
 	{abi.CapStore, abi.FnStoreList, (*Host).decodeStoreKeyOut, (*Host).storeList},
 	{abi.CapStore, abi.FnStoreDelete, (*Host).decodeStoreKey, (*Host).storeDelete},
+	{abi.CapSession, abi.FnSessionGet, (*Host).decodeStateGet, (*Host).stateGet},
+	{abi.CapSession, abi.FnSessionSet, (*Host).decodeStateSet, (*Host).stateSet},
 }
 
 // status stores msg for last_error and returns s as the i64 result.
@@ -372,6 +380,9 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 		proc, err := inst.sb.Start(ctx, sreq)
 		if err != nil {
 			return inst.execStatus(err)
+		}
+		if inst.session != nil && proc.ID != "" {
+			inst.session.owned.addProc(inst.p.name, proc.ID, proc.LogPath)
 		}
 		out, _ := json.Marshal(abi.ExecResult{ID: proc.ID, PID: proc.PID, LogPath: proc.LogPath})
 		return inst.reply(c.outPtr, c.outCap, append(out, '\n'))

@@ -16,7 +16,7 @@ import (
 // does nothing; subtract noop. Run with -count and compare medians (benchstat): the pieces
 // are a few microseconds each.
 func BenchmarkKitCosts(b *testing.B) {
-	p, err := testplugins.Build("host/testdata/kitcost")
+	p, err := testplugins.Build("internal/host/testdata/kitcost")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -57,10 +57,12 @@ var (
 var hostFunctions = map[string][]string{
 	abi.ModuleCore:              {abi.FnTake, abi.FnLastError},
 	abi.CapLog.Module():         {abi.FnLog},
-	abi.CapSandboxExec.Module(): {abi.FnExec},
+	abi.CapSandboxExec.Module(): {abi.FnExec, abi.FnProcess, abi.FnTerminalStart, abi.FnTerminalIO},
 	abi.CapSandboxFiles.Module(): {
 		abi.FnRead, abi.FnReadText, abi.FnWrite, abi.FnReadVersioned, abi.FnWriteVersioned, abi.FnStat, abi.FnList,
+		abi.FnRemove,
 	},
+	abi.ModuleSession:       {abi.FnSessionGet, abi.FnSessionSet},
 	abi.CapCapture.Module(): {abi.FnCapture},
 	abi.CapStore.Module():   {abi.FnStorePut, abi.FnStoreGet, abi.FnStoreList, abi.FnStoreDelete},
 }
@@ -234,7 +236,7 @@ func checkGrants(label string, imports []Import, grants []abi.Capability) error 
 		switch imp.Module {
 		case abi.ModuleWASI:
 			continue
-		case abi.ModuleCore:
+		case abi.ModuleCore, abi.ModuleSession:
 		default:
 			c, ok := abi.CapabilityOfModule(imp.Module)
 			if !ok {

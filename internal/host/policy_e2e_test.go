@@ -20,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/policy"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // scopedHost loads the built-ins, with scope (and the other fields of mutate) applied to
@@ -256,7 +257,11 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		if r.Sandbox != sb.ID() || r.Time.IsZero() || r.Micros < 0 {
 			t.Errorf("record without its sandbox or time: %+v", r)
 		}
-		line := strings.Join([]string{r.Plugin, r.Tool, r.Cap, r.Op, r.Path, strings.Join(r.Argv, " "), r.Decision, r.Why}, "|")
+		argv := strings.Join(r.Argv, " ")
+		if len(r.Argv) > 3 && r.Argv[3] == "toolhost-bash" { // the shell's wrapper: its command is last
+			argv = "bash -c WRAPPER ... " + r.Argv[len(r.Argv)-1]
+		}
+		line := strings.Join([]string{r.Plugin, r.Tool, r.Cap, r.Op, r.Path, argv, r.Decision, r.Why}, "|")
 		if r.Status != 0 {
 			line += fmt.Sprintf("|%d", r.Status)
 		}
@@ -273,7 +278,8 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		"editfile|read_file|tool|call|||allow|",
 		"editfile|write_file|sandbox_files|write|src/main.go||deny|write: docs/**|-1",
 		"editfile|write_file|tool|call|||allow|",
-		"bash|bash|sandbox_exec|run||bash -c echo hi|allow|unscoped",
+		"bash|bash|session|get|||allow|unscoped|-2", // where the shell is: nowhere yet
+		"bash|bash|sandbox_exec|run||bash -c WRAPPER ... echo hi|allow|unscoped",
 		"bash|bash|tool|call|||allow|",
 		"editfile|read_file|sandbox_files|read_text|../etc/passwd||invalid||-18",
 		"editfile|read_file|tool|call|||allow|",
@@ -291,7 +297,7 @@ func TestCaptureScope(t *testing.T) {
 	s := h.OpenSession(memsandbox.New())
 	ctx := context.Background()
 	res, err := s.Dispatch(ctx, "take_screenshot", json.RawMessage(`{"port":5432}`))
-	if err != nil || !res.IsError || !strings.Contains(resultText(res), "policy: plugin screenshot may not capture port 5432 (allowed: 3000)") {
+	if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), "policy: plugin screenshot may not capture port 5432 (allowed: 3000)") {
 		t.Errorf("port 5432: %+v, %v", res, err)
 	}
 	// Port 3000 is allowed: the capture goes on (and fails here, as nothing listens and

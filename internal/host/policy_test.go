@@ -14,6 +14,7 @@ import (
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/policy"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // probeSpec is the probe plugin with every grant, changed by mutate.
@@ -44,7 +45,7 @@ func TestSecretsNeverShow(t *testing.T) {
 
 	// The command sees the secret; what it prints reaches the plugin without it.
 	res, err := dispatch(t, s, "exec", `{"argv":["sh","-c","echo token=$API_TOKEN"]}`)
-	if err != nil || res.IsError || !strings.Contains(text(res), "token=[secret API_TOKEN]") {
+	if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), "token=[secret API_TOKEN]") {
 		t.Fatalf("exec = %+v, %v; want the output with the secret replaced", res, err)
 	}
 	// A command that writes it to a file hands it to the plugin, which logs it, uses it as
@@ -59,14 +60,14 @@ func TestSecretsNeverShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := text(res); strings.Contains(got, secret) || !strings.Contains(got, "read [secret API_TOKEN]") || !strings.Contains(got, "read [secret API_TOKEN]: no such file") {
+	if got := testenv.ResultText(res); strings.Contains(got, secret) || !strings.Contains(got, "read [secret API_TOKEN]") || !strings.Contains(got, "read [secret API_TOKEN]: no such file") {
 		t.Errorf("leak result %q: want the secret replaced in it and in the last_error it quotes", got)
 	}
 	// A plugin that dies printing it: its stderr is quoted in the error and the result.
 	res, err = dispatch(t, s, "leak", `{"path":"leak.txt","panic":true}`)
-	if !errors.Is(err, ErrPluginFailed) || strings.Contains(err.Error(), secret) || strings.Contains(text(res), secret) ||
+	if !errors.Is(err, ErrPluginFailed) || strings.Contains(err.Error(), secret) || strings.Contains(testenv.ResultText(res), secret) ||
 		!strings.Contains(err.Error(), "[secret API_TOKEN]") {
-		t.Errorf("a plugin dying with the secret on its stderr: %v; result %q", err, text(res))
+		t.Errorf("a plugin dying with the secret on its stderr: %v; result %q", err, testenv.ResultText(res))
 	}
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestPluginLimits(t *testing.T) {
 			}
 		}
 		res, err := dispatch(t, s, "echo", `{"text":"x"}`)
-		if err != nil || !res.IsError || !strings.Contains(text(res), "policy: plugin probe may make at most 2 calls a minute; try again in") {
+		if err != nil || !res.IsError || !strings.Contains(testenv.ResultText(res), "policy: plugin probe may make at most 2 calls a minute; try again in") {
 			t.Errorf("third call: %+v, %v", res, err)
 		}
 		recs := rec.Records()
@@ -219,12 +220,12 @@ func TestStoreReadOnly(t *testing.T) {
 	h := probeHostWith(t, func(s *PluginSpec) { s.Scope.Store = &policy.Store{Access: policy.StoreRead} }, func(c *Config) { c.Store = st })
 	s := h.OpenSession(memsandbox.New())
 	res, _ := dispatch(t, s, "store", `{"op":"put","key":"a.txt","text":"x"}`)
-	if !strings.Contains(text(res), "status -1: policy: plugin probe may not put a.txt: its store is read-only") {
-		t.Errorf("put: %q", text(res))
+	if !strings.Contains(testenv.ResultText(res), "status -1: policy: plugin probe may not put a.txt: its store is read-only") {
+		t.Errorf("put: %q", testenv.ResultText(res))
 	}
 	res, _ = dispatch(t, s, "store", `{"op":"list","key":""}`)
-	if text(res) != `{"objects":[]}` {
-		t.Errorf("list: %q", text(res))
+	if testenv.ResultText(res) != `{"objects":[]}` {
+		t.Errorf("list: %q", testenv.ResultText(res))
 	}
 }
 
@@ -234,7 +235,7 @@ func TestAuditOffCostsNothing(t *testing.T) {
 	sb := memsandbox.New()
 	sb.Put("f.txt", "hello")
 	s := h.OpenSession(sb)
-	if res, err := dispatch(t, s, "read", `{"path":"f.txt"}`); err != nil || text(res) != "hello" {
+	if res, err := dispatch(t, s, "read", `{"path":"f.txt"}`); err != nil || testenv.ResultText(res) != "hello" {
 		t.Fatal(res, err)
 	}
 	if h.audit != nil || h.secrets != nil || h.plugins[0].policy != nil || h.plugins[0].limiter != nil {
@@ -248,7 +249,7 @@ func TestScopedPathDepth(t *testing.T) {
 	}, nil)
 	deep := strings.Repeat("d/", 70) + "f.txt"
 	res, _ := dispatch(t, h.OpenSession(memsandbox.New()), "read", `{"path":"`+deep+`"}`)
-	if !strings.Contains(text(res), "status -22: read "+deep+" is 71 levels deep, more than the 64") {
-		t.Errorf("a 71-level scoped path: %q", text(res))
+	if !strings.Contains(testenv.ResultText(res), "status -22: read "+deep+" is 71 levels deep, more than the 64") {
+		t.Errorf("a 71-level scoped path: %q", testenv.ResultText(res))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // A plugin loaded once is recorded; the next host registers it from its record and
@@ -73,7 +74,7 @@ func TestLoadFromRecord(t *testing.T) {
 	if !h2.plugins[0].deferred {
 		t.Fatal("the second load did not use the record")
 	}
-	if res, err := echo(h2); err != nil || text(res) != "hi" {
+	if res, err := echo(h2); err != nil || testenv.ResultText(res) != "hi" {
 		t.Fatalf("echo from a recorded plugin: %+v, %v", res, err)
 	}
 	if err := h2.Ready(ctx); err != nil {
@@ -101,7 +102,7 @@ func TestLoadFromRecord(t *testing.T) {
 	// A record whose manifest is not the module's: the same.
 	edit(func(r *record) { r.Manifest = strings.Replace(r.Manifest, `"echo"`, `"echo2"`, 1) })
 	h4 := open()
-	if res, err := echo(h4); err != nil || !strings.Contains(text(res), "unknown tool") {
+	if res, err := echo(h4); err != nil || !strings.Contains(testenv.ResultText(res), "unknown tool") {
 		t.Fatalf("echo, which the record does not name: %+v, %v", res, err)
 	}
 	_, err = h4.OpenSession(memsandbox.New()).Dispatch(ctx, "echo2", json.RawMessage(`{"text":"hi"}`))

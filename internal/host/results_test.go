@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // TestResultForms holds the host to what ABI.md section 5 says of results: is_error and
@@ -17,7 +18,7 @@ func TestResultForms(t *testing.T) {
 	call := func(raw string) (string, bool, error) {
 		t.Helper()
 		res, err := dispatch(t, s, "raw", `{"b64":"`+base64.StdEncoding.EncodeToString([]byte(raw))+`"}`)
-		return text(res), res.IsError, err
+		return testenv.ResultText(res), res.IsError, err
 	}
 	for _, c := range []struct {
 		raw, text string

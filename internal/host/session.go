@@ -19,6 +19,9 @@ type Session struct {
 	sb          sandbox.Sandbox
 	project     string
 	defaultPort int
+
+	state sessionState // the plugins' session state (state.go)
+	owned owned        // the background processes and terminals they started (procfuncs.go)
 }
 
 // Sandbox returns the sandbox the session's tools act in.
@@ -89,18 +92,12 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	if err := checkResult(&res); err != nil {
 		return hostFailure(name, fmt.Errorf("%w: plugin %s returned an invalid result: %v", ErrPluginFailed, t.plugin, err))
 	}
-	if n, ok := s.sb.(noticer); ok {
+	if n, ok := sandbox.As[sandbox.Noticer](s.sb); ok {
 		if msg := n.Notice(); msg != "" {
 			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: msg})
 		}
 	}
 	return res, nil
-}
-
-// noticer is a sandbox with something to tell the agent once, in the next tool result
-// (internal/session: the background processes a rotation restarted).
-type noticer interface {
-	Notice() string
 }
 
 func hostFailure(tool string, err error) (abi.Result, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // The store capability gives each plugin a corner of the object store of its own:
@@ -28,7 +29,7 @@ const maxStoreKey = 512
 func (inst *instance) storeKey(raw []byte, prefix bool) (string, bool) {
 	k := string(raw)
 	if prefix && k == "" {
-		return "plugins/" + inst.p.name + "/", true
+		return storekeys.Plugin(inst.p.name), true
 	}
 	if len(k) > maxStoreKey || !storeKeyRE.MatchString(k) || strings.Contains(k, "//") {
 		return "", false
@@ -41,7 +42,7 @@ func (inst *instance) storeKey(raw []byte, prefix bool) (string, bool) {
 	if !prefix && strings.HasSuffix(k, "/") {
 		return "", false
 	}
-	return "plugins/" + inst.p.name + "/" + k, true
+	return storekeys.Plugin(inst.p.name) + k, true
 }
 
 // decodeStoreKey decodes the key argument in stack[0:2] of a store function. A store
@@ -102,7 +103,7 @@ func (inst *instance) storeStatus(what, key string, err error) uint64 {
 	default:
 		inst.p.h.log.Warn("store call failed", "plugin", inst.p.name, "op", what, "err", err)
 	}
-	rel := strings.TrimPrefix(key, "plugins/"+inst.p.name+"/")
+	rel := strings.TrimPrefix(key, storekeys.Plugin(inst.p.name))
 	return inst.status(s, "store %s %s: %s", what, rel, why)
 }
 
@@ -134,7 +135,7 @@ func (h *Host) storeList(ctx context.Context, inst *instance, c *hostCall) uint6
 	if err != nil {
 		return inst.storeStatus("list", c.abs, err)
 	}
-	own := "plugins/" + inst.p.name + "/"
+	own := storekeys.Plugin(inst.p.name)
 	out := struct {
 		Objects []abi.StoreObject `json:"objects"`
 	}{Objects: make([]abi.StoreObject, 0, len(objs))}

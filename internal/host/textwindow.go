@@ -26,6 +26,9 @@ func (h *Host) readText(ctx context.Context, inst *instance, c *hostCall) uint64
 		return inst.fileStatus("read "+c.req.Path, err)
 	}
 	header, text := abi.TextWindow(data, c.text)
+	if c.text.Version {
+		header.Version = fileVersion(data)
+	}
 	hb, _ := json.Marshal(header)
 	out := make([]byte, 0, len(hb)+1+len(text))
 	return inst.reply(c.outPtr, c.outCap, append(append(append(out, hb...), '\n'), text...))

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Defaults of Config.
@@ -126,6 +127,10 @@ type Config struct {
 	// Logger receives renewals' failures, takeovers and the loss of a lease
 	// (slog.Default when nil).
 	Logger *slog.Logger
+	// Prefix, when set, is the folder of the generations instead of the project's
+	// (Prefix(project)): a lease on something other than a project, such as the chunk
+	// store's collector. It ends in "/".
+	Prefix string
 	// OnLost, when set, is called once (from the renewing goroutine) when the lease is
 	// lost; Err reports it too.
 	OnLost func(error)
@@ -167,9 +172,19 @@ func (c *Config) defaults() error {
 }
 
 // Prefix is where a project's lease generations live.
-func Prefix(project string) string { return "projects/" + project + "/lease/" }
+func Prefix(project string) string { return storekeys.Lease(project) }
 
-func genKey(project string, n uint64) string { return fmt.Sprintf("%s%020d", Prefix(project), n) }
+func genKey(project string, n uint64) string { return storekeys.LeaseGeneration(project, n) }
+
+func genKeyIn(prefix string, n uint64) string { return fmt.Sprintf("%s%020d", prefix, n) }
+
+// prefix is the folder of this lease's generations.
+func (l *Lease) prefix() string {
+	if l.cfg.Prefix != "" {
+		return l.cfg.Prefix
+	}
+	return Prefix(l.project)
+}
 
 // Lease is a held lease. Its renewing goroutine runs until Release.
 type Lease struct {
@@ -194,7 +209,11 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	if err := store.ValidKey(genKey(project, 0)); err != nil {
+	first := genKey(project, 0)
+	if cfg.Prefix != "" {
+		first = genKeyIn(cfg.Prefix, 0)
+	}
+	if err := store.ValidKey(first); err != nil {
 		return nil, fmt.Errorf("lease of project %q: %w", project, err)
 	}
 	id := make([]byte, 8)
@@ -380,7 +399,7 @@ func (l *Lease) claim(ctx context.Context, n uint64, rec record) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	key := genKey(l.project, n)
+	key := genKeyIn(l.prefix(), n)
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	_, err = l.cfg.Store.Put(cctx, key, bytes.NewReader(body), store.PutOptions{
 		Size: int64(len(body)), ContentType: "application/json", IfNotExists: true})
@@ -416,7 +435,7 @@ func (l *Lease) claim(ctx context.Context, n uint64, rec record) (bool, error) {
 func (l *Lease) list(ctx context.Context) ([]uint64, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	defer cancel()
-	prefix := Prefix(l.project)
+	prefix := l.prefix()
 	objs, err := store.ListAll(cctx, l.cfg.Store, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("listing the lease of project %s: %w", l.project, err)
@@ -438,7 +457,7 @@ func (l *Lease) list(ctx context.Context) ([]uint64, error) {
 func (l *Lease) read(ctx context.Context, n uint64) (*record, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	defer cancel()
-	key := genKey(l.project, n)
+	key := genKeyIn(l.prefix(), n)
 	r, _, err := l.cfg.Store.Get(cctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("reading the lease of project %s: %w", l.project, err)
@@ -464,7 +483,7 @@ func (l *Lease) remove(ctx context.Context, gens []uint64) {
 	}
 	keys := make([]string, len(gens))
 	for i, g := range gens {
-		keys[i] = genKey(l.project, g)
+		keys[i] = genKeyIn(l.prefix(), g)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 const (
@@ -174,7 +175,7 @@ func BenchmarkLoad(b *testing.B) {
 		for _, cs := range clients {
 			cs.Close()
 		}
-		waitFor(b, "the MCP sessions to end", func() bool { return s.OpenSessions() == 0 })
+		testenv.WaitFor(b, "the MCP sessions to end", func() bool { return s.OpenSessions() == 0 })
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(float64(len(direct))/directWall.Seconds(), "direct-calls/s")

@@ -20,7 +20,7 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/sessionapi"
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Sessions the shell holds: `toolhost session start` opens one through the session API
@@ -94,7 +94,7 @@ func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle 
 const shellOwner = "shell"
 
 func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
-	if err := snapshot.ValidProjectID(project); err != nil {
+	if err := storekeys.ValidProject(project); err != nil {
 		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
 	}
 	if workspace == "" {
@@ -290,6 +290,9 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 	var res abi.Result
 	if tool == CommitTool && !s.pluginCommit {
 		res = s.commitResult(ctx, h.b, sess, input)
+	} else if (tool == CheckpointsTool || tool == RewindTool) && !s.pluginTool(tool) {
+		msg, isErr := h.b.checkpointText(ctx, sess, tool, input)
+		res = abi.Result{IsError: isErr, Content: []abi.Content{{Type: abi.ContentText, Text: msg}}}
 	} else {
 		res, err = sess.Dispatch(ctx, tool, input)
 		if err != nil {
@@ -313,28 +316,28 @@ func (s *Server) commitResult(ctx context.Context, b *binding, sess *toolhost.Se
 }
 
 // CommitHeld saves a snapshot of held session id's workspace.
-func (s *Server) CommitHeld(ctx context.Context, id, label string) (snapshot.Info, error) {
+func (s *Server) CommitHeld(ctx context.Context, id, label string) (toolhost.SnapshotInfo, error) {
 	h, err := s.lookup(shellOwner, id)
 	if err != nil {
-		return snapshot.Info{}, err
+		return toolhost.SnapshotInfo{}, err
 	}
 	h.last.Store(time.Now().UnixNano())
 	sess, err := h.b.session(ctx)
 	if err != nil {
-		return snapshot.Info{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)
+		return toolhost.SnapshotInfo{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)
 	}
 	return sess.Commit(ctx, label)
 }
 
 // StopHeld ends held session id: its workspace committed, its sandbox closed.
-func (s *Server) StopHeld(ctx context.Context, id string) (snapshot.Info, error) {
+func (s *Server) StopHeld(ctx context.Context, id string) (toolhost.SnapshotInfo, error) {
 	return s.stopHeld(ctx, shellOwner, id)
 }
 
-func (s *Server) stopHeld(ctx context.Context, owner, id string) (snapshot.Info, error) {
+func (s *Server) stopHeld(ctx context.Context, owner, id string) (toolhost.SnapshotInfo, error) {
 	h, err := s.lookup(owner, id)
 	if err != nil {
-		return snapshot.Info{}, err
+		return toolhost.SnapshotInfo{}, err
 	}
 	err = h.b.finish(ctx, "stopped")
 	s.forget(h, "it was stopped")

@@ -17,8 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // ProjectHeader names the project of the session a request opens (else the query
@@ -75,7 +74,7 @@ func CheckTokens(tokens []Token) error {
 			return fmt.Errorf("token %s is shorter than 16 characters: use a long random one (openssl rand -hex 32)", t.Name)
 		}
 		for _, p := range t.Projects {
-			if err := snapshot.ValidProjectID(p); err != nil {
+			if err := storekeys.ValidProject(p); err != nil {
 				return fmt.Errorf("token %s: %w", t.Name, err)
 			}
 		}
@@ -245,7 +244,7 @@ func (s *Server) gate(h http.Handler) http.Handler {
 				project = allowed[0]
 			}
 		}
-		if err := snapshot.ValidProjectID(project); err != nil {
+		if err := storekeys.ValidProject(project); err != nil {
 			http.Error(w, fmt.Sprintf("project %q: %v", project, err), http.StatusBadRequest)
 			return
 		}

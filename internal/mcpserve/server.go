@@ -13,6 +13,9 @@
 //     progress notification every Options.ProgressInterval while it runs.
 //   - commit {"label": "..."}: saves a snapshot of the workspace now (a phase commit),
 //     answering with its key and size.
+//   - checkpoints: the project's snapshots with their times and labels (read-only);
+//     rewind {"checkpoint": "..."}: the workspace back at one, the present saved first so
+//     the rewind can be undone (marked destructive: a client asks its user first).
 //
 // When a session ends (the client closes it or goes away, it stays idle past
 // Options.IdleTimeout over HTTP, or the server shuts down) its workspace is committed and
@@ -32,6 +35,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +45,6 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/lease"
-	"github.com/toolhost/toolhost/internal/snapshot"
 )
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
@@ -48,6 +52,13 @@ const shutdownBound = 5 * time.Minute
 
 // CommitTool is the name of the tool that commits a session's workspace.
 const CommitTool = "commit"
+
+// CheckpointsTool lists the project's snapshots; RewindTool moves the workspace back to
+// one (saving the present first, so a rewind can be undone).
+const (
+	CheckpointsTool = "checkpoints"
+	RewindTool      = "rewind"
+)
 
 // Options configure a Server. The zero value serves the Toolhost's project with the
 // defaults below.
@@ -165,6 +176,27 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 				"(it is also saved when the session ends). Give a short label saying what was done.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"label":{"type":"string",` +
 				`"description":"what the snapshot holds, e.g. \"login page done\""}},"additionalProperties":false}`),
+		})
+	}
+	no, yes := false, true
+	if !s.hasTool(CheckpointsTool) {
+		s.tools = append(s.tools, &mcp.Tool{
+			Name: CheckpointsTool,
+			Description: "List the workspace's checkpoints (saved snapshots), newest first, with their times and labels. " +
+				"Any of them can be gone back to with rewind.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
+			Annotations: &mcp.ToolAnnotations{Title: "List checkpoints", ReadOnlyHint: true, OpenWorldHint: &no},
+		})
+	}
+	if !s.hasTool(RewindTool) {
+		s.tools = append(s.tools, &mcp.Tool{
+			Name: RewindTool,
+			Description: "Put the whole workspace back as it was at a checkpoint (files changed by any tool or command " +
+				"included). The present is saved first as a checkpoint, so the rewind can be undone by rewinding to it; " +
+				"background processes are restarted.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"checkpoint":{"type":"string",` +
+				`"description":"the checkpoint's key, as checkpoints lists it"}},"required":["checkpoint"],"additionalProperties":false}`),
+			Annotations: &mcp.ToolAnnotations{Title: "Rewind the workspace", DestructiveHint: &yes, OpenWorldHint: &no},
 		})
 	}
 	names := make([]string, 0, len(s.tools))
@@ -291,7 +323,7 @@ type binding struct {
 	watched bool
 	ended   bool
 	endErr  error
-	endInfo snapshot.Info // the commit at the end, when it saved
+	endInfo toolhost.SnapshotInfo // the commit at the end, when it saved
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
@@ -452,6 +484,9 @@ func (b *binding) call(ctx context.Context, tool string, req *mcp.CallToolReques
 	if tool == CommitTool && !b.srv.pluginCommit {
 		return b.commit(ctx, sess, input)
 	}
+	if (tool == CheckpointsTool || tool == RewindTool) && !b.srv.pluginTool(tool) {
+		return b.checkpoint(ctx, sess, tool, input)
+	}
 	res, err := sess.Dispatch(ctx, tool, input)
 	if err != nil {
 		b.srv.log.Warn("mcp: a tool call failed in the host", "tool", tool, "project", b.project, "err", err)
@@ -551,4 +586,58 @@ func toMCP(r abi.Result) *mcp.CallToolResult {
 
 func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// pluginTool reports whether a plugin provides tool (which then shadows the server's).
+func (s *Server) pluginTool(name string) bool {
+	for _, t := range s.th.Tools() {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *binding) checkpoint(ctx context.Context, sess *toolhost.Session, tool string, input json.RawMessage) *mcp.CallToolResult {
+	msg, isErr := b.checkpointText(ctx, sess, tool, input)
+	return &mcp.CallToolResult{IsError: isErr, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+func (b *binding) checkpointText(ctx context.Context, sess *toolhost.Session, tool string, input json.RawMessage) (string, bool) {
+	if tool == CheckpointsTool {
+		cps, err := sess.Checkpoints(ctx)
+		if err != nil {
+			b.srv.log.Error("mcp: checkpoints", "project", b.project, "err", err)
+			return "the checkpoints could not be listed (the server's log says why); try again", true
+		}
+		if len(cps) == 0 {
+			return "no checkpoints yet: commit saves one", false
+		}
+		var sb strings.Builder
+		for _, c := range cps {
+			label := c.Label
+			if label == "" {
+				label = "(no label)"
+			}
+			fmt.Fprintf(&sb, "%s  %s  %s\n", path.Base(c.Key), c.Time.UTC().Format("2006-01-02 15:04:05 UTC"), label)
+		}
+		return sb.String(), false
+	}
+	var in struct {
+		Checkpoint string `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil || in.Checkpoint == "" {
+		return `rewind takes {"checkpoint": "a key from checkpoints"}`, true
+	}
+	res, err := sess.Rewind(ctx, in.Checkpoint)
+	if err != nil {
+		b.srv.log.Error("mcp: rewind", "project", b.project, "checkpoint", in.Checkpoint, "err", err)
+		if errors.Is(err, toolhost.ErrNoSuchSnapshot) {
+			return fmt.Sprintf("there is no checkpoint %q; call checkpoints to list them", in.Checkpoint), true
+		}
+		return "the workspace could not be rewound (the server's log says why); it is as it was", true
+	}
+	msg := fmt.Sprintf("the workspace is back at checkpoint %s. The state before the rewind is checkpoint %s: rewind to it to undo.",
+		path.Base(res.Checkpoint), path.Base(res.Undo))
+	return msg, false
 }

@@ -30,8 +30,12 @@ import (
 func testConfig(t testing.TB) toolhost.Config {
 	cfg := toolhost.DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Sandbox.RunDir = t.TempDir()
+	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Project = "mcptest"
 	return cfg
 }
@@ -187,7 +191,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 
 func snapshotCount(t testing.TB, th *toolhost.Toolhost, project string) int {
 	t.Helper()
-	l, err := th.Storage().Snapshots().List(context.Background(), project)
+	l, err := th.Storage().Snapshots(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +213,7 @@ func TestInMemory(t *testing.T) {
 	}
 	call(t, cs, "write_file", map[string]any{"path": "notes/b.txt", "content": "after the commit\n"})
 	cs.Close()
-	waitFor(t, "the session to end after the client closed", func() bool { return s.OpenSessions() == 0 })
+	testenv.WaitFor(t, "the session to end after the client closed", func() bool { return s.OpenSessions() == 0 })
 	if n := snapshotCount(t, th, "mcptest"); n != 2 {
 		t.Errorf("%d snapshots after the client went, want 2 (its end commits)", n)
 	}
@@ -227,16 +231,6 @@ func TestInMemory(t *testing.T) {
 
 // waitFor polls cond until it holds, failing after a generous bound (a bound on a hang,
 // not a measurement).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestProgress: a call made with a progress token gets progress notifications while it
 // runs, over the in-memory transport and over streamable HTTP (down the call's own SSE
@@ -312,12 +306,12 @@ func cancelKills(t *testing.T, cs *mcp.ClientSession) {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sleep " + marker}})
 		errc <- err
 	}()
-	waitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
+	testenv.WaitFor(t, "sleep "+marker+" to start", func() bool { return len(procsWith("sleep "+marker)) > 0 })
 	cancel()
 	if err := <-errc; err == nil {
 		t.Error("the cancelled call returned no error")
 	}
-	waitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
+	testenv.WaitFor(t, "sleep "+marker+" to be killed", func() bool { return len(procsWith("sleep "+marker)) == 0 })
 	// The session still works.
 	if res := call(t, cs, "bash", map[string]any{"command": "echo still here"}); res.IsError {
 		t.Errorf("after a cancelled call: %s", text(res))
@@ -589,7 +583,7 @@ func TestBounds(t *testing.T) {
 		}
 		defer cs.Close()
 		// Connected, no call yet (no sandbox): the slot is taken all the same.
-		waitFor(t, "the session to be counted", func() bool { return s.ConnectedSessions() == 1 })
+		testenv.WaitFor(t, "the session to be counted", func() bool { return s.ConnectedSessions() == 1 })
 		if resp := post(srv.URL+"/mcp", initialize); resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("a session past max_sessions, the first without a sandbox: status %d, want 503", resp.StatusCode)
 		}
@@ -601,7 +595,7 @@ func TestBounds(t *testing.T) {
 		}
 		big := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"` + strings.Repeat("x", 128<<10) + `"}}`
 		cs.Close()
-		waitFor(t, "the session to end", func() bool { return s.OpenSessions() == 0 && s.ConnectedSessions() == 0 })
+		testenv.WaitFor(t, "the session to end", func() bool { return s.OpenSessions() == 0 && s.ConnectedSessions() == 0 })
 		if resp := post(srv.URL+"/mcp", big); resp.StatusCode != http.StatusRequestEntityTooLarge {
 			t.Errorf("a 128 KiB body over a 64 KiB bound: status %d, want 413", resp.StatusCode)
 		}
@@ -618,7 +612,7 @@ func TestBounds(t *testing.T) {
 		if res := call(t, cs, "write_file", map[string]any{"path": "a.txt", "content": "kept\n"}); res.IsError {
 			t.Fatal(text(res))
 		}
-		waitFor(t, "the idle session to end", func() bool { return s.OpenSessions() == 0 })
+		testenv.WaitFor(t, "the idle session to end", func() bool { return s.OpenSessions() == 0 })
 		if n := snapshotCount(t, th, "idle"); n != 1 {
 			t.Errorf("%d snapshots after the idle end, want 1", n)
 		}
@@ -643,9 +637,69 @@ func TestProjectOpenElsewhere(t *testing.T) {
 		t.Errorf("the same project on a second server: error %v, %q; want the lease holder named", res.IsError, text(res))
 	}
 	cs1.Close()
-	waitFor(t, "the first session to end", func() bool { return s1.OpenSessions() == 0 })
+	testenv.WaitFor(t, "the first session to end", func() bool { return s1.OpenSessions() == 0 })
 	res = call(t, cs2, "read_file", map[string]any{"path": "first.txt"})
 	if res.IsError || !strings.Contains(text(res), "from the first host") {
 		t.Errorf("after the first session ended: error %v, %q; want the committed file", res.IsError, text(res))
+	}
+}
+
+// TestCheckpointsAndRewind: a client lists the checkpoints (labels and times), sees rewind
+// marked destructive, rewinds the workspace (a shell command's change included) and
+// undoes the rewind.
+func TestCheckpointsAndRewind(t *testing.T) {
+	s, _ := newServer(t, testConfig(t), Options{})
+	cs := connectInMemory(t, s, nil)
+	defer cs.Close()
+	ctx := context.Background()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range lt.Tools {
+		switch tl.Name {
+		case CheckpointsTool:
+			if tl.Annotations == nil || !tl.Annotations.ReadOnlyHint {
+				t.Errorf("checkpoints is not marked read-only: %+v", tl.Annotations)
+			}
+		case RewindTool:
+			if tl.Annotations == nil || tl.Annotations.DestructiveHint == nil || !*tl.Annotations.DestructiveHint {
+				t.Errorf("rewind is not marked destructive: %+v", tl.Annotations)
+			}
+		}
+	}
+	call(t, cs, "bash", map[string]any{"command": "echo first > state.txt"})
+	if res := call(t, cs, CommitTool, map[string]any{"label": "first state"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	call(t, cs, "bash", map[string]any{"command": "echo second > state.txt"})
+	if res := call(t, cs, CommitTool, map[string]any{"label": "second state"}); res.IsError {
+		t.Fatal(text(res))
+	}
+	res := call(t, cs, CheckpointsTool, map[string]any{})
+	lines := strings.Split(strings.TrimSpace(text(res)), "\n")
+	if res.IsError || len(lines) != 2 || !strings.HasSuffix(lines[0], "second state") || !strings.HasSuffix(lines[1], "first state") {
+		t.Fatalf("checkpoints: %q", text(res))
+	}
+	first := strings.Fields(lines[1])[0]
+	res = call(t, cs, RewindTool, map[string]any{"checkpoint": first})
+	if res.IsError || !strings.Contains(text(res), "rewind to it to undo") {
+		t.Fatalf("rewind: %q", text(res))
+	}
+	if got := text(call(t, cs, "read_file", map[string]any{"path": "state.txt"})); !strings.Contains(got, "first") {
+		t.Fatalf("after the rewind: %q", got)
+	}
+	// The answer names the checkpoint that undoes it.
+	undo := text(res)[strings.Index(text(res), "checkpoint ")+len("checkpoint "):]
+	undo = strings.Fields(strings.SplitN(undo, "The state before the rewind is checkpoint ", 2)[1])[0]
+	undo = strings.TrimSuffix(undo, ":")
+	if res := call(t, cs, RewindTool, map[string]any{"checkpoint": undo}); res.IsError {
+		t.Fatalf("undo: %q", text(res))
+	}
+	if got := text(call(t, cs, "read_file", map[string]any{"path": "state.txt"})); !strings.Contains(got, "second") {
+		t.Fatalf("after the undo: %q", got)
+	}
+	if res := call(t, cs, RewindTool, map[string]any{"checkpoint": "no-such"}); !res.IsError || !strings.Contains(text(res), "call checkpoints") {
+		t.Errorf("rewind to nothing: %q", text(res))
 	}
 }

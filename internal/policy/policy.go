@@ -58,6 +58,15 @@ const (
 	OpGet            = abi.FnStoreGet
 	OpStoreList      = abi.FnStoreList
 	OpDelete         = abi.FnStoreDelete
+	// The agent tools' host functions (issue 20). Their classes: remove is a write of its
+	// path; terminal_start runs a program (decided as run, and like a background command
+	// it outlives the call); process and terminal_io act only on what the plugin itself
+	// started in the session, which the policy allowed when it started it; the session
+	// state (CapSession get and set) is the plugin's own memory and reaches nothing.
+	OpRemove        = abi.FnRemove
+	OpProcess       = abi.FnProcess
+	OpTerminalStart = abi.FnTerminalStart
+	OpTerminalIO    = abi.FnTerminalIO
 )
 
 // Request is one host call as the policy sees it: decoded, its path resolved.
@@ -209,10 +218,10 @@ func fileVerb(op string) string {
 	case OpWrite, OpWriteVersioned:
 		return "write"
 	}
-	return op // stat, list
+	return op // stat, list, remove
 }
 
-func isWrite(op string) bool { return op == OpWrite || op == OpWriteVersioned }
+func isWrite(op string) bool { return op == OpWrite || op == OpWriteVersioned || op == OpRemove }
 
 func (p *Policy) decideFiles(plugin string, r Request) Decision {
 	if p.read == nil {
@@ -320,7 +329,14 @@ func CheckLinks(rel string, lstat func(rel string) (link, exists bool, err error
 	return l, err
 }
 
+// ownOnly decides the calls that act only on a process or terminal the plugin started in
+// this session (the host checks that it did).
+var ownOnly = Decision{Allowed: true, Rule: "its own processes"}
+
 func (p *Policy) decideExec(plugin string, r Request) Decision {
+	if r.Op == OpProcess || r.Op == OpTerminalIO {
+		return ownOnly
+	}
 	if p.programs == nil && p.maxTimeout == 0 {
 		return unscoped
 	}
@@ -350,6 +366,11 @@ func (p *Policy) decideExec(plugin string, r Request) Decision {
 					"policy: plugin %s may not set %s for the programs it runs (allowed: %s)", plugin, name, allowed)}
 			}
 		}
+	}
+	if r.Op == OpTerminalStart && p.maxTimeout > 0 {
+		return Decision{Rule: rule, Message: fmt.Sprintf(
+			"policy: plugin %s may not start programs on a terminal: its commands may run at most %s, and a terminal outlives the call",
+			plugin, p.maxTimeout)}
 	}
 	if r.Background && p.maxTimeout > 0 {
 		return Decision{Rule: rule, Message: fmt.Sprintf(

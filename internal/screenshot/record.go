@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Kinds of stored captures: the ones the agent asked for, and the ones the session took on
@@ -82,7 +83,7 @@ func (r *Recorder) log() *slog.Logger {
 }
 
 // Prefix is where a project's captures of one kind live.
-func Prefix(project, kind string) string { return "screenshots/" + project + "/" + kind + "/" }
+func Prefix(project, kind string) string { return storekeys.Screenshots(project, kind) }
 
 func (r *Recorder) store(ctx context.Context, pair *Pair, project, kind string) ([]Stored, error) {
 	now := r.now()
@@ -176,8 +177,8 @@ func (r *Recorder) List(ctx context.Context, project, kind string) ([]Stored, er
 }
 
 func validProject(id string) error {
-	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/\\") || id == "." || id == ".." || strings.HasPrefix(id, ".") {
-		return fmt.Errorf("screenshot: invalid project id %q", id)
+	if err := storekeys.ValidProject(id); err != nil {
+		return fmt.Errorf("screenshot: %w", err)
 	}
 	return nil
 }

@@ -2,10 +2,9 @@ package session
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"time"
-
-	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 const (
@@ -76,6 +75,14 @@ func (s *Session) watchDevServer(ctx context.Context, before []int, rearm bool) 
 	}
 }
 
+// AutoCapturer takes and stores the screenshots nobody asked for: both viewports of the
+// page at base (a preview of the sandbox), stored as the project's automatic captures. It
+// returns the keys it stored. The root package adapts the screenshot recorder to it, so a
+// session links no browser.
+type AutoCapturer interface {
+	CaptureAuto(ctx context.Context, base *url.URL, project string) (keys []string, err error)
+}
+
 // autoCapture shoots both viewports of the dev server's root and stores them under
 // auto/. Failures are logged, never returned: nobody asked for this capture.
 func (s *Session) autoCapture(ctx context.Context, port int, why string) {
@@ -88,14 +95,10 @@ func (s *Session) autoCapture(ctx context.Context, port int, why string) {
 		s.log.Warn("session: auto-capture skipped", "why", why, "port", port, "err", err)
 		return
 	}
-	_, stored, err := rec.Shoot(ctx, base, "/", s.cfg.ProjectID, screenshot.KindAuto)
+	keys, err := rec.CaptureAuto(ctx, base, s.cfg.ProjectID)
 	if err != nil {
 		s.log.Warn("session: auto-capture failed", "why", why, "port", port, "err", err)
 		return
-	}
-	keys := make([]string, len(stored))
-	for i, st := range stored {
-		keys[i] = st.Key
 	}
 	s.log.Info("session: auto-captured", "why", why, "port", port, "keys", keys)
 }

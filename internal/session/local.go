@@ -98,7 +98,7 @@ func (s *Session) uploadLocal(ctx context.Context, l *localArchive) error {
 		return err
 	}
 	defer f.Close()
-	_, err = s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
+	_, err = s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, "rotation (kept on this host until the store took it)", func(w io.Writer) error {
 		_, err := io.Copy(w, f)
 		return err
 	})

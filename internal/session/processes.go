@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Background processes survive rotation: the session remembers each one started through
@@ -45,7 +44,8 @@ type bgProc struct {
 
 type bgState struct {
 	mu          sync.Mutex
-	procs       []*bgProc // oldest first
+	procs       []*bgProc   // oldest first
+	terms       []*termProc // terminals, oldest first (terminals.go)
 	notice      string
 	expect      map[int]bool // ports expected to listen again after a restart
 	expectUntil time.Time    // wall clock
@@ -94,29 +94,24 @@ func (s *Session) rememberedProcs() []*bgProc {
 	return slices.Clone(s.bg.procs)
 }
 
-// processLister is a sandbox whose data-plane client lists its processes (local).
-type processLister interface {
-	Client() *client.Client
-}
-
 // runningProcs asks old which remembered processes still run, and forgets the others
 // (exited, or killed by the agent). When old cannot say, all are taken as running.
 func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgProc {
 	all := s.rememberedProcs()
-	pl, ok := old.(processLister)
-	if len(all) == 0 || !ok || pl.Client() == nil {
+	pl, ok := sandbox.As[sandbox.ProcessLister](old)
+	if len(all) == 0 || !ok {
 		return all
 	}
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	infos, err := pl.Client().Processes(ctx)
+	infos, err := pl.Processes(ctx)
 	if err != nil {
 		s.log.Warn("session: cannot tell which background processes still run; restarting all remembered", "err", err)
 		return all
 	}
 	alive := map[string]bool{}
 	for _, in := range infos {
-		alive[in.Tag] = true
+		alive[in.ID] = true
 	}
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
@@ -144,11 +139,12 @@ func (s *Session) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, e
 // restartProcs starts procs again in next under their old tags, sets the notice for the
 // agent, makes previews of ports wait for them to listen again and re-arms the dev
 // server's auto-capture. Called with mu held for writing. It returns how many started.
-func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, ports []int, why, files string) int {
+func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, terms []*termProc, ports []int, why, files string) int {
+	termLines := s.restartTerms(ctx, next, terms)
 	if len(procs) == 0 {
-		if files != filesKept { // work was lost: the agent must know, processes or not
+		if files != filesKept || len(termLines) > 0 { // work was lost: the agent must know, processes or not
 			s.bg.mu.Lock()
-			s.bg.notice = fmt.Sprintf("[Note: the sandbox was replaced (%s); %s.]", why, files)
+			s.bg.notice = termNotice(fmt.Sprintf("[Note: the sandbox was replaced (%s); %s.]", why, files), termLines)
 			s.bg.mu.Unlock()
 		}
 		return 0
@@ -172,7 +168,7 @@ func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs 
 		"Background processes were restarted in the new sandbox with the same ids and log files (their earlier output is gone):\n%s]",
 		why, files, strings.Join(lines, "\n"))
 	s.bg.mu.Lock()
-	s.bg.notice = notice
+	s.bg.notice = termNotice(notice, termLines)
 	// A port still expected from an earlier restart (its server had not come back when
 	// this rotation began) is expected again: the processes restarted here include it.
 	expect := map[int]bool{}

@@ -25,21 +25,27 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd"
-	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
-// Snapshots is what a session needs of internal/snapshot. Restore may call extract more than
-// once (a snapshot refused half way is skipped for an older one); each call gets a fresh
-// sandbox.
+// Snapshots is what a session needs of internal/snapshot. A save is labelled (a commit's
+// label, "rotation"); a restore may call its target's Extract more than once (a snapshot
+// refused half way is skipped for an older one), each call getting a fresh sandbox, and
+// checks the restored workspace with its List.
 type Snapshots interface {
-	Save(ctx context.Context, projectID string, pack func(io.Writer) error) (snapshot.Info, error)
-	Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (snapshot.Info, error)
+	SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (snapshot.Info, error)
+	// SaveTree saves a workspace its sandbox's agent lists and reads (a save that reads
+	// only what changed); errors.ErrUnsupported when the format cannot (SaveLabeled then).
+	SaveTree(ctx context.Context, projectID, label string, src tree.Source, excludes []string) (snapshot.Info, error)
+	RestoreTo(ctx context.Context, projectID string, t snapshot.Target) (snapshot.Info, error)
 }
 
 // Config configures a Session.
@@ -75,7 +81,7 @@ type Config struct {
 	// Screenshots, when set, captures the dev server's page on its own (under auto/)
 	// when a background process starts listening, after each commit and after a
 	// rotation restarted it.
-	Screenshots *screenshot.Recorder
+	Screenshots AutoCapturer
 	// Clock is the session's time; nil means SystemClock(). Tests inject a fake.
 	Clock Clock
 	// TempDir holds the local copy of a snapshot a rotation makes when it has to restore
@@ -175,7 +181,7 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 	}
 	created := time.Since(start)
 	tries := 0
-	info, err := s.cfg.Snapshots.Restore(ctx, s.cfg.ProjectID, func(r io.Reader) error {
+	info, err := s.cfg.Snapshots.RestoreTo(ctx, s.cfg.ProjectID, snapshot.Target{Extract: func(r io.Reader) error {
 		if tries++; tries > 1 {
 			s.closeLater(ctx, sb)
 			fresh, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
@@ -185,7 +191,9 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 			sb = fresh
 		}
 		return sb.Extract(ctx, r)
-	})
+	}, List: func(ctx context.Context) ([]snapshot.WorkspaceEntry, error) {
+		return s.listWorkspace(ctx, sb)
+	}})
 	switch {
 	case errors.Is(err, snapshot.ErrNoSnapshot):
 		s.log.Info("session: no snapshot to restore; starting empty", "why", why, "sandbox", sb.ID(), "create", created)
@@ -345,6 +353,7 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	// The rotation belongs to the session, not to the call that ran into it.
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
+	terms := s.runningTerms(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
 	handoff := s.canHandoff(old)
 
@@ -402,7 +411,7 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	if saveErr != nil && how == "restore" {
 		files = filesLost
 	}
-	restarted := s.restartProcs(ctx, next, running, ports, "a scheduled rotation", files)
+	restarted := s.restartProcs(ctx, next, running, terms, ports, "a scheduled rotation", files)
 	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
 		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
 }
@@ -474,12 +483,15 @@ func (s *Session) recoverDead(ctx context.Context) {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.rememberedProcs()
+	s.bg.mu.Lock()
+	terms := slices.Clone(s.bg.terms)
+	s.bg.mu.Unlock()
 	if s.canHandoff(old) {
 		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
 		if err == nil {
 			s.log.Warn("session: sandbox ended on its own; its workspace was handed to a new one, nothing lost",
 				"from", old.ID(), "to", next.ID())
-			s.adopt(ctx, next, running, filesKept)
+			s.adopt(ctx, next, running, terms, filesKept)
 			return
 		}
 		if !errors.Is(err, sandbox.ErrForeign) {
@@ -509,7 +521,7 @@ func (s *Session) recoverDead(ctx context.Context) {
 	s.log.Error("session: sandbox ended before it was saved; restored "+from+": work since it is lost",
 		"from", old.ID(), "to", next.ID())
 	s.closeLater(ctx, old)
-	s.adopt(ctx, next, running, filesLost)
+	s.adopt(ctx, next, running, terms, filesLost)
 }
 
 // What the notice of a replacement says of the files: nothing lost, or work since the
@@ -520,7 +532,7 @@ const (
 )
 
 // adopt makes next the session's sandbox after a death and restarts the processes.
-func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, files string) {
+func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
@@ -528,13 +540,7 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 	if s.devPort != 0 {
 		ports = []int{s.devPort}
 	}
-	s.restartProcs(ctx, next, running, ports, "the old one stopped", files)
-}
-
-// archiveReporter is a sandbox that says what its archive left out (the local provider's
-// agent does).
-type archiveReporter interface {
-	ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error)
+	s.restartProcs(ctx, next, running, terms, ports, "the old one stopped", files)
 }
 
 // save stores a snapshot of the current sandbox. With keep, the archive is also written
@@ -543,9 +549,22 @@ type archiveReporter interface {
 func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
 	sb := s.sb
 	start := time.Now()
+	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
+		info, err := s.cfg.Snapshots.SaveTree(ctx, s.cfg.ProjectID, label, ts, s.cfg.Excludes)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			if err != nil {
+				s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+				return info, nil, err
+			}
+			s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
+			snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
+			s.storedNewer()
+			return info, nil, nil
+		}
+	}
 	var local *localArchive
-	var rep envd.ArchiveResult
-	info, err := s.cfg.Snapshots.Save(ctx, s.cfg.ProjectID, func(w io.Writer) error {
+	var rep sandbox.ArchiveReport
+	info, err := s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, label, func(w io.Writer) error {
 		var f *os.File
 		if keep {
 			var err error
@@ -555,11 +574,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 			w = io.MultiWriter(w, f)
 		}
 		var err error
-		if ar, ok := sb.(archiveReporter); ok {
-			rep, err = ar.ArchiveReport(ctx, w, s.cfg.Excludes)
-		} else {
-			err = sb.Archive(ctx, w, s.cfg.Excludes)
-		}
+		rep, err = sandbox.ArchiveWithReport(ctx, sb, w, s.cfg.Excludes)
 		if f != nil {
 			size, _ := f.Seek(0, io.SeekCurrent)
 			if cerr := f.Close(); err != nil || cerr != nil {
@@ -570,7 +585,10 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 		}
 		return err
 	})
-	info.Skipped, info.Skips = rep.Skipped, rep.Skips
+	info.Skipped = rep.Skipped
+	for _, sk := range rep.Skips {
+		info.Skips = append(info.Skips, archive.Skip{Path: sk.Path, Reason: sk.Reason})
+	}
 	if err != nil {
 		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
 		return info, local, err
@@ -637,4 +655,59 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// listWorkspace lists a restored workspace for the check against its snapshot (every
+// entry, paths relative to the root, excluded names left out as the snapshot left them).
+func (s *Session) listWorkspace(ctx context.Context, sb sandbox.Sandbox) ([]snapshot.WorkspaceEntry, error) {
+	excludes := s.cfg.Excludes
+	if excludes == nil {
+		excludes = archive.DefaultExcludes
+	}
+	res, err := sb.List(ctx, sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true, Skip: excludes})
+	if err != nil {
+		return nil, err
+	}
+	if res.Truncated {
+		return nil, errors.New("the listing was cut short")
+	}
+	out := make([]snapshot.WorkspaceEntry, 0, len(res.Entries))
+next:
+	for _, e := range res.Entries {
+		p := strings.TrimPrefix(strings.TrimPrefix(e.Path, sandbox.WorkspaceRoot), "/")
+		for c := range strings.SplitSeq(p, "/") {
+			if slices.Contains(excludes, c) {
+				continue next
+			}
+		}
+		out = append(out, snapshot.WorkspaceEntry{Path: p, Mode: e.Mode, Size: e.Size})
+	}
+	return out, nil
+}
+
+// Reload replaces the sandbox with a new one restored from the project's newest snapshot
+// (a rewind made an earlier one the newest), and restarts the background processes that
+// were running. Calls made meanwhile wait and then run in the new sandbox. The present is
+// not saved: the caller saves it first (a rewind does).
+func (s *Session) Reload(ctx context.Context, why string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	old := s.sb
+	ctx = context.WithoutCancel(ctx)
+	running := s.runningProcs(ctx, old)
+	terms := s.runningTerms(ctx, old)
+	ports, _ := s.listeningOn(ctx, old)
+	next, err := s.createRestored(ctx, why)
+	if err != nil {
+		return err
+	}
+	s.closeLater(ctx, old)
+	s.sb = next
+	s.noteEnd(next.EndsAt())
+	s.retryAt = time.Time{}
+	s.restartProcs(ctx, next, running, terms, ports, why, "your files are as of the checkpoint you went back to")
+	return nil
 }

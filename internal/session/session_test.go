@@ -166,14 +166,6 @@ func open(t testing.TB, cfg session.Config) *session.Session {
 	return s
 }
 
-func text(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
-
 // TestRotationIsInvisible runs a loop of tool calls on sandboxes that live 10 minutes on
 // a fake clock moved 50 s per call: the session cannot extend them (their maximum lifetime
 // is their TTL), so it saves, replaces and restores them at least three times while every
@@ -205,20 +197,20 @@ func testRotation(t *testing.T, restore bool) {
 		in, _ := json.Marshal(map[string]string{"path": name, "content": content})
 		res, err := hs.Dispatch(ctx, "write_file", in)
 		if err != nil || res.IsError {
-			t.Fatalf("call %d (rotation %d): write_file failed: %q %v", i, s.Rotations(), text(res), err)
+			t.Fatalf("call %d (rotation %d): write_file failed: %q %v", i, s.Rotations(), testenv.ResultText(res), err)
 		}
 		want[name] = content
 		res, err = hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls work | wc -l"}`))
-		if err != nil || res.IsError || !strings.Contains(text(res), fmt.Sprintf("\n%d\n", len(want))) {
-			t.Fatalf("call %d (rotation %d): bash sees the wrong files: %q %v", i, s.Rotations(), text(res), err)
+		if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), fmt.Sprintf("\n%d\n", len(want))) {
+			t.Fatalf("call %d (rotation %d): bash sees the wrong files: %q %v", i, s.Rotations(), testenv.ResultText(res), err)
 		}
 		c.clock.Advance(50 * time.Second)
 	}
 	for name, content := range want {
 		in, _ := json.Marshal(map[string]string{"path": name})
 		res, err := hs.Dispatch(ctx, "read_file", in)
-		if err != nil || res.IsError || !strings.Contains(text(res), strings.TrimSuffix(content, "\n")) {
-			t.Fatalf("after %d rotations %s reads %q, %v; want %q", s.Rotations(), name, text(res), err, content)
+		if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), strings.TrimSuffix(content, "\n")) {
+			t.Fatalf("after %d rotations %s reads %q, %v; want %q", s.Rotations(), name, testenv.ResultText(res), err, content)
 		}
 	}
 	sandboxes := c.provider.Sandboxes()
@@ -511,15 +503,15 @@ func TestBackgroundProcessesSurviveRotation(t *testing.T) {
 				t.Helper()
 				res, err := hs.Dispatch(ctx, tool, json.RawMessage(in))
 				if err != nil || res.IsError {
-					t.Fatalf("%s %s: %q %v", tool, in, text(res), err)
+					t.Fatalf("%s %s: %q %v", tool, in, testenv.ResultText(res), err)
 				}
 				return res
 			}
 			call("write_file", `{"path":"index.html","content":"<h1>still serving</h1>"}`)
-			id, _, logPath := startedAs(t, text(call("bash", `{"command":"python3 -m http.server 8000 --bind 127.0.0.1","background":true}`)))
-			killedID, killedPID, _ := startedAs(t, text(call("bash", `{"command":"sleep 1000","background":true}`)))
+			id, _, logPath := startedAs(t, testenv.ResultText(call("bash", `{"command":"python3 -m http.server 8000 --bind 127.0.0.1","background":true}`)))
+			killedID, killedPID, _ := startedAs(t, testenv.ResultText(call("bash", `{"command":"sleep 1000","background":true}`)))
 			call("bash", `{"command":"kill `+killedPID+`"}`)
-			if got := text(call("bash", fetch)); !strings.Contains(got, "still serving") {
+			if got := testenv.ResultText(call("bash", fetch)); !strings.Contains(got, "still serving") {
 				t.Fatalf("the server does not answer: %q", got)
 			}
 			for r := 1; r <= 3; r++ {
@@ -527,8 +519,8 @@ func TestBackgroundProcessesSurviveRotation(t *testing.T) {
 					t.Fatal(err)
 				}
 				res := call("bash", fetch)
-				if !strings.Contains(text(res), "still serving") {
-					t.Fatalf("rotation %d: the server does not answer: %q", r, text(res))
+				if !strings.Contains(testenv.ResultText(res), "still serving") {
+					t.Fatalf("rotation %d: the server does not answer: %q", r, testenv.ResultText(res))
 				}
 				if len(res.Content) != 2 {
 					t.Fatalf("rotation %d: the first result after it has no notice: %+v", r, res.Content)
@@ -539,7 +531,7 @@ func TestBackgroundProcessesSurviveRotation(t *testing.T) {
 					t.Errorf("rotation %d: notice %q", r, notice)
 				}
 				if res := call("bash", `{"command":"cat `+logPath+` | head -c 2000; ps -eo args= | grep -c '^sleep 1000' || true"}`); len(res.Content) != 1 ||
-					!strings.Contains(text(res), "GET /index.html") || !strings.HasSuffix(strings.TrimSuffix(text(res), "\n[exit 0]"), "\n0") {
+					!strings.Contains(testenv.ResultText(res), "GET /index.html") || !strings.HasSuffix(strings.TrimSuffix(testenv.ResultText(res), "\n[exit 0]"), "\n0") {
 					t.Errorf("rotation %d: the next result (log, killed process): %+v", r, res.Content)
 				}
 			}
@@ -603,14 +595,14 @@ func TestLostWorkIsToldToTheAgent(t *testing.T) {
 	// The command that meets the death does not finish (and says so); the result tells
 	// what happened to the files.
 	res, err := hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls"}`))
-	if err != nil || !res.IsError || strings.Contains(text(res), "files are kept") {
-		t.Fatalf("the call that met the death: %q %v", text(res), err)
+	if err != nil || !res.IsError || strings.Contains(testenv.ResultText(res), "files are kept") {
+		t.Fatalf("the call that met the death: %q %v", testenv.ResultText(res), err)
 	}
 	if n := len(res.Content); n != 2 || !strings.Contains(res.Content[1].Text, "changes made since it are lost") {
 		t.Errorf("the agent is not told its work was lost: %+v", res.Content)
 	}
 	res, err = hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls"}`))
-	if err != nil || res.IsError || !strings.Contains(text(res), "a.txt") || strings.Contains(text(res), "b.txt") || len(res.Content) != 1 {
+	if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), "a.txt") || strings.Contains(testenv.ResultText(res), "b.txt") || len(res.Content) != 1 {
 		t.Fatalf("after the death: %+v %v", res.Content, err)
 	}
 }

@@ -39,16 +39,15 @@ package snapshot
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +56,8 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/chunked"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Errors callers branch on; test with errors.Is. Their messages are one line each, fit to
@@ -71,7 +72,7 @@ var (
 	// for the one snapshot asked for.
 	ErrCorrupt = errors.New("no snapshot of the project restores")
 	// ErrInvalidProject: the project ID cannot be used in a key.
-	ErrInvalidProject = errors.New("invalid project id")
+	ErrInvalidProject = storekeys.ErrInvalidProject
 	// ErrNotSnapshotKey: a key given to RestoreKey or Delete is not a snapshot key of the
 	// project.
 	ErrNotSnapshotKey = errors.New("not a snapshot key")
@@ -84,6 +85,17 @@ var (
 // MetaSHA256 is the object metadata key holding the archive's hex SHA-256.
 const MetaSHA256 = "sha256"
 
+// MetaTree is the object metadata key holding the snapshot's content digest (Info.Tree),
+// in both formats.
+const MetaTree = "tree"
+
+func treeMeta(md map[string]string, tree string) map[string]string {
+	if tree != "" {
+		md[MetaTree] = tree
+	}
+	return md
+}
+
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultKeep           = 5
@@ -92,7 +104,7 @@ const (
 	DefaultMaxBackoff     = store.DefaultRetryMaxBackoff
 	DefaultRetryWindow    = store.DefaultRetryWindow
 	DefaultAttemptTimeout = 15 * time.Minute
-	MaxProjectIDLen       = 128
+	MaxProjectIDLen       = storekeys.MaxProjectLen
 )
 
 // Config configures a Manager. Store is required.
@@ -132,6 +144,28 @@ type Config struct {
 	Now func() time.Time
 	// Progress, when set, is called from the working goroutine as bytes move.
 	Progress func(Progress)
+	// Format is how new snapshots are stored: FormatChunked (content-addressed chunks and
+	// a manifest) or FormatTarGz (one archive); "" means FormatTarGz, the seed's format
+	// (toolhost's configuration, snapshot.format, defaults to chunked). Snapshots of both
+	// formats are listed, restored and pruned whatever it says.
+	Format string
+	// Grace is how long chunks stay unreferenced before a collection deletes them
+	// (chunked.Config.Grace); 0 means an hour.
+	Grace time.Duration
+}
+
+// The snapshot formats (snapshot.format).
+const (
+	FormatChunked = "chunked"
+	FormatTarGz   = "tar.gz"
+)
+
+// FormatOf says which format a snapshot key is of.
+func FormatOf(key string) string {
+	if strings.HasSuffix(key, chunked.Suffix) {
+		return FormatChunked
+	}
+	return FormatTarGz
 }
 
 // Progress reports bytes moved by one phase of a Save or Restore.
@@ -172,6 +206,16 @@ type Info struct {
 	Refused []Refusal
 	// Transfer is what the operation really moved.
 	Transfer Transfer
+	// Format is FormatChunked or FormatTarGz.
+	Format string
+	// Label is the commit's label (chunked snapshots keep it; Checkpoints reads it).
+	Label string
+	// Tree is the hex digest of the snapshot's content (paths, types, modes, sizes, link
+	// targets, file digests; never times): two snapshots with the same Tree hold the same
+	// workspace. A save whose Tree equals the newest snapshot's stores nothing.
+	Tree string
+	// Origin is, for a fork or a rewind, the snapshot it copies.
+	Origin string
 }
 
 // Refusal is a snapshot Restore passed over, and why.
@@ -188,6 +232,8 @@ type Manager struct {
 
 	mu   sync.Mutex
 	last map[string]time.Time // per project, the time of this Manager's latest save
+
+	repo *chunked.Repo // the chunked format on the store
 }
 
 // New checks cfg and applies defaults.
@@ -221,50 +267,44 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	switch cfg.Format {
+	case "":
+		cfg.Format = FormatTarGz
+	case FormatChunked, FormatTarGz:
+	default:
+		return nil, fmt.Errorf("snapshot: format %q: use %q or %q", cfg.Format, FormatChunked, FormatTarGz)
+	}
+	retry := store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
+		Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout}
+	repo, err := chunked.New(chunked.Config{Store: cfg.Store, Retry: retry, Grace: cfg.Grace, TempDir: cfg.TempDir, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
 	return &Manager{
-		cfg: cfg,
-		log: cfg.Logger.With("component", "snapshot"),
+		repo: repo,
+		cfg:  cfg,
+		log:  cfg.Logger.With("component", "snapshot"),
 		retry: store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
 			Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout},
 		last: map[string]time.Time{},
 	}, nil
 }
 
-var projectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// ValidProjectID reports why id cannot name a project, or nil: 1 to 128 characters of
-// letters, digits, '.', '_' and '-', starting with a letter or digit, without "..".
-func ValidProjectID(id string) error {
-	if len(id) == 0 || len(id) > MaxProjectIDLen || !projectRE.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("%w %q: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidProject, id, MaxProjectIDLen)
-	}
-	return nil
-}
+// ValidProjectID reports why id cannot name a project, or nil (storekeys.ValidProject:
+// the store's key layout has one owner).
+func ValidProjectID(id string) error { return storekeys.ValidProject(id) }
 
 // Prefix is the folder of a project's snapshots, ending in "/".
-func Prefix(projectID string) string { return "projects/" + projectID + "/snapshots/" }
-
-const (
-	timeLayout = "20060102T150405Z"
-	nonceLen   = 6
-)
+func Prefix(projectID string) string { return storekeys.Snapshots(projectID) }
 
 // Key names the snapshot of projectID taken at t (to the millisecond, in UTC), told
-// apart from others of the same millisecond by nonce (six lower-case hex digits; see
-// NewNonce).
+// apart from others of the same millisecond by nonce (see NewNonce).
 func Key(projectID string, t time.Time, nonce string) string {
-	t = t.UTC()
-	return fmt.Sprintf("%s%s-%03d-%s.tar.gz", Prefix(projectID), t.Format(timeLayout), t.Nanosecond()/int(time.Millisecond), nonce)
+	return storekeys.SnapshotKey(projectID, t, nonce)
 }
 
 // NewNonce returns six random lower-case hex digits for Key.
-func NewNonce() string {
-	var b [nonceLen / 2]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-var keyRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)(?:-(\d{3})-[0-9a-f]{6}|_(\d{2}))?\.tar\.gz$`)
+func NewNonce() string { return storekeys.NewNonce() }
 
 // ParseKey reads a snapshot key back: its project and time. ok is false for any other
 // object. Keys of older versions ({YYYYMMDDTHHMMSSZ}.tar.gz, _NN.tar.gz) parse too,
@@ -276,32 +316,14 @@ func ParseKey(key string) (projectID string, t time.Time, ok bool) {
 
 // parseKey also returns the earliest time a new key may take to sort after key.
 func parseKey(key string) (projectID string, t, after time.Time, ok bool) {
-	rest, found := strings.CutPrefix(key, "projects/")
-	if !found {
-		return "", time.Time{}, time.Time{}, false
-	}
-	projectID, name, found := strings.Cut(rest, "/snapshots/")
-	if !found || ValidProjectID(projectID) != nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	m := keyRE.FindStringSubmatch(name)
-	if m == nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	t, err := time.Parse(timeLayout, m[1])
-	if err != nil {
-		return "", time.Time{}, time.Time{}, false
-	}
-	switch {
-	case m[2] != "":
-		ms, _ := strconv.Atoi(m[2])
-		t = t.Add(time.Duration(ms) * time.Millisecond)
+	if strings.HasSuffix(key, chunked.Suffix) {
+		projectID, t, ok = chunked.ParseManifestKey(key)
+		if !ok || ValidProjectID(projectID) != nil {
+			return "", time.Time{}, time.Time{}, false
+		}
 		return projectID, t, t.Add(time.Millisecond), true
-	case m[3] == "00": // "_00" was never written
-		return "", time.Time{}, time.Time{}, false
 	}
-	// An older version's key: it holds the whole second.
-	return projectID, t, t.Add(time.Second), true
+	return storekeys.ParseSnapshotKey(key)
 }
 
 // claim picks the time of a new snapshot of the project: now, but never before after
@@ -331,7 +353,17 @@ func (m *Manager) claim(projectID string, after time.Time) time.Time {
 // bad project ID, ErrInvalidProject). Retention problems after a successful PUT are only
 // logged: the snapshot is saved.
 func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Writer) error) (Info, error) {
-	info := Info{ProjectID: projectID}
+	return m.SaveLabeled(ctx, projectID, "", pack)
+}
+
+// SaveLabeled is Save with the commit's label, in the configured format. pack writes a
+// tar.gz (a sandbox's Archive); the chunked format reads it as it comes and stores what
+// its chunk store lacks.
+func (m *Manager) SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (Info, error) {
+	if m.cfg.Format == FormatChunked {
+		return m.saveChunkedStream(ctx, projectID, label, pack)
+	}
+	info := Info{ProjectID: projectID, Format: FormatTarGz, Label: label}
 	if err := ValidProjectID(projectID); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrSaveFailed, err)
 	}
@@ -347,8 +379,24 @@ func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Write
 	defer func() { f.Close(); os.Remove(f.Name()) }()
 	packStart := time.Now()
 	h := sha256.New()
-	pw := &progressWriter{w: io.MultiWriter(f, h), report: m.reporter(projectID, "pack", -1)}
-	if err := pack(pw); err != nil {
+	// The content digest is read off the archive as it is written, on the host: "unchanged"
+	// compares content, never the archive's bytes (whose times move at every wake).
+	tpr, tpw := io.Pipe()
+	treeCh := make(chan string, 1)
+	go func() { // owned by Save: it closes tpw and waits on treeCh below
+		d, err := chunked.TarTreeDigest(tpr)
+		io.Copy(io.Discard, tpr)
+		if err != nil {
+			treeCh <- ""
+			return
+		}
+		treeCh <- d.String()
+	}()
+	pw := &progressWriter{w: io.MultiWriter(f, h, tpw), report: m.reporter(projectID, "pack", -1)}
+	perr := pack(pw)
+	tpw.Close()
+	info.Tree = <-treeCh
+	if err := perr; err != nil {
 		return fail(fmt.Errorf("pack: %w", err))
 	}
 	info.Size = pw.n
@@ -398,7 +446,8 @@ func (m *Manager) uploadOnce(ctx context.Context, f *os.File, info *Info, up *Ph
 				after = newest.after
 				oi, err := m.cfg.Store.Head(ctx, newest.Key)
 				switch {
-				case err == nil && oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size:
+				case err == nil && (oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size ||
+					info.Tree != "" && oi.Metadata[MetaTree] == info.Tree):
 					info.Key, info.Time, info.Unchanged = newest.Key, newest.Time, true
 					return nil
 				case err != nil && !errors.Is(err, store.ErrNotFound):
@@ -413,7 +462,7 @@ func (m *Manager) uploadOnce(ctx context.Context, f *os.File, info *Info, up *Ph
 		_, err := m.cfg.Store.Put(ctx, info.Key, body, store.PutOptions{
 			Size:        info.Size,
 			ContentType: "application/gzip",
-			Metadata:    map[string]string{MetaSHA256: info.SHA256},
+			Metadata:    treeMeta(map[string]string{MetaSHA256: info.SHA256}, info.Tree),
 			IfNotExists: true,
 		})
 		if errors.Is(err, store.ErrExists) {
@@ -552,7 +601,7 @@ func (m *Manager) list(ctx context.Context, projectID string) ([]listed, error) 
 		if !ok || pid != projectID {
 			continue
 		}
-		all = append(all, listed{Info{ProjectID: pid, Key: o.Key, Time: t, Size: o.Size}, after})
+		all = append(all, listed{Info{ProjectID: pid, Key: o.Key, Time: t, Size: o.Size, Format: FormatOf(o.Key)}, after})
 	}
 	slices.SortFunc(all, func(a, b listed) int { return strings.Compare(b.Key, a.Key) })
 	return all, nil
@@ -572,6 +621,33 @@ func (m *Manager) list(ctx context.Context, projectID string) ([]listed, error) 
 //
 // It returns ErrNoSnapshot when the project has none, ErrCorrupt when none restores.
 func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io.Reader) error) (Info, error) {
+	return m.RestoreTo(ctx, projectID, Target{Extract: extract})
+}
+
+// Target is where a restore goes.
+type Target struct {
+	// Extract receives a snapshot as one tar.gz stream (a sandbox's Extract), whatever its
+	// format: a chunked snapshot is streamed as one, every chunk and file checked against
+	// its digest on the way (with no compression: the stream is the host's own).
+	Extract func(io.Reader) error
+	// List, when set, lists the restored workspace after a chunked snapshot was extracted,
+	// and the restore checks it against the manifest (paths, types, modes, sizes): what
+	// differs refuses the snapshot, as a failed extraction does, naming the paths.
+	List func(ctx context.Context) ([]WorkspaceEntry, error)
+
+	// dir restores a chunked snapshot straight into a host directory (RestoreDir).
+	dir func(ctx context.Context, m *chunked.Manifest) error
+}
+
+// WorkspaceEntry is one entry of a restored workspace, as its sandbox lists it.
+type WorkspaceEntry struct {
+	Path string // relative to the workspace root, slash-separated
+	Mode fs.FileMode
+	Size int64
+}
+
+// RestoreTo is Restore into any Target.
+func (m *Manager) RestoreTo(ctx context.Context, projectID string, t Target) (Info, error) {
 	start := time.Now()
 	if err := ValidProjectID(projectID); err != nil {
 		return Info{ProjectID: projectID}, err
@@ -599,7 +675,7 @@ func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io
 	for _, l := range all {
 		in := l.Info
 		in.Refused = refused
-		why, err := m.restoreOne(ctx, f, &in, &tr, extract)
+		why, err := m.restoreOne(ctx, f, &in, &tr, t)
 		if err != nil {
 			in.Transfer = tr
 			return in, err
@@ -625,7 +701,11 @@ func (m *Manager) Restore(ctx context.Context, projectID string, extract func(io
 // restoreOne downloads, verifies and extracts one snapshot. why is set when the snapshot
 // was refused (Restore goes on to the next, RestoreKey fails), err when the restore must
 // stop.
-func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, extract func(io.Reader) error) (why string, err error) {
+func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, t Target) (why string, err error) {
+	if FormatOf(in.Key) == FormatChunked {
+		return m.restoreChunked(ctx, in, tr, t)
+	}
+	extract := t.Extract
 	why, err = m.download(ctx, f, in, tr)
 	if err != nil {
 		return "", fmt.Errorf("restore %s: %w", in.Key, err)
@@ -662,17 +742,23 @@ func refusals(rs []Refusal) string {
 // missing one ErrNoSuchSnapshot, one that does not verify ErrCorrupt, and extract's
 // error is returned wrapped.
 func (m *Manager) RestoreKey(ctx context.Context, projectID, key string, extract func(io.Reader) error) (Info, error) {
+	return m.RestoreKeyTo(ctx, projectID, key, Target{Extract: extract})
+}
+
+// RestoreKeyTo is RestoreKey into any Target.
+func (m *Manager) RestoreKeyTo(ctx context.Context, projectID, key string, t Target) (Info, error) {
 	if err := m.checkKey(projectID, key); err != nil {
 		return Info{ProjectID: projectID, Key: key}, err
 	}
-	_, t, _ := ParseKey(key)
-	in := Info{ProjectID: projectID, Key: key, Time: t}
+	_, kt, _ := ParseKey(key)
+	in := Info{ProjectID: projectID, Key: key, Time: kt}
 	f, err := os.CreateTemp(m.cfg.TempDir, "toolhost-restore-*.tar.gz")
 	if err != nil {
 		return in, fmt.Errorf("restore %s: temp file: %w", key, err)
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
-	why, err := m.restoreOne(ctx, f, &in, &in.Transfer, extract)
+	in.Format = FormatOf(key)
+	why, err := m.restoreOne(ctx, f, &in, &in.Transfer, t)
 	switch {
 	case err != nil:
 		return in, err
@@ -772,6 +858,9 @@ func (m *Manager) extractOptions() archive.ExtractOptions {
 // SaveDir saves dir with archive.Pack and the Manager's Excludes and bounds. Entries the
 // pack leaves out are logged and reported in Info.Skipped and Info.Skips (and the stats).
 func (m *Manager) SaveDir(ctx context.Context, projectID, dir string) (Info, archive.PackStats, error) {
+	if m.cfg.Format == FormatChunked {
+		return m.saveChunkedDir(ctx, projectID, dir)
+	}
 	var st archive.PackStats
 	info, err := m.Save(ctx, projectID, func(w io.Writer) error {
 		var err error
@@ -823,11 +912,15 @@ func (m *Manager) RestoreDir(ctx context.Context, projectID, dir string, replace
 			return Info{ProjectID: projectID}, st, err
 		}
 	}
-	info, err := m.Restore(ctx, projectID, func(r io.Reader) error {
+	info, err := m.RestoreTo(ctx, projectID, Target{Extract: func(r io.Reader) error {
 		var err error
 		st, err = m.extractDir(ctx, r, dir, replace)
 		return err
-	})
+	}, dir: func(ctx context.Context, man *chunked.Manifest) error {
+		var err error
+		st, err = m.restoreChunkedDir(ctx, man, dir, replace)
+		return err
+	}})
 	return info, m.logBackup(projectID, dir, st), err
 }
 
@@ -839,11 +932,15 @@ func (m *Manager) RestoreDirKey(ctx context.Context, projectID, key, dir string,
 			return Info{ProjectID: projectID, Key: key}, st, err
 		}
 	}
-	info, err := m.RestoreKey(ctx, projectID, key, func(r io.Reader) error {
+	info, err := m.RestoreKeyTo(ctx, projectID, key, Target{Extract: func(r io.Reader) error {
 		var err error
 		st, err = m.extractDir(ctx, r, dir, replace)
 		return err
-	})
+	}, dir: func(ctx context.Context, man *chunked.Manifest) error {
+		var err error
+		st, err = m.restoreChunkedDir(ctx, man, dir, replace)
+		return err
+	}})
 	return info, m.logBackup(projectID, dir, st), err
 }
 

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 		log.Fatalf("start versitygw: %v", err)
 	}
 	code := m.Run()
+	cleanupBench()
 	if err := srv.Close(); err != nil {
 		log.Printf("stop versitygw: %v", err)
 	}

@@ -6,7 +6,11 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/toolhost/toolhost/abi"
 )
 
 // CI reports whether the tests run on CI, where a missing capability is a failure.
@@ -41,4 +45,45 @@ func NeedBwrap(t testing.TB) {
 	if _, err := os.Stat(BwrapPath); err != nil {
 		Skipf(t, "bubblewrap is not installed at %s (make test installs it; Debian package bubblewrap): %v", BwrapPath, err)
 	}
+}
+
+// HangBound is how long a test waits for something before it calls it broken: a liveness
+// bound, far above what a working system takes even on a loaded machine, never a
+// performance assertion (a test that must be fast is a benchmark).
+const HangBound = 2 * time.Minute
+
+// Eventually polls cond until it holds, and reports whether it did before HangBound. The
+// polls start 10 ms apart and back off to 250 ms, so a quick condition costs little and a
+// slow one does not spin.
+func Eventually(cond func() bool) bool {
+	deadline := time.Now().Add(HangBound)
+	wait := 10 * time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+		wait = min(wait*2, 250*time.Millisecond)
+	}
+	return true
+}
+
+// WaitFor is Eventually that fails t, saying what it waited for, when cond never held.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !Eventually(cond) {
+		t.Fatalf("gave up after %s waiting for %s", HangBound, what)
+	}
+}
+
+// ResultText is a tool result's text blocks joined, images left out: what a model reads of
+// it, and what tests look into.
+func ResultText(r abi.Result) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if c.Type == abi.ContentText || c.Type == "" {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
 }

@@ -301,6 +301,26 @@ func (h *Host) WriteFile(p string, data []byte) error {
 	return nil
 }
 
+// Remove implements pdk.RemoveHost: it removes a file or a symbolic link, never a
+// directory.
+func (h *Host) Remove(p string) error {
+	rel, err := h.resolve("remove", p)
+	if err != nil {
+		return err
+	}
+	fi, err := h.root().Lstat(rel)
+	if err != nil {
+		return mapErr("remove", p, err)
+	}
+	if fi.IsDir() {
+		return fail("remove", abi.StatusIsDir, p, "is a directory")
+	}
+	if err := h.root().Remove(rel); err != nil {
+		return mapErr("remove", p, err)
+	}
+	return nil
+}
+
 func info(p string, fi fs.FileInfo) abi.FileInfo {
 	t := abi.TypeOther
 	switch {

@@ -39,9 +39,10 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/policy"
+	policyengine "github.com/toolhost/toolhost/internal/policy"
 	"github.com/toolhost/toolhost/pdk"
 	"github.com/toolhost/toolhost/pdk/pdktest"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // Host is a pdktest.Host with a policy in force and a record of the host calls.
@@ -51,7 +52,7 @@ type Host struct {
 	Plugin string
 
 	t      testing.TB
-	policy *policy.Policy
+	policy *policyengine.Policy
 	mu     sync.Mutex
 	tool   string // the tool being called
 	rec    audit.Recorder
@@ -61,7 +62,7 @@ type Host struct {
 // the test (as pdktest.New does), and fails the test if scope does not compile.
 func New(t testing.TB, scope policy.Scope) *Host {
 	t.Helper()
-	p, err := policy.Compile(scope)
+	p, err := policyengine.Compile(scope)
 	if err != nil {
 		t.Fatalf("policytest: the scope does not compile: %v", err)
 	}
@@ -191,7 +192,7 @@ func (h *Host) describe() string {
 // decide resolves a call's path as the host does, asks the policy and checks links for a
 // scoped path. It returns the request with its workspace-relative path and the rule that
 // allowed it, or the error the plugin gets (and records the refusal).
-func (h *Host) decide(req policy.Request, raw string, start time.Time) (policy.Request, string, error) {
+func (h *Host) decide(req policyengine.Request, raw string, start time.Time) (policyengine.Request, string, error) {
 	if req.Cap == abi.CapSandboxFiles || raw != "" {
 		abs, err := sandbox.Resolve(raw)
 		if err != nil {
@@ -211,7 +212,7 @@ func (h *Host) decide(req policy.Request, raw string, start time.Time) (policy.R
 	}
 	d := h.policy.Decide(h.Plugin, req)
 	if d.Allowed && d.CheckLinks {
-		link, err := policy.CheckLinks(req.Path, func(rel string) (bool, bool, error) {
+		link, err := policyengine.CheckLinks(req.Path, func(rel string) (bool, bool, error) {
 			fi, err := os.Lstat(filepath.Join(h.Root, filepath.FromSlash(rel)))
 			switch {
 			case errors.Is(err, os.ErrNotExist), err != nil && strings.Contains(err.Error(), "not a directory"):
@@ -237,7 +238,7 @@ func (h *Host) decide(req policy.Request, raw string, start time.Time) (policy.R
 	return req, d.Rule, nil
 }
 
-func (h *Host) record(req policy.Request, start time.Time, decision, why string, err error) {
+func (h *Host) record(req policyengine.Request, start time.Time, decision, why string, err error) {
 	h.mu.Lock()
 	tool := h.tool
 	h.mu.Unlock()
@@ -256,7 +257,7 @@ func (h *Host) record(req policy.Request, start time.Time, decision, why string,
 // fileCall runs a file call through the policy and records it.
 func fileCall[T any](h *Host, op, p string, do func() (T, error)) (T, error) {
 	start := time.Now()
-	req, why, err := h.decide(policy.Request{Cap: abi.CapSandboxFiles, Op: op}, p, start)
+	req, why, err := h.decide(policyengine.Request{Cap: abi.CapSandboxFiles, Op: op}, p, start)
 	if err != nil {
 		var zero T
 		return zero, err
@@ -305,7 +306,7 @@ func (h *Host) List(req abi.ListRequest) (abi.ListResult, error) {
 // decided as the host decides them, and the timeout is cut to the policy's max_timeout.
 func (h *Host) Exec(req abi.ExecRequest) (abi.ExecResult, error) {
 	start := time.Now()
-	preq := policy.Request{Cap: abi.CapSandboxExec, Op: abi.FnExec, Argv: req.Argv, Background: req.Background,
+	preq := policyengine.Request{Cap: abi.CapSandboxExec, Op: abi.FnExec, Argv: req.Argv, Background: req.Background,
 		Env: slices.Sorted(maps.Keys(req.Env))}
 	preq, why, err := h.decide(preq, req.Cwd, start)
 	if err != nil {

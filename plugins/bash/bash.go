@@ -12,11 +12,11 @@ import (
 // descriptionText is the tool's description; %s are the default and the maximum timeout.
 const descriptionText = `Runs a bash command in the sandbox and returns its output.
 
-- Each call is a new bash -c process started in the workspace root (/home/user): the working directory and environment variables do not carry over between calls, so chain dependent steps with && or cd in the same command. Stdin is closed; do not start interactive programs.
+- Each call is a new bash process, but the shell remembers its place: a call starts in the directory where the last one ended (cd carries over, also when the sandbox is replaced; the first call starts in the workspace root, /home/user), and the result says when the directory changed. %s Stdin is closed: for programs that ask for input or keep talking (a REPL, npm init), use exec_command and write_stdin.
 - The output shows the command, its stdout, its stderr under a [stderr] line, and [exit CODE]. A non-zero exit code is reported, not treated as a failure of the tool.
 - timeout is in seconds (default %s, at most %s). A command that runs out of time is killed with its whole process group, and you get its output so far.
 - Long output keeps its beginning and end; the middle is cut, and the result says how much.
-- background: true starts a long-running process (a dev server, a watcher) and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes, and if the sandbox is replaced it is started again (same id and log file, a new pid). Read the log with bash (tail -n 50 LOG), stop it with kill PID.
+- background: true starts a long-running process (a dev server, a watcher) in the current directory and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes, and if the sandbox is replaced it is started again (same id and log file, a new pid). Read its new output with bash_output, stop it with bash_kill.
 - Prefer the dedicated tools for files: read_file, write_file and edit_file to read and change files, grep and glob to search.`
 
 // schemaText is the input schema; %d is the default timeout in whole seconds, %s the
@@ -88,7 +88,11 @@ func seconds(ms int64) string {
 }
 
 func description(l limits) string {
-	return fill(descriptionText, seconds(l.defaultMS), seconds(l.maxMS))
+	env := "Environment variables do not carry over: set them in the command that needs them (VAR=x cmd, or export and the command in one call)."
+	if keepEnv() {
+		env = "Exported variables carry over too (export X=1 in one call, $X in the next); variables that are not exported do not."
+	}
+	return fill(descriptionText, env, seconds(l.defaultMS), seconds(l.maxMS))
 }
 
 func schema(l limits) string {
@@ -102,33 +106,57 @@ func run(in pdk.Input) abi.Result {
 	}
 	bg := in.Bool("background")
 	l := currentLimits()
-	req := abi.ExecRequest{Argv: []string{"bash", "-c", command}, Background: bg}
-	if !bg {
-		// No timeout given: the configured default, sent as it is, so the host enforces
-		// exactly what a timeout report will say.
-		ms := l.defaultMS
-		if in.Has("timeout") {
-			t := int64(in.Int("timeout", 0))
-			if t < 1 {
-				return abi.ErrorText("Error: timeout must be at least 1 second")
-			}
-			if t*1000 > l.maxMS {
-				return abi.ErrorText("Error: timeout " + strconv.FormatInt(t, 10) + " s is above the maximum of " +
-					seconds(l.maxMS) + " s; use at most " + seconds(l.maxMS) + ", or background: true for long-running processes")
-			}
-			ms = t * 1000
+	st := loadShell()
+	if bg {
+		res, err := pdk.Exec(abi.ExecRequest{Argv: []string{"bash", "-c", backgroundScript(command, st)}, Background: true})
+		if err != nil {
+			return abi.ErrorText("Error: could not run the command: " + err.Error())
 		}
-		req.TimeoutMS = ms
+		return background(res)
 	}
-	res, err := pdk.Exec(req)
+	// No timeout given: the configured default, sent as it is, so the host enforces
+	// exactly what a timeout report will say.
+	ms := l.defaultMS
+	if in.Has("timeout") {
+		t := int64(in.Int("timeout", 0))
+		if t < 1 {
+			return abi.ErrorText("Error: timeout must be at least 1 second")
+		}
+		if t*1000 > l.maxMS {
+			return abi.ErrorText("Error: timeout " + strconv.FormatInt(t, 10) + " s is above the maximum of " +
+				seconds(l.maxMS) + " s; use at most " + seconds(l.maxMS) + ", or background: true for long-running processes")
+		}
+		ms = t * 1000
+	}
+	marker := newMarker()
+	res, err := pdk.Exec(abi.ExecRequest{Argv: shellArgv(command, marker, st), TimeoutMS: ms})
 	if err != nil {
 		return abi.ErrorText("Error: could not run the command: " + err.Error())
 	}
-	if bg {
-		return background(res)
+	out, errOut, start, cwd, base, final, gone, ok := endState(res.Stdout, res.Stderr, marker)
+	res.Stdout, res.Stderr = out, errOut
+	note := ""
+	if ok {
+		note = saveShell(st, start, cwd, base, final, gone)
 	}
-	return format(command, seconds(req.TimeoutMS), res)
+	return formatNote(command, seconds(ms), res, note)
 }
+
+// backgroundScript starts a background command where the shell is, with its variables.
+func backgroundScript(command string, st shellState) string {
+	var b strings.Builder
+	if st.cwd != "" {
+		b.WriteString("cd -- " + shellQuote(st.cwd) + " 2>/dev/null\n")
+	}
+	if st.env != "" {
+		b.WriteString(st.env)
+	}
+	b.WriteString(command)
+	return b.String()
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func background(res abi.ExecResult) abi.Result {
 	if res.ID == "" && res.LogPath == "" { // it did not start: the reply is a normal exit
@@ -136,14 +164,19 @@ func background(res abi.ExecResult) abi.Result {
 	}
 	pid := strconv.Itoa(res.PID)
 	return abi.Text("Started in background: id " + res.ID + ", pid " + pid + ", log " + res.LogPath +
-		"\nIt runs until the sandbox closes (if the sandbox is replaced, it is started again under the same id and log). Read its output with bash `tail -n 50 " + res.LogPath +
-		"`; stop it with `kill " + pid + "`.")
+		"\nIt runs until the sandbox closes (if the sandbox is replaced, it is started again under the same id and log). Read its new output with bash_output (id " +
+		res.ID + "); stop it with bash_kill.")
 }
 
 // format renders a finished command: "$ COMMAND", stdout, "[stderr]" and stderr when there
 // is any, then "[exit CODE]", or "[timed out after N s]" or "[killed: ... out of memory]"
 // (error results).
 func format(command string, timeout string, res abi.ExecResult) abi.Result {
+	return formatNote(command, timeout, res, "")
+}
+
+// formatNote is format with a note (the shell's new directory) before the last line.
+func formatNote(command string, timeout string, res abi.ExecResult, note string) abi.Result {
 	stdout, stderr := res.Stdout, res.Stderr
 	if len(stdout)+len(stderr) > outputBudget {
 		errMax := min(len(stderr), stderrBudget)
@@ -161,6 +194,9 @@ func format(command string, timeout string, res abi.ExecResult) abi.Result {
 	if stderr != "" || res.StderrCut > 0 {
 		b.WriteString("[stderr]\n")
 		writeStream(&b, "stderr", stderr, res.StderrCut)
+	}
+	if note != "" {
+		b.WriteString(note + "\n")
 	}
 	if res.TimedOut {
 		b.WriteString("[timed out after " + timeout + " s]")

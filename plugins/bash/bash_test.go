@@ -7,16 +7,9 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/pdk/pdktest"
 )
-
-func text(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
 
 func TestFormat(t *testing.T) {
 	cases := []struct {
@@ -40,7 +33,7 @@ func TestFormat(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := format("cmd", "5", c.res)
-		if got := text(r); got != c.want || r.IsError != c.err {
+		if got := testenv.ResultText(r); got != c.want || r.IsError != c.err {
 			t.Errorf("%s: got %v\n%q\nwant %v\n%q", c.name, r.IsError, got, c.err, c.want)
 		}
 	}
@@ -53,7 +46,7 @@ func TestFormatBudget(t *testing.T) {
 	}
 	errs := strings.Repeat("warning: something\n", 2000) // 38,000 bytes
 	r := format("make", "60", abi.ExecResult{Stdout: out.String(), Stderr: errs, ExitCode: 2})
-	got := text(r)
+	got := testenv.ResultText(r)
 	if len(got) > outputBudget+500 {
 		t.Errorf("result is %d bytes", len(got))
 	}
@@ -78,7 +71,7 @@ func TestBash(t *testing.T) {
 	if isErr || got != "$ cat f.txt; echo oops >&2; exit 4\ncontent\n[stderr]\noops\n[exit 4]" {
 		t.Errorf("got %v %q", isErr, got)
 	}
-	if r := w.Execs[0]; strings.Join(r.Argv, "|") != "bash|-c|cat f.txt; echo oops >&2; exit 4" || r.TimeoutMS != 60_000 || r.Background {
+	if r := w.Execs[0]; r.Argv[0] != "bash" || r.Argv[len(r.Argv)-1] != "cat f.txt; echo oops >&2; exit 4" || r.TimeoutMS != 60_000 || r.Background {
 		t.Errorf("request %+v", r)
 	}
 
@@ -135,5 +128,54 @@ func TestConfiguredTimeouts(t *testing.T) {
 	}
 	if s := schema(l); !strings.Contains(s, `"default": 90`) || !strings.Contains(s, "default 90, at most 1200") {
 		t.Errorf("schema: %s", s)
+	}
+}
+
+// The shell remembers its directory between calls (and with TOOLHOST_BASH_KEEP_ENV its
+// exported variables, unset ones included); a directory that is gone is said so.
+func TestShellRemembers(t *testing.T) {
+	w := pdktest.New(t)
+	t.Setenv("TOOLHOST_BASH_KEEP_ENV", "1")
+	w.Write("src/a.txt", "a\n")
+	got, isErr := w.Call("bash", `{"command":"cd src && export X=1 Y='two words' && export GONE=1"}`)
+	if isErr || !strings.Contains(got, "[cwd is now "+w.Root+"/src]") {
+		t.Fatalf("cd: %v %q", isErr, got)
+	}
+	got, _ = w.Call("bash", `{"command":"pwd; echo \"$X|$Y|$GONE\"; unset GONE; ls"}`)
+	if !strings.Contains(got, w.Root+"/src\n1|two words|1\na.txt\n") || strings.Contains(got, "cwd is now") {
+		t.Errorf("second call: %q", got)
+	}
+	got, _ = w.Call("bash", `{"command":"echo \"[$GONE]\"; exit 3"}`)
+	if !strings.Contains(got, "[]\n[exit 3]") {
+		t.Errorf("unset did not carry over, or the exit code was lost: %q", got)
+	}
+	w.Call("bash", `{"command":"cd .. && rmdir src 2>/dev/null; mkdir -p d && cd d && rmdir ../d"}`)
+	got, _ = w.Call("bash", `{"command":"pwd"}`)
+	if !strings.Contains(got, "no longer exists") || !strings.Contains(got, w.Root+"\n") {
+		t.Errorf("a directory that is gone: %q", got)
+	}
+	// Output that does not end in a newline keeps its last line as it was.
+	got, _ = w.Call("bash", `{"command":"printf abc"}`)
+	if !strings.Contains(got, "\nabc\n[exit 0]") {
+		t.Errorf("printf: %q", got)
+	}
+	// Without the setting, variables do not carry over; the directory does.
+	t.Setenv("TOOLHOST_BASH_KEEP_ENV", "")
+	w.Call("bash", `{"command":"export Z=9; cd /"}`)
+	got, _ = w.Call("bash", `{"command":"echo \"[$Z]\"; pwd"}`)
+	if !strings.Contains(got, "[]\n/\n") {
+		t.Errorf("without keep env: %q", got)
+	}
+}
+
+func TestParseExports(t *testing.T) {
+	dump := "declare -x A=\"1\"\ndeclare -x B=\"multi\nline \\\" q\"\ndeclare -x C\ndeclare -rx D=\"ro\"\n"
+	m := parseExports(dump)
+	if m["A"].quoted != `"1"` || m["B"].quoted != "\"multi\nline \\\" q\"" || m["C"].set || m["D"].quoted != `"ro"` || len(m) != 4 {
+		t.Errorf("parsed %+v", m)
+	}
+	base := parseExports("declare -x A=\"1\"\ndeclare -x GONE=\"x\"\ndeclare -x PWD=\"/a\"\n")
+	if d := envDiff(base, m); d != "export B=\"multi\nline \\\" q\"\nexport C\nexport D=\"ro\"\nunset GONE\n" {
+		t.Errorf("diff %q", d)
 	}
 }

@@ -17,7 +17,7 @@ const editDescription = `Edits a file in the workspace by replacing an exact str
 - Copy text from read_file's output without the line-number prefix (the number and the tab before each line).
 - replace_all replaces every occurrence, e.g. to rename a variable.
 - Files with CRLF line endings keep them: write old_string and new_string with plain newlines.
-- To create a file or replace all of it, use write_file.`
+- To create a file or replace all of it, use write_file.%s`
 
 const editSchema = `{
   "type": "object",
@@ -55,6 +55,9 @@ func editFile(in pdk.Input) abi.Result {
 		// data is ours and never written again, so it can back the string without a copy
 		// of the whole file.
 		content := unsafe.String(unsafe.SliceData(data), len(data))
+		if msg := guard(path, version, "edit", "edited"); msg != "" {
+			return abi.ErrorText(msg)
+		}
 		out, count, errText := applyEdit(content, oldS, newS, in.Bool("replace_all"))
 		if errText != "" {
 			return abi.ErrorText(strings.ReplaceAll(errText, "PATH", path))
@@ -62,6 +65,7 @@ func editFile(in pdk.Input) abi.Result {
 		err = pdk.WriteFileVersioned(path, out, version)
 		if err == nil {
 			n = count
+			markSeen(path, versionOf(out))
 			break
 		}
 		if !errors.Is(err, pdk.ErrChanged) || attempt == maxEditAttempts {

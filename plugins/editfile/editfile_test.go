@@ -51,8 +51,8 @@ func TestReadFile(t *testing.T) {
 		{"offset past end", `{"path":"long.txt","offset":6000}`,
 			"Error: offset 6000 is past the end of long.txt, which has 5120 lines; use an offset from 1 to 5120", true},
 		{"empty", `{"path":"empty.txt"}`, "[read_file: empty.txt is empty (0 bytes)]", false},
-		{"binary", `{"path":"bin.dat"}`, "Error: bin.dat is a binary file; read_file shows text only", true},
-		{"noise", `{"path":"noise.bin"}`, "Error: noise.bin is a binary file; read_file shows text only", true},
+		{"binary", `{"path":"bin.dat"}`, "Error: bin.dat is a binary file; read_file shows text, images (PNG, JPEG, GIF, WebP), PDFs and notebooks", true},
+		{"noise", `{"path":"noise.bin"}`, "Error: noise.bin is a binary file; read_file shows text, images (PNG, JPEG, GIF, WebP), PDFs and notebooks", true},
 		{"latin1", `{"path":"latin1.txt"}`, "     1\tcaf\uFFFD cr\uFFFDme br\uFFFDl\uFFFDe and a long enough English sentence to be text\n", false},
 		{"dir", `{"path":"dir"}`, "Error: dir is a directory; use glob or bash ls to list it", true},
 		{"missing", `{"path":"nope.txt"}`, "Error: could not read nope.txt: no such file or directory", true},
@@ -147,6 +147,7 @@ func TestApplyEdit(t *testing.T) {
 func TestEditFile(t *testing.T) {
 	w := pdktest.New(t)
 	w.Write("f.go", "package f\r\n\r\nvar x = 1\r\nvar y = x\r\n")
+	w.Call("read_file", `{"path":"f.go"}`)
 	cases := []struct {
 		input, want string
 		isErr       bool

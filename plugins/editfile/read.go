@@ -16,14 +16,19 @@ const readDescription = `Reads a text file from the workspace and returns its li
 - By default it returns up to 2000 lines from the start. For long files, pass offset (the 1-based line to start at) and limit (how many lines) to read a part; the result ends with a note giving the total line count and the offset to continue with when there is more.
 - Lines longer than 2000 characters are cut, and the whole result is kept under about 48,000 characters (the note then says where to continue).
 - The numbers and tab are not part of the file: never copy them into edit_file's old_string.
-- Text only: a binary file is refused, and so is a directory (use glob, or bash with ls, to list one).`
+- Images (PNG, JPEG, GIF, WebP) come back as an image you can see, scaled down to at most 1568 pixels on a side when larger.
+- PDFs come back as text page by page (at most 20 pages a call: pass pages, such as "3" or "21-40", for others); with pages_as_images: true, up to 5 pages come back as images (for scans, drawings and layout).
+- Jupyter notebooks (.ipynb) come back as their cells with their outputs, output images included.
+- Other binary files are refused, and so are directories (use glob, or bash with ls, to list one).`
 
 const readSchema = `{
   "type": "object",
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "The file to read, relative to the workspace root or absolute within it."},
     "offset": {"type": "integer", "minimum": 1, "default": 1, "description": "The 1-based line number to start reading at."},
-    "limit": {"type": "integer", "minimum": 1, "default": 2000, "description": "The maximum number of lines to return."}
+    "limit": {"type": "integer", "minimum": 1, "default": 2000, "description": "The maximum number of lines to return."},
+    "pages": {"type": "string", "description": "PDFs only: the page or range of pages to read, such as \"3\" or \"1-5\" (1-based)."},
+    "pages_as_images": {"type": "boolean", "default": false, "description": "PDFs only: return the pages as images (at most 5) instead of their text."}
   },
   "required": ["path"],
   "additionalProperties": false
@@ -45,8 +50,11 @@ func readFile(in pdk.Input) abi.Result {
 	}
 	// The host cuts the window, so a large file never enters the plugin: byte loops are
 	// slow in a guest under wazero's CloseOnContextDone.
+	if kind := mediaKind(path); kind != "" {
+		return readMedia(in, path, kind)
+	}
 	h, text, err := pdk.ReadText(abi.ReadTextRequest{Path: path, Offset: offset, Limit: limit,
-		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true})
+		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true, Version: guardOn()})
 	if err != nil {
 		if errors.Is(err, pdk.ErrIsDir) {
 			return abi.ErrorText("Error: " + path + " is a directory; use glob or bash ls to list it")
@@ -57,6 +65,11 @@ func readFile(in pdk.Input) abi.Result {
 		}
 		return abi.ErrorText(msg)
 	}
+	if h.Binary {
+		// No telling extension: an image is known by its first bytes.
+		return readBinary(in, path)
+	}
+	markSeen(path, h.Version)
 	return formatRead(path, h, text, offset)
 }
 

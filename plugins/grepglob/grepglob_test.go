@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/pdk/pdktest"
 )
 
@@ -124,51 +125,43 @@ func TestGrepArgv(t *testing.T) {
 func TestGrepParse(t *testing.T) {
 	content := "./z.txt\x001:foo\n--\n./d/x: y.txt\x001-a\n./d/x: y.txt\x002:foo 1\n./d/x: y.txt\x003-b\n--\n./d/x: y.txt\x006-e\n./d/x: y.txt\x007:foo: 2\n"
 	a := grepArgs{path: ".", mode: "content", context: 1, headLimit: 250}
-	got := text(a.format(abi.ExecResult{Stdout: content}))
+	got := testenv.ResultText(a.format(abi.ExecResult{Stdout: content}))
 	want := "d/x: y.txt-1-a\nd/x: y.txt:2:foo 1\nd/x: y.txt-3-b\n--\nd/x: y.txt-6-e\nd/x: y.txt:7:foo: 2\n--\nz.txt:1:foo\n"
 	if got != want {
 		t.Errorf("content:\n%s\nwant\n%s", got, want)
 	}
 	a.headLimit = 2
-	got = text(a.format(abi.ExecResult{Stdout: content}))
+	got = testenv.ResultText(a.format(abi.ExecResult{Stdout: content}))
 	if want := "d/x: y.txt-1-a\nd/x: y.txt:2:foo 1\n[showing first 2 of 6 entries; narrow the pattern or raise head_limit]\n"; got != want {
 		t.Errorf("head_limit:\n%s", got)
 	}
 	f := grepArgs{path: ".", mode: "files_with_matches"}
-	if got := text(f.format(abi.ExecResult{Stdout: "./z.txt\x00./d/x: y.txt\x00/home/user/a b\x00"})); got != "a b\nd/x: y.txt\nz.txt\n" {
+	if got := testenv.ResultText(f.format(abi.ExecResult{Stdout: "./z.txt\x00./d/x: y.txt\x00/home/user/a b\x00"})); got != "a b\nd/x: y.txt\nz.txt\n" {
 		t.Errorf("files: %q", got)
 	}
 	c := grepArgs{path: "src", mode: "count"}
-	if got := text(c.format(abi.ExecResult{Stdout: "src/b\x003\nsrc/a:1\x000\nsrc/c\x0012\n"})); got != "src/b:3\nsrc/c:12\n" {
+	if got := testenv.ResultText(c.format(abi.ExecResult{Stdout: "src/b\x003\nsrc/a:1\x000\nsrc/c\x0012\n"})); got != "src/b:3\nsrc/c:12\n" {
 		t.Errorf("count: %q", got)
 	}
-	if r := c.format(abi.ExecResult{ExitCode: 1}); text(r) != "[grep: no matches found]" || r.IsError {
+	if r := c.format(abi.ExecResult{ExitCode: 1}); testenv.ResultText(r) != "[grep: no matches found]" || r.IsError {
 		t.Errorf("no match: %+v", r)
 	}
-	if r := c.format(abi.ExecResult{ExitCode: 2, Stderr: "grep: unmatched parentheses\n"}); text(r) != "Error: grep failed: grep: unmatched parentheses" || !r.IsError {
+	if r := c.format(abi.ExecResult{ExitCode: 2, Stderr: "grep: unmatched parentheses\n"}); testenv.ResultText(r) != "Error: grep failed: grep: unmatched parentheses" || !r.IsError {
 		t.Errorf("bad regex: %+v", r)
 	}
 	r := c.format(abi.ExecResult{ExitCode: 2, Stdout: "src/a\x001\n", Stderr: "grep: src/b: Permission denied\n"})
-	if text(r) != "src/a:1\n[grep reported errors for some files: grep: src/b: Permission denied]\n" || r.IsError {
+	if testenv.ResultText(r) != "src/a:1\n[grep reported errors for some files: grep: src/b: Permission denied]\n" || r.IsError {
 		t.Errorf("partial errors: %+v", r)
 	}
 	long := strings.Repeat("é", 700)
-	if got := text(a.format(abi.ExecResult{Stdout: "f\x001:" + long + "\n"})); got != "f:1:"+strings.Repeat("é", 500)+" [... 200 more characters]\n" {
+	if got := testenv.ResultText(a.format(abi.ExecResult{Stdout: "f\x001:" + long + "\n"})); got != "f:1:"+strings.Repeat("é", 500)+" [... 200 more characters]\n" {
 		t.Errorf("long line: %q", got)
 	}
 	g := grepArgs{path: "src", mode: "files_with_matches"}
 	_, g.filter, _ = parseGlobs("a/**/*.go")
-	if got := text(g.format(abi.ExecResult{Stdout: "src/a/x.go\x00src/b/x.go\x00src/a/y/z.go\x00"})); got != "src/a/x.go\nsrc/a/y/z.go\n" {
+	if got := testenv.ResultText(g.format(abi.ExecResult{Stdout: "src/a/x.go\x00src/b/x.go\x00src/a/y/z.go\x00"})); got != "src/a/x.go\nsrc/a/y/z.go\n" {
 		t.Errorf("filter relative to path: %q", got)
 	}
-}
-
-func text(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
 }
 
 func TestGrepTool(t *testing.T) {
@@ -241,7 +234,7 @@ func TestFormatGlobLimit(t *testing.T) {
 	for i := range 1500 {
 		files = append(files, fmt.Sprintf("f%04d", i))
 	}
-	got := text(formatGlob(files, false))
+	got := testenv.ResultText(formatGlob(files, false))
 	if !strings.HasSuffix(got, "f0999\n[showing first 1000 of 1500 files; narrow the pattern or the path]\n") {
 		t.Errorf("got ...%q", got[len(got)-100:])
 	}
@@ -253,7 +246,7 @@ func TestGrepOutputBudget(t *testing.T) {
 		fmt.Fprintf(&out, "f%03d\x001:%s\r\n", i, strings.Repeat("x", 400))
 	}
 	a := grepArgs{path: ".", mode: "content", headLimit: 0}
-	got := text(a.format(abi.ExecResult{Stdout: out.String()}))
+	got := testenv.ResultText(a.format(abi.ExecResult{Stdout: out.String()}))
 	if len(got) > 50_000 || strings.Contains(got, "\r") {
 		t.Errorf("%d bytes, CR kept: %v", len(got), strings.Contains(got, "\r"))
 	}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // Run runs the suite against p, its parts in parallel. Each part creates its own
@@ -53,6 +54,8 @@ func Run(t *testing.T, p sandbox.Provider) {
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, p) })
 	t.Run("HostWorkspace", func(t *testing.T) { t.Parallel(); testHostWorkspace(t, p) })
 	t.Run("Handoff", func(t *testing.T) { t.Parallel(); testHandoff(t, p) })
+	t.Run("ProcessLister", func(t *testing.T) { t.Parallel(); testProcessLister(t, p) })
+	t.Run("ArchiveReporter", func(t *testing.T) { t.Parallel(); testArchiveReporter(t, p) })
 }
 
 // bound is how long the suite waits for anything before it calls it broken: a liveness
@@ -94,6 +97,20 @@ func sh(t *testing.T, sb sandbox.Sandbox, script string) sandbox.ExecResult {
 	return res
 }
 
+// witness starts a background process in sb that writes witness-N.txt after secs seconds,
+// and waits until it has: the proof that secs seconds of the sandbox's own time have
+// passed, ordered after everything started before it, without the test sleeping.
+func witness(t *testing.T, sb sandbox.Sandbox, secs int) {
+	t.Helper()
+	name := fmt.Sprintf("witness-%d.txt", time.Now().UnixNano())
+	if _, err := sb.Start(ctxFor(t), sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("sleep %d; echo done > %s", secs, name)}}); err != nil {
+		t.Fatalf("starting the witness: %v", err)
+	}
+	if !testenv.Eventually(func() bool { _, err := sb.Stat(ctxFor(t), name); return err == nil }) {
+		t.Fatalf("the witness never wrote %s", name)
+	}
+}
+
 func write(t *testing.T, sb sandbox.Sandbox, p, content string) {
 	t.Helper()
 	if err := sb.WriteFile(ctxFor(t), p, []byte(content)); err != nil {
@@ -108,18 +125,6 @@ func read(t *testing.T, sb sandbox.Sandbox, p string) string {
 		t.Fatalf("ReadFile %s: %v", p, err)
 	}
 	return string(b)
-}
-
-// eventually polls cond until it holds or the bound passes.
-func eventually(cond func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
 
 func testExec(t *testing.T, p sandbox.Provider) {
@@ -178,20 +183,23 @@ func testExec(t *testing.T, p sandbox.Provider) {
 func testTimeout(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{})
 	ctx := ctxFor(t)
-	// The partial output comes back, the status says killed.
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo before; sleep 60; echo after"}, Timeout: 500 * time.Millisecond})
+	// The partial output comes back, the status says killed. The timeout leaves a loaded
+	// machine time to start the shell and let it print.
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo before; sleep 60; echo after"}, Timeout: 3 * time.Second})
 	if err != nil || !res.TimedOut || res.ExitCode != -1 || string(res.Stdout) != "before\n" {
 		t.Fatalf("a command past its timeout: %+v stdout=%q %v; want TimedOut, exit -1, the output so far", res, res.Stdout, err)
 	}
 	// The whole process group dies: a child that would write later never does.
 	res, err = sb.Exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"sh", "-c", `sh -c "sleep 2; echo late > late.txt" & sleep 60`},
-		Timeout: 500 * time.Millisecond,
+		Argv:    []string{"sh", "-c", `sh -c "sleep 4; echo late > late.txt" & sleep 60`},
+		Timeout: 3 * time.Second,
 	})
 	if err != nil || !res.TimedOut {
 		t.Fatalf("a command with a child past its timeout: %+v %v", res, err)
 	}
-	time.Sleep(4 * time.Second) // the child, alive, would have written by now
+	// A witness started after the kill outlasts the child's sleep: once it has written,
+	// the child, had it survived, would have written too.
+	witness(t, sb, 5)
 	if _, err := sb.Stat(ctx, "late.txt"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("a child of a timed-out command survived it (late.txt: %v)", err)
 	}
@@ -284,11 +292,11 @@ func testBackground(t *testing.T, p sandbox.Provider) {
 	if pr.ID == "" || pr.PID <= 0 || !path.IsAbs(pr.LogPath) {
 		t.Errorf("Process %+v: want an ID, a PID and an absolute log path", pr)
 	}
-	if !eventually(func() bool { _, err := sb.Stat(ctxFor(t), "alive.txt"); return err == nil }) {
+	if !testenv.Eventually(func() bool { _, err := sb.Stat(ctxFor(t), "alive.txt"); return err == nil }) {
 		t.Fatal("the background process never wrote alive.txt")
 	}
 	// Its output goes to its log.
-	if !eventually(func() bool { return strings.Contains(string(sh(t, sb, "cat "+pr.LogPath).Stdout), "started") }) {
+	if !testenv.Eventually(func() bool { return strings.Contains(string(sh(t, sb, "cat "+pr.LogPath).Stdout), "started") }) {
 		t.Errorf("the log %s never showed the process's output", pr.LogPath)
 	}
 	pr2, err := sb.Start(ctxFor(t), sandbox.ExecRequest{Argv: []string{"sh", "-c", "pwd > where.txt"}, Cwd: "sub", Env: map[string]string{"X": "1"}})
@@ -304,9 +312,71 @@ func testBackground(t *testing.T, p sandbox.Provider) {
 		t.Errorf("two processes share the ID %s", pr.ID)
 	}
 	want := "1\n" + sandbox.WorkspaceRoot + "/sub\n"
-	if !eventually(func() bool { b, _ := sb.ReadFile(ctxFor(t), "sub/where.txt", 0); return string(b) == want }) {
+	if !testenv.Eventually(func() bool { b, _ := sb.ReadFile(ctxFor(t), "sub/where.txt", 0); return string(b) == want }) {
 		b, _ := sb.ReadFile(ctxFor(t), "sub/where.txt", 0)
 		t.Errorf("a background process's environment and directory: %q, want %q", b, want)
+	}
+}
+
+// testProcessLister: a sandbox that lists its background processes lists one that runs,
+// under the ID Start gave it, through a wrapper, and not once it has exited.
+func testProcessLister(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{})
+	pl, ok := sandbox.As[sandbox.ProcessLister](wrapper{sb})
+	if !ok {
+		return // an optional ability
+	}
+	ctx := ctxFor(t)
+	long, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo done > done.txt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		procs, err := pl.Processes(ctx)
+		if err != nil {
+			t.Fatalf("Processes: %v", err)
+		}
+		var out []string
+		for _, pr := range procs {
+			out = append(out, pr.ID)
+			if pr.ID == long.ID && pr.PID != long.PID {
+				t.Errorf("process %s: pid %d, Start said %d", pr.ID, pr.PID, long.PID)
+			}
+		}
+		return out
+	}
+	if !testenv.Eventually(func() bool { got := ids(); return slices.Contains(got, long.ID) && !slices.Contains(got, short.ID) }) {
+		t.Errorf("Processes: %v, want %s (running) and not %s (exited)", ids(), long.ID, short.ID)
+	}
+	if res := sh(t, sb, "cat done.txt"); string(res.Stdout) != "done\n" {
+		t.Errorf("the short process did not run: %q", res.Stdout)
+	}
+}
+
+// testArchiveReporter: a sandbox that reports on its archives writes what Archive writes
+// and counts what it stored.
+func testArchiveReporter(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{})
+	ar, ok := sandbox.As[sandbox.ArchiveReporter](wrapper{sb})
+	if !ok {
+		return // an optional ability
+	}
+	write(t, sb, "a.txt", "hello\n")
+	write(t, sb, "d/b.txt", "world!\n")
+	var buf bytes.Buffer
+	rep, err := ar.ArchiveReport(ctxFor(t), &buf, []string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 2 || rep.Bytes != int64(len("hello\n")+len("world!\n")) || rep.Skipped != 0 {
+		t.Errorf("report %+v: want 2 files of 13 bytes, none skipped", rep)
+	}
+	if m := untar(t, buf.Bytes()); m["a.txt"] != "hello\n" || m["d/b.txt"] != "world!\n" {
+		t.Errorf("the reported archive holds %v", m)
 	}
 }
 
@@ -609,7 +679,7 @@ func testPreview(t *testing.T, p sandbox.Provider) {
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	var body string
-	ok := eventually(func() bool {
+	ok := testenv.Eventually(func() bool {
 		u, err := sb.PreviewURL(ctx, port)
 		if err != nil {
 			return false
@@ -667,7 +737,7 @@ func testLifetime(t *testing.T, p sandbox.Provider) {
 func testExpiry(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{Timeout: 2 * time.Second})
 	write(t, sb, "f", "x")
-	if !eventually(func() bool { return errors.Is(statErr(sb, "f"), sandbox.ErrClosed) }) {
+	if !testenv.Eventually(func() bool { return errors.Is(statErr(sb, "f"), sandbox.ErrClosed) }) {
 		t.Fatalf("the sandbox is still up %s after its end time", time.Since(sb.EndsAt()))
 	}
 	if _, err := sb.Exec(ctxFor(t), sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
@@ -790,7 +860,9 @@ func testHandoff(t *testing.T, p sandbox.Provider) {
 	if _, err := old.Stat(ctx, "work.txt"); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("the old sandbox after the handoff: %v, want ErrClosed", err)
 	}
-	time.Sleep(4 * time.Second) // the old sandbox's process, alive, would have written by now
+	// A witness in the new sandbox, started after the handoff, outlasts the old process's
+	// sleep: once it has written, the old process, had it survived, would have written too.
+	witness(t, next, 3)
 	if _, err := next.Stat(ctx, "late.txt"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("a process of the old sandbox survived the handoff (late.txt: %v)", err)
 	}

@@ -68,6 +68,7 @@ type Server struct {
 	launch launcher
 	reaper *reaper   // set when cfg.Init
 	writes pathLocks // serialises writes of the same file
+	terms  terminals // programs on pseudo-terminals (terminal.go)
 	egress *egress   // set by Serve when cfg.Egress
 
 	mu      sync.Mutex
@@ -130,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
+	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)
+	m.HandleFunc("POST "+envd.PathTreeRead, s.handleTreeRead)
+	s.handleTerminals(m)
 	s.mux = m
 	return s, nil
 }
@@ -180,6 +184,7 @@ func (s *Server) Close() {
 		_ = c.Close()
 	}
 	s.mu.Unlock()
+	s.closeTerminals()
 	s.closeEgress()
 	s.wg.Wait()
 	_ = s.root.Close()

@@ -178,7 +178,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if c.closed.Load() {
-			return nil, fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrClosed, err)
 		}
 		return nil, err
 	}
@@ -513,6 +513,24 @@ func (c *Client) Processes(ctx context.Context) ([]envd.ProcessInfo, error) {
 	return out.Processes, nil
 }
 
+// BackgroundProcesses lists the background processes the agent started that still run
+// (sandbox.ProcessLister): those with a tag.
+func (c *Client) BackgroundProcesses(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	infos, err := c.Processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.ProcessInfo
+	for _, in := range infos {
+		// A foreground command is tagged fg- (Exec); terminals (term-) are listed: they
+		// too run on until they end, and a session restarts them after a rotation.
+		if in.Tag != "" && !strings.HasPrefix(in.Tag, "fg-") {
+			out = append(out, sandbox.ProcessInfo{ID: in.Tag, PID: int(in.Pid)})
+		}
+	}
+	return out, nil
+}
+
 // Signal sends SIGNAL_SIGKILL or SIGNAL_SIGTERM to a process (its group, on our agent).
 func (c *Client) Signal(ctx context.Context, pid uint32, signal string) error {
 	return c.signal(ctx, envd.ProcessSelector{Pid: pid}, signal)
@@ -602,7 +620,7 @@ func (c *Client) openStream(ctx context.Context, sr envd.StartRequest, hdr map[s
 
 func (c *Client) streamErr(err error) error {
 	if c.closed.Load() {
-		return fmt.Errorf("%w (%v)", sandbox.ErrClosed, err)
+		return fmt.Errorf("%w: %w", sandbox.ErrClosed, err)
 	}
 	return err
 }
@@ -887,7 +905,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dial port %d: %w (%v)", port, ctx.Err(), err)
+			return nil, fmt.Errorf("dial port %d: %w: %w", port, ctx.Err(), err)
 		}
 		return nil, fmt.Errorf("dial port %d: %w", port, c.streamErr(err))
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // TestConformance: the sandbox conformance suite on e2b sandboxes, both routings.
@@ -64,15 +65,6 @@ func uniqueMarker() string {
 func leftover(t *testing.T, sb sandbox.Sandbox, marker string) string {
 	t.Helper()
 	return string(sh(t, sb, `for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); case "$c" in *`+marker+`*) echo "$p $c";; esac; done | grep -v 'for p'`).Stdout)
-}
-
-func eventually(cond func() bool) bool {
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }
 
 func TestExec(t *testing.T) {
@@ -129,7 +121,7 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 		if !res.TimedOut {
 			t.Fatalf("ctx deadline: %+v %v", res, err)
 		}
-		if !eventually(func() bool { return leftover(t, sb, marker) == "" }) {
+		if !testenv.Eventually(func() bool { return leftover(t, sb, marker) == "" }) {
 			t.Fatalf("processes left after the ctx deadline:\n%s", leftover(t, sb, marker))
 		}
 		// Cancelling ctx kills the whole group too.
@@ -139,7 +131,7 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 		if !res.TimedOut || !errors.Is(err, context.Canceled) {
 			t.Fatalf("ctx cancel: %+v %v", res, err)
 		}
-		if !eventually(func() bool { return leftover(t, sb, marker) == "" }) {
+		if !testenv.Eventually(func() bool { return leftover(t, sb, marker) == "" }) {
 			t.Fatalf("processes left after cancel:\n%s", leftover(t, sb, marker))
 		}
 		// A command that ends by itself before its timeout is not timed out, and a
@@ -184,7 +176,7 @@ func TestBackgroundProcess(t *testing.T) {
 		if err != nil || pr.PID <= 0 || !strings.HasPrefix(pr.LogPath, e2b.BackgroundLogDir+"/") || pr.ID == "" {
 			t.Fatalf("start: %+v %v", pr, err)
 		}
-		if !eventually(func() bool {
+		if !testenv.Eventually(func() bool {
 			return string(sh(t, sb, "cat "+pr.LogPath).Stdout) == "tick 1\ntick 2\ntick 3\noops\n"
 		}) {
 			t.Fatalf("log %s: %q", pr.LogPath, sh(t, sb, "cat "+pr.LogPath).Stdout)
@@ -466,7 +458,7 @@ func TestPreview(t *testing.T) {
 					t.Fatal(err)
 				}
 				var u fmt.Stringer
-				if !eventually(func() bool {
+				if !testenv.Eventually(func() bool {
 					url, err := sb.PreviewURL(ctx, 8000)
 					if err == nil {
 						u = url
@@ -541,7 +533,7 @@ func TestLifetime(t *testing.T) {
 		if _, err := short.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
 			t.Errorf("exec after the end time: %v", err)
 		}
-		if !eventually(func() bool { return !contains(f.SandboxIDs(), short.ID()) }) {
+		if !testenv.Eventually(func() bool { return !contains(f.SandboxIDs(), short.ID()) }) {
 			t.Error("the fake did not kill the sandbox at its end time")
 		}
 		// Close is DELETE, idempotent; a closed sandbox is closed.

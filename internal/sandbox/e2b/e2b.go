@@ -235,7 +235,12 @@ type Provider struct {
 	template *Template // the template chosen for the configured size, once known
 }
 
-var _ sandbox.Provider = (*Provider)(nil)
+var (
+	_ sandbox.Provider      = (*Provider)(nil)
+	_ sandbox.LifetimeBound = (*Provider)(nil)
+	_ sandbox.ProjectScoped = (*Provider)(nil)
+	_ sandbox.Closer        = (*Provider)(nil)
+)
 
 // New builds a provider. It does not contact E2B: a missing key or an unreachable
 // service shows at Create, where a chain can give way to the next provider.
@@ -300,6 +305,9 @@ func (pp *projectProvider) Create(ctx context.Context, opts sandbox.CreateOption
 
 // Plan is the plan the provider enforces.
 func (p *Provider) Plan() Plan { return p.cfg.Plan }
+
+// MaxLifetime is the plan's bound on a sandbox's life (sandbox.LifetimeBound).
+func (p *Provider) MaxLifetime() time.Duration { return p.cfg.Plan.MaxLifetime }
 
 // Running asks E2B how many sandboxes of the team run now (all hosts, all projects).
 func (p *Provider) Running(ctx context.Context) (int, error) {

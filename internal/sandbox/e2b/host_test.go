@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolhost/toolhost"
-
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -93,18 +93,10 @@ func (e *toolEnv) call(tool, input string) abi.Result {
 	return res
 }
 
-func resultText(r abi.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
-}
-
 func (e *toolEnv) expect(tool, input string, isErr bool, wants ...string) string {
 	e.t.Helper()
 	res := e.call(tool, input)
-	got := resultText(res)
+	got := testenv.ResultText(res)
 	if res.IsError != isErr {
 		e.t.Errorf("%s %s: is_error = %v, want %v; text: %q", tool, input, res.IsError, isErr, got)
 	}
@@ -127,7 +119,7 @@ func TestEveryToolThroughTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &screenshot.Recorder{Capturer: capt, Store: st}
-	h, err := host.New(context.Background(), host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: toolhost.Capturer(rec), Store: st})
+	h, err := host.New(context.Background(), host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: capture.Of(rec), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +154,8 @@ func TestEveryToolThroughTheHost(t *testing.T) {
 	got := e.expect("bash", `{"command":"for i in 1 2 3; do echo tick $i; sleep 0.1; done; sleep 600","background":true}`, false, "Started in background")
 	_, after, _ := strings.Cut(got, "log ")
 	logPath := strings.TrimRight(strings.Fields(after)[0], ",.;")
-	if !eventually(func() bool {
-		return strings.Contains(resultText(e.call("bash", `{"command":"cat `+logPath+`"}`)), "tick 3")
+	if !testenv.Eventually(func() bool {
+		return strings.Contains(testenv.ResultText(e.call("bash", `{"command":"cat `+logPath+`"}`)), "tick 3")
 	}) {
 		t.Errorf("background log %s never showed tick 3", logPath)
 	}
@@ -181,8 +173,8 @@ func TestEveryToolThroughTheHost(t *testing.T) {
 	e.expect("write_file", `{"path":"site/index.html","content":"<!doctype html><body style=\"margin:0;background:#3366cc\"><h1>e2b</h1></body>"}`, false)
 	e.expect("bash", `{"command":"cd site && exec python3 -m http.server 8000","background":true}`, false, "Started in background")
 	var res abi.Result
-	if !eventually(func() bool { res = e.call("take_screenshot", `{"port":8000}`); return !res.IsError }) {
-		t.Fatalf("take_screenshot: %q", resultText(res))
+	if !testenv.Eventually(func() bool { res = e.call("take_screenshot", `{"port":8000}`); return !res.IsError }) {
+		t.Fatalf("take_screenshot: %q", testenv.ResultText(res))
 	}
 	if len(res.Content) != 3 || res.Content[0].Type != abi.ContentImage || !strings.Contains(res.Content[2].Text, "desktop 1280x800") {
 		t.Errorf("take_screenshot: %+v", res.Content)

@@ -17,6 +17,7 @@ import (
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // apiGet reads a sandbox as E2B's API shows it.
@@ -230,7 +231,7 @@ func TestHang(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrUnresponsive) || !errors.Is(err, sandbox.ErrClosed) {
 		t.Fatalf("envd that hangs: %v", err)
 	}
-	if !eventually(func() bool { return !contains(f.SandboxIDs(), sb.ID()) }) {
+	if !testenv.Eventually(func() bool { return !contains(f.SandboxIDs(), sb.ID()) }) {
 		t.Error("a sandbox that stopped answering was not killed")
 	}
 }
@@ -248,7 +249,7 @@ func TestCutStream(t *testing.T) {
 		t.Fatalf("exec with its stream cut: %v", err)
 	}
 	t.Logf("cut exec: %v", err)
-	if !eventually(func() bool { return leftover(t, sb, marker) == "" }) {
+	if !testenv.Eventually(func() bool { return leftover(t, sb, marker) == "" }) {
 		t.Fatalf("the command whose stream was cut still runs:\n%s", leftover(t, sb, marker))
 	}
 	sh(t, sb, "head -c 1000000 /dev/zero > big")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // Quota tracking. E2B bills sandbox time by size and limits concurrency and creation
@@ -85,7 +86,7 @@ type Ledger struct {
 }
 
 // DefaultQuotaPrefix is where a shared store keeps the ledger.
-const DefaultQuotaPrefix = "quota/e2b/"
+var DefaultQuotaPrefix = storekeys.Quota("e2b")
 
 // NewLedger keeps records in st under prefix (DefaultQuotaPrefix when empty).
 func NewLedger(st store.Store, prefix string) *Ledger {

@@ -52,8 +52,15 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // ID is E2B's sandbox ID.
 func (s *Sandbox) ID() string { return s.id }
 
-// Client is the sandbox's data-plane client.
-func (s *Sandbox) Client() *client.Client { return s.client }
+// Processes lists the background processes that still run (sandbox.ProcessLister).
+func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	return s.client.BackgroundProcesses(ctx)
+}
+
+var (
+	_ sandbox.ProcessLister = (*Sandbox)(nil)
+	_ sandbox.PortLister    = (*Sandbox)(nil)
+)
 
 // Template is the template the sandbox runs; CPUs and MemoryMB its size.
 func (s *Sandbox) Template() string { return s.template }
@@ -145,7 +152,7 @@ func (s *Sandbox) wrap(err error) error {
 	if _, gerr := s.p.api.get(ctx, s.id); errors.Is(gerr, sandbox.ErrClosed) {
 		s.markGone("vanished (E2B no longer knows it)")
 		s.log.Warn("E2B sandbox vanished during a call", "err", err)
-		return fmt.Errorf("E2B sandbox %s vanished: %w (%v)", s.id, sandbox.ErrClosed, err)
+		return fmt.Errorf("E2B sandbox %s vanished: %w: %w", s.id, sandbox.ErrClosed, err)
 	}
 	return err
 }

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/image/webp"
 
-	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
@@ -22,6 +22,7 @@ import (
 	"github.com/toolhost/toolhost/internal/session"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/store/dir"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
@@ -60,7 +61,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := session.Open(ctx, session.Config{
-		Provider: p.ForProject("rotating"), ProjectID: "rotating", Snapshots: snaps, Screenshots: rec,
+		Provider: p.ForProject("rotating"), ProjectID: "rotating", Snapshots: snaps, Screenshots: capture.Of(rec),
 		TTL: life, MaxLifetime: life, KeepaliveMargin: 12 * time.Second,
 		RetryInterval: 100 * time.Millisecond, Logger: testLogger(t),
 	})
@@ -68,7 +69,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	h, err := host.New(ctx, host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: toolhost.Capturer(rec), Store: st})
+	h, err := host.New(ctx, host.Config{DataDir: testplugins.DataDir(), Plugins: builtins(t), Capturer: capture.Of(rec), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 			// remote provider hands nothing over), and take_screenshot waits for it.
 			res := e.call("take_screenshot", `{"port":8000}`)
 			if res.IsError {
-				t.Fatalf("rotation %d: take_screenshot after the session restarted the dev server: %q", r, resultText(res))
+				t.Fatalf("rotation %d: take_screenshot after the session restarted the dev server: %q", r, testenv.ResultText(res))
 			}
 			checkShot(t, res)
 			shots++

@@ -5,9 +5,10 @@ package local
 import (
 	"context"
 	"fmt"
+	"github.com/toolhost/toolhost/internal/tree"
 	"io"
 
-	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/core/sandbox"
 )
 
 // Archive has the agent pack the workspace inside the sandbox and streams it to w. Packing
@@ -22,16 +23,28 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 
 // ArchiveReport is Archive that also returns the agent's report: what it packed and what
 // it left out because a snapshot cannot hold it (the sandbox's word: names are hostile).
-func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error) {
+func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (sandbox.ArchiveReport, error) {
 	if err := s.closedErr(); err != nil {
-		return envd.ArchiveResult{}, err
+		return sandbox.ArchiveReport{}, err
 	}
 	res, err := s.client.Archive(ctx, w, excludes)
 	if err != nil {
-		return res, s.wrap(fmt.Errorf("archive sandbox %s: %w", s.id, err))
+		return res.Report(), s.wrap(fmt.Errorf("archive sandbox %s: %w", s.id, err))
 	}
 	s.log.Debug("archived workspace", "files", res.Files, "skipped", res.Skipped, "bytes_in", res.Bytes, "ms", res.Millis)
-	return res, nil
+	return res.Report(), nil
+}
+
+// Processes lists the background processes that still run (sandbox.ProcessLister).
+func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, err
+	}
+	procs, err := s.client.BackgroundProcesses(ctx)
+	if err != nil {
+		return nil, s.wrap(fmt.Errorf("list processes of sandbox %s: %w", s.id, err))
+	}
+	return procs, nil
 }
 
 // Extract has the agent unpack a tar.gz into the (empty) workspace, inside the sandbox: the
@@ -48,3 +61,29 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 	s.log.Debug("extracted workspace", "files", res.Files, "bytes", res.Bytes, "ms", res.Millis)
 	return nil
 }
+
+// TreeList has the agent list the workspace from the sandbox's own view (tree.Source): a
+// chunked save lists first and reads only what changed.
+func (s *Sandbox) TreeList(ctx context.Context, excludes []string) ([]tree.Entry, tree.WalkStats, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, tree.WalkStats{}, err
+	}
+	es, st, err := s.client.TreeList(ctx, excludes)
+	if err != nil {
+		return nil, st, s.wrap(fmt.Errorf("list sandbox %s: %w", s.id, err))
+	}
+	return es, st, nil
+}
+
+// TreeRead has the agent read files of the workspace (tree.Source).
+func (s *Sandbox) TreeRead(ctx context.Context, paths []string, fn func(tree.Entry, io.Reader) error) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
+	if err := s.client.TreeRead(ctx, paths, fn); err != nil {
+		return s.wrap(fmt.Errorf("read sandbox %s: %w", s.id, err))
+	}
+	return nil
+}
+
+var _ tree.Source = (*Sandbox)(nil)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/egress"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testnet"
 )
 
@@ -110,7 +111,7 @@ func (e *egressNet) records() []egress.Record {
 func (e *egressNet) waitRecord(t testing.TB, what string, match func(egress.Record) bool) egress.Record {
 	t.Helper()
 	var found egress.Record
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		for _, r := range e.records() {
 			if match(r) {
 				found = r
@@ -304,7 +305,7 @@ func TestEgressInjectionSecretStaysOut(t *testing.T) {
 	if res.ExitCode != 0 || string(res.Stdout) != "authorized\nauthorized" {
 		t.Fatalf("curl: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return len(e.auth) >= 3

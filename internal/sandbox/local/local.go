@@ -662,9 +662,11 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // ID names the sandbox.
 func (s *Sandbox) ID() string { return s.id }
 
-// Client is the data-plane client of the sandbox's agent (for what the Sandbox interface
-// does not cover, such as listing processes).
-func (s *Sandbox) Client() *client.Client { return s.client }
+var (
+	_ sandbox.ProcessLister   = (*Sandbox)(nil)
+	_ sandbox.ArchiveReporter = (*Sandbox)(nil)
+	_ sandbox.PortLister      = (*Sandbox)(nil)
+)
 
 // StartedAt is when bwrap was started.
 func (s *Sandbox) StartedAt() time.Time { return s.startedAt }
@@ -694,9 +696,9 @@ func (s *Sandbox) wrap(err error) error {
 	select {
 	case <-s.dead:
 		if cerr := s.closedErr(); cerr != nil {
-			return fmt.Errorf("%w (%v)", cerr, err)
+			return fmt.Errorf("%w: %w", cerr, err)
 		}
-		return fmt.Errorf("sandbox %s died: %w (%v)", s.id, sandbox.ErrClosed, err)
+		return fmt.Errorf("sandbox %s died: %w: %w", s.id, sandbox.ErrClosed, err)
 	default:
 	}
 	if errors.Is(err, sandbox.ErrUnresponsive) {
@@ -714,7 +716,7 @@ func (s *Sandbox) wrap(err error) error {
 		defer cancel()
 		if s.client.Health(ctx) != nil {
 			s.shutdown("lost its agent")
-			return fmt.Errorf("sandbox %s lost its agent: %w (%v)", s.id, sandbox.ErrClosed, err)
+			return fmt.Errorf("sandbox %s lost its agent: %w: %w", s.id, sandbox.ErrClosed, err)
 		}
 	}
 	return err

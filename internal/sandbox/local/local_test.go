@@ -106,17 +106,6 @@ func hostProcs(marker string) []int {
 	return pids
 }
 
-// eventually polls cond until it holds or a generous bound passes (a liveness bound,
-// not a timing assertion).
-func eventually(cond func() bool) bool {
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 func uniqueMarker() string { return strconv.FormatInt(time.Now().UnixNano()%1e9+6e9, 10) }
 
 func TestExec(t *testing.T) {
@@ -520,7 +509,7 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	if !res.TimedOut || !errors.Is(err, context.Canceled) {
 		t.Fatalf("ctx cancel: %+v %v", res, err)
 	}
-	if !eventually(func() bool { return left() == "" }) {
+	if !testenv.Eventually(func() bool { return left() == "" }) {
 		t.Fatalf("processes left after cancel:\n%s", left())
 	}
 
@@ -686,13 +675,13 @@ func TestBackgroundProcess(t *testing.T) {
 	}
 	// It outlives the Start call, writes its log, and is listed.
 	var log string
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		log = string(sh(t, sb, "cat "+pr.LogPath).Stdout)
 		return log == "started\noops\n"
 	}) {
 		t.Fatalf("log %s holds %q", pr.LogPath, log)
 	}
-	procs, err := sb.Client().Processes(ctx)
+	procs, err := sb.client.Processes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -705,7 +694,7 @@ func TestBackgroundProcess(t *testing.T) {
 	}
 	// The log is written before bash execs sleep: wait for the exec to show.
 	var cmdline string
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		cmdline = string(sh(t, sb, fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline", pr.PID)).Stdout)
 		return strings.Contains(cmdline, marker)
 	}) {
@@ -756,7 +745,7 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 		inflight <- err
 	}()
 	var err error
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		_, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
 		return err != nil
 	}) {
@@ -770,10 +759,10 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 		t.Fatalf("in-flight Exec at the end time: %v, want ErrClosed", err)
 	}
 	// ErrClosed shows as soon as the kill starts; the teardown finishes right after.
-	if !eventually(func() bool { return len(hostProcs(marker)) == 0 }) {
+	if !testenv.Eventually(func() bool { return len(hostProcs(marker)) == 0 }) {
 		t.Fatalf("processes left after the TTL kill: %v", hostProcs(marker))
 	}
-	if !eventually(func() bool { _, err := os.Stat(sb.runDir); return errors.Is(err, fs.ErrNotExist) }) {
+	if !testenv.Eventually(func() bool { _, err := os.Stat(sb.runDir); return errors.Is(err, fs.ErrNotExist) }) {
 		t.Fatal("run dir left after the TTL kill")
 	}
 	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -792,10 +781,10 @@ func TestSandboxDiesOnItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	var err error
-	if !eventually(func() bool { _, err = sb.Stat(context.Background(), "."); return errors.Is(err, sandbox.ErrClosed) }) {
+	if !testenv.Eventually(func() bool { _, err = sb.Stat(context.Background(), "."); return errors.Is(err, sandbox.ErrClosed) }) {
 		t.Fatalf("Stat after the agent died: %v", err)
 	}
-	if !eventually(func() bool { _, err := os.Stat(sb.runDir); return errors.Is(err, fs.ErrNotExist) }) {
+	if !testenv.Eventually(func() bool { _, err := os.Stat(sb.runDir); return errors.Is(err, fs.ErrNotExist) }) {
 		t.Fatal("run dir not removed")
 	}
 	t.Logf("after the agent died: %v", err)
@@ -832,7 +821,7 @@ func TestSetTimeout(t *testing.T) {
 	if err := sb.SetTimeout(ctx, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
 		return errors.Is(err, sandbox.ErrClosed)
 	}) {
@@ -938,7 +927,7 @@ func TestNoGoroutineLeft(t *testing.T) {
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
 		t.Fatalf("a missing workspace was not created: %v", err)
 	}
-	if !eventually(func() bool { return runtime.NumGoroutine() <= before }) {
+	if !testenv.Eventually(func() bool { return runtime.NumGoroutine() <= before }) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 	}

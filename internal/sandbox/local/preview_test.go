@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // devServer starts `python3 -m http.server port` in the background in the workspace and
@@ -245,7 +246,7 @@ func TestPreviewHostNetwork(t *testing.T) {
 		if _, err := sb.PreviewURL(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
 			t.Errorf("PreviewURL of the host's port %d: %v, want ErrPortClosed", hp, err)
 		}
-		if c, err := sb.Client().DialPort(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
+		if c, err := sb.client.DialPort(ctx, hp); !errors.Is(err, sandbox.ErrPortClosed) {
 			if c != nil {
 				c.Close()
 			}
@@ -334,7 +335,7 @@ func TestPreviewEndsWithSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !eventually(func() bool { return runtime.NumGoroutine() <= before }) {
+	if !testenv.Eventually(func() bool { return runtime.NumGoroutine() <= before }) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 	}

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
-	"github.com/toolhost/toolhost/internal/envd"
-	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Provider makes sandboxes of Inner (real ones) whose lifetimes follow Clock instead of
@@ -190,33 +187,3 @@ func (s *Sandbox) Close(ctx context.Context) error {
 
 // Unwrap returns the inner sandbox.
 func (s *Sandbox) Unwrap() sandbox.Sandbox { return s.Sandbox }
-
-var errNotOffered = errors.New("sessiontest: the inner sandbox does not offer this")
-
-// Ports forwards to the inner sandbox (the local provider's agent lists them).
-func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
-	if pl, ok := s.Sandbox.(interface {
-		Ports(context.Context) ([]envd.ListeningPort, error)
-	}); ok {
-		return pl.Ports(ctx)
-	}
-	return nil, errNotOffered
-}
-
-// ArchiveReport forwards to the inner sandbox, or archives without a report.
-func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (envd.ArchiveResult, error) {
-	if ar, ok := s.Sandbox.(interface {
-		ArchiveReport(context.Context, io.Writer, []string) (envd.ArchiveResult, error)
-	}); ok {
-		return ar.ArchiveReport(ctx, w, excludes)
-	}
-	return envd.ArchiveResult{}, s.Sandbox.Archive(ctx, w, excludes)
-}
-
-// Client forwards to the inner sandbox's data-plane client, or nil.
-func (s *Sandbox) Client() *client.Client {
-	if c, ok := s.Sandbox.(interface{ Client() *client.Client }); ok {
-		return c.Client()
-	}
-	return nil
-}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/core/store/storetest"
+	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
 	s3store "github.com/toolhost/toolhost/internal/store/s3"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
@@ -293,4 +294,10 @@ func TestFailuresAreOneClearLine(t *testing.T) {
 		_, err := s.Put(ctx, "k", body(), store.PutOptions{})
 		oneLine(t, err, store.ErrNoCredentials, bucket, srv.Endpoint, "no AWS credentials", "AWS_ACCESS_KEY_ID")
 	})
+}
+
+// The chunked snapshot format's conformance, on S3 (internal/chunked runs it on the
+// directory store).
+func TestChunkedConformance(t *testing.T) {
+	chunkedtest.Run(t, func(t *testing.T) store.Store { return newStore(t, srv.Endpoint, nil) })
 }

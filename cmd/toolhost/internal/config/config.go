@@ -127,12 +127,12 @@ var durationType = reflect.TypeFor[time.Duration]()
 // are the built-in ones; a flag only counts when it is given.
 func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String("config", "", "config file (default $"+EnvConfigFile+", else ~/.config/toolhost/"+DefaultFileName+" if present; never ./"+DefaultFileName+")")
-	d := reflect.ValueOf(toolhost.DefaultConfig())
+	d := toolhost.DefaultConfig()
 	for _, k := range toolhost.ConfigKeys() {
 		if k.Flag == "" {
 			continue
 		}
-		def := field(d, k.Name)
+		def := field(&d, k.Name)
 		registerFlag(fs, k.Flag, k.Type, def, k.Derived, k.Usage)
 		for _, a := range k.Aliases {
 			registerFlag(fs, a.Flag, k.Type, def, k.Derived, "older name of --"+k.Flag)
@@ -167,17 +167,14 @@ func registerFlag(fs *pflag.FlagSet, name string, typ reflect.Type, def reflect.
 	}
 }
 
-// field is the value of the dotted key in v (a toolhost.Config).
-func field(v reflect.Value, key string) reflect.Value {
-	for part := range strings.SplitSeq(key, ".") {
-		for i := range v.NumField() {
-			if v.Type().Field(i).Tag.Get("key") == part {
-				v = v.Field(i)
-				break
-			}
-		}
+// field is the value of the dotted key in c: one of the keys every part shares, or one of
+// a module's (a provider's or a store's).
+func field(c *toolhost.Config, key string) reflect.Value {
+	v, err := c.Get(key)
+	if err != nil {
+		panic(err) // the table names only keys Get knows
 	}
-	return v
+	return reflect.ValueOf(v)
 }
 
 // Sources says where Load reads from.
@@ -295,6 +292,9 @@ func Load(src Sources) (*Loaded, error) {
 	}
 
 	var c toolhost.Config
+	if err := decodeModules(t, k, &c); err != nil {
+		return nil, err
+	}
 	if err := decode(k, &c); err != nil {
 		return nil, err
 	}
@@ -343,10 +343,10 @@ func loadFile(t *table, k *koanf.Koanf, path string) error {
 
 // defaultMap is toolhost.DefaultConfig as a flat koanf map.
 func defaultMap(t *table) map[string]any {
-	d := reflect.ValueOf(toolhost.DefaultConfig())
+	d := toolhost.DefaultConfig()
 	m := map[string]any{}
 	for _, k := range t.keys {
-		v := field(d, k.Name)
+		v := field(&d, k.Name)
 		switch {
 		case k.Name == "plugins":
 			var list []any
@@ -393,6 +393,80 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		return nil, fmt.Errorf("a duration needs a unit: got %v (write e.g. \"%vs\")", data, data)
 	}
 	return data, nil
+}
+
+// decodeModules decodes the keys of each module (a provider's, a store's) into its own
+// configuration, c.Module(name), and takes them out of k, which then holds only the keys
+// every part shares.
+func decodeModules(t *table, k *koanf.Koanf, c *toolhost.Config) error {
+	byModule := map[string][]string{}
+	var order []string
+	for _, key := range t.keys {
+		if key.Module == "" {
+			continue
+		}
+		if _, ok := byModule[key.Module]; !ok {
+			order = append(order, key.Module)
+		}
+		byModule[key.Module] = append(byModule[key.Module], key.Name)
+	}
+	for _, name := range order {
+		prefix := toolhost.ModulePrefix(name)
+		tree := map[string]any{}
+		for _, key := range byModule[name] {
+			if !k.Exists(key) {
+				continue
+			}
+			// A nested map per section below the prefix: "s3.bucket" under store.
+			parts := strings.Split(strings.TrimPrefix(key, prefix), ".")
+			m := tree
+			for _, p := range parts[:len(parts)-1] {
+				sub, ok := m[p].(map[string]any)
+				if !ok {
+					sub = map[string]any{}
+					m[p] = sub
+				}
+				m = sub
+			}
+			m[parts[len(parts)-1]] = k.Get(key)
+			k.Delete(key)
+		}
+		if err := decodeInto(tree, c.Module(name)); err != nil {
+			return prefixed(err, strings.TrimSuffix(prefix, "."))
+		}
+	}
+	// A section left empty (store.s3 once its keys are out) is not an unused key.
+	for _, name := range order {
+		prefix := strings.TrimSuffix(toolhost.ModulePrefix(name), ".")
+		if v, ok := k.Get(prefix).(map[string]any); ok && len(v) == 0 {
+			k.Delete(prefix)
+		}
+	}
+	return nil
+}
+
+// decodeInto decodes a tree of keys into a configuration struct by its key tags.
+func decodeInto(tree map[string]any, result any) error {
+	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		DecodeHook:       durationHook,
+		ErrorUnused:      true,
+		WeaklyTypedInput: true,
+		ZeroFields:       true,
+		TagName:          "key",
+		Result:           result,
+	})
+	if err != nil {
+		return err
+	}
+	return d.Decode(tree)
+}
+
+// prefixed is a decode error of a module's keys, named by their whole key.
+func prefixed(err error, section string) error {
+	if de := firstDecodeError(err); de != nil {
+		return fmt.Errorf("config: %s.%s: %s", section, de.Name(), oneLine(describeDecode(de.Unwrap())))
+	}
+	return fmt.Errorf("config: %s: %s", section, oneLine(err))
 }
 
 func decode(k *koanf.Koanf, c *toolhost.Config) error {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
+	"github.com/toolhost/toolhost/internal/store/s3"
 )
 
 func flags(t *testing.T, args ...string) *pflag.FlagSet {
@@ -358,7 +360,7 @@ screenshot:
 	}{
 		{"project (flag over env over file)", c.Project, "from-flag"},
 		{"store.kind (file)", c.Store.Kind, "s3"},
-		{"store.s3 (file)", c.Store.S3, toolhost.S3Config{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
+		{"store.s3 (file)", *c.Module("s3").(*s3.Section), s3.Section{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
 		{"store.public_base (file)", c.Store.PublicBase, "https://cdn.example.com"},
 		{"snapshot.keep (file)", c.Snapshot.Keep, 9},
 		{"snapshot.excludes (env list over file)", c.Snapshot.Excludes, []string{"vendor", ".cache"}},
@@ -468,10 +470,11 @@ e2b:
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := l.E2B
-	want := toolhost.E2BConfig{
+	sec := l.Module("e2b").(*e2b.Section)
+	e := *sec
+	want := e2b.Section{
 		APIKey: "e2b_not_so_secret_0123456789", Domain: "e2b.internal.example.com", Plan: "pro", CPUCount: 4,
-		Templates:      []toolhost.E2BTemplate{{ID: "team-dev", CPUCount: 4, MemoryMB: 4096}},
+		Templates:      []e2b.SectionTemplate{{ID: "team-dev", CPUCount: 4, MemoryMB: 4096}},
 		Metadata:       map[string]string{"team": "web", "cost_center": "42"},
 		RequestTimeout: 30 * time.Second, ConnectTimeout: 10 * time.Second,
 	}
@@ -481,13 +484,18 @@ e2b:
 	if got := toolhost.ProviderNamesOf(l.Sandbox.Provider); !reflect.DeepEqual(got, []string{"e2b", "local"}) {
 		t.Errorf("providers %v", got)
 	}
-	// The key never shows, however the configuration is printed.
+	// The key never shows, however the configuration or its section is printed.
 	var logged strings.Builder
-	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "e2b", l.E2B, "key", l.E2B.APIKey)
-	for _, shown := range []string{fmt.Sprint(l.Config), fmt.Sprintf("%+v", l.Config), fmt.Sprintf("%#v", l.Config),
-		fmt.Sprintf("%q", l.E2B.APIKey), logged.String(), string(must(json.Marshal(l.Config)))} {
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "e2b", *sec, "key", sec.APIKey)
+	for _, shown := range []string{fmt.Sprint(*sec), fmt.Sprintf("%+v", *sec), fmt.Sprintf("%#v", *sec),
+		fmt.Sprintf("%q", sec.APIKey), logged.String(), string(must(json.Marshal(*sec)))} {
 		if strings.Contains(shown, "not_so_secret") || !strings.Contains(shown, "[redacted]") {
 			t.Errorf("the API key shows, or its redaction does not: %s", shown)
+		}
+	}
+	for _, shown := range []string{fmt.Sprint(l.Config), fmt.Sprintf("%+v", l.Config), fmt.Sprintf("%#v", l.Config), string(must(json.Marshal(l.Config)))} {
+		if strings.Contains(shown, "not_so_secret") {
+			t.Errorf("the API key shows in the whole configuration: %s", shown)
 		}
 	}
 

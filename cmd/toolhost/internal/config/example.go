@@ -27,17 +27,6 @@ const exampleHeader = `# toolhost.example.yaml: every configuration key of toolh
 # need a unit: 90s, 10m, 1h. A key whose default depends on the machine is commented out.
 `
 
-const exampleTemplates = `  # A team's own template, for example:
-  # - id: my-team-dev
-  #   cpu_count: 4
-  #   memory_mb: 4096
-`
-
-const exampleMetadata = `  # For example:
-  # metadata:
-  #   team: web
-`
-
 const examplePlugins = `  # A third-party plugin, for example:
   # - path: /opt/toolhost/plugins/lint.wasm
   #   grants: [sandbox_files]
@@ -54,7 +43,7 @@ func Example() []byte {
 	for _, s := range toolhost.ConfigSections() {
 		sections[s.Name] = s.Doc
 	}
-	d := reflect.ValueOf(toolhost.DefaultConfig())
+	d := toolhost.DefaultConfig()
 	open := []string{} // the sections the previous key was in
 	for _, k := range toolhost.ConfigKeys() {
 		parts := strings.Split(k.Name, ".")
@@ -79,7 +68,7 @@ func Example() []byte {
 			b.WriteString("\n")
 		}
 		comment(&b, ind, k.Doc)
-		v := field(d, k.Name)
+		v := field(&d, k.Name)
 		if k.Derived {
 			comment(&b, ind, "Default: "+k.Default+".")
 		}
@@ -105,10 +94,9 @@ func Example() []byte {
 				fmt.Fprintf(&b, "  - path: %s\n    grants: [%s]\n", p.Path, strings.Join(grants, ", "))
 			}
 			b.WriteString(examplePlugins)
-		case k.Name == "e2b.templates":
-			fmt.Fprintf(&b, "%s%s: %s\n%s", ind, leaf, yamlScalar(v), exampleTemplates)
-		case k.Name == "e2b.metadata":
-			fmt.Fprintf(&b, "%s%s: %s\n%s", ind, leaf, yamlScalar(v), exampleMetadata)
+		case k.Example != "":
+			fmt.Fprintf(&b, "%s%s: %s\n", ind, leaf, yamlScalar(v))
+			comment(&b, ind, k.Example)
 		case k.Derived && !v.IsZero():
 			// The value is this machine's: show the rule, not a path of the machine that
 			// generated the file.

@@ -1,4 +1,8 @@
-package toolhost
+// Package capture adapts the screenshot recorder (internal/screenshot: Chromium through
+// playwright-go) to what the host and a session ask of a capturer: host.Capturer for
+// take_screenshot, session.AutoCapturer for the captures a session takes on its own. It is
+// what keeps the browser driver out of packages host and session.
+package capture
 
 import (
 	"context"
@@ -7,20 +11,37 @@ import (
 
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/screenshot"
+	"github.com/toolhost/toolhost/internal/session"
 )
 
-// recorderCapturer serves the host's capture capability with internal/screenshot's recorder:
-// Chromium through playwright-go, pinned to the preview's origin, the images stored under
-// the project's agent captures. It is what keeps the browser driver out of package host.
-type recorderCapturer struct{ rec *screenshot.Recorder }
+// Recorder serves the host's capture capability and a session's automatic captures with
+// a screenshot recorder: Chromium pinned to the preview's origin, the images stored under
+// the project's agent (or auto) captures.
+type Recorder struct{ rec *screenshot.Recorder }
 
-var _ host.Capturer = recorderCapturer{}
+// Of adapts rec.
+func Of(rec *screenshot.Recorder) Recorder { return Recorder{rec} }
 
-// Capturer serves host.Config.Capturer with rec, for programs that assemble a host.Host
-// themselves instead of using New.
-func Capturer(rec *screenshot.Recorder) host.Capturer { return recorderCapturer{rec} }
+var _ host.Capturer = Recorder{}
 
-func (c recorderCapturer) Capture(ctx context.Context, base *url.URL, pagePath, project string) (*host.Capture, error) {
+var _ session.AutoCapturer = Recorder{}
+
+// CaptureAuto takes and stores the captures a session takes on its own (under auto/).
+func (c Recorder) CaptureAuto(ctx context.Context, base *url.URL, project string) ([]string, error) {
+	_, stored, err := c.rec.Shoot(ctx, base, "/", project, screenshot.KindAuto)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(stored))
+	for i, st := range stored {
+		keys[i] = st.Key
+	}
+	return keys, nil
+}
+
+// Capture takes both viewports of pagePath at base and stores them as the project's
+// agent captures.
+func (c Recorder) Capture(ctx context.Context, base *url.URL, pagePath, project string) (*host.Capture, error) {
 	pair, stored, err := c.rec.Shoot(ctx, base, pagePath, project, screenshot.KindAgent)
 	if pair == nil {
 		return nil, classifyCapture(err)

@@ -1,0 +1,320 @@
+// Package module is the registry of toolhost's modules: the sandbox providers and the
+// object stores, the built-in ones and any that a program embedding toolhost adds. The
+// root package re-exports its types (toolhost.ProviderModule, toolhost.StoreModule, ...)
+// and its Register functions; the built-in modules register here from their own
+// packages' init functions, which the root package imports, because they cannot import
+// the root package that imports them.
+//
+// A module is one value that says everything toolhost needs to know about it, so that
+// adding one is a folder and an import line (Caddy's module system is the model):
+//
+//   - its name (the value of sandbox.provider, or of store.kind);
+//   - its configuration: the keys it owns, with their docs (the key table, the CLI's flags
+//     and variables, toolhost.example.yaml and docs/CONFIG.md are assembled from every
+//     module's), and a function that returns its defaults as a struct whose fields carry
+//     `key` tags;
+//   - Validate, which checks its configuration; the error names the key;
+//   - New or Open, which makes the provider or opens the store;
+//   - Doctor, which checks on this machine what the module needs (optional).
+//
+// The lifecycle, in order: Config (defaults) once per toolhost.Config, then the
+// configuration is filled (a file, variables, flags, or a program's Set calls), then
+// Validate (toolhost.Config.Validate, before anything is made), then New / Open when a
+// Toolhost first needs the provider or the store, and the provider's or store's own Close
+// (sandbox.Closer, or the Close the store module returns) when the Toolhost closes.
+package module
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
+)
+
+// Key documents one configuration key of a module.
+type Key struct {
+	// Name is the whole dotted name, as a file writes it: "e2b.api_key". It lies below the
+	// module's Prefix, and the part after the prefix is the `key` tag path of its field in
+	// the module's configuration struct ("api_key").
+	Name string
+	// Flag is the CLI flag that sets it, without dashes ("e2b-domain"); empty for keys only
+	// a file sets (lists of mappings, mappings) and for secrets.
+	Flag string
+	// Secret: a credential. It gets a variable but no flag (a command line is visible to
+	// every user of the machine), and its field is a Secret, which never prints.
+	Secret bool
+	// FileOnly: set only in a file (a list of mappings, a mapping): no variable, no flag.
+	FileOnly bool
+	// Default is how the default reads when it depends on the machine or on another key
+	// (`"" ($E2B_API_KEY)`); empty means the value the module's Config returns.
+	Default string
+	// Usage is one line: the flag's help.
+	Usage string
+	// Doc says what the key does, in full.
+	Doc string
+	// Aliases are older whole names of the key, still accepted.
+	Aliases []string
+	// Example is an example of the value, as YAML lines the example file shows commented
+	// out below the key (for the keys only a file sets).
+	Example string
+	// HostPath: the key's value is a path on the host that the host reads or writes on its
+	// own behalf (a store's directory, a socket directory). A workspace that contains it is
+	// refused: a sandbox could rewrite it.
+	HostPath bool
+}
+
+// Section documents a section of keys, for the example file and the reference.
+type Section struct {
+	// Name is the dotted section ("e2b", "store.s3").
+	Name string
+	// Doc is a paragraph about it; empty for a section that needs none.
+	Doc string
+}
+
+// Env is what a module is made with, beside its own configuration.
+type Env struct {
+	// Logger receives the module's records.
+	Logger *slog.Logger
+	// DataDir is the host's data directory (data_dir): a module keeps its host state in a
+	// directory of its own name below it.
+	DataDir string
+	// Store is the configured object store, for a provider that keeps records in it (E2B's
+	// quota ledger); nil for a store module itself, and in Doctor when the store could not
+	// be opened.
+	Store store.Store
+	// StoreShared says whether Store may be shared by several hosts (an S3 bucket), so
+	// records that hosts add up belong in it rather than in DataDir.
+	StoreShared bool
+	// Settings are the other keys a module may honour or check against.
+	Settings Settings
+}
+
+// Settings are the keys outside a module's own that providers honour: the sandbox policy
+// every provider enforces as far as it can (and says how, or that it cannot), and the
+// session's lifetime.
+type Settings struct {
+	// Providers are the providers sandbox.provider names, in order; StoreKind is store.kind.
+	// Every module's configuration is validated, whether or not it is chosen (a bad value
+	// is a mistake either way); what matters only for a chosen module is checked when it
+	// is.
+	Providers []string
+	StoreKind string
+	// Network is sandbox.network: "egress", "none" or "host".
+	Network string
+	// Limits of each sandbox, from sandbox.*: -1 means no limit.
+	MemoryBytes, Processes, TmpBytes, ShmBytes, DiskBytes, OpenFiles int64
+	// CPUs is the CPU quota in cores; 0 means all.
+	CPUs float64
+	// TTL is session.ttl: how long a sandbox lives unless extended (CreateOptions.Timeout
+	// when zero).
+	TTL time.Duration
+	// MaxLifetime is session.max_lifetime: the longest a session keeps one sandbox.
+	MaxLifetime time.Duration
+	// KeepaliveMargin is session.keepalive_margin: a sandbox is extended or replaced when
+	// less than this is left, so a provider with a lifetime bound must allow more.
+	KeepaliveMargin time.Duration
+}
+
+// Provider is a sandbox provider module.
+type Provider struct {
+	// Name is the value of sandbox.provider that chooses it ("local", "e2b"): letters,
+	// digits, '-' and '_'.
+	Name string
+	// Prefix is where its keys live ("e2b."), with the dot; empty when it has none.
+	Prefix string
+	// Sections document the sections its keys open (may be empty).
+	Sections []Section
+	// Keys are its configuration keys, in the order the reference shows them.
+	Keys []Key
+	// Config returns its configuration with the defaults: a pointer to a struct whose
+	// fields carry `key` tags that name the keys below Prefix (a nested struct for a
+	// deeper section). Nil when it has no keys.
+	Config func() any
+	// Validate checks the configuration (the value Config returned, filled), against the
+	// settings when it must; the error names the key and fits on one line. Called for
+	// every registered provider (Settings.Providers says whether it is chosen). Nil:
+	// nothing to check.
+	Validate func(cfg any, s Settings) error
+	// New makes the provider. A provider that cannot mount host directories refuses
+	// CreateOptions.Workspace (an error wrapping sandbox.ErrUnsupported); one whose
+	// sandboxes cannot live past a bound says so with sandbox.LifetimeBound; one that must
+	// be closed implements sandbox.Closer.
+	New func(ctx context.Context, cfg any, env Env) (sandbox.Provider, error)
+	// Doctor checks what the provider needs on this machine, each part for real; called by
+	// toolhost doctor when sandbox.provider names it. alone says whether it is the only
+	// provider named (a failure then is fatal rather than a warning). Nil: no checks.
+	Doctor func(ctx context.Context, cfg any, env Env, alone bool) []Check
+}
+
+// Opened is a store a Store module opened.
+type Opened struct {
+	Store store.Store
+	// Where names it for people: a directory, s3://BUCKET.
+	Where string
+	// Shared: several hosts may use it at once (see Env.StoreShared).
+	Shared bool
+	// Close releases it; nil when there is nothing to release.
+	Close func() error
+}
+
+// Store is an object store module.
+type Store struct {
+	// Kind is the value of store.kind that chooses it ("dir", "s3").
+	Kind     string
+	Prefix   string
+	Sections []Section
+	Keys     []Key
+	Config   func() any
+	// Validate checks the configuration, for every registered store (Settings.StoreKind
+	// says whether it is chosen).
+	Validate func(cfg any, s Settings) error
+	// Open opens the store.
+	Open func(ctx context.Context, cfg any, env Env) (Opened, error)
+}
+
+// Check is one finding of toolhost doctor.
+type Check struct {
+	// Name is the part: "plugins", "sandbox", "limits", "python3", "browser", "store",
+	// "lease", "e2b".
+	Name string
+	// OK: usable.
+	OK bool
+	// Needed: the configuration cannot work without it (doctor exits non-zero when a
+	// needed check is not OK); otherwise a failure is a warning.
+	Needed bool
+	// Detail is what was found when OK, what to do otherwise. One line.
+	Detail string
+}
+
+// Secret is a configuration value that is a credential. It never shows: fmt, slog and
+// text encoders see "[redacted]" (or "" when it is empty), so a logged or dumped
+// configuration cannot leak it; string(s) is the value.
+type Secret string
+
+func (s Secret) redacted() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// String is "[redacted]", or "" when s is empty.
+func (s Secret) String() string { return s.redacted() }
+
+// GoString is what %#v shows.
+func (s Secret) GoString() string { return strconv.Quote(s.redacted()) }
+
+// LogValue is what slog records.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
+
+// MarshalText is what text, JSON and YAML encoders write.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.redacted()), nil }
+
+// The registry. Modules register from init functions; reads take the read lock.
+var registry struct {
+	mu        sync.RWMutex
+	providers []Provider
+	stores    []Store
+}
+
+// validName: what a name may be (it goes in a comma-separated list, a key and a flag).
+func validName(n string) bool {
+	if n == "" || len(n) > 64 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func checkKeys(what, prefix string, keys []Key, config func() any) error {
+	if len(keys) > 0 && (prefix == "" || !strings.HasSuffix(prefix, ".") || config == nil) {
+		return fmt.Errorf("%s: keys need a Prefix ending in a dot and a Config", what)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k.Name, prefix) || len(k.Name) == len(prefix) {
+			return fmt.Errorf("%s: key %q is not below its prefix %q", what, k.Name, prefix)
+		}
+	}
+	return nil
+}
+
+// RegisterProvider adds a sandbox provider. It panics on a bad or duplicate name, or keys
+// outside the module's prefix: a registration is code, and a second module of one name
+// would otherwise silently replace the first.
+func RegisterProvider(p Provider) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if !validName(p.Name) || p.New == nil {
+		panic(fmt.Sprintf("toolhost: RegisterProvider(%q): a name of a-z, 0-9, '-' and '_', and New, are required", p.Name))
+	}
+	if slices.ContainsFunc(registry.providers, func(q Provider) bool { return q.Name == p.Name }) {
+		panic(fmt.Sprintf("toolhost: RegisterProvider(%q): already registered", p.Name))
+	}
+	if err := checkKeys("toolhost: RegisterProvider("+p.Name+")", p.Prefix, p.Keys, p.Config); err != nil {
+		panic(err.Error())
+	}
+	registry.providers = append(registry.providers, p)
+}
+
+// RegisterStore adds an object store; see RegisterProvider.
+func RegisterStore(s Store) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if !validName(s.Kind) || s.Open == nil {
+		panic(fmt.Sprintf("toolhost: RegisterStore(%q): a kind of a-z, 0-9, '-' and '_', and Open, are required", s.Kind))
+	}
+	if slices.ContainsFunc(registry.stores, func(q Store) bool { return q.Kind == s.Kind }) {
+		panic(fmt.Sprintf("toolhost: RegisterStore(%q): already registered", s.Kind))
+	}
+	if err := checkKeys("toolhost: RegisterStore("+s.Kind+")", s.Prefix, s.Keys, s.Config); err != nil {
+		panic(err.Error())
+	}
+	registry.stores = append(registry.stores, s)
+}
+
+// Providers lists the registered providers in registration order.
+func Providers() []Provider {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	return slices.Clone(registry.providers)
+}
+
+// Stores lists the registered stores in registration order.
+func Stores() []Store {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	return slices.Clone(registry.stores)
+}
+
+// LookupProvider finds a provider by name.
+func LookupProvider(name string) (Provider, bool) {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	i := slices.IndexFunc(registry.providers, func(p Provider) bool { return p.Name == name })
+	if i < 0 {
+		return Provider{}, false
+	}
+	return registry.providers[i], true
+}
+
+// LookupStore finds a store by kind.
+func LookupStore(kind string) (Store, bool) {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	i := slices.IndexFunc(registry.stores, func(s Store) bool { return s.Kind == kind })
+	if i < 0 {
+		return Store{}, false
+	}
+	return registry.stores[i], true
+}

@@ -1,0 +1,233 @@
+package snapshot_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
+	"github.com/toolhost/toolhost/internal/snapshot"
+	dirstore "github.com/toolhost/toolhost/internal/store/dir"
+)
+
+// The snapshot figures of issue 19 (and 18's restore), in one run on the same tree: a
+// source-like workspace of ~150 MB in 20,000 files (chunkedtest.SourceTree), generated once
+// per test binary under $TOOLHOST_BENCH_DIR (default the temp dir) and removed at the end.
+// Stores are directory stores beside it, so every figure is the format's own cost on this
+// machine's disk. Run:
+//
+//	go test ./internal/snapshot -run '^$' -bench . -benchtime 5x -count 3
+
+var (
+	benchOnce sync.Once
+	benchRoot string
+	benchWS   string
+	benchSize int64
+	benchErr  error
+)
+
+func cleanupBench() {
+	if benchRoot != "" {
+		os.RemoveAll(benchRoot)
+	}
+}
+
+func benchTree(b *testing.B) (string, int64) {
+	benchOnce.Do(func() {
+		benchRoot, benchErr = os.MkdirTemp(os.Getenv("TOOLHOST_BENCH_DIR"), "toolhost-snapshot-bench-")
+		if benchErr != nil {
+			return
+		}
+		benchWS = filepath.Join(benchRoot, "ws")
+		if benchSize, benchErr = chunkedtest.SourceTree(benchWS, 19_990, 1); benchErr == nil {
+			benchErr = chunkedtest.BackdateDir(benchWS)
+		}
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchWS, benchSize
+}
+
+func benchManager(b *testing.B, dir, format string) (*snapshot.Manager, store.Store) {
+	st, err := dirstore.New(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	m, err := snapshot.New(snapshot.Config{Store: st, Format: format, Keep: -1, TempDir: benchRoot,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, st
+}
+
+func storeBytes(b *testing.B, st store.Store) int64 {
+	objs, err := store.ListAll(context.Background(), st, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, o := range objs {
+		n += o.Size
+	}
+	return n
+}
+
+// BenchmarkSave: a first save in each format (a fresh store each time), and a chunked save
+// after one file changed (the same process, as a session's next commit).
+func BenchmarkSave(b *testing.B) {
+	ws, total := benchTree(b)
+	ctx := context.Background()
+	for _, format := range []string{snapshot.FormatTarGz, snapshot.FormatChunked} {
+		b.Run("first/"+format, func(b *testing.B) {
+			b.SetBytes(total)
+			var stored int64
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				dir := filepath.Join(benchRoot, fmt.Sprintf("store-%s-%d", format, i))
+				m, st := benchManager(b, dir, format)
+				b.StartTimer()
+				if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				stored = storeBytes(b, st)
+				os.RemoveAll(dir)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(stored), "stored-B")
+		})
+	}
+	b.Run("second/chunked", func(b *testing.B) {
+		dir := filepath.Join(benchRoot, "store-second")
+		defer os.RemoveAll(dir)
+		m, st := benchManager(b, dir, snapshot.FormatChunked)
+		if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+			b.Fatal(err)
+		}
+		file := filepath.Join(ws, "pkg07", "sub7", "f00007.go")
+		orig, err := os.ReadFile(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.WriteFile(file, orig, 0o644)
+		before := storeBytes(b, st)
+		n := 0
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			os.WriteFile(file, fmt.Appendf(append([]byte(nil), orig...), "// edit %d\n", i), 0o644)
+			b.StartTimer()
+			info, _, err := m.SaveDir(ctx, "bench", ws)
+			if err != nil || info.Unchanged {
+				b.Fatalf("%+v %v", info, err)
+			}
+			n++
+		}
+		b.ReportMetric(float64(storeBytes(b, st)-before)/float64(n), "stored-B/op")
+	})
+}
+
+// BenchmarkRestore: the same tree restored from a chunked snapshot, from a tar.gz snapshot,
+// and by GNU tar xzf from that tar.gz, each into a fresh directory.
+func BenchmarkRestore(b *testing.B) {
+	ws, total := benchTree(b)
+	ctx := context.Background()
+	type snap struct {
+		m   *snapshot.Manager
+		key string
+	}
+	snaps := map[string]snap{}
+	var tgz string
+	for _, format := range []string{snapshot.FormatChunked, snapshot.FormatTarGz} {
+		dir := filepath.Join(benchRoot, "store-restore-"+format)
+		m, _ := benchManager(b, dir, format)
+		info, _, err := m.SaveDir(ctx, "bench", ws)
+		if err != nil {
+			b.Fatal(err)
+		}
+		snaps[format] = snap{m, info.Key}
+		if format == snapshot.FormatTarGz {
+			tgz = filepath.Join(dir, "data", filepath.FromSlash(info.Key))
+		}
+		defer os.RemoveAll(dir)
+	}
+	dst := filepath.Join(benchRoot, "restored")
+	defer os.RemoveAll(dst)
+	for _, format := range []string{snapshot.FormatChunked, snapshot.FormatTarGz} {
+		b.Run(format, func(b *testing.B) {
+			b.SetBytes(total)
+			s := snaps[format]
+			for b.Loop() {
+				b.StopTimer()
+				os.RemoveAll(dst)
+				b.StartTimer()
+				if _, _, err := s.m.RestoreDirKey(ctx, "bench", s.key, dst, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("tar-xzf", func(b *testing.B) {
+		b.SetBytes(total)
+		for b.Loop() {
+			b.StopTimer()
+			os.RemoveAll(dst)
+			os.Mkdir(dst, 0o755)
+			b.StartTimer()
+			if out, err := exec.Command("tar", "xzf", tgz, "-C", dst).CombinedOutput(); err != nil {
+				b.Fatalf("tar xzf: %v %s", err, out)
+			}
+		}
+	})
+}
+
+// BenchmarkTenCommits: the bytes a scripted session's ten commits store (each edits five
+// files and adds one), chunked against tar.gz. One pass; the figure is the metric.
+func BenchmarkTenCommits(b *testing.B) {
+	src, _ := benchTree(b)
+	ctx := context.Background()
+	stored := map[string]float64{}
+	for _, format := range []string{snapshot.FormatTarGz, snapshot.FormatChunked} {
+		ws := filepath.Join(benchRoot, "ws-"+format)
+		if out, err := exec.Command("cp", "-a", src, ws).CombinedOutput(); err != nil {
+			b.Fatalf("cp: %v %s", err, out)
+		}
+		dir := filepath.Join(benchRoot, "store-ten-"+format)
+		m, st := benchManager(b, dir, format)
+		for c := range 10 {
+			for k := range 5 {
+				i := (c*5 + k) * 397 % 19_990
+				f := filepath.Join(ws, fmt.Sprintf("pkg%02d", i%60), fmt.Sprintf("sub%d", i%9), fmt.Sprintf("f%05d.go", i))
+				fh, err := os.OpenFile(f, os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fmt.Fprintf(fh, "// commit %d\n", c)
+				fh.Close()
+			}
+			os.WriteFile(filepath.Join(ws, fmt.Sprintf("new%d.go", c)), []byte("package main\n"), 0o644)
+			if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stored[format] = float64(storeBytes(b, st))
+		os.RemoveAll(ws)
+		os.RemoveAll(dir)
+	}
+	for b.Loop() {
+	}
+	b.ReportMetric(stored[snapshot.FormatTarGz], "tar.gz-B")
+	b.ReportMetric(stored[snapshot.FormatChunked], "chunked-B")
+	b.ReportMetric(stored[snapshot.FormatChunked]/stored[snapshot.FormatTarGz], "chunked/tar.gz")
+}
+
+var _ = io.Discard

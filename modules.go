@@ -1,0 +1,345 @@
+package toolhost
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toolhost/toolhost/internal/module"
+
+	// The built-in modules: each registers itself from its own package.
+	_ "github.com/toolhost/toolhost/internal/sandbox/e2b"
+	_ "github.com/toolhost/toolhost/internal/sandbox/local"
+	_ "github.com/toolhost/toolhost/internal/store/dir"
+	_ "github.com/toolhost/toolhost/internal/store/s3"
+)
+
+// Modules.
+//
+// Sandbox providers and object stores are modules: each is one value that says its name,
+// the configuration keys it owns (with their docs), how to check them, how to make the
+// provider or open the store, and what toolhost doctor checks for it. The built-ins
+// (providers local and e2b, stores dir and s3) register themselves from their own
+// packages; a program adds its own with RegisterProvider or RegisterStore from an init
+// function, and its keys then appear in ConfigKeys, in the CLI's flags and variables, in
+// the example file and in Validate, like the built-ins' own. docs/ARCHITECTURE.md walks
+// through adding one.
+
+// ProviderModule is a sandbox provider module: its name (the value of sandbox.provider),
+// its keys, and the functions that check its configuration, make the provider and check
+// the machine for it. Its fields are documented on the type it stands for.
+type ProviderModule = module.Provider
+
+// StoreModule is an object store module: its kind (the value of store.kind), its keys,
+// and the functions that check its configuration and open the store.
+type StoreModule = module.Store
+
+// ModuleKey documents one configuration key a module owns.
+type ModuleKey = module.Key
+
+// ModuleSection documents a section of keys a module opens.
+type ModuleSection = module.Section
+
+// ModuleEnv is what a module is made with beside its own configuration: the logger, the
+// data dir, the store, and the settings every provider honours.
+type ModuleEnv = module.Env
+
+// ModuleSettings are the keys outside a module's own that providers honour (the sandbox
+// limits and network, the session's lifetime).
+type ModuleSettings = module.Settings
+
+// OpenedStore is a store a StoreModule opened.
+type OpenedStore = module.Opened
+
+// RegisterProvider makes a sandbox provider available under its name (in sandbox.provider,
+// alone or in a list), with its keys. Call it from an init function; a name registered
+// twice panics, as the second would silently replace the first.
+func RegisterProvider(m ProviderModule) { module.RegisterProvider(m) }
+
+// RegisterStore makes an object store available under its kind (store.kind), with its
+// keys. Call it from an init function; a kind registered twice panics.
+func RegisterStore(m StoreModule) { module.RegisterStore(m) }
+
+// ProviderNames lists the registered sandbox providers, in registration order.
+func ProviderNames() []string {
+	var out []string
+	for _, p := range module.Providers() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// storeKinds lists the registered stores.
+func storeKinds() []string {
+	var out []string
+	for _, s := range module.Stores() {
+		out = append(out, s.Kind)
+	}
+	return out
+}
+
+// moduleRef is a registered module with keys, as the configuration sees it.
+type moduleRef struct {
+	id       string // "provider e2b", "store s3": the key of Config.modules
+	name     string // e2b, s3
+	prefix   string
+	sections []module.Section
+	keys     []module.Key
+	config   func() any
+}
+
+// moduleRefs lists every registered module that has keys: providers first, then stores,
+// each in registration order.
+func moduleRefs() []moduleRef {
+	var out []moduleRef
+	for _, p := range module.Providers() {
+		if p.Config != nil {
+			out = append(out, moduleRef{id: "provider " + p.Name, name: p.Name, prefix: p.Prefix, sections: p.Sections, keys: p.Keys, config: p.Config})
+		}
+	}
+	for _, s := range module.Stores() {
+		if s.Config != nil {
+			out = append(out, moduleRef{id: "store " + s.Kind, name: s.Kind, prefix: s.Prefix, sections: s.Sections, keys: s.Keys, config: s.Config})
+		}
+	}
+	return out
+}
+
+// moduleOfKey finds the module that owns a key.
+func moduleOfKey(key string) (moduleRef, bool) {
+	for _, m := range moduleRefs() {
+		if slices.ContainsFunc(m.keys, func(k module.Key) bool { return k.Name == key }) {
+			return m, true
+		}
+	}
+	return moduleRef{}, false
+}
+
+// section is the configuration of module m in c, made with its defaults when c has none
+// yet (a Config that did not come from DefaultConfig).
+func (c *Config) section(m moduleRef) any {
+	if v, ok := c.modules[m.id]; ok {
+		return v
+	}
+	if c.modules == nil {
+		c.modules = map[string]any{}
+	}
+	v := m.config()
+	c.modules[m.id] = v
+	return v
+}
+
+// Module returns the configuration of the registered provider or store named name: a
+// pointer to the module's own struct, whose fields carry `key` tags naming its keys below
+// its prefix. It is for decoders that fill a configuration by those tags (the CLI's
+// loader does), and for a module's own code; a program sets a key with Set. Nil when no
+// module of that name has keys.
+func (c *Config) Module(name string) any {
+	for _, m := range moduleRefs() {
+		if m.name == name {
+			return c.section(m)
+		}
+	}
+	return nil
+}
+
+// ModulePrefix is where the keys of the module named name live ("e2b."), or "".
+func ModulePrefix(name string) string {
+	for _, m := range moduleRefs() {
+		if m.name == name {
+			return m.prefix
+		}
+	}
+	return ""
+}
+
+// keyField finds the field of a key: in Config for the shared keys, in its module's
+// configuration for a module's.
+func (c *Config) keyField(name string) (reflect.Value, error) {
+	if m, ok := moduleOfKey(name); ok {
+		return fieldOf(reflect.ValueOf(c.section(m)).Elem(), strings.TrimPrefix(name, m.prefix))
+	}
+	if !slices.ContainsFunc(keyTable, func(k key) bool { return k.name == name }) {
+		return reflect.Value{}, fmt.Errorf("config: no key %q", name)
+	}
+	return fieldOf(reflect.ValueOf(c).Elem(), name)
+}
+
+// Get returns the value of a key, by its dotted name ("sandbox.memory_mib",
+// "e2b.api_key"), as the key's own type.
+func (c *Config) Get(key string) (any, error) {
+	f, err := c.keyField(key)
+	if err != nil {
+		return nil, err
+	}
+	return f.Interface(), nil
+}
+
+// Set sets a key by its dotted name to v: a value of the key's type (or one convertible
+// to it), or, for a key of a string, number, boolean, duration or list of strings, a
+// string written as its variable takes it ("30s", "true", "a,b"). Validate checks the
+// result as a whole.
+func (c *Config) Set(key string, v any) error {
+	f, err := c.keyField(key)
+	if err != nil {
+		return err
+	}
+	rv := reflect.ValueOf(v)
+	switch {
+	case !rv.IsValid():
+		f.Set(reflect.Zero(f.Type()))
+		return nil
+	case rv.Type().AssignableTo(f.Type()):
+		f.Set(rv)
+		return nil
+	case rv.Kind() == reflect.String && f.Type() != reflect.TypeOf(Secret("")) && f.Kind() != reflect.String:
+		return setFromString(f, key, rv.String())
+	case rv.Type().ConvertibleTo(f.Type()) && rv.Kind() == f.Kind():
+		f.Set(rv.Convert(f.Type()))
+		return nil
+	}
+	return fmt.Errorf("config: %s: want a %s, got %T", key, f.Type(), v)
+}
+
+// setFromString parses s into f as a variable's value is parsed.
+func setFromString(f reflect.Value, key, s string) error {
+	bad := func(err error) error { return fmt.Errorf("config: %s: not a valid %s: %q (%v)", key, f.Type(), s, err) }
+	switch {
+	case f.Type() == reflect.TypeOf(time.Duration(0)):
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return bad(err)
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return bad(err)
+		}
+		f.SetBool(b)
+	case f.CanInt():
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		f.SetInt(n)
+	case f.CanFloat():
+		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return bad(err)
+		}
+		f.SetFloat(n)
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+		var list []string
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		f.Set(reflect.ValueOf(list).Convert(f.Type()))
+	default:
+		return fmt.Errorf("config: %s: a %s cannot be set from a string", key, f.Type())
+	}
+	return nil
+}
+
+// cloneModules deep-copies the modules' configurations, so a Toolhost's configuration is
+// its own.
+func cloneModules(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for id, v := range m {
+		out[id] = deepCopy(reflect.ValueOf(v)).Interface()
+	}
+	return out
+}
+
+// deepCopy copies a module's configuration: pointers, structs, slices and maps of values.
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		p := reflect.New(v.Type().Elem())
+		p.Elem().Set(deepCopy(v.Elem()))
+		return p
+	case reflect.Struct:
+		s := reflect.New(v.Type()).Elem()
+		s.Set(v) // unexported fields as they are
+		for i := range v.NumField() {
+			if s.Field(i).CanSet() {
+				s.Field(i).Set(deepCopy(v.Field(i)))
+			}
+		}
+		return s
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		s := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			s.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return s
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		m := reflect.MakeMapWithSize(v.Type(), v.Len())
+		it := v.MapRange()
+		for it.Next() {
+			m.SetMapIndex(it.Key(), deepCopy(it.Value()))
+		}
+		return m
+	}
+	return v
+}
+
+// settings are the keys a module may honour or check against.
+func (c *Config) settings() module.Settings {
+	mib := func(v int64) int64 {
+		if v < 0 {
+			return -1 // no limit
+		}
+		return v << 20
+	}
+	sb := c.Sandbox
+	return module.Settings{
+		Providers:   ProviderNamesOf(sb.Provider),
+		StoreKind:   c.Store.Kind,
+		Network:     sb.Network,
+		MemoryBytes: mib(sb.MemoryMiB), Processes: sb.Processes, CPUs: sb.CPUs,
+		TmpBytes: mib(sb.TmpMiB), ShmBytes: mib(sb.ShmMiB), DiskBytes: mib(sb.DiskMiB), OpenFiles: sb.OpenFiles,
+		TTL: c.Session.TTL, MaxLifetime: c.Session.MaxLifetime, KeepaliveMargin: c.Session.KeepaliveMargin,
+	}
+}
+
+// validateModules runs the Validate of every registered provider and store: a bad value
+// is a mistake whether or not the module is chosen (each checks what matters only when it
+// is chosen only then).
+func (c *Config) validateModules() error {
+	set := c.settings()
+	for _, p := range module.Providers() {
+		if p.Validate == nil {
+			continue
+		}
+		if err := p.Validate(c.Module(p.Name), set); err != nil {
+			return err
+		}
+	}
+	for _, s := range module.Stores() {
+		if s.Validate == nil {
+			continue
+		}
+		if err := s.Validate(c.Module(s.Kind), set); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"image"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"strconv"
+	"strings"
+
+	"github.com/HugoSmits86/nativewebp"
+	"golang.org/x/image/draw"
+	"golang.org/x/image/webp"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/pdk"
+)
+
+// read_file sees: images come back as image content (downscaled to what a model is shown,
+// re-encoded as WebP where that is smaller), PDFs as text page by page (or pages as
+// images), Jupyter notebooks as their cells with their outputs. Decoding happens here, in
+// the plugin's own sandbox: an image or a notebook is the sandbox's output, hostile input
+// to anything that parses it, and a decoder bomb here costs one instance at its memory
+// limit, never the host. PDFs are read by poppler's pdftotext and pdftoppm inside the
+// sandbox, for the same reason.
+
+const (
+	// maxImageEdge is the longest side an image is shown at: what the Anthropic API
+	// scales larger images down to anyway (sending more only costs time).
+	maxImageEdge = 1568
+	// maxImageBytes keeps an image under the API's 5 MB of base64.
+	maxImageBytes = 3_750_000
+	// maxImagePixels refuses images whose decoding would take more memory than an
+	// instance has (a 16384 x 16384 image is 1 GiB of RGBA).
+	maxImagePixels = 40_000_000
+	// maxPDFPages is the most pages one call shows as text; maxPDFImages as images.
+	maxPDFPages  = 20
+	maxPDFImages = 5
+)
+
+// mediaKind tells from a path's extension what read_file shows it as ("" for text).
+func mediaKind(path string) string {
+	dot := strings.LastIndexByte(path, '.')
+	if dot < 0 || strings.ContainsRune(path[dot:], '/') {
+		return ""
+	}
+	switch strings.ToLower(path[dot+1:]) {
+	case "png", "jpg", "jpeg", "gif", "webp":
+		return "image"
+	case "pdf":
+		return "pdf"
+	case "ipynb":
+		return "notebook"
+	}
+	return ""
+}
+
+// sniff tells an image or a PDF by its first bytes.
+func sniff(b []byte) string {
+	switch {
+	case bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")), bytes.HasPrefix(b, []byte("\xff\xd8\xff")),
+		bytes.HasPrefix(b, []byte("GIF87a")), bytes.HasPrefix(b, []byte("GIF89a")),
+		len(b) >= 12 && bytes.Equal(b[:4], []byte("RIFF")) && bytes.Equal(b[8:12], []byte("WEBP")):
+		return "image"
+	case bytes.HasPrefix(b, []byte("%PDF-")):
+		return "pdf"
+	}
+	return ""
+}
+
+func readMedia(in pdk.Input, path, kind string) abi.Result {
+	if kind == "pdf" {
+		return readPDF(in, path)
+	}
+	data, version, err := pdk.ReadFileVersioned(path)
+	if err != nil {
+		return readError(path, err)
+	}
+	markSeen(path, version)
+	if kind == "notebook" {
+		return readNotebook(path, data)
+	}
+	return readImage(path, data)
+}
+
+// readBinary shows a file read_text found binary: an image or a PDF when its first bytes
+// say so, else the refusal.
+func readBinary(in pdk.Input, path string) abi.Result {
+	data, version, err := pdk.ReadFileVersioned(path)
+	if err != nil {
+		return readError(path, err)
+	}
+	switch sniff(data) {
+	case "image":
+		markSeen(path, version)
+		return readImage(path, data)
+	case "pdf":
+		return readPDF(in, path)
+	}
+	return abi.ErrorText("Error: " + path + " is a binary file; read_file shows text, images (PNG, JPEG, GIF, WebP), PDFs and notebooks")
+}
+
+func readError(path string, err error) abi.Result {
+	if errors.Is(err, pdk.ErrIsDir) {
+		return abi.ErrorText("Error: " + path + " is a directory; use glob or bash ls to list it")
+	}
+	return abi.ErrorText("Error: could not read " + path + ": " + reason(err, path))
+}
+
+var imageTypes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
+
+// readImage returns the image as it is when it is within what a model is shown, else
+// scaled down and re-encoded.
+func readImage(path string, data []byte) abi.Result {
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return abi.ErrorText("Error: " + path + " is not an image read_file can decode (PNG, JPEG, GIF or WebP): " + err.Error())
+	}
+	mt := imageTypes[format]
+	desc := "[image " + path + ": " + strings.ToUpper(format) + ", " + dims(cfg.Width, cfg.Height) + ", " + size(len(data))
+	if cfg.Width <= maxImageEdge && cfg.Height <= maxImageEdge && len(data) <= maxImageBytes && mt != "" {
+		return imageResult(desc+"]", mt, data)
+	}
+	if cfg.Width*cfg.Height > maxImagePixels {
+		return abi.ErrorText("Error: " + path + " is " + dims(cfg.Width, cfg.Height) + ", too large to decode here (at most " +
+			strconv.Itoa(maxImagePixels/1_000_000) + " megapixels); scale it down first (for example with python3 and Pillow, or ImageMagick's convert)")
+	}
+	img, _, err := image.Decode(bytes.NewReader(data))
+	if err != nil {
+		return abi.ErrorText("Error: " + path + " could not be decoded: " + err.Error())
+	}
+	w, h := fit(cfg.Width, cfg.Height, maxImageEdge)
+	dst := image.NewNRGBA(image.Rect(0, 0, w, h))
+	draw.ApproxBiLinear.Scale(dst, dst.Bounds(), img, img.Bounds(), draw.Src, nil)
+	out, outType := encodeSmallest(dst, format == "jpeg")
+	return imageResult(desc+"; shown at "+dims(w, h)+" as "+strings.TrimPrefix(outType, "image/")+", "+size(len(out))+"]", outType, out)
+}
+
+// encodeSmallest encodes img as lossless WebP and, for a photo (the source was a JPEG),
+// as JPEG too, and keeps the smaller.
+func encodeSmallest(img image.Image, photo bool) ([]byte, string) {
+	var wb bytes.Buffer
+	errW := nativewebp.Encode(&wb, img, nil)
+	if photo {
+		var jb bytes.Buffer
+		if jpeg.Encode(&jb, img, &jpeg.Options{Quality: 85}) == nil && (errW != nil || jb.Len() < wb.Len()) {
+			return jb.Bytes(), "image/jpeg"
+		}
+	}
+	if errW != nil {
+		var pb bytes.Buffer
+		_ = png.Encode(&pb, img)
+		return pb.Bytes(), "image/png"
+	}
+	return wb.Bytes(), "image/webp"
+}
+
+func fit(w, h, edge int) (int, int) {
+	if w <= edge && h <= edge {
+		return w, h
+	}
+	if w >= h {
+		return edge, max(1, h*edge/w)
+	}
+	return max(1, w*edge/h), edge
+}
+
+func imageResult(text, mediaType string, data []byte) abi.Result {
+	return abi.Result{Content: []abi.Content{
+		{Type: abi.ContentText, Text: text},
+		{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: mediaType, Raw: data}},
+	}}
+}
+
+func dims(w, h int) string { return strconv.Itoa(w) + "x" + strconv.Itoa(h) }
+
+func size(n int) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " bytes"
+}
+
+// ---- PDF
+
+// pdfPath is a workspace file as a command's argument: relative to the workspace root,
+// where commands start, and never starting with '-'.
+func pdfPath(path string) string { return "./" + relPath(path) }
+
+func readPDF(in pdk.Input, path string) abi.Result {
+	abs := pdfPath(path)
+	info, err := pdk.Exec(abi.ExecRequest{Argv: []string{"pdfinfo", abs}, TimeoutMS: 30_000})
+	if err != nil {
+		return abi.ErrorText("Error: could not read " + path + ": " + err.Error())
+	}
+	if info.ExitCode == 127 {
+		return abi.ErrorText("Error: reading a PDF needs poppler's pdfinfo, pdftotext and pdftoppm in the sandbox, and pdfinfo was not found: install poppler-utils (apt-get install poppler-utils), or convert the PDF another way")
+	}
+	if info.ExitCode != 0 {
+		return abi.ErrorText("Error: " + path + " could not be read as a PDF: " + strings.TrimSpace(info.Stderr))
+	}
+	pages := 0
+	for _, l := range strings.Split(info.Stdout, "\n") {
+		if v, ok := strings.CutPrefix(l, "Pages:"); ok {
+			pages, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if pages < 1 {
+		return abi.ErrorText("Error: " + path + " has no pages")
+	}
+	first, last := 1, min(pages, maxPDFPages)
+	if in.Has("pages") {
+		var msg string
+		if first, last, msg = pageRange(in.String("pages"), pages); msg != "" {
+			return abi.ErrorText("Error: " + msg)
+		}
+	}
+	if in.Bool("pages_as_images") {
+		return pdfImages(path, abs, first, last, pages)
+	}
+	if last-first+1 > maxPDFPages {
+		return abi.ErrorText("Error: pages " + strconv.Itoa(first) + "-" + strconv.Itoa(last) + " are more than the " + strconv.Itoa(maxPDFPages) + " pages one call shows; ask for fewer")
+	}
+	res, err := pdk.Exec(abi.ExecRequest{Argv: []string{"pdftotext", "-layout", "-enc", "UTF-8", "-f", strconv.Itoa(first), "-l", strconv.Itoa(last), abs, "-"}, TimeoutMS: 60_000})
+	if err != nil {
+		return abi.ErrorText("Error: could not read " + path + ": " + err.Error())
+	}
+	if res.ExitCode != 0 {
+		return abi.ErrorText("Error: pdftotext could not read " + path + ": " + strings.TrimSpace(res.Stderr))
+	}
+	var b strings.Builder
+	b.WriteString("[PDF " + path + ": " + plural(pages, "page") + "; pages " + strconv.Itoa(first) + "-" + strconv.Itoa(last) + " as text]\n")
+	texts := strings.Split(res.Stdout, "\f")
+	for i := 0; i <= last-first; i++ {
+		t := ""
+		if i < len(texts) {
+			t = strings.TrimRight(texts[i], " \n")
+		}
+		b.WriteString("\n--- page " + strconv.Itoa(first+i) + " ---\n")
+		if strings.TrimSpace(t) == "" {
+			t = "[no text on this page: it may be a scan or a drawing; read it with pages_as_images]"
+		}
+		b.WriteString(t + "\n")
+	}
+	if last < pages {
+		b.WriteString("\n[pages " + strconv.Itoa(last+1) + "-" + strconv.Itoa(pages) + " not shown; read them with pages: \"" +
+			strconv.Itoa(last+1) + "-" + strconv.Itoa(min(pages, last+maxPDFPages)) + "\"]\n")
+	}
+	return abi.Text(b.String())
+}
+
+// pageRange reads "3" or "2-5" (1-based, inclusive) against a document of n pages.
+func pageRange(s string, n int) (first, last int, msg string) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	var err1, err2 error
+	first, err1 = strconv.Atoi(strings.TrimSpace(a))
+	last = first
+	if isRange {
+		last, err2 = strconv.Atoi(strings.TrimSpace(b))
+	}
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, "pages " + strconv.Quote(s) + " is not a page or a range like \"3\" or \"2-5\""
+	case first < 1 || last < first || last > n:
+		return 0, 0, "pages " + strconv.Quote(s) + " is outside the document, which has " + plural(n, "page") + " (1-" + strconv.Itoa(n) + ")"
+	}
+	return first, last, ""
+}
+
+// pdfImages renders pages as JPEG images, one pdftoppm per page (its output on stdout).
+func pdfImages(path, abs string, first, last, pages int) abi.Result {
+	if last-first+1 > maxPDFImages {
+		return abi.ErrorText("Error: at most " + strconv.Itoa(maxPDFImages) + " pages are shown as images in one call; ask for fewer (pages: \"" +
+			strconv.Itoa(first) + "-" + strconv.Itoa(first+maxPDFImages-1) + "\")")
+	}
+	r := abi.Result{Content: []abi.Content{{Type: abi.ContentText, Text: "[PDF " + path + ": " + plural(pages, "page") +
+		"; pages " + strconv.Itoa(first) + "-" + strconv.Itoa(last) + " as images]"}}}
+	for p := first; p <= last; p++ {
+		var img []byte
+		for _, edge := range []int{maxImageEdge, 1000} {
+			res, err := pdk.Exec(abi.ExecRequest{Argv: []string{"pdftoppm", "-jpeg", "-jpegopt", "quality=80", "-scale-to", strconv.Itoa(edge),
+				"-f", strconv.Itoa(p), "-l", strconv.Itoa(p), abs}, TimeoutMS: 60_000})
+			if err != nil {
+				return abi.ErrorText("Error: could not render page " + strconv.Itoa(p) + " of " + path + ": " + err.Error())
+			}
+			if res.ExitCode == 127 {
+				return abi.ErrorText("Error: showing PDF pages as images needs poppler's pdftoppm in the sandbox: install poppler-utils")
+			}
+			if res.ExitCode != 0 {
+				return abi.ErrorText("Error: pdftoppm could not render page " + strconv.Itoa(p) + " of " + path + ": " + strings.TrimSpace(res.Stderr))
+			}
+			if res.StdoutCut == 0 { // the host cuts big output in the middle: try smaller
+				img = []byte(res.Stdout)
+				break
+			}
+		}
+		if img == nil {
+			return abi.ErrorText("Error: page " + strconv.Itoa(p) + " of " + path + " renders larger than a command's output may be")
+		}
+		r.Content = append(r.Content, abi.Content{Type: abi.ContentText, Text: "--- page " + strconv.Itoa(p) + " ---"},
+			abi.Content{Type: abi.ContentImage, Source: &abi.ImageSource{Type: "base64", MediaType: "image/jpeg", Raw: img}})
+	}
+	return r
+}
+
+// ---- notebooks
+
+type notebook struct {
+	Cells    []nbCell `json:"cells"`
+	Metadata struct {
+		Kernelspec struct {
+			Language string `json:"language"`
+		} `json:"kernelspec"`
+		LanguageInfo struct {
+			Name string `json:"name"`
+		} `json:"language_info"`
+	} `json:"metadata"`
+}
+
+type nbCell struct {
+	CellType       string     `json:"cell_type"`
+	Source         multiline  `json:"source"`
+	ExecutionCount *int       `json:"execution_count"`
+	Outputs        []nbOutput `json:"outputs"`
+}
+
+type nbOutput struct {
+	OutputType string               `json:"output_type"`
+	Name       string               `json:"name"`
+	Text       multiline            `json:"text"`
+	Data       map[string]multiline `json:"data"`
+	Ename      string               `json:"ename"`
+	Evalue     string               `json:"evalue"`
+	Traceback  []string             `json:"traceback"`
+}
+
+// multiline is a notebook string: one string, or a list of lines.
+type multiline string
+
+func (m *multiline) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*m = multiline(s)
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	*m = multiline(strings.Join(l, ""))
+	return nil
+}
+
+// maxNotebookImages bounds the output images one read shows.
+const maxNotebookImages = 10
+
+func readNotebook(path string, data []byte) abi.Result {
+	var nb notebook
+	if err := json.Unmarshal(data, &nb); err != nil {
+		return abi.ErrorText("Error: " + path + " is not a Jupyter notebook (its JSON does not parse: " + err.Error() + "); read it as text with bash (cat)")
+	}
+	lang := nb.Metadata.Kernelspec.Language
+	if lang == "" {
+		lang = nb.Metadata.LanguageInfo.Name
+	}
+	var b strings.Builder
+	b.WriteString("[notebook " + path + ": " + plural(len(nb.Cells), "cell"))
+	if lang != "" {
+		b.WriteString(", " + lang)
+	}
+	b.WriteString("]\n")
+	r := abi.Result{}
+	images := 0
+	flush := func() {
+		if b.Len() > 0 {
+			r.Content = append(r.Content, abi.Content{Type: abi.ContentText, Text: b.String()})
+			b.Reset()
+		}
+	}
+	for i, c := range nb.Cells {
+		b.WriteString("\n--- cell " + strconv.Itoa(i+1) + " (" + c.CellType)
+		if c.ExecutionCount != nil {
+			b.WriteString(", [" + strconv.Itoa(*c.ExecutionCount) + "]")
+		}
+		b.WriteString(") ---\n" + strings.TrimRight(string(c.Source), "\n") + "\n")
+		for _, o := range c.Outputs {
+			switch o.OutputType {
+			case "stream":
+				b.WriteString("--- output (" + o.Name + ") ---\n" + strings.TrimRight(string(o.Text), "\n") + "\n")
+			case "error":
+				b.WriteString("--- error: " + o.Ename + ": " + o.Evalue + " ---\n")
+				for _, l := range o.Traceback {
+					b.WriteString(stripEscapes(l) + "\n")
+				}
+			case "execute_result", "display_data":
+				shown := false
+				for _, mt := range []string{"image/png", "image/jpeg", "image/gif", "image/webp"} {
+					d, ok := o.Data[mt]
+					if !ok || images >= maxNotebookImages {
+						continue
+					}
+					raw, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(string(d), "\n", ""))
+					if err != nil {
+						continue
+					}
+					b.WriteString("--- output (" + mt + ") ---\n")
+					flush()
+					img := readImage(path+" cell "+strconv.Itoa(i+1), raw)
+					if !img.IsError && len(img.Content) == 2 {
+						r.Content = append(r.Content, img.Content[1])
+						images++
+						shown = true
+					}
+					break
+				}
+				if t, ok := o.Data["text/plain"]; ok && !shown {
+					b.WriteString("--- output ---\n" + strings.TrimRight(string(t), "\n") + "\n")
+				}
+			}
+		}
+	}
+	flush()
+	return r
+}
+
+// stripEscapes drops the ANSI colour codes of a traceback line.
+func stripEscapes(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+				j++
+			}
+			i = j
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+var _ = gif.Decode // registers GIF with image.Decode
+var _ = webp.Decode

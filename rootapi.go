@@ -1,0 +1,20 @@
+package toolhost
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/rootapi"
+)
+
+// What package experimental reaches (see internal/rootapi).
+func init() {
+	rootapi.SessionSandbox = func(s any) sandbox.Sandbox { return s.(*Session).live }
+	rootapi.Rotations = func(s any) int { return s.(*Session).live.Rotations() }
+	rootapi.Rotate = func(ctx context.Context, s any) error { return s.(*Session).live.Rotate(ctx) }
+	rootapi.Dispatch = func(ctx context.Context, t any, sb sandbox.Sandbox, tool string, input json.RawMessage) (abi.Result, error) {
+		return t.(*Toolhost).host.OpenSession(sb).Dispatch(ctx, tool, input)
+	}
+}
