@@ -99,17 +99,9 @@ func TestCaptureCapability(t *testing.T) {
 		t.Fatal(err)
 	}
 	var preview *url.URL
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		u, err := sb.PreviewURL(ctx, 8000)
-		if err == nil {
-			preview = u
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no preview: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if !testenv.Eventually(func() bool { preview, err = sb.PreviewURL(ctx, 8000); return err == nil }) {
+		t.Fatalf("no preview: %v", err)
 	}
 	fc := &fakeCapturer{}
 	s := captureHost(t, fc).OpenSession(passthrough{devServer{sb, 8000}}, host.WithProject("shop"))

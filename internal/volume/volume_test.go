@@ -167,13 +167,7 @@ func TestDiscardGivesSpaceBack(t *testing.T) {
 	syncfs(t, v.Path())
 	// The discard reaches the image as a punched hole; wait for it, bounded.
 	var after int64
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		after = allocated(t, img)
-		if after < before+4<<20 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if after >= before+4<<20 {
+	if !testenv.Eventually(func() bool { after = allocated(t, img); return after < before+4<<20 }) {
 		t.Fatalf("image still takes %d bytes after deleting 40 MiB (empty: %d, full: %d): discard did not punch it out", after, before, full)
 	}
 	t.Logf("image allocation: empty %d KiB, with 40 MiB %d KiB, after delete %d KiB", before>>10, full>>10, after>>10)
@@ -532,13 +526,9 @@ func TestCloseReportsMountInAnotherNamespace(t *testing.T) {
 	// The namespace ends: the device goes.
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	for deadline := time.Now().Add(10 * time.Second); loopBacking(v.Device()) != ""; time.Sleep(10 * time.Millisecond) {
-		if b := loopBacking(v.Device()); !strings.HasPrefix(b, p.cfg.Dir) {
-			break // cleared, and perhaps reused by someone else
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still bound to %s after the namespace ended", v.Device(), loopBacking(v.Device()))
-		}
+	// Cleared, or perhaps cleared and reused by someone else.
+	if !testenv.Eventually(func() bool { return !strings.HasPrefix(loopBacking(v.Device()), p.cfg.Dir) }) {
+		t.Fatalf("%s still bound to %s after the namespace ended", v.Device(), loopBacking(v.Device()))
 	}
 }
 
