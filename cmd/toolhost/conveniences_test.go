@@ -131,7 +131,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{"--", "sn"}, []string{"snapshot"}},
 		{[]string{"snapshot", "--", "re"}, []string{"restore", "rewind"}},
-		{[]string{"call", "--", "--sess"}, []string{"--session"}},
+		{[]string{"call", "--", "--sess"}, []string{"--session", "--session-max-lifetime", "--session-ttl"}},
 		{[]string{"tools", "--format", "--", ""}, []string{"anthropic", "openai", "mcp", "json"}},
 		{[]string{"snapshot", "list", "--format", "--", "j"}, []string{"json"}},
 		{[]string{"--log-level", "--", "d"}, []string{"debug"}},
