@@ -144,6 +144,9 @@ type SandboxConfig struct {
 	ShmMiB          int64   `key:"shm_mib"`
 	DiskMiB         int64   `key:"disk_mib"`
 	OpenFiles       int64   `key:"open_files"`
+
+	// Egress is the sandbox.egress.* keys (egress.go): every provider honours the policy.
+	Egress EgressConfig `key:"egress"`
 }
 
 // Secret is a configuration value that is a credential (e2b.api_key, a serve token). It
@@ -284,10 +287,8 @@ func (c *Config) validateSandbox(bad badKey) error {
 		}
 		seen[name] = true
 	}
-	switch c.Sandbox.Network {
-	case "none", "host":
-	default:
-		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
+	if err := c.validateEgress(bad); err != nil {
+		return err
 	}
 	for _, l := range []struct {
 		key string
@@ -458,28 +459,39 @@ func secretValues(p Plugin) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(p.Secrets))
 	for _, name := range slices.Sorted(maps.Keys(p.Secrets)) {
-		kind, arg, _ := strings.Cut(p.Secrets[name], ":")
-		var v string
-		switch kind {
-		case "env":
-			val, ok := os.LookupEnv(arg)
-			if !ok || val == "" {
-				return nil, fmt.Errorf("secret %s: the variable %s is not set", name, arg)
-			}
-			v = val
-		case "file":
-			b, err := os.ReadFile(arg)
-			if err != nil {
-				return nil, fmt.Errorf("secret %s: %w", name, err)
-			}
-			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		default:
-			return nil, fmt.Errorf("secret %s: %q names neither an env: nor a file: source", name, p.Secrets[name])
-		}
-		if len(v) < host.MinSecretLen {
-			return nil, fmt.Errorf("secret %s: its value is shorter than %d characters, too short to keep out of results", name, host.MinSecretLen)
+		v, err := secretValue("secret "+name, p.Secrets[name])
+		if err != nil {
+			return nil, err
 		}
 		out[name] = v
 	}
 	return out, nil
+}
+
+// secretValue reads the value a secret reference names: "env:VAR" (a variable of this
+// process) or "file:/abs/path" (the file's contents, less a final newline). what names the
+// secret in errors, which never hold a value.
+func secretValue(what, ref string) (string, error) {
+	kind, arg, _ := strings.Cut(ref, ":")
+	var v string
+	switch kind {
+	case "env":
+		val, ok := os.LookupEnv(arg)
+		if !ok || val == "" {
+			return "", fmt.Errorf("%s: the variable %s is not set", what, arg)
+		}
+		v = val
+	case "file":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	default:
+		return "", fmt.Errorf("%s: %q names neither an env: nor a file: source", what, ref)
+	}
+	if len(v) < host.MinSecretLen {
+		return "", fmt.Errorf("%s: its value is shorter than %d characters, too short to keep out of results", what, host.MinSecretLen)
+	}
+	return v, nil
 }

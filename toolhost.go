@@ -58,6 +58,7 @@ type options struct {
 	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
+	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
 }
 
 // WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
@@ -180,6 +181,9 @@ type Toolhost struct {
 	capt    *screenshot.Capturer // nil when screenshot.enabled is false
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
 	audit   *audit.Writer        // audit.file's, or nil
+	sink    audit.Sink           // every audit record goes here: audit.file's and WithAudit's, or nil
+
+	egress gatewayState // the egress gateway, made with the first session that needs it
 
 	provMu   sync.Mutex
 	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
@@ -240,6 +244,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 	case o.audit != nil:
 		hc.Audit = o.audit
 	}
+	t.sink = hc.Audit
 	if cfg.Screenshot.Enabled {
 		t.capt = screenshot.New(screenshot.Config{
 			ExecutablePath: cfg.Screenshot.Chromium,
@@ -272,11 +277,16 @@ func cloneConfig(c Config) Config {
 		p.Scope = cloneScope(p.Scope)
 	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	e := &c.Sandbox.Egress
+	e.Allow, e.Deny, e.Ports, e.Inject = slices.Clone(e.Allow), slices.Clone(e.Deny), slices.Clone(e.Ports), slices.Clone(e.Inject)
 	c.modules = cloneModules(c.modules)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
 	c.Serve.Workspaces = maps.Clone(c.Serve.Workspaces)
 	for i := range c.Serve.Tokens {
 		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
+		if e := c.Serve.Tokens[i].Egress; e != nil {
+			c.Serve.Tokens[i].Egress = &EgressPolicy{Preset: e.Preset, Allow: slices.Clone(e.Allow), Deny: slices.Clone(e.Deny), Ports: slices.Clone(e.Ports)}
+		}
 	}
 	return c
 }

@@ -133,7 +133,7 @@ func TestBuiltinsFromAnywhere(t *testing.T) {
 	for _, tl := range th.Tools() {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "bash,read_file,write_file,edit_file,grep,glob,take_screenshot" {
+	if got := strings.Join(names, ","); got != "bash,bash_output,bash_kill,exec_command,write_stdin,read_file,write_file,edit_file,apply_patch,grep,glob,take_screenshot" {
 		t.Fatalf("tools = %s", got)
 	}
 	for _, p := range th.Plugins() {

@@ -32,6 +32,13 @@ const (
 // ends, after the records of the host calls it made.
 const CapTool = "tool"
 
+// CapEgress is the Cap of the record of one connection (one request, for plain HTTP) a
+// sandbox made through the egress gateway: Op is how it asked (http, connect, socks5),
+// Dest the destination, Addr the address connected to, Port its port, Command the command
+// that made it, Why the rule that decided, Error the refusal's reason or why an allowed
+// connection failed, In and Out the bytes from and to the sandbox.
+const CapEgress = "egress"
+
 // Record is one line of the audit: a host call, or a tool call (Cap CapTool).
 type Record struct {
 	Time time.Time `json:"time"` // when the call ended
@@ -64,6 +71,13 @@ type Record struct {
 	Micros int64 `json:"us"`
 	In     int   `json:"bytes_in,omitempty"`
 	Out    int   `json:"bytes_out,omitempty"`
+
+	// Dest, Addr, Command and Injected are an egress record's (CapEgress): Injected names
+	// the header the gateway added, never its value.
+	Dest     string `json:"dest,omitempty"`
+	Addr     string `json:"addr,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Injected string `json:"injected,omitempty"`
 }
 
 // Sink receives records. Record must be safe for concurrent use and must not block for

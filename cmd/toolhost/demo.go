@@ -87,6 +87,18 @@ func demoSteps() []demoStep {
 			input: in("command", "bash src/greet.sh Ada Grace")},
 		{title: "look around the sandbox", tool: "bash",
 			input: in("command", `echo "user: $(id -un) ($(id -u)), cwd: $PWD"; echo "/: $(ls / | tr '\n' ' ')"; ls /root 2>&1 | head -1; true`)},
+		{title: "reach a site the network policy does not name (the model reads why)", tool: "bash", expect: expectAny,
+			input: in("command", `python3 -c 'import urllib.request; urllib.request.urlopen("https://example.com", timeout=20)' 2>&1 | tail -n 1`),
+			after: func(st *demoState, res abi.Result) (string, error) {
+				if st.cli.cfg.Sandbox.Network != toolhost.NetworkEgress {
+					return "", nil
+				}
+				const want = "[egress refused 1 destination: example.com is not an allowed domain"
+				if !strings.Contains(resultText(res), want) {
+					return "", fmt.Errorf("the result does not end with the gateway's note %q", want)
+				}
+				return "", nil
+			}},
 		{title: "start a background process", tool: "bash",
 			input: in("command", `for i in $(seq 1 5); do echo "tick $i"; echo $i > ticks.txt; sleep 0.1; done; echo finished`, "background", true),
 			after: func(st *demoState, res abi.Result) (string, error) {

@@ -116,7 +116,7 @@ Example:
 		sc := c.cfg.Serve
 		var tokens []mcpserve.Token
 		for i, t := range sc.Tokens {
-			tokens = append(tokens, mcpserve.Token{Name: fmt.Sprintf("serve.tokens[%d]", i), Value: string(t.Token), Projects: t.Projects})
+			tokens = append(tokens, mcpserve.Token{Name: fmt.Sprintf("serve.tokens[%d]", i), Value: string(t.Token), Projects: t.Projects, Egress: t.Egress})
 		}
 		if sc.TokensFile != "" {
 			ft, err := mcpserve.ReadTokensFile(sc.TokensFile)

@@ -392,7 +392,11 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	if req.TimeoutMS > 0 {
 		sreq.Timeout = min(time.Duration(req.TimeoutMS)*time.Millisecond, maxTimeout)
 	}
+	// The command's own name: the egress gateway attributes its connections to it, and what
+	// it refused reaches the model in a note at the end of the tool's result.
+	sreq.Tag = newCommandTag()
 	res, err := inst.sb.Exec(ctx, sreq)
+	inst.refused = append(inst.refused, sandbox.EgressRefused(inst.sb, sreq.Tag)...)
 	if err != nil {
 		return inst.execStatus(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
@@ -74,6 +75,7 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 		return hostFailure(name, err)
 	}
 	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
+	refused := inst.takeRefused()
 	if err != nil {
 		pool.discard(ctx, inst)
 		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
@@ -91,6 +93,9 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 	if err := checkResult(&res); err != nil {
 		return hostFailure(name, fmt.Errorf("%w: plugin %s returned an invalid result: %v", ErrPluginFailed, t.plugin, err))
+	}
+	if note := egress.NoteOf(refused); note != "" {
+		res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: note})
 	}
 	if n, ok := sandbox.As[sandbox.Noticer](s.sb); ok {
 		if msg := n.Notice(); msg != "" {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
@@ -32,6 +34,8 @@ type Token struct {
 	Name     string
 	Value    string
 	Projects []string
+	// Egress narrows what the sessions the token opens may reach; nil: the host's policy.
+	Egress *toolhost.EgressPolicy
 }
 
 // ReadTokensFile reads bearer tokens from a file: one a line, "TOKEN [PROJECT...]",

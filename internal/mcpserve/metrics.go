@@ -25,6 +25,9 @@ type Metrics struct {
 	sessionsTotal    atomic.Int64
 	authRefused      atomic.Int64
 	projectRefused   atomic.Int64
+
+	// egress gives, per project, the connections the egress gateway allowed and refused.
+	egress func() map[string][2]int64
 }
 
 type toolMetrics struct {
@@ -125,6 +128,19 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	p("toolhost_mcp_auth_refused_total %d\n", m.authRefused.Load())
 	p("# HELP toolhost_mcp_project_refused_total Sessions refused a project their token does not name.\n# TYPE toolhost_mcp_project_refused_total counter\n")
 	p("toolhost_mcp_project_refused_total %d\n", m.projectRefused.Load())
+	if m.egress != nil {
+		counts := m.egress()
+		projects := make([]string, 0, len(counts))
+		for pr := range counts {
+			projects = append(projects, pr)
+		}
+		slices.Sort(projects)
+		p("# HELP toolhost_egress_connections_total Connections (and plain HTTP requests) of the sandboxes through the egress gateway, by project and decision.\n# TYPE toolhost_egress_connections_total counter\n")
+		for _, pr := range projects {
+			p("toolhost_egress_connections_total{project=%s,decision=\"allow\"} %d\n", quote(pr), counts[pr][0])
+			p("toolhost_egress_connections_total{project=%s,decision=\"deny\"} %d\n", quote(pr), counts[pr][1])
+		}
+	}
 	return cw.n, cw.err
 }
 

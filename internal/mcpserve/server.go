@@ -204,6 +204,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		names = append(names, t.Name)
 	}
 	s.metrics = newMetrics(names)
+	s.metrics.egress = th.EgressCounts
 	return s
 }
 
@@ -313,9 +314,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type binding struct {
 	srv       *Server
 	project   string
-	owner     string        // the token's name over HTTP, for the log
-	workspace string        // a host directory as the workspace; "": the project's private one
-	gone      chan struct{} // closed when the session has ended (finish)
+	owner     string                 // the token's name over HTTP, for the log
+	workspace string                 // a host directory as the workspace; "": the project's private one
+	egress    *toolhost.EgressPolicy // the token's narrowing of the egress policy, or nil
+	gone      chan struct{}          // closed when the session has ended (finish)
 
 	mu      sync.Mutex // held while opening
 	sess    *toolhost.Session
@@ -327,7 +329,17 @@ type binding struct {
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
-	return &binding{srv: s, project: project, owner: owner, workspace: workspace, gone: make(chan struct{})}
+	return &binding{srv: s, project: project, owner: owner, workspace: workspace, egress: s.tokenEgress(owner), gone: make(chan struct{})}
+}
+
+// tokenEgress is the egress narrowing of the token named owner, or nil.
+func (s *Server) tokenEgress(owner string) *toolhost.EgressPolicy {
+	for i := range s.opts.Tokens {
+		if s.opts.Tokens[i].Name == owner {
+			return s.opts.Tokens[i].Egress
+		}
+	}
+	return nil
 }
 
 // watch starts, once, the goroutine that finishes b when its MCP session ss ends (the
@@ -399,6 +411,9 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	so.Project = b.project
 	if b.workspace != "" {
 		so.Workspace = b.workspace
+	}
+	if b.egress != nil {
+		so.Egress = b.egress
 	}
 	start := time.Now()
 	sess, err := s.th.Open(ctx, so)

@@ -51,6 +51,7 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	}
 	switch opts.Network {
 	case "", sandbox.NetworkNone, sandbox.NetworkHost:
+	case sandbox.NetworkEgress: // it has no network to give: commands reach nothing, as with none
 	default:
 		return nil, fmt.Errorf("create memory sandbox: unknown network mode %q", opts.Network)
 	}

@@ -208,6 +208,13 @@ func TestEgressNoRoute(t *testing.T) {
 	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Address already in use") {
 		t.Errorf("binding the egress port: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
+	// The agent's end of the pair to the host is its own: no other process in the
+	// sandbox holds a unix socket (the agent's fds are closed to them: it is not
+	// dumpable), so none can hand the host a connection under a command name it chose.
+	res = run(t, sb, "fds", `for p in /proc/[0-9]*; do [ "${p#/proc/}" = 1 ] && continue; ls -l $p/fd 2>/dev/null; done | grep -c 'socket:' ; ls /proc/1/fd >/dev/null 2>&1 && echo "pid 1's fds listed"; true`)
+	if got := strings.TrimSpace(string(res.Stdout)); got != "0" {
+		t.Errorf("sockets held in the sandbox besides the agent's, or the agent's fds open: %q %q", got, res.Stderr)
+	}
 	// And it is not listed as a program's port.
 	ports, err := sb.Ports(context.Background())
 	if err != nil {

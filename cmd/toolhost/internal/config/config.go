@@ -162,6 +162,8 @@ func registerFlag(fs *pflag.FlagSet, name string, typ reflect.Type, def reflect.
 		fs.Float64(name, def.Float(), usage)
 	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.String:
 		fs.StringSlice(name, def.Interface().([]string), usage)
+	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Int:
+		fs.IntSlice(name, def.Interface().([]int), usage)
 	default:
 		panic(fmt.Sprintf("config: flag --%s: no flag type for %s", name, typ))
 	}
