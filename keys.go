@@ -368,8 +368,11 @@ with the middle dropped and counted, so a flood of output cannot exhaust memory.
 		usage: "append a JSON line per host call and tool call to this file (default: no audit)",
 		doc: `Where the audit goes: one JSON line per host call a plugin makes (its plugin,
 tool, capability, operation, paths or argv, the policy's decision and why, status,
-duration and bytes) and one per tool call, appended (the file is made 0600). Empty:
-no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in a workspace.`},
+duration and bytes) and one per tool call, appended (the file is made 0600). A line is
+bounded (a long command or path is cut, and the line's "cut" says how many bytes were
+left out); the file rotates at 64 MiB to FILE.1, FILE.2, FILE.3 (the oldest goes), and
+several processes may share it. Empty: no audit, and no cost. ` + "`toolhost audit`" + `
+filters it. It may not lie in a workspace.`},
 
 	{name: "serve.listen", flag: "listen", def: "127.0.0.1:8750",
 		usage: "address toolhost serve listens on (MCP at /mcp)",

@@ -131,6 +131,9 @@ Example:
 		if err := mcpserve.CheckListen(sc.Listen, len(tokens)); err != nil {
 			return usagef(cmd, "%v", err)
 		}
+		if err := mcpserve.CheckNetwork(c.cfg.Sandbox.Network, len(tokens)); err != nil {
+			return usagef(cmd, "%v", err)
+		}
 		for project, dir := range sc.Workspaces {
 			if err := c.cfg.CheckWorkspace(dir, c.cfg.File); err != nil {
 				return usagef(cmd, "serve.workspaces.%s: %v", project, err)

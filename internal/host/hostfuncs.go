@@ -297,6 +297,13 @@ func (inst *instance) jsonArg(stack []uint64, c *hostCall, what string, limit in
 // leaves the workspace (by .., or absolute elsewhere) is refused. The policy and the audit
 // see its workspace-relative form. False means stack[0] holds the status.
 func (inst *instance) resolvePath(raw string, c *hostCall, stack []uint64) bool {
+	// A file's path names a file: "docs/" would otherwise be cleaned to "docs", and a
+	// write meant for a directory would make a file of its name.
+	if class, _ := policy.ClassOf(c.req.Cap, c.req.Op); (class == policy.ClassRead || class == policy.ClassWrite) && strings.HasSuffix(raw, "/") {
+		c.req.Path = raw
+		stack[0] = inst.status(abi.StatusIsDir, "%s %s: the path ends in /, which names a directory; a file's path names the file (such as %sname)", c.req.Op, raw, raw)
+		return false
+	}
 	abs, err := sandbox.Resolve(raw)
 	if err != nil {
 		stack[0] = inst.resolveStatus(err)

@@ -64,8 +64,16 @@ func instanceFrom(ctx context.Context) *instance {
 	return inst
 }
 
+// instantiateBound bounds making an instance (the module's instantiation, its
+// _initialize and its first input buffer) when the call budget is shorter. It is host
+// work and start-up, not the work of a call, and a loaded machine can take far longer
+// over it than a plugin's budget for a call (a fraction of a second): counting it against
+// that budget failed calls that never ran. It stays bounded, since _initialize is the
+// plugin's code.
+const instantiateBound = 30 * time.Second
+
 func newInstance(ctx context.Context, p *plugin) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.h.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, instantiateBound))
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
 	mod, err := p.h.rt.InstantiateModule(p.memoryContext(ctx), p.compiled, p.modCfg.WithStderr(stderr))

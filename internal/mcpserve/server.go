@@ -110,6 +110,7 @@ type Server struct {
 	pluginCommit bool
 
 	mu        sync.Mutex
+	pending   int                   // HTTP requests opening a session, not yet watched or refused
 	connected map[*binding]struct{} // MCP sessions being watched (see binding.watch)
 	open      map[*binding]struct{} // sessions with a sandbox (or opening one)
 	closing   bool
@@ -244,6 +245,17 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 			// counted against MaxSessions and forgotten when it ends.
 			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { b.watch(req.Session) },
 		})
+	// And from its very first request (initialize, or a call of a client without a
+	// handshake): a client that never sends notifications/initialized holds a session
+	// all the same, and must be counted against MaxSessions.
+	ms.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				b.watch(ss)
+			}
+			return next(ctx, method, req)
+		}
+	})
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
@@ -256,7 +268,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 // client that writes its requests and closes its end still gets every answer.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
-	err := ms.Run(ctx, drainAtEOF(t, s.log))
+	err := ms.Run(ctx, drainAtEOF(cancelTransport{t, s.metrics.cancelDropped}, s.log))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	serr := s.Shutdown(sctx)
@@ -272,7 +284,7 @@ func (s *Server) Connect(ctx context.Context, t mcp.Transport, project string) (
 	if project == "" {
 		project = s.opts.Project
 	}
-	return s.newMCPServer(project, "").Connect(ctx, t, nil)
+	return s.newMCPServer(project, "").Connect(ctx, cancelTransport{t, s.metrics.cancelDropped}, nil)
 }
 
 // Shutdown commits every open session's workspace and closes its sandbox and its MCP

@@ -165,9 +165,13 @@ type Config struct {
 	IdleBound time.Duration
 	// NavigationTimeout bounds the wait for the main document's response. Default 10 s.
 	NavigationTimeout time.Duration
-	// CaptureTimeout bounds one CapturePair or Capture call on top of its context. Default 30 s.
+	// CaptureTimeout bounds the work of one CapturePair or Capture call once the browser
+	// runs (navigation, the wait for network idle, the shots), on top of its context.
+	// Starting the browser is not counted: StartTimeout bounds it. Default 60 s: a hang
+	// bound (a page that does not answer fails at NavigationTimeout), which Chromium on a
+	// loaded 2-core machine (load 40) came close to with 30.
 	CaptureTimeout time.Duration
-	// StartTimeout bounds starting the driver and the browser. Default 30 s.
+	// StartTimeout bounds starting the driver and the browser. Default 60 s (a hang bound).
 	StartTimeout time.Duration
 	// MaxConcurrent is how many captures (pairs count as one) run at once. Default 2.
 	MaxConcurrent int
@@ -200,10 +204,10 @@ func (c Config) withDefaults() Config {
 		c.NavigationTimeout = 10 * time.Second
 	}
 	if c.CaptureTimeout <= 0 {
-		c.CaptureTimeout = 30 * time.Second
+		c.CaptureTimeout = time.Minute
 	}
 	if c.StartTimeout <= 0 {
-		c.StartTimeout = 30 * time.Second
+		c.StartTimeout = time.Minute
 	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 2

@@ -3,6 +3,9 @@ package local
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/module"
@@ -55,4 +58,15 @@ no one else. (local)`},
 		Usage: "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)",
 		Doc: `Where private workspaces live (their volumes, as root): disk-backed, and below
 directories anyone may pass through (bubblewrap runs as the sandbox user). (local)`},
+}
+
+// DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.
+func DefaultRunDir() string {
+	return filepath.Join(os.TempDir(), "toolhost-run-"+strconv.Itoa(os.Geteuid()))
+}
+
+// DefaultWorkspaceDir is Config.WorkspaceDir when none is given:
+// /var/tmp/toolhost-workspaces-UID.
+func DefaultWorkspaceDir() string {
+	return filepath.Join("/var/tmp", "toolhost-workspaces-"+strconv.Itoa(os.Geteuid()))
 }

@@ -53,11 +53,7 @@ var otherVars = map[string]string{
 // empty): configHome/toolhost/toolhost.yaml.
 func UserConfigFile(configHome string) string {
 	if configHome == "" {
-		d, err := os.UserConfigDir()
-		if err != nil {
-			return ""
-		}
-		configHome = d
+		return toolhost.DefaultConfigFile() // the one the trust check guards
 	}
 	return filepath.Join(configHome, "toolhost", DefaultFileName)
 }
