@@ -18,6 +18,7 @@ import (
 	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
 	"github.com/toolhost/toolhost/internal/storekeys"
+	"github.com/toolhost/toolhost/internal/webfetch"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -406,13 +407,18 @@ func (c *Config) validatePlugins(bad badKey) error {
 		for _, s := range []struct {
 			set bool
 			c   abi.Capability
-		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}} {
+		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}, {p.Web != nil, abi.CapWeb}} {
 			if s.set && !slices.Contains(p.Grants, s.c) {
 				return bad(key+"."+string(s.c), "scopes a capability the plugin is not granted: add %s to its grants, or remove this", s.c)
 			}
 		}
 		if _, err := policyengine.Compile(p.Scope); err != nil {
 			return bad(key, "%v", err)
+		}
+		if p.Web != nil {
+			if err := webfetch.Check(p.Web); err != nil {
+				return bad(key+".web", "%v", err)
+			}
 		}
 		l := p.Limits
 		switch {

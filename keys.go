@@ -88,10 +88,14 @@ func (k key) defaultValue() any {
 	return k.def
 }
 
-// builtinPlugins is the plugins key's default: every built-in with the grants it needs.
+// builtinPlugins is the plugins key's default: every built-in but the opt-in ones, with
+// the grants it needs.
 func builtinPlugins() []Plugin {
 	var out []Plugin
 	for _, b := range builtins.Builtins() {
+		if b.OptIn {
+			continue
+		}
 		out = append(out, Plugin{Path: b.File, Grants: b.Grants})
 	}
 	return out
@@ -109,15 +113,16 @@ store (data_dir/store) unless store.dir says otherwise. Private to this user (07
 		usage: "where relative plugin paths resolve (default: they name the built-in plugins)",
 		doc: `Where relative plugin paths (below) resolve. Empty: a relative path names one of the
 built-in plugins, which are embedded in the binary (bash.wasm, editfile.wasm,
-grepglob.wasm, screenshot.wasm). A relative plugins_dir is taken from the current
-directory.`},
+grepglob.wasm, screenshot.wasm, and webfetch.wasm, which is loaded only when listed). A
+relative plugins_dir is taken from the current directory.`},
 	{name: "plugins", def: func() any { return builtinPlugins() },
 		doc: `The plugins to load, in order. A tool name must be unique across them.
   path:   the .wasm file; relative to plugins_dir unless absolute (with no plugins_dir,
           a relative path names a built-in plugin).
   grants: the capabilities the plugin may import: log, sandbox_exec, sandbox_files,
           store (objects under plugins/{name}/ of the store below), capture (screenshots
-          of a port inside the sandbox, through the browser). A plugin that imports a
+          of a port inside the sandbox, through the browser), web (pages of the web,
+          fetched by the host through the egress gateway). A plugin that imports a
           capability it was not granted is refused at load with one error naming the
           plugin and every import it lacks a grant for (the CLI exits 1).
           ` + "`toolhost plugin inspect FILE.wasm`" + ` shows what a plugin needs.
@@ -133,6 +138,13 @@ Each grant may be narrowed by a scope of the same name (leave it out for all of 
           variables it may set for them.
   store:  {access: read}: get and list only (default read-write).
   capture: {ports: [3000, 8000]}: the ports it may shoot.
+  web:    {allow: [docs.python.org, "*.readthedocs.io"], deny: [...], preset: none,
+          ports: [443]}: where it may fetch, in the entries of sandbox egress (names,
+          *.wildcards, name:port, CIDRs; deny wins; ports 80 and 443 by default); left
+          out, the registries preset. Loopback, private, link-local and metadata
+          addresses are refused whatever a name resolves to, after every redirect.
+          The built-in webfetch.wasm (tool web_fetch) is opt-in:
+          {path: webfetch.wasm, grants: [web, log], web: {allow: [go.dev]}}.
   limits: {memory_mib: 64, call_timeout: 5s, calls_per_minute: 60}: its own (0: the
           limits.* below; no bound on calls).
   secrets: {GITHUB_TOKEN: env:GH_TOKEN, NPM_TOKEN: file:/run/secrets/npm}: variables

@@ -42,10 +42,12 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/capture"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/webfetch"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -259,6 +261,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		st.rec = t.rec
 		hc.Capturer = capture.Of(t.rec)
 	}
+	if slices.ContainsFunc(cfg.Plugins, func(p Plugin) bool { return slices.Contains(p.Grants, abi.CapWeb) }) {
+		// A plugin granted web fetches through an egress gateway of the host's, within its
+		// own web scope: the gateway resolves every name itself and refuses loopback,
+		// private, link-local and metadata addresses and the host's own.
+		f, err := webfetch.New(webfetch.Config{Gateway: egress.New(egress.Config{Logger: o.log})})
+		if err != nil {
+			t.Close(ctx)
+			return nil, err
+		}
+		hc.Fetcher = f
+	}
 	h, err := host.New(ctx, hc)
 	if err != nil {
 		t.Close(ctx)
@@ -349,6 +362,9 @@ func cloneScope(s policy.Scope) policy.Scope {
 	}
 	if c := s.Capture; c != nil {
 		s.Capture = &policy.Capture{Ports: slices.Clone(c.Ports)}
+	}
+	if w := s.Web; w != nil {
+		s.Web = &policy.Web{Preset: w.Preset, Allow: slices.Clone(w.Allow), Deny: slices.Clone(w.Deny), Ports: slices.Clone(w.Ports)}
 	}
 	return s
 }

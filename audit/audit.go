@@ -47,11 +47,12 @@ type Record struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	Plugin  string `json:"plugin"`
 	Tool    string `json:"tool,omitempty"`
-	Cap     string `json:"cap"` // sandbox_files, sandbox_exec, store, capture, or "tool"
+	Cap     string `json:"cap"` // sandbox_files, sandbox_exec, store, capture, web, session, or "tool"
 	Op      string `json:"op"`  // the host function (read, run, put...), or "call"
 	// Path is the workspace-relative path a file call acted on (or a command's working
 	// directory); Argv and Env (names only, never values) a command's; Port a capture's;
-	// Key a store call's, relative to the plugin's corner.
+	// Key a store call's, relative to the plugin's corner (a fetch's URL; a session state
+	// call's key).
 	Path     string   `json:"path,omitempty"`
 	Argv     []string `json:"argv,omitempty"`
 	Env      []string `json:"env,omitempty"`

@@ -615,6 +615,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed:\n%s", r)
 	}
 	for _, want := range []string{"write_file", "read_file", "edit_file", "grep", "glob", "bash", "background",
+		"apply_patch", "[cwd is now /home/user/src]", "Hello, Linus, from the sandbox!",
 		"egress: example.com is not an allowed domain", "take_screenshot", "pixel (4,4) is " + demoColour, "committed: projects/" + project + "/snapshots/",
 		"auto/ images of this run", "rotations: 0 -> 1", "a pause of about", "woke in",
 		// The rotation takes the path every session of the CLI takes with the local

@@ -101,6 +101,7 @@ type hostCall struct {
 	text           abi.ReadTextRequest
 	process        abi.ProcessRequest
 	terminal       terminalCall
+	fetch          abi.FetchRequest
 	in             int // bytes the call took, for the audit
 }
 
@@ -123,6 +124,7 @@ var hostFns = []*hostFn{
 	{abi.CapStore, abi.FnStoreGet, (*Host).decodeStoreKeyOut, (*Host).storeGet},
 	{abi.CapStore, abi.FnStoreList, (*Host).decodeStoreKeyOut, (*Host).storeList},
 	{abi.CapStore, abi.FnStoreDelete, (*Host).decodeStoreKey, (*Host).storeDelete},
+	{abi.CapWeb, abi.FnFetch, (*Host).decodeFetch, (*Host).fetch},
 	{abi.CapSession, abi.FnSessionGet, (*Host).decodeStateGet, (*Host).stateGet},
 	{abi.CapSession, abi.FnSessionSet, (*Host).decodeStateSet, (*Host).stateSet},
 }

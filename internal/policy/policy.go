@@ -85,12 +85,13 @@ const (
 	ClassStoreWrite                    // changes the plugin's store: refused when store.access is read
 	ClassOwnProcess                    // acts only on a process or terminal the plugin itself started in the session
 	ClassSessionState                  // the plugin's own session state: reaches nothing outside the host
+	ClassFetch                         // fetches from the web: the egress gateway decides, against the plugin's web scope
 )
 
 var classNames = map[Class]string{
 	ClassRead: "read", ClassWrite: "write", ClassLook: "look", ClassRun: "run",
 	ClassCapture: "capture", ClassStoreRead: "store read", ClassStoreWrite: "store write",
-	ClassOwnProcess: "own process", ClassSessionState: "session state",
+	ClassOwnProcess: "own process", ClassSessionState: "session state", ClassFetch: "fetch",
 }
 
 func (c Class) String() string {
@@ -122,6 +123,7 @@ var classes = map[capOp]Class{
 	{abi.CapSandboxExec, OpTerminalIO}:      ClassOwnProcess,
 	{abi.CapSession, abi.FnSessionGet}:      ClassSessionState,
 	{abi.CapSession, abi.FnSessionSet}:      ClassSessionState,
+	{abi.CapWeb, abi.FnFetch}:               ClassFetch,
 	{abi.CapCapture, OpCapture}:             ClassCapture,
 	{abi.CapStore, OpGet}:                   ClassStoreRead,
 	{abi.CapStore, OpStoreList}:             ClassStoreRead,
@@ -283,6 +285,11 @@ func (p *Policy) Decide(plugin string, r Request) Decision {
 		return ownOnly
 	case ClassSessionState:
 		return unscoped // its own memory, kept per plugin and session
+	case ClassFetch:
+		// The destination is decided where it is reached: by the egress gateway, against
+		// the plugin's web scope, at every redirect and for every address a name resolves
+		// to (internal/webfetch); here there is nothing more to judge.
+		return Decision{Allowed: true, Rule: "web scope (egress gateway)"}
 	}
 	return Decision{Rule: "no class", Message: fmt.Sprintf("policy: plugin %s may not call %s.%s", plugin, r.Cap, r.Op)}
 }
