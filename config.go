@@ -45,6 +45,7 @@ type Config struct {
 	Audit      AuditConfig      `key:"audit"`
 	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
+	LogFormat  string           `key:"log_format"`
 
 	// modules holds the configuration of every registered module (the e2b provider's
 	// e2b.* keys, the s3 store's store.s3.* ...), each a value of the module's own type,
@@ -224,6 +225,9 @@ func (c *Config) Validate() error {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format", "must be text or json, got %q", c.LogFormat)
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return bad("data_dir", "is empty (DefaultConfig sets it)")

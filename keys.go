@@ -429,6 +429,9 @@ file gets 413.`},
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
+	{name: "log_format", flag: "log-format", def: "text",
+		usage: "log format: text or json (one JSON object a line)",
+		doc:   `text (key=value lines) or json (one JSON object a line, for a log collector).`},
 }
 
 // sectionTable documents the sections, for the example file.

@@ -360,9 +360,9 @@ func TestConfigDigest(t *testing.T) {
 		t.Fatal("no digest for the default configuration")
 	}
 	other := toolhost.DefaultConfig()
-	other.Project = "another"
+	other.Project, other.LogFormat = "another", "json"
 	if configDigest(other) != d {
-		t.Error("the project changes the digest")
+		t.Error("the project or the log format changes the digest")
 	}
 	if err := other.Set("store.dir", t.TempDir()); err != nil {
 		t.Fatal(err)

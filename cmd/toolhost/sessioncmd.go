@@ -44,7 +44,7 @@ func configDigest(cfg toolhost.Config) string {
 	// module's section is not a field of Config that json.Marshal would see.
 	values := map[string]any{}
 	for _, k := range toolhost.ConfigKeys() {
-		if k.Name == "project" || k.Name == "log_level" || strings.HasPrefix(k.Name, "serve.") {
+		if k.Name == "project" || k.Name == "log_level" || k.Name == "log_format" || strings.HasPrefix(k.Name, "serve.") {
 			continue
 		}
 		v, err := cfg.Get(k.Name)
@@ -69,7 +69,11 @@ func (c *cli) sessionClient() (*sessionapi.Client, string, error) {
 	}
 	sock := daemon.SocketPath(dir)
 	dial := func(ctx context.Context) (net.Conn, error) { return daemon.DialContext(ctx, sock) }
-	return sessionapi.NewClient(dial, configDigest(c.cfg.Config)), dir, nil
+	digest := ""
+	if c.cfg != nil {
+		digest = configDigest(c.cfg.Config)
+	}
+	return sessionapi.NewClient(dial, digest), dir, nil
 }
 
 // ensureDaemon returns a client of the session daemon, starting one when none answers.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package lockfile proves ownership of shared host state between processes. Several
 // toolhost processes (a serve, a few calls, one MCP server per editor) share the run and
 // workspace directories, and each must be able to tell what a crashed process left behind

@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -205,8 +207,13 @@ func TestSSRFPathsRefusedBeforeNavigation(t *testing.T) {
 // TestOriginPin: a page the agent wrote tries to reach other origins on the host (another
 // loopback port, standing in for metadata services and the host's own servers) with
 // subresources, an iframe, fetch, a WebSocket, a navigation and a redirect. None may reach it.
-func TestOriginPin(t *testing.T) {
-	c := newCapturer(t, Config{IdleBound: 2 * time.Second})
+func TestOriginPin(t *testing.T) { originPin(t, Config{}) }
+
+// originPin: a page that reaches for another origin in every way a page can gets none of
+// it, in the browser cfg makes.
+func originPin(t *testing.T, cfg Config) {
+	cfg.IdleBound = 2 * time.Second
+	c := newCapturer(t, cfg)
 	var otherHits atomic.Int64
 	other := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		otherHits.Add(1)
@@ -491,7 +498,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	var routerDirs []string // the browsers' private directories on the host
 	c.mu.Lock()
-	routerDirs = append(routerDirs, c.rt.router.dir)
+	routerDirs = append(routerDirs, c.rt.router.(*router).dir)
 	c.mu.Unlock()
 	if _, err := os.Stat(routerDirs[0]); err != nil {
 		t.Errorf("the browser's router directory: %v", err)
@@ -521,7 +528,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	c.mu.Lock()
 	newDriver := c.rt.driverPID
-	routerDirs = append(routerDirs, c.rt.router.dir)
+	routerDirs = append(routerDirs, c.rt.router.(*router).dir)
 	c.mu.Unlock()
 
 	mine := map[int]bool{driver: true, newDriver: true}

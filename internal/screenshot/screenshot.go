@@ -184,7 +184,17 @@ type Config struct {
 	SandboxUID int
 	// Logger receives the package's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// direct runs the browser as it runs on systems other than Linux (no bubblewrap, the
+	// pin proxies on the loopback): tests of that path set it on Linux.
+	direct bool
 }
+
+// DefaultSandboxUID is the host uid and gid the browser's bubblewrap runs as when the host
+// runs as root: unprivileged, outside the ranges distributions hand out, and next to, not
+// the same as, the id the local sandbox provider gives its sandboxes (2100000000), so that
+// a sandbox and the browser that renders its pages share nothing.
+const DefaultSandboxUID = 2100000001
 
 func (c Config) withDefaults() Config {
 	if c.IdleBound <= 0 {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package volume gives a sandbox's private workspace a size limit. This kernel, like many,
 // has no disk quotas, and a bind-mounted host directory has no size of its own, so every
 // private workspace is its own small filesystem: a sparse image file holding ext4,

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package local is the sandbox provider for this machine: every sandbox is a bubblewrap
 // (bwrap) container with a minimal read-only root, the workspace at /home/user, a private
 // /tmp, an unprivileged user, no network unless asked, a seccomp filter, and a limit on
@@ -179,17 +181,6 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	return p, nil
-}
-
-// DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.
-func DefaultRunDir() string {
-	return filepath.Join(os.TempDir(), "toolhost-run-"+strconv.Itoa(os.Geteuid()))
-}
-
-// DefaultWorkspaceDir is Config.WorkspaceDir when none is given:
-// /var/tmp/toolhost-workspaces-UID.
-func DefaultWorkspaceDir() string {
-	return filepath.Join("/var/tmp", "toolhost-workspaces-"+strconv.Itoa(os.Geteuid()))
 }
 
 func rootOwner(id identity) int {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package e2bfake is a fake E2B for tests: the control plane of E2B's OpenAPI spec and
 // the envd data plane, on one listener on loopback, with each E2B sandbox backed by a
 // real local sandbox (bubblewrap, internal/sandbox/local). Any E2B client can be pointed at

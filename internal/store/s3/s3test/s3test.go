@@ -132,7 +132,7 @@ func Start(parent string) (*Server, error) {
 	s.cmd.Dir = dir
 	s.cmd.Stderr = s.stderr
 	// Killed with the test process, however that ends.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = dieWithParent()
 	s.cmd.WaitDelay = 5 * time.Second
 	stdin, err := s.cmd.StdinPipe()
 	if err != nil {
