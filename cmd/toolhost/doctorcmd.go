@@ -21,6 +21,8 @@ was found or what to do:
   sandbox   starts a tiny local sandbox (bubblewrap, user namespaces) and runs a command
   limits    how each sandbox limit is enforced here (cgroup v1 or v2, tmpfs, volumes)
   python3   in the sandbox, for the demo's dev server
+  owners    as root: whether host directories keep their owners (idmapped mounts on the
+            workspace dir and the current directory), or need --adopt
   browser   Chromium and the Playwright driver, for screenshots
   store     writes, reads and deletes a probe object (credentials, bucket, endpoint)
   lease     whether the store keeps project leases (conditional writes)

@@ -78,7 +78,14 @@ type Config struct {
 	// HostUID and HostGID are the host ids the sandbox user runs as when the host runs as
 	// root; 0 means DefaultHostID. Ignored otherwise (the sandbox user is the host user).
 	HostUID, HostGID int
-	Logger           *slog.Logger
+	// Adopt, when the host runs as root and a host directory given as a workspace cannot
+	// be attached through an idmapped mount (its filesystem or kernel refuses), hands every
+	// entry of it that root owns to the sandbox user (HostUID) for good, instead of
+	// refusing the directory. Where idmapped mounts work it changes nothing: no owner on
+	// disk changes. Not as root it changes nothing either (the sandbox user is the host
+	// user).
+	Adopt  bool
+	Logger *slog.Logger
 }
 
 // Provider creates bubblewrap sandboxes. Close releases it.
@@ -97,6 +104,7 @@ type Provider struct {
 	volumes  *volume.Pool // nil when volumes are unavailable
 	spare    *spareVolume // with volumes: the next private workspace, made ahead
 	enforced []Enforcement
+	noIdmap  bool // tests: act as if idmapped mounts were refused
 }
 
 var _ sandbox.Provider = (*Provider)(nil)

@@ -40,6 +40,7 @@ type Section struct {
 	HostUID      int    `key:"host_uid"`
 	RunDir       string `key:"run_dir"`
 	WorkspaceDir string `key:"workspace_dir"`
+	Adopt        bool   `key:"adopt"`
 }
 
 // DefaultSection is their defaults.
@@ -58,6 +59,16 @@ no one else. (local)`},
 		Usage: "directory of the private workspaces (default /var/tmp/toolhost-workspaces-UID)",
 		Doc: `Where private workspaces live (their volumes, as root): disk-backed, and below
 directories anyone may pass through (bubblewrap runs as the sandbox user). (local)`},
+	{Name: "sandbox.adopt", Flag: "adopt",
+		Usage: "as root, where a host workspace cannot be idmapped, re-own what root owns in it to the sandbox user",
+		Doc: `As root, a host directory given as the workspace is attached through an idmapped
+mount that makes the sandbox user act as the directory's owner: no owner on disk changes,
+and files the sandbox creates belong to the directory's owner. Where that cannot be done
+(a filesystem or kernel without idmapped mounts), toolhost refuses the directory unless
+this is true: then every entry in it that root owns is handed to the sandbox user
+(sandbox.host_uid) for good, the directory itself gains that user's group with group rwx,
+and entries of other users stay as they are. It changes nothing where idmapped mounts work,
+or when toolhost does not run as root. (local)`},
 }
 
 // DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.

@@ -39,6 +39,7 @@ func NewFromSection(s *Section, env module.Env) (*Provider, error) {
 			TmpBytes: set.TmpBytes, ShmBytes: set.ShmBytes, DiskBytes: set.DiskBytes, OpenFiles: set.OpenFiles,
 		},
 		HostUID: s.HostUID,
+		Adopt:   s.Adopt,
 		Logger:  env.Logger,
 	})
 	if err != nil {
@@ -103,5 +104,5 @@ func doctor(ctx context.Context, s *Section, env module.Env) []module.Check {
 	} else {
 		py.Detail = "no python3 in the sandbox: the demo's dev server needs it (make setup, or apt-get install python3)"
 	}
-	return []module.Check{sb, limits, py}
+	return []module.Check{sb, limits, py, p.ownersCheck(cctx)}
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -27,22 +28,25 @@ import (
 //   - a private directory under the run dir, when volumes are unavailable (not root, no
 //     loop devices): the disk limit is then not enforced, and the provider said so at start;
 //   - a host directory the caller chose (CreateOptions.Workspace), never deleted. When the
-//     host runs as root, bwrap runs as the sandbox's unprivileged uid and must be able to
-//     reach the directory, so it is bind-mounted at a private path under the run dir first
-//     (mount points are not renamed or removed while mounted: the staging path stays put).
+//     host runs as root, bwrap runs as the sandbox's unprivileged uid, which must be able to
+//     reach the directory and act as its owner, so it is mounted at a private path under
+//     the workspace dir first: an idmapped mount (idmap.go), or with Config.Adopt a plain
+//     bind of the re-owned directory (mount points are not renamed or removed while
+//     mounted: the staging path stays put).
 type workspace struct {
 	path  string         // what bwrap binds at /home/user
 	kind  string         // "volume", "private" or "host"
 	vol   *volume.Volume // kind volume
 	host  string         // kind host: the caller's directory
 	stage bool           // path is a bind mount of host made for this workspace
+	idmap bool           // stage is an idmapped mount: the sandbox user acts as host's owner
 	lock  *lockfile.Lock // held while this process owns path (see prune); nil for volumes
 }
 
 // newWorkspace prepares the workspace for a new sandbox named id.
 func (p *Provider) newWorkspace(ctx context.Context, id, hostDir string) (*workspace, error) {
 	if hostDir != "" {
-		return p.hostWorkspace(id, hostDir)
+		return p.hostWorkspace(ctx, id, hostDir)
 	}
 	if p.spare != nil {
 		v, err := p.spare.take(ctx)
@@ -71,9 +75,12 @@ func (p *Provider) newWorkspace(ctx context.Context, id, hostDir string) (*works
 	return w, nil
 }
 
-// hostWorkspace prepares a caller's directory. As root it is handed to the sandbox user
-// (see identity.adopt) and staged under the run dir; otherwise it is used as it is.
-func (p *Provider) hostWorkspace(id, dir string) (*workspace, error) {
+// hostWorkspace prepares a caller's directory. Not as root it is used as it is: the sandbox
+// user is the host user. As root it is attached under the run dir through an idmapped
+// mount that makes the sandbox user its owner (idmap.go), so no owner changes on disk;
+// where that cannot be done, it is handed to the sandbox user (identity.adopt) only when
+// Config.Adopt says so, and refused otherwise.
+func (p *Provider) hostWorkspace(ctx context.Context, id, dir string) (*workspace, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
@@ -88,9 +95,6 @@ func (p *Provider) hostWorkspace(id, dir string) (*workspace, error) {
 	if !p.id.root {
 		return w, nil
 	}
-	if err := p.id.adopt(abs); err != nil {
-		return nil, fmt.Errorf("workspace %s: hand it to the sandbox user: %w", abs, err)
-	}
 	stage := filepath.Join(p.wsDir, id)
 	lock, err := holdLock(stage+lockSuffix, "host")
 	if err != nil {
@@ -100,6 +104,30 @@ func (p *Provider) hostWorkspace(id, dir string) (*workspace, error) {
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		w.unlock()
 		return nil, fmt.Errorf("workspace %s: staging directory: %w", abs, err)
+	}
+	uid, idErr := -1, errIdmapDisabled
+	if !p.noIdmap {
+		uid, _, idErr = p.id.idmapMount(ctx, abs, stage)
+	} else if st, err := os.Stat(abs); err == nil {
+		uid = int(st.Sys().(*syscall.Stat_t).Uid)
+	}
+	if idErr == nil {
+		w.path, w.stage, w.idmap = stage, true, true
+		return w, nil
+	}
+	if !p.cfg.Adopt {
+		os.Remove(stage)
+		w.unlock()
+		return nil, fmt.Errorf("%w: workspace %s belongs to uid %d and the sandbox user (uid %d) cannot be mapped onto it here (idmapped mount: %w). "+
+			"toolhost changes no owner on its own: use a directory on a filesystem that supports idmapped mounts (ext4, xfs, btrfs, tmpfs; Linux 5.12 or later), "+
+			"or pass --adopt (sandbox.adopt: true) to hand every entry root owns in it to the sandbox user for good",
+			ErrOwnersKept, abs, uid, p.id.uid, idErr)
+	}
+	p.log.Warn("workspace adopted: entries root owned now belong to the sandbox user", "workspace", abs, "sandbox_uid", p.id.uid, "why", idErr)
+	if err := p.id.adopt(abs); err != nil {
+		os.Remove(stage)
+		w.unlock()
+		return nil, fmt.Errorf("workspace %s: hand it to the sandbox user: %w", abs, err)
 	}
 	if err := unix.Mount(abs, stage, "", unix.MS_BIND, ""); err != nil {
 		os.Remove(stage)
@@ -115,6 +143,10 @@ func (p *Provider) hostWorkspace(id, dir string) (*workspace, error) {
 	}
 	return w, nil
 }
+
+// ErrOwnersKept: as root, a host directory could not be attached through an idmapped mount
+// and Config.Adopt is off, so it was refused rather than re-owned.
+var ErrOwnersKept = errors.New("host directory not re-owned")
 
 // release gives the workspace back: a volume is unmounted and deleted, a private directory
 // removed, a staged host directory unmounted (the directory itself stays, it is the
