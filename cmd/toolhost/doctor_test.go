@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,6 +57,11 @@ func TestDoctor(t *testing.T) {
 	wantCheck(t, lines, "plugins", "ok", "4 loaded and compiled (bash ")
 	wantCheck(t, lines, "sandbox", "ok", "a sandbox started and ran a command as uid 1000")
 	wantCheck(t, lines, "python3", "ok", "Python 3.")
+	if os.Geteuid() == 0 {
+		wantCheck(t, lines, "owners", "ok", "idmapped mounts work on the workspace dir and the current directory")
+	} else {
+		wantCheck(t, lines, "owners", "ok", "not running as root")
+	}
 	wantCheck(t, lines, "browser", "ok", "Chromium and the Playwright driver")
 	wantCheck(t, lines, "store", "ok", testStore(t)+": wrote, read and deleted a probe object")
 	wantCheck(t, lines, "lease", "ok", "keeps project leases")
