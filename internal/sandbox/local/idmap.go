@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,9 +39,9 @@ var errIdmapDisabled = errors.New("idmapped mounts disabled for this test")
 // idmapped (dir's owner -> the sandbox user's uid, dir's group -> its gid), nosuid and
 // nodev, and returns it with the owner and group it mapped, read from the very directory
 // the copy shows. The caller attaches it with move_mount, or closes it, which drops it.
-// The user namespace that carries the map lives only for the call: the mount keeps a
-// reference of its own.
-func (id identity) idmappedTree(ctx context.Context, dir string) (tree *os.File, uid, gid int, err error) {
+// The user namespace that carries the map comes from maps; the mount keeps a reference of
+// its own, so it may be closed once the mount is made.
+func (id identity) idmappedTree(ctx context.Context, maps *usernsCache, dir string) (tree *os.File, uid, gid int, err error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return nil, -1, -1, fmt.Errorf("open_tree: %w", err)
@@ -56,28 +57,89 @@ func (id identity) idmappedTree(ctx context.Context, dir string) (tree *os.File,
 		tree.Close()
 		return nil, uid, gid, errors.New("not a directory")
 	}
-	userns, err := mappingUserns(ctx, uid, id.uid, gid, id.gid)
+	err = maps.with(ctx, [4]int{uid, id.uid, gid, id.gid}, func(userns *os.File) error {
+		attr := unix.MountAttr{
+			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+			Userns_fd: uint64(userns.Fd()),
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		tree.Close()
-		return nil, uid, gid, fmt.Errorf("a user namespace for the mapping: %w", err)
-	}
-	defer userns.Close()
-	attr := unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(userns.Fd()),
-	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		tree.Close()
-		return nil, uid, gid, fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP: %w", err)
+		return nil, uid, gid, err
 	}
 	return tree, uid, gid, nil
+}
+
+// usernsCache keeps the user namespaces that carry the mappings of idmapped mounts, one
+// per mapping, for its owner's life (the provider's: Provider.Close closes it): making one
+// starts a process, which costs 10-100 ms on a loaded machine, and a workspace's owner is
+// mapped again at every sandbox over it. A nil cache makes a namespace for each use and
+// closes it after.
+type usernsCache struct {
+	mu     sync.Mutex
+	m      map[[4]int]*os.File // {uid inside, uid outside, gid inside, gid outside}
+	closed bool
+}
+
+// maxUserns bounds the namespaces kept: past it, one is made for each use.
+const maxUserns = 32
+
+// with calls fn with a descriptor of a user namespace mapping k, under the cache's lock
+// (Close cannot close it meanwhile).
+func (c *usernsCache) with(ctx context.Context, k [4]int, fn func(*os.File) error) error {
+	if c == nil {
+		ns, err := mappingUserns(ctx, k[0], k[1], k[2], k[3])
+		if err != nil {
+			return fmt.Errorf("a user namespace for the mapping: %w", err)
+		}
+		defer ns.Close()
+		return fn(ns)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := c.m[k]
+	if ns == nil {
+		var err error
+		if ns, err = mappingUserns(ctx, k[0], k[1], k[2], k[3]); err != nil {
+			return fmt.Errorf("a user namespace for the mapping: %w", err)
+		}
+		if c.closed || len(c.m) >= maxUserns {
+			defer ns.Close()
+		} else {
+			if c.m == nil {
+				c.m = map[[4]int]*os.File{}
+			}
+			c.m[k] = ns
+		}
+	}
+	return fn(ns)
+}
+
+// close closes every namespace kept; later uses make their own.
+func (c *usernsCache) close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	for k, ns := range c.m {
+		err = errors.Join(err, ns.Close())
+		delete(c.m, k)
+	}
+	c.closed = true
+	return err
 }
 
 // idmapMount attaches dir at target (an empty directory) through an idmapped mount, and
 // returns the owner and group it mapped onto the sandbox user (-1 when it could not read
 // them).
-func (id identity) idmapMount(ctx context.Context, dir, target string) (uid, gid int, err error) {
-	tree, uid, gid, err := id.idmappedTree(ctx, dir)
+func (id identity) idmapMount(ctx context.Context, maps *usernsCache, dir, target string) (uid, gid int, err error) {
+	tree, uid, gid, err := id.idmappedTree(ctx, maps, dir)
 	if err != nil {
 		return uid, gid, err
 	}
@@ -94,7 +156,7 @@ func (id identity) probeIdmap(ctx context.Context, dir string) error {
 	if !id.root {
 		return errors.New("not running as root")
 	}
-	tree, _, _, err := id.idmappedTree(ctx, dir)
+	tree, _, _, err := id.idmappedTree(ctx, nil, dir)
 	if err != nil {
 		return err
 	}

@@ -421,3 +421,55 @@ func TestFilesystemWithoutIdmap(t *testing.T) {
 		t.Errorf("the refusal left %d entries in the workspace dir", len(ents))
 	}
 }
+
+// TestUsernsKeptPerMapping: two workspaces of one owner share one kept user namespace,
+// another owner gets its own, and the provider's Close closes them all (their owner).
+func TestUsernsKeptPerMapping(t *testing.T) {
+	needRoot(t)
+	p, _ := ownProvider(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+	defer cancel()
+	a, b := t.TempDir(), t.TempDir()
+	ownedTree(t, a)
+	var ws []*workspace
+	for i, dir := range []string{a, a, b} {
+		w, err := p.hostWorkspace(ctx, fmt.Sprintf("keep-%d", i), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		if err := w.release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.userns.mu.Lock()
+	kept := make([]*os.File, 0, len(p.userns.m))
+	for _, f := range p.userns.m {
+		kept = append(kept, f)
+	}
+	p.userns.mu.Unlock()
+	if len(kept) != 2 {
+		t.Fatalf("%d user namespaces kept for two owners, want 2", len(kept))
+	}
+	if err := p.userns.close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range kept {
+		if err := f.Close(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("a kept user namespace is still open after close: %v", err)
+		}
+	}
+	// A workspace made after close still works, with a namespace of its own.
+	w, err := p.hostWorkspace(ctx, "after", a)
+	if err != nil || !w.idmap {
+		t.Fatalf("after close: %v", err)
+	}
+	if err := w.release(); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.userns.m) != 0 {
+		t.Errorf("a namespace was kept after close")
+	}
+}

@@ -104,7 +104,8 @@ type Provider struct {
 	volumes  *volume.Pool // nil when volumes are unavailable
 	spare    *spareVolume // with volumes: the next private workspace, made ahead
 	enforced []Enforcement
-	noIdmap  bool // tests: act as if idmapped mounts were refused
+	userns   usernsCache // the mappings of idmapped host workspaces (idmap.go)
+	noIdmap  bool        // tests: act as if idmapped mounts were refused
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -218,7 +219,7 @@ func (p *Provider) Enforcement() []Enforcement { return slices.Clone(p.enforced)
 // Close releases what the provider holds, after waiting (within ctx) for the deletion
 // of closed workspaces' volumes. Sandboxes still open keep working until they are closed.
 func (p *Provider) Close(ctx context.Context) error {
-	err := p.exe.Close()
+	err := errors.Join(p.exe.Close(), p.userns.close())
 	if p.spare != nil {
 		err = errors.Join(err, p.spare.close())
 	}

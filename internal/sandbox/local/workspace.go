@@ -107,7 +107,7 @@ func (p *Provider) hostWorkspace(ctx context.Context, id, dir string) (*workspac
 	}
 	uid, idErr := -1, errIdmapDisabled
 	if !p.noIdmap {
-		uid, _, idErr = p.id.idmapMount(ctx, abs, stage)
+		uid, _, idErr = p.id.idmapMount(ctx, &p.userns, abs, stage)
 	} else if st, err := os.Stat(abs); err == nil {
 		uid = int(st.Sys().(*syscall.Stat_t).Uid)
 	}
