@@ -3,14 +3,17 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -471,5 +474,97 @@ func TestUsernsKeptPerMapping(t *testing.T) {
 	}
 	if len(p.userns.m) != 0 {
 		t.Errorf("a namespace was kept after close")
+	}
+}
+
+// helperIdmapHold opens a sandbox over the host directory MANY_HOST, writes in it, says
+// "ready" and waits to be killed.
+func helperIdmapHold() error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p, err := New(Config{RunDir: os.Getenv("MANY_RUN"), WorkspaceDir: os.Getenv("MANY_WS"), Logger: log, Limits: Limits{DiskBytes: -1}})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: os.Getenv("MANY_HOST")})
+	if err != nil {
+		return err
+	}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo held > held.txt"}})
+	if err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("write: %v %+v", err, res)
+	}
+	fmt.Println("ready", sb.(*Sandbox).ws.path)
+	select {} // until killed
+}
+
+// TestIdmapMountAfterKill: a process holding a sandbox over a host directory is killed
+// (SIGKILL: nothing of its own runs); its idmapped mount stays until the next provider on
+// the same directories prunes it, which leaves no mount, no staging directory and no lock,
+// and the host directory's owners as they were (the file the sandbox wrote, its owner's).
+func TestIdmapMountAfterKill(t *testing.T) {
+	needRoot(t)
+	testenv.NeedBwrap(t)
+	run, ws := sharedDirs(t)
+	host := t.TempDir()
+	before := ownedTree(t, host)
+	cmd := helperCmd("idmap-hold", "MANY_RUN="+run, "MANY_WS="+ws, "MANY_HOST="+host)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	defer func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	line := make(chan string, 1)
+	go func() { // ends when the helper's stdout closes (it is killed below in any case)
+		b, _ := bufio.NewReader(out).ReadString('\n')
+		line <- b
+	}()
+	var stage string
+	select {
+	case l := <-line:
+		f := strings.Fields(l)
+		if len(f) != 2 || f[0] != "ready" {
+			t.Fatalf("the helper did not get ready: %q\n%s", l, stderr.String())
+		}
+		stage = f[1]
+	case <-time.After(testenv.HangBound):
+		t.Fatalf("the helper did not get ready within %s\n%s", testenv.HangBound, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	if !mountedAt(t, stage) {
+		t.Fatal("the killed process's mount is already gone: nothing left to prove the prune on")
+	}
+
+	newProvider(t, Config{RunDir: run, WorkspaceDir: ws, Limits: Limits{DiskBytes: -1}}) // prunes
+	if mountedAt(t, stage) {
+		t.Fatal("the killed process's idmapped mount is left after the next provider's prune")
+	}
+	for _, path := range []string{stage, stage + lockSuffix} {
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left after the prune: %v", filepath.Base(path), err)
+		}
+	}
+	for path, e := range before {
+		if got := lstat(t, path); got != e {
+			t.Errorf("%s changed: %+v, was %+v", path, got, e)
+		}
+	}
+	if got := lstat(t, filepath.Join(host, "held.txt")); got.uid != ownerID {
+		t.Errorf("the file the sandbox wrote belongs to %d, want %d", got.uid, ownerID)
 	}
 }

@@ -46,6 +46,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperCancel()
 	case "reaper":
 		err = helperReaper()
+	case "idmap-hold":
+		err = helperIdmapHold()
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
