@@ -155,6 +155,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
+	grants := toolGrants(th)
 	for _, t := range th.Tools() {
 		if t.Name == CommitTool {
 			s.pluginCommit = true
@@ -168,7 +169,8 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 			log.Warn("tool left out of MCP: its input schema is not an object schema", "tool", t.Name)
 			continue
 		}
-		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Title: title(t.Name), Description: t.Description,
+			InputSchema: schema, Annotations: annotations(t.Name, grants[t.Name])})
 	}
 	if !s.hasTool(CommitTool) {
 		s.tools = append(s.tools, &mcp.Tool{

@@ -159,6 +159,27 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 			t.Errorf("tools/list lacks %s (has %d tools)", want, len(lt.Tools))
 		}
 	}
+	// The hints follow the plugins' grants: bash (exec) and read_file (editfile: files
+	// and exec) are neither read-only nor closed-world; take_screenshot (capture) is both.
+	for name, readOnly := range map[string]bool{"bash": false, "read_file": false, "grep": false, "take_screenshot": true} {
+		tl := got[name]
+		if tl == nil {
+			continue
+		}
+		a := tl.Annotations
+		if a == nil || a.Title == "" || tl.Title == "" {
+			t.Errorf("%s has no title or annotations: %+v", name, tl)
+			continue
+		}
+		destructive := a.DestructiveHint == nil || *a.DestructiveHint
+		openWorld := a.OpenWorldHint == nil || *a.OpenWorldHint
+		if a.ReadOnlyHint != readOnly || destructive == readOnly || openWorld == readOnly {
+			t.Errorf("%s: readOnly %v destructive %v openWorld %v; want readOnly %v", name, a.ReadOnlyHint, destructive, openWorld, readOnly)
+		}
+	}
+	if tl := got["take_screenshot"]; tl != nil && tl.Title != "Take screenshot" {
+		t.Errorf("take_screenshot's title is %q", tl.Title)
+	}
 	if b := got["bash"]; b != nil {
 		schema, _ := b.InputSchema.(map[string]any)
 		props, _ := schema["properties"].(map[string]any)
