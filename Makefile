@@ -68,8 +68,12 @@ examples: setup-test
 	$(MAKE) -C examples/c-wordcount
 
 # toolhost version reports the module version and VCS revision the build records.
+# It then compiles the plugins into the data dir's compilation cache (once; later builds
+# find them there), so that no first call runs a plugin interpreted.
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/toolhost ./cmd/toolhost
+	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
+		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
 # Every package builds for every target (go build ./..., GOOS/GOARCH set): a Linux-only
 # call outside a _linux.go file or a //go:build linux file fails here, not on a user's Mac.

@@ -75,11 +75,17 @@ func doctorPlugins(ctx context.Context, cfg *Config, o options) Check {
 		return c
 	}
 	defer h.Close(context.WithoutCancel(ctx))
+	// Compiled, not only registered: a plugin that does not compile is found here, and
+	// the compilation cache is filled for the first calls.
+	if err := h.Ready(ctx); err != nil {
+		c.Detail = fmt.Sprintf("compiling the plugins: %v", err)
+		return c
+	}
 	var names []string
 	for _, p := range h.Plugins() {
 		names = append(names, p.Name+" "+p.Version)
 	}
-	c.OK, c.Detail = true, fmt.Sprintf("%d loaded (%s), %d tools", len(names), strings.Join(names, ", "), len(h.Tools()))
+	c.OK, c.Detail = true, fmt.Sprintf("%d loaded and compiled (%s), %d tools", len(names), strings.Join(names, ", "), len(h.Tools()))
 	return c
 }
 

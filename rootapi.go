@@ -17,4 +17,7 @@ func init() {
 	rootapi.Dispatch = func(ctx context.Context, t any, sb sandbox.Sandbox, tool string, input json.RawMessage) (abi.Result, error) {
 		return t.(*Toolhost).host.OpenSession(sb).Dispatch(ctx, tool, input)
 	}
+	rootapi.Prepare = func(t any, tool string) { t.(*Toolhost).host.Prepare(tool) }
+	rootapi.Settle = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Settle(ctx) }
+	rootapi.CompilePlugins = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Ready(ctx) }
 }

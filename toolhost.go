@@ -26,6 +26,7 @@ package toolhost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -340,6 +341,10 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 				return nil, fmt.Errorf("plugins[%d]: %w", i, err)
 			}
 			spec.Path, spec.Wasm = "builtin:"+p.Path, wasm
+			var seed host.Seed
+			if err := json.Unmarshal(builtins.Seed(p.Path), &seed); err == nil {
+				spec.Seed = &seed // used only under the environment it was made with
+			}
 		default:
 			spec.Path = path
 		}

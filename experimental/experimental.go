@@ -33,3 +33,23 @@ func Rotate(ctx context.Context, s *toolhost.Session) error { return rootapi.Rot
 func Dispatch(ctx context.Context, t *toolhost.Toolhost, sb sandbox.Sandbox, tool string, input json.RawMessage) (abi.Result, error) {
 	return rootapi.Dispatch(ctx, t, sb, tool, input)
 }
+
+// A plugin that was never compiled on this machine answers its first calls in wazero's
+// interpreter while its machine code is built in the background; one compiled before
+// loads from the compilation cache in the data dir. These three steer that.
+
+// Prepare starts readying the plugin of tool for a call that is coming, without waiting:
+// a program that knows its first call before it has a sandbox (the CLI's call) prepares
+// the tool first, so the plugin gets ready while the sandbox starts.
+func Prepare(t *toolhost.Toolhost, tool string) { rootapi.Prepare(t, tool) }
+
+// Settle waits until every plugin that has served a call is compiled into the cache, so
+// that the next start of a program that made a few calls and exits does not interpret
+// them again.
+func Settle(ctx context.Context, t *toolhost.Toolhost) error { return rootapi.Settle(ctx, t) }
+
+// CompilePlugins compiles every plugin into the compilation cache and waits for it (what
+// toolhost tools --warm and make build do), so that no first call is interpreted.
+func CompilePlugins(ctx context.Context, t *toolhost.Toolhost) error {
+	return rootapi.CompilePlugins(ctx, t)
+}

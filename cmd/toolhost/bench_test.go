@@ -1,9 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/builtins"
@@ -77,4 +87,120 @@ func BenchmarkNewWarm(b *testing.B) {
 	for b.Loop() {
 		open()
 	}
+}
+
+// BenchmarkFirstCall is what a new user (or a new CI machine) meets first: the whole CLI
+// process of `toolhost call bash '{"command":"true"}'` on a fresh data dir (no compilation
+// cache, no records), timed until its result is printed ("cold"), against the same
+// command run next in that data dir, timed to its exit ("warm", the floor). Each iteration
+// runs both, so the ratio is of one run. The cold process goes on after its result to
+// compile the plugin it used into the cache (Host.Settle); that is not timed, but the warm
+// call depends on it. BENCH_TOOLHOST_BIN names another binary to measure (an older build,
+// for a before/after in one run).
+//
+//	go test -run '^$' -bench FirstCall -benchtime 5x -count 6 ./cmd/toolhost
+func BenchmarkFirstCall(b *testing.B) {
+	bin := toolBin
+	if v := os.Getenv("BENCH_TOOLHOST_BIN"); v != "" {
+		bin = v
+	}
+	store := b.TempDir()
+	run := func(dataDir string, untilResult bool) time.Duration {
+		b.Helper()
+		cmd := exec.Command(bin, "call", "bash", `{"command":"true"}`)
+		cmd.Dir = b.TempDir()
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+dataDir, "TOOLHOST_STORE_DIR="+store,
+			"XDG_CONFIG_HOME="+b.TempDir(), "TOOLHOST_LOG_LEVEL=error")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		took := time.Since(start)
+		if err != nil || !strings.Contains(line, `"is_error":false`) {
+			cmd.Wait()
+			b.Fatalf("toolhost call bash: %q, %v\n%s", line, err, stderr.String())
+		}
+		io.Copy(io.Discard, out)
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("toolhost call bash: %v\n%s", err, stderr.String())
+		}
+		if !untilResult {
+			took = time.Since(start)
+		}
+		return took
+	}
+	var cold, warm time.Duration
+	for b.Loop() {
+		dataDir := filepath.Join(b.TempDir(), "data")
+		cold += run(dataDir, true)
+		warm += run(dataDir, false)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(cold.Milliseconds())/n, "cold-ms")
+	b.ReportMetric(float64(warm.Milliseconds())/n, "warm-ms")
+	b.ReportMetric(float64(cold)/float64(warm), "cold/warm")
+}
+
+// BenchmarkMCPTransports is issue 18's "MCP HTTP / stdio, official TS client, bash true":
+// the TypeScript SDK's client (scripts/setup-mcp-client.sh) calls bash `true` over
+// streamable HTTP to `toolhost serve` and over stdio to `toolhost mcp`, the two
+// interleaved call by call after five warm-up calls each (testdata/mcpbench.cjs); the
+// medians and their ratio are of one run.
+//
+//	go test -run '^$' -bench MCPTransports -benchtime 1x -count 6 ./cmd/toolhost
+func BenchmarkMCPTransports(b *testing.B) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Skipf("node is not installed: %v", err)
+	}
+	dir := os.Getenv("TOOLHOST_MCP_CLIENT_DIR")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		matches, _ := filepath.Glob(filepath.Join(home, ".cache", "toolhost", "mcp-client", "*"))
+		if len(matches) == 0 {
+			b.Skip("the MCP SDK is not installed (scripts/setup-mcp-client.sh)")
+		}
+		dir = matches[len(matches)-1]
+	}
+	script, err := filepath.Abs("testdata/mcpbench.cjs")
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := "TOOLHOST_STORE_DIR=" + b.TempDir()
+	_, url, _, _ := startServe(b, []string{store})
+	var httpMs, stdioMs []float64
+	for b.Loop() {
+		cmd := exec.Command(node, script)
+		cmd.Env = append(cliEnv(b, store), "TOOLHOST_MCP_CLIENT_DIR="+dir, "MCP_URL="+url, "MCP_BIN="+toolBin, "MCP_CALLS=40")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("node mcpbench.cjs: %v\n%s", err, stderr.String())
+		}
+		var got struct{ HTTP, Stdio []float64 }
+		if err := json.Unmarshal(out, &got); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+		httpMs = append(httpMs, got.HTTP...)
+		stdioMs = append(stdioMs, got.Stdio...)
+	}
+	slices.Sort(httpMs)
+	slices.Sort(stdioMs)
+	h, s := httpMs[len(httpMs)/2], stdioMs[len(stdioMs)/2]
+	b.ReportMetric(h, "http-ms")
+	b.ReportMetric(s, "stdio-ms")
+	b.ReportMetric(h/s, "http/stdio")
 }

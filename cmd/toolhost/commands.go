@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/host"
 )
 
@@ -44,9 +45,12 @@ func toolsCommand() *command {
 "description", "parameters"}}, the "tools" of an OpenAI Chat Completions request.
 --format mcp prints {"tools": [{"name", "description", "inputSchema"}]}, the result of
 an MCP tools/list request.
---format json prints the plugins with their versions, grants, imports and tools.`,
+--format json prints the plugins with their versions, grants, imports and tools.
+--warm compiles every plugin into the compilation cache first (make build does it), so
+that no first call runs a plugin in its slower interpreted form.`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("format", "anthropic", "output format: "+strings.Join(toolFormats, ", "))
+			fs.Bool("warm", false, "compile every plugin into the compilation cache first")
 		},
 		nargs: [2]int{0, 0},
 	}
@@ -60,6 +64,11 @@ an MCP tools/list request.
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
+		if warm, _ := c.flags.GetBool("warm"); warm {
+			if err := experimental.CompilePlugins(ctx, th); err != nil {
+				return err
+			}
+		}
 		tools := th.Tools()
 		if tools == nil {
 			tools = []abi.Tool{}
@@ -245,9 +254,18 @@ Example:
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
+		// A plugin never compiled here answers in its interpreted form while it compiles
+		// in the background; before exiting (the result printed, the sandbox closed), wait
+		// for that compile, so that the next call finds it in the cache.
+		defer func() {
+			if err := experimental.Settle(ctx, th); err != nil {
+				c.quietLog().Debug("compiling the called plugin for the next start", "err", err)
+			}
+		}()
 		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
 			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
 		}
+		experimental.Prepare(th, tool) // its plugin gets ready while the sandbox starts
 		// With a host directory, the session's sandboxes use it as their workspace: the call
 		// acts on it, and nothing is restored into it. Without, the session wakes the
 		// project's private workspace from its newest snapshot and saves it after the call.

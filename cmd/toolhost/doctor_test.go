@@ -53,7 +53,7 @@ func TestDoctor(t *testing.T) {
 	lines := doctorLines(t, r)
 	wantCheck(t, lines, "network", "ok", "egress through the gateway: preset registries, 16 destinations allowed, ports [80 443]")
 	wantCheck(t, lines, "network", "ok", "the resolver answers (registry.npmjs.org is 203.0.113.5)")
-	wantCheck(t, lines, "plugins", "ok", "4 loaded (bash ")
+	wantCheck(t, lines, "plugins", "ok", "4 loaded and compiled (bash ")
 	wantCheck(t, lines, "sandbox", "ok", "a sandbox started and ran a command as uid 1000")
 	wantCheck(t, lines, "python3", "ok", "Python 3.")
 	wantCheck(t, lines, "browser", "ok", "Chromium and the Playwright driver")

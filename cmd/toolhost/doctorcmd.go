@@ -17,7 +17,7 @@ func doctorCommand() *command {
 		help: `Checks, for real, what this configuration needs on this machine, one line each:
 ok, FAIL (needed: the command exits 1) or warn (the rest works without it), with what
 was found or what to do:
-  plugins   loads them
+  plugins   loads and compiles them (filling the compilation cache)
   sandbox   starts a tiny local sandbox (bubblewrap, user namespaces) and runs a command
   limits    how each sandbox limit is enforced here (cgroup v1 or v2, tmpfs, volumes)
   python3   in the sandbox, for the demo's dev server

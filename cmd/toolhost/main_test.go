@@ -77,7 +77,7 @@ func testMain(m *testing.M) int {
 
 	// Fill the compilation cache once, so that the parallel tests do not all compile the
 	// plugins at the same time.
-	warm := exec.Command(toolBin, "tools", "--log-level", "warn")
+	warm := exec.Command(toolBin, "tools", "--warm", "--log-level", "warn")
 	warm.Dir = tmp
 	warm.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
 	if out, err := warm.CombinedOutput(); err != nil {

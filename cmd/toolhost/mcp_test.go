@@ -21,7 +21,7 @@ import (
 
 // cliEnv is the environment runCLI gives the binary: no TOOLHOST_ variables of the
 // caller, the shared compilation cache, no user config file, plus env.
-func cliEnv(t *testing.T, env ...string) []string {
+func cliEnv(t testing.TB, env ...string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
@@ -107,7 +107,7 @@ func TestMCPStdio(t *testing.T) {
 
 // startServe starts toolhost serve on a loopback port and returns it, its /mcp URL, its
 // stderr so far, and the channel its exit arrives on.
-func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *syncBuilder, <-chan error) {
+func startServe(t testing.TB, env []string, args ...string) (*exec.Cmd, string, *syncBuilder, <-chan error) {
 	t.Helper()
 	cmd := exec.Command(toolBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = cliEnv(t, env...)

@@ -14,6 +14,7 @@ package builtins
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -32,9 +33,17 @@ var (
 	grepglobWasm []byte
 	//go:embed wasm/screenshot.wasm
 	screenshotWasm []byte
+	//go:embed wasm/seeds.json
+	seedsJSON []byte
 	//go:embed wasm/webfetch.wasm
 	webfetchWasm []byte
 )
+
+// SeedsFile is the file in wasm/ that holds the built-ins' seeds: for each module, what the
+// host's first load of it records under the default configuration (its imports and
+// manifest), made by `make plugins`. The host registers a built-in from its seed without
+// compiling it, and checks the module against the seed before it serves a call.
+const SeedsFile = "seeds.json"
 
 // Builtin is one built-in plugin.
 type Builtin struct {
@@ -94,6 +103,16 @@ func Wasm(file string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is not a built-in plugin (built-ins: %s)", file, Files())
 	}
 	return b, nil
+}
+
+// Seed returns the seed of the built-in named by file ("bash.wasm") as JSON (the host's
+// Seed), or nil.
+func Seed(file string) []byte {
+	var all map[string]json.RawMessage
+	if json.Unmarshal(seedsJSON, &all) != nil {
+		return nil
+	}
+	return all[file]
 }
 
 // Files is the built-ins' file names, comma-separated, for messages.

@@ -2,13 +2,17 @@ package builtins_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/wasmbuild"
 )
 
@@ -96,5 +100,31 @@ func TestLookup(t *testing.T) {
 	}
 	if _, ok := builtins.Lookup("wordcount.wasm"); ok {
 		t.Error("Lookup found a plugin that is not built in")
+	}
+}
+
+// TestSeedsAreCurrent fails when wasm/seeds.json is not what the host's first load of each
+// built-in records under the default configuration: run `make plugins`. A stale seed
+// would not be unsafe (the host checks every module against its seed before it serves),
+// but the built-in would fail its calls.
+func TestSeedsAreCurrent(t *testing.T) {
+	for _, b := range builtins.Builtins() {
+		t.Run(b.Name, func(t *testing.T) {
+			wasm, err := builtins.Wasm(b.File)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := host.MakeSeed(context.Background(), host.Config{}, host.PluginSpec{Path: b.File, Wasm: wasm, Grants: b.Grants})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got host.Seed
+			if err := json.Unmarshal(builtins.Seed(b.File), &got); err != nil {
+				t.Fatalf("the seed of %s: %v (run make plugins)", b.File, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("internal/builtins/wasm/%s holds a stale seed of %s: run make plugins and commit internal/builtins/wasm", builtins.SeedsFile, b.File)
+			}
+		})
 	}
 }

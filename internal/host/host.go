@@ -78,6 +78,9 @@ type Config struct {
 	// Audit receives a record of every acting host call and every tool call (package
 	// audit); nil, the default, records nothing and costs nothing.
 	Audit audit.Sink
+
+	// noQuick: never run a plugin in its quick form (tier.go); tests compare the two.
+	noQuick bool
 }
 
 // PluginSpec names one plugin to load and what it may do.
@@ -109,6 +112,21 @@ type PluginSpec struct {
 	// least MinSecretLen bytes, never appear in the plugin's view of command output, in
 	// results, logs, last_error messages or the audit.
 	Secrets map[string]string
+	// Seed is what loading the module would learn, made ahead (the built-ins carry
+	// theirs): with it, a host whose data dir has no record of the plugin registers its
+	// tools without compiling anything. It is used only when its Env is the plugin's, and
+	// is checked like a record before the plugin serves a call.
+	Seed *Seed
+}
+
+// Seed is a plugin's imports and manifest, as its first load would record them; see
+// MakeSeed.
+type Seed struct {
+	// Env is the plugin's environment it was made with (its spec's and the host's command
+	// timeouts): the manifest may depend on it.
+	Env      map[string]string `json:"env"`
+	Imports  []Import          `json:"imports"`
+	Manifest string            `json:"manifest"`
 }
 
 // Errors a caller of Dispatch may branch on.
@@ -202,6 +220,16 @@ type Host struct {
 	finishCancel context.CancelFunc
 	finishing    sync.WaitGroup
 
+	// The interpreter, made on first use for the plugins' quick forms (tier.go).
+	interpOnce sync.Once
+	interp     wazero.Runtime
+	interpErr  error
+	// coldGo is closed when compileCold may begin: at the first call of a plugin in its
+	// quick form, or when Ready asks.
+	coldGo   chan struct{}
+	coldOnce sync.Once
+
+	bgMu      sync.Mutex // orders background's Go with Close's Wait
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -270,13 +298,13 @@ func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
 		WithMemoryLimitPages(uint32(runtimeMemoryMiB(cfg)) * 16)
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir),
-		runtimeMiB: runtimeMemoryMiB(cfg), audit: cfg.Audit, secrets: newSecrets(cfg.Plugins)}
+		runtimeMiB: runtimeMemoryMiB(cfg), audit: cfg.Audit, secrets: newSecrets(cfg.Plugins), coldGo: make(chan struct{})}
 	h.finishCtx, h.finishCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("instantiate WASI: %w", err)
 	}
-	if err := h.instantiateHostModules(ctx); err != nil {
+	if err := h.instantiateHostModules(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, err
 	}
@@ -326,11 +354,17 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 		}
 		h.plugins = append(h.plugins, p)
 	}
-	// Plugins registered from their records are compiled and warmed in the background,
-	// as many at a time as there are cores.
+	// Plugins registered from their records are compiled and warmed in the background:
+	// those this engine compiled before (a cache hit each) at once, as many at a time as
+	// there are cores; the others once a call has been answered (tier.go).
 	sem = make(chan struct{}, runtime.GOMAXPROCS(0))
+	var cold []*plugin
 	for _, p := range h.plugins {
-		if !p.deferred {
+		switch {
+		case !p.deferred:
+			continue
+		case !p.warm && !h.cfg.noQuick:
+			cold = append(cold, p)
 			continue
 		}
 		h.finishing.Go(func() {
@@ -345,14 +379,20 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 			}
 		})
 	}
+	if len(cold) > 0 {
+		h.finishing.Go(func() { h.compileCold(cold) })
+	}
 	h.log.Debug("plugins loaded", "count", len(loaded), "tools", len(h.order), "took", time.Since(start))
 	return nil
 }
 
-// Ready waits until every plugin is compiled and has an instance warm, which New leaves to
-// the background for the plugins it found recorded, and returns the first plugin's load
-// failure. Calls need not wait for it: a call waits for its own plugin.
+// Ready compiles every plugin that is not yet (which New leaves to the background), waits
+// until each has its compiled form and an instance warm, and returns the first plugin's
+// load failure. Calls need not wait for it: a call waits for its own plugin, and not
+// even for its compiled form (tier.go). Ready fills the compilation cache ahead (toolhost
+// doctor does).
 func (h *Host) Ready(ctx context.Context) error {
+	h.startCold()
 	for _, p := range h.plugins {
 		if err := p.await(ctx); err != nil {
 			return err
@@ -468,13 +508,18 @@ func checkSpec(spec PluginSpec) (*policy.Policy, error) {
 func (h *Host) Close(ctx context.Context) error {
 	var err error
 	h.closeOnce.Do(func() {
+		h.bgMu.Lock()
 		h.closed.Store(true)
+		h.bgMu.Unlock()
 		h.finishCancel()
 		h.finishing.Wait()
 		for _, p := range h.plugins {
 			p.pool.close(ctx)
 		}
 		err = h.rt.Close(ctx)
+		if h.interp != nil { // made, if ever, by work finishing has waited for
+			err = errors.Join(err, h.interp.Close(ctx))
+		}
 	})
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/toolhost/toolhost/abi"
@@ -32,7 +33,7 @@ var (
 	i64 = api.ValueTypeI64
 )
 
-func (h *Host) instantiateHostModules(ctx context.Context) error {
+func (h *Host) instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
 	type fn struct {
 		name    string
 		f       api.GoModuleFunc
@@ -62,7 +63,7 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 		modules[m] = append(modules[m], fn{f.op, h.acting(f), params, r1})
 	}
 	for module, fns := range modules {
-		b := h.rt.NewHostModuleBuilder(module)
+		b := rt.NewHostModuleBuilder(module)
 		for _, f := range fns {
 			b.NewFunctionBuilder().WithGoModuleFunction(f.f, f.params, f.results).Export(f.name)
 		}

@@ -22,6 +22,7 @@ import (
 // pool hands an instance to one caller at a time, so the per-call fields need no lock.
 type instance struct {
 	p      *plugin
+	t      *tier // the form it is an instance of
 	mod    api.Module
 	mem    api.Memory
 	stderr *boundedBuffer
@@ -64,24 +65,23 @@ func instanceFrom(ctx context.Context) *instance {
 	return inst
 }
 
-// instantiateBound bounds making an instance (the module's instantiation, its
-// _initialize and its first input buffer) when the call budget is shorter. It is host
-// work and start-up, not the work of a call, and a loaded machine can take far longer
-// over it than a plugin's budget for a call (a fraction of a second): counting it against
-// that budget failed calls that never ran. It stays bounded, since _initialize is the
-// plugin's code.
-const instantiateBound = 30 * time.Second
+// loadTimeout bounds making an instance (the guest runtime's initialisation) and asking it
+// for its manifest. It is a hang bound, not a budget: this is loading, not a tool's work,
+// and on a loaded machine, or in the interpreter, it takes far longer than a call's budget
+// might allow; a plugin whose instance fails to start fails its calls until the host is
+// made anew.
+const loadTimeout = time.Minute
 
-func newInstance(ctx context.Context, p *plugin) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, instantiateBound))
+func newInstance(ctx context.Context, p *plugin, t *tier) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, loadTimeout))
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
-	mod, err := p.h.rt.InstantiateModule(p.memoryContext(ctx), p.compiled, p.modCfg.WithStderr(stderr))
+	mod, err := t.rt.InstantiateModule(p.memoryContext(ctx), t.compiled, p.modCfg.WithStderr(stderr))
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.note())
 	}
 	inst := &instance{
-		p: p, mod: mod, mem: mod.Memory(), stderr: stderr,
+		p: p, t: t, mod: mod, mem: mod.Memory(), stderr: stderr,
 		fnVersion:  mod.ExportedFunction(abi.ExportVersion),
 		fnDescribe: mod.ExportedFunction(abi.ExportDescribe),
 		fnInput:    mod.ExportedFunction(abi.ExportInput),
@@ -124,7 +124,7 @@ func (inst *instance) call(ctx context.Context, req []byte, sess *Session, budge
 		return nil, fmt.Errorf("%w: input buffer at %#x lies outside its memory", ErrPluginFailed, inst.inPtr)
 	}
 
-	b := &budget{remaining: budgetDur, cancel: cancel}
+	b := &budget{remaining: inst.t.budget(budgetDur), cancel: cancel}
 	inst.session, inst.budget, inst.lastErr = sess, b, ""
 	if sess != nil {
 		inst.sb = sess.sb
@@ -169,6 +169,14 @@ func (inst *instance) readPacked(v uint64) ([]byte, error) {
 
 var errBudget = errors.New("plugin time budget used up")
 
+// budget is d for the compiled form, and quickBudgetFactor times d for the quick one.
+func (t *tier) budget(d time.Duration) time.Duration {
+	if t.quick {
+		return d * quickBudgetFactor
+	}
+	return d
+}
+
 // budget counts the time a call spends in guest code. Host functions pause it, so a long
 // command does not eat a plugin's budget, while a guest spinning in a loop is stopped.
 type budget struct {
@@ -212,36 +220,52 @@ func newPool(p *plugin, size int) *pool {
 	return &pool{p: p, idle: make(chan *instance, size), slots: make(chan struct{}, size)}
 }
 
-// acquire returns an idle instance, creates one while under the bound, or waits.
-func (pl *pool) acquire(ctx context.Context) (*instance, error) {
-	if pl.closed.Load() {
-		return nil, ErrClosed
-	}
-	select {
-	case inst := <-pl.idle:
-		return inst, nil
-	default:
-	}
-	select {
-	case inst := <-pl.idle:
-		return inst, nil
-	case pl.slots <- struct{}{}:
-		inst, err := newInstance(ctx, pl.p)
-		if err != nil {
-			<-pl.slots
-			return nil, err
+// acquire returns an idle instance, creates one of t while under the bound, or waits. An
+// idle instance of the quick form is retired once the compiled form is in.
+func (pl *pool) acquire(ctx context.Context, t *tier) (*instance, error) {
+	for {
+		if pl.closed.Load() {
+			return nil, ErrClosed
+		}
+		var inst *instance
+		select {
+		case inst = <-pl.idle:
+		default:
+			select {
+			case inst = <-pl.idle:
+			case pl.slots <- struct{}{}:
+				inst, err := newInstance(ctx, pl.p, t)
+				if err != nil {
+					<-pl.slots
+					return nil, err
+				}
+				return inst, nil
+			case <-ctx.Done():
+				return nil, fmt.Errorf("waiting for an instance of plugin %s: %w", pl.p, ctx.Err())
+			}
+		}
+		if pl.retired(inst) {
+			pl.discard(ctx, inst)
+			continue
 		}
 		return inst, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for an instance of plugin %s: %w", pl.p, ctx.Err())
 	}
 }
 
+// retired: inst is of the quick form, and the compiled form is in.
+func (pl *pool) retired(inst *instance) bool {
+	if !inst.t.quick {
+		return false
+	}
+	t, err, ok := pl.p.compiledTier()
+	return ok && err == nil && t != nil
+}
+
 // release returns a healthy instance, or retires one that has served long or grown large
-// (wasm memory never shrinks).
+// (wasm memory never shrinks), or one of the quick form once the compiled form is in.
 func (pl *pool) release(ctx context.Context, inst *instance) {
 	limit := uint32(pl.p.memoryLimitMiB()) << 20
-	if pl.closed.Load() || inst.calls >= maxCallsPerInstance || inst.mem.Size() > limit/2 {
+	if pl.closed.Load() || inst.calls >= maxCallsPerInstance || inst.mem.Size() > limit/2 || pl.retired(inst) {
 		pl.discard(ctx, inst)
 		return
 	}

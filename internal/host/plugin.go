@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -30,7 +31,7 @@ type plugin struct {
 	manifest abi.Manifest
 	imports  []Import
 	tools    []*tool
-	compiled wazero.CompiledModule
+	opt      *tier // the compiled form, once ready is closed without loadErr (tier.go)
 	modCfg   wazero.ModuleConfig
 	pool     *pool
 	h        *Host
@@ -40,12 +41,23 @@ type plugin struct {
 	framedInput bool
 
 	key     string        // of its record
-	ready   chan struct{} // closed once it can serve calls
-	loadErr error         // why it cannot, set before ready is closed
-	wasm    []byte        // its bytes, until finish has compiled them
-	// deferred: registered from its record, its compilation left to finish.
+	ready   chan struct{} // closed once its compiled form is in, or never will be
+	loadErr error         // why it never will be, set before ready is closed
+	wasm    []byte        // its bytes
+	// deferred: registered from its record (or loaded in its quick form), its compilation
+	// left to finish.
 	deferred    bool
 	rawManifest string // the recorded manifest, which finish compares with the module's
+	// fromRecord: registered from its record or seed, not loaded.
+	fromRecord bool
+	// warm: its record says this engine compiled it (engineID): the compiled form is a
+	// cache hit away, so calls wait for it instead of interpreting.
+	warm bool
+	// recorded: the record as it is on disk, if any; finish rewrites it when it lacks
+	// what finish learnt (that this engine compiled the module).
+	recorded *record
+	quick    quickForm   // the interpreter's form (tier.go)
+	called   atomic.Bool // a call has asked for an instance
 }
 
 var (
@@ -81,11 +93,18 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		}
 	}
 	env := h.pluginEnv(spec)
-	p := &plugin{path: label, spec: spec, h: h, modCfg: moduleConfig(env), key: recordKey(wasm, env)}
+	p := &plugin{path: label, spec: spec, h: h, modCfg: moduleConfig(env), key: recordKey(wasm, env), wasm: wasm}
 	p.pool = newPool(p, h.cfg.PoolSize)
 
-	// A recorded plugin is registered from its record; finish compiles it later.
-	if rec, ok := h.readRecord(p.key); ok {
+	// A recorded plugin is registered from its record (or its seed: what its first load
+	// would record, made ahead); finish compiles it later.
+	rec, ok := h.readRecord(p.key)
+	if ok {
+		p.recorded = &rec
+	} else if sd := spec.Seed; sd != nil && maps.Equal(sd.Env, env) {
+		rec, ok = record{Imports: sd.Imports, Manifest: sd.Manifest}, true
+	}
+	if ok {
 		p.imports = rec.Imports
 		if err := checkGrants(label, p.imports, spec.Grants); err != nil {
 			return nil, err
@@ -96,18 +115,28 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 			err = p.setManifest(m)
 		}
 		if err == nil {
-			p.wasm, p.ready, p.deferred, p.rawManifest = wasm, make(chan struct{}), true, rec.Manifest
+			p.ready, p.deferred, p.rawManifest, p.fromRecord = make(chan struct{}), true, rec.Manifest, true
+			p.warm = rec.Compiled == engineID()
 			return p, nil
 		}
-		h.dropRecord(p.key) // recorded by a host that accepted more: load it in full
-		p.tools = nil
+		if p.recorded != nil {
+			h.dropRecord(p.key) // recorded by a host that accepted more: load it in full
+		}
+		p.tools, p.recorded = nil, nil
+	}
+	if !h.cfg.noQuick {
+		if err := p.loadQuick(ctx); err == nil {
+			return p, nil
+		} else if !errors.Is(err, errNoInterpreter) {
+			return nil, err
+		}
 	}
 
-	compiled, err := h.rt.CompileModule(ctx, wasm)
+	compiled, err := h.rt.CompileModule(compileContext(ctx), wasm)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", label, err)
 	}
-	p.compiled = compiled
+	p.opt = &tier{rt: h.rt, compiled: compiled}
 	p.imports = importsOf(compiled)
 	if err := checkGrants(label, p.imports, spec.Grants); err != nil {
 		compiled.Close(ctx)
@@ -119,7 +148,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 	}
 
 	// The first instance answers the manifest and then serves calls.
-	inst, err := p.pool.acquire(ctx)
+	inst, err := p.pool.acquire(ctx, p.opt)
 	if err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
@@ -136,67 +165,133 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
-	if err := h.writeRecord(p.key, record{Imports: p.imports, Manifest: string(rawManifest)}); err != nil {
+	if err := h.writeRecord(p.key, record{Imports: p.imports, Manifest: string(rawManifest), Compiled: engineID()}); err != nil {
 		h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
 	}
 	p.ready = closedChan
 	return p, nil
 }
 
+// errNoInterpreter: the interpreter could not load a module (a feature it lacks), which
+// the optimizing compiler then loads.
+var errNoInterpreter = errors.New("the interpreter cannot load it")
+
+// loadQuick loads a plugin seen for the first time in its quick form: the interpreter
+// compiles it in a fraction of the optimizing compiler's time, an instance answers the
+// manifest (and then serves the first call), and the plugin is recorded; its compiled form
+// is left to compileCold, like a recorded plugin's.
+func (p *plugin) loadQuick(ctx context.Context) error {
+	h, label := p.h, p.path
+	rt, err := h.interpreter()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoInterpreter, err)
+	}
+	compiled, err := rt.CompileModule(ctx, p.wasm)
+	if err != nil {
+		// The optimizing compiler says what is wrong with the module, if anything.
+		h.log.Debug("the interpreter did not compile a plugin", "plugin", label, "err", err)
+		return fmt.Errorf("%w: %w", errNoInterpreter, err)
+	}
+	t := &tier{rt: rt, compiled: compiled, quick: true}
+	p.imports = importsOf(compiled)
+	if err := checkGrants(label, p.imports, p.spec.Grants); err != nil {
+		compiled.Close(ctx)
+		return err
+	}
+	if err := checkExports(compiled); err != nil {
+		compiled.Close(ctx)
+		return fmt.Errorf("plugin %s: %w", label, err)
+	}
+	inst, err := p.pool.acquire(ctx, t)
+	if err != nil {
+		compiled.Close(ctx)
+		return fmt.Errorf("plugin %s: %w", label, err)
+	}
+	manifest, rawManifest, err := inst.describe(ctx)
+	if err == nil {
+		err = p.setManifest(manifest)
+	}
+	if err != nil {
+		p.pool.discard(ctx, inst)
+		compiled.Close(ctx)
+		return fmt.Errorf("plugin %s: %w", label, err)
+	}
+	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
+	rec := record{Imports: p.imports, Manifest: string(rawManifest)}
+	if err := h.writeRecord(p.key, rec); err != nil {
+		h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
+	} else {
+		p.recorded = &rec
+	}
+	p.ready, p.deferred, p.rawManifest = make(chan struct{}), true, string(rawManifest)
+	q := &p.quick
+	q.once.Do(func() { q.done, q.t = closedChan, t })
+	return nil
+}
+
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// finish completes the load of a plugin registered from its record: it compiles the
-// module, checks that its imports, exports and manifest are still what the record says
-// (else the record is dropped and the plugin fails its calls), and keeps the instance that
-// answered the manifest for the first call.
-// The host runs it in the background from New; calls to the plugin wait for it (await).
+// finish completes the load of a plugin registered from its record (or loaded in its
+// quick form): it compiles the module, checks that its imports, exports and manifest are
+// still what the record says (else the record is dropped and the plugin fails its calls),
+// keeps the instance that answered the manifest for the next call, and notes in the record
+// that this engine compiled it (so the next start waits for the cache, see tier.go).
+// The host runs it in the background from New; calls to the plugin wait for it (await),
+// or use its quick form meanwhile.
 func (p *plugin) finish(ctx context.Context) {
 	defer close(p.ready)
-	defer func() { p.wasm = nil }()
 	if err := ctx.Err(); err != nil {
 		p.loadErr = fmt.Errorf("plugin %s: %w", p, ErrClosed)
 		return
 	}
-	// changed: the module is not what its record says (a record from another toolhost,
-	// or tampered with): drop the record, so the next start loads the module in full.
-	changed := func(what string) {
-		p.h.dropRecord(p.key)
-		p.loadErr = fmt.Errorf("%w: plugin %s: its %s differ from those recorded when it was last loaded; start again to load it anew",
-			ErrPluginFailed, p, what)
-	}
-	compiled, err := p.h.rt.CompileModule(ctx, p.wasm)
+	compiled, err := p.h.rt.CompileModule(compileContext(ctx), p.wasm)
 	if err != nil {
+		if ctx.Err() != nil {
+			p.loadErr = fmt.Errorf("plugin %s: %w", p, ErrClosed)
+			return
+		}
 		p.loadErr = fmt.Errorf("%w: plugin %s: compile: %w", ErrPluginFailed, p, err)
 		return
 	}
 	if !slices.Equal(importsOf(compiled), p.imports) {
 		compiled.Close(ctx)
-		changed("imports")
+		p.loadErr = p.changed("imports")
 		return
 	}
 	if err := checkExports(compiled); err != nil {
 		compiled.Close(ctx)
-		changed("exports")
+		p.loadErr = p.changed("exports")
 		return
 	}
-	p.compiled = compiled
-	inst, err := p.pool.acquire(ctx)
+	t := &tier{rt: p.h.rt, compiled: compiled}
+	inst, err := p.pool.acquire(ctx, t)
 	if err != nil {
+		compiled.Close(ctx)
 		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
 		return
 	}
 	_, raw, err := inst.describe(ctx)
 	if err != nil {
 		p.pool.discard(ctx, inst)
+		compiled.Close(ctx)
 		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
 		return
 	}
 	if string(raw) != p.rawManifest {
 		p.pool.discard(ctx, inst)
-		changed("tools")
+		compiled.Close(ctx)
+		p.loadErr = p.changed("tools")
 		return
 	}
-	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
+	p.opt = t
+	p.pool.release(ctx, inst) // the instance that answered the manifest serves the next call
+	p.retireQuick(ctx)
+	if r := p.recorded; r == nil || r.Compiled != engineID() {
+		rec := record{Imports: p.imports, Manifest: p.rawManifest, Compiled: engineID()}
+		if err := p.h.writeRecord(p.key, rec); err != nil {
+			p.h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
+		}
+	}
 }
 
 // await waits until the plugin is ready to serve calls.
@@ -423,7 +518,14 @@ func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
 		return Inspection{}, err
 	}
 	defer h.rt.Close(ctx)
-	compiled, err := h.rt.CompileModule(ctx, wasm)
+	// The interpreter reads a module's imports and manifest in a fraction of the
+	// optimizing compiler's time.
+	rt, err := h.interpreter()
+	if err != nil {
+		return Inspection{}, err
+	}
+	defer rt.Close(ctx)
+	compiled, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("compile: %w", err)
 	}
@@ -435,8 +537,8 @@ func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
 	if err := checkExports(compiled); err != nil {
 		return in, err
 	}
-	p := &plugin{path: "(inspected)", compiled: compiled, modCfg: moduleConfig(nil), h: h}
-	inst, err := newInstance(ctx, p)
+	p := &plugin{path: "(inspected)", modCfg: moduleConfig(nil), h: h}
+	inst, err := newInstance(ctx, p, &tier{rt: rt, compiled: compiled, quick: true})
 	if err != nil {
 		return in, err
 	}
@@ -447,7 +549,7 @@ func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
 
 // describe calls the describe export and decodes the manifest; raw is its text.
 func (inst *instance) describe(ctx context.Context) (m abi.Manifest, raw []byte, err error) {
-	ctx, cancel := context.WithTimeout(ctx, inst.p.h.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	inst.stack[0] = 0
 	if err := inst.fnVersion.CallWithStack(ctx, inst.stack); err != nil {

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -39,6 +40,9 @@ type record struct {
 	Imports []Import `json:"imports"`
 	// Manifest is the manifest's text as the plugin's describe export returned it.
 	Manifest string `json:"manifest"`
+	// Compiled names the optimizing compiler (engineID) that compiled the module into the
+	// cache next to the record; "" when only the interpreter has run it (tier.go).
+	Compiled string `json:"compiled,omitempty"`
 }
 
 // recordKey is the key of a module with its environment. The module is summed with two
@@ -114,4 +118,32 @@ func (h *Host) dropRecord(key string) {
 	if err := os.Remove(h.recordPath(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		h.log.Warn("could not remove a plugin record", "err", err)
 	}
+}
+
+// MakeSeed loads a plugin with the interpreter, in a data dir of its own that it removes,
+// and returns what its first load records under cfg (its DataDir and Plugins are
+// ignored): the built-ins' seeds are made so when they are built (internal/builtins/gen).
+func MakeSeed(ctx context.Context, cfg Config, spec PluginSpec) (Seed, error) {
+	dir, err := os.MkdirTemp("", "toolhost-seed-")
+	if err != nil {
+		return Seed{}, err
+	}
+	defer os.RemoveAll(dir)
+	cfg.DataDir, cfg.Plugins, cfg.noQuick = dir, []PluginSpec{spec}, false
+	cfg = cfg.withDefaults()
+	h, err := newRuntime(ctx, cfg)
+	if err != nil {
+		return Seed{}, err
+	}
+	defer h.Close(ctx)
+	spec.Seed = nil
+	p, err := h.loadPlugin(ctx, spec)
+	if err != nil {
+		return Seed{}, err
+	}
+	h.plugins = append(h.plugins, p) // for Close
+	if p.rawManifest == "" {
+		return Seed{}, fmt.Errorf("plugin %s: the interpreter could not load it", p)
+	}
+	return Seed{Env: h.pluginEnv(spec), Imports: p.imports, Manifest: p.rawManifest}, nil
 }

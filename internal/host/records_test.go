@@ -66,12 +66,12 @@ func TestLoadFromRecord(t *testing.T) {
 	}
 
 	h := open() // loaded in full, then recorded
-	if h.plugins[0].deferred {
+	if h.plugins[0].fromRecord {
 		t.Fatal("the first load used a record")
 	}
 	recordFile()
 	h2 := open() // from the record
-	if !h2.plugins[0].deferred {
+	if !h2.plugins[0].fromRecord {
 		t.Fatal("the second load did not use the record")
 	}
 	if res, err := echo(h2); err != nil || testenv.ResultText(res) != "hi" {
@@ -118,7 +118,7 @@ func TestLoadFromRecord(t *testing.T) {
 	if err := os.WriteFile(recordFile(), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h := open(); h.plugins[0].deferred {
+	if h := open(); h.plugins[0].fromRecord {
 		t.Fatal("a damaged record was used")
 	}
 }

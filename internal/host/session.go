@@ -70,11 +70,8 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 		req = append(req, '}')
 	}
 
-	if err := t.plugin.await(ctx); err != nil {
-		return hostFailure(name, err)
-	}
 	pool := t.plugin.pool
-	inst, err := pool.acquire(ctx)
+	inst, err := t.plugin.acquire(ctx)
 	if err != nil {
 		return hostFailure(name, err)
 	}

@@ -21,4 +21,9 @@ var (
 	Rotate func(ctx context.Context, s any) error
 	// Dispatch runs a tool of a *toolhost.Toolhost's plugins in sb, outside any session.
 	Dispatch func(ctx context.Context, t any, sb sandbox.Sandbox, tool string, input json.RawMessage) (abi.Result, error)
+	// Prepare, Settle and CompilePlugins reach a *toolhost.Toolhost's plugin host (the
+	// host's methods of the same names, Ready for CompilePlugins).
+	Prepare        func(t any, tool string)
+	Settle         func(ctx context.Context, t any) error
+	CompilePlugins func(ctx context.Context, t any) error
 )

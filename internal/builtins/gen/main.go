@@ -3,12 +3,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/wasmbuild"
 )
 
@@ -31,6 +34,7 @@ func run() error {
 	dir := filepath.Join(wd, "wasm")
 	m := wasmbuild.Manifest{Go: wasmbuild.Toolchain(), Flags: strings.Join(wasmbuild.Flags, " "),
 		Plugins: map[string]wasmbuild.Record{}}
+	seeds := map[string]host.Seed{}
 	for _, b := range builtins.Builtins() {
 		pkg := "plugins/" + b.Name
 		out := filepath.Join(dir, b.File)
@@ -50,6 +54,25 @@ func run() error {
 			return err
 		}
 		m.Plugins[b.Name] = wasmbuild.Record{Sources: src, Wasm: wasmbuild.Digest(wasm)}
+		// What the plugin's first load records under the default configuration: with it,
+		// a host on a fresh data dir registers the built-ins without compiling them.
+		seed, err := host.MakeSeed(context.Background(), host.Config{}, host.PluginSpec{Path: out, Wasm: wasm, Grants: b.Grants})
+		if err != nil {
+			return err
+		}
+		seeds[b.File] = seed
 	}
-	return m.Write(dir)
+	if err := m.Write(dir); err != nil {
+		return err
+	}
+	return writeSeeds(filepath.Join(dir, builtins.SeedsFile), seeds)
+}
+
+func writeSeeds(path string, seeds map[string]host.Seed) error {
+	b, err := json.MarshalIndent(seeds, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("seeds -> internal/builtins/wasm/%s\n", filepath.Base(path))
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
