@@ -16,22 +16,33 @@ import (
 // so a hint must not claim less than the plugin can do. A plugin granted sandbox_exec
 // runs programs (which may write anything and, with egress, reach the network) and one
 // granted sandbox_files or store may write: neither is read-only. A plugin granted none of
-// them (screenshot: capture and log) cannot change the sandbox, and what it does it may do
-// again with the same effect. Only exec reaches past the sandbox's files (a page of the
-// sandbox is what capture shoots; the egress gateway decides what a program reaches), so
-// openWorldHint is false for the rest.
+// them (screenshot: capture and log; webfetch: web and log) cannot change the sandbox or
+// the store, and what it does it may do again with the same effect. Only exec and web
+// reach past the sandbox (a page of the sandbox is what capture shoots; the egress
+// gateway decides what a program or a fetch reaches), so openWorldHint is false for the
+// rest.
+//
+// By this rule read_file, grep and glob are not read-only: their plugins are granted exec
+// (poppler for PDFs, rg), and a hint cannot promise what the grants do not bound.
 func annotations(name string, grants []abi.Capability) *mcp.ToolAnnotations {
 	a := &mcp.ToolAnnotations{Title: title(name)}
 	exec := slices.Contains(grants, abi.CapSandboxExec)
 	writes := slices.Contains(grants, abi.CapSandboxFiles) || slices.Contains(grants, abi.CapStore)
+	web := slices.Contains(grants, abi.CapWeb)
 	yes, no := true, false
 	switch {
 	case exec:
 		a.DestructiveHint, a.OpenWorldHint = &yes, &yes
 	case writes:
 		a.DestructiveHint, a.OpenWorldHint = &yes, &no
+		if web {
+			a.OpenWorldHint = &yes
+		}
 	default:
-		a.ReadOnlyHint, a.IdempotentHint, a.OpenWorldHint = true, true, &no
+		a.ReadOnlyHint, a.IdempotentHint, a.DestructiveHint, a.OpenWorldHint = true, true, &no, &no
+		if web {
+			a.OpenWorldHint = &yes
+		}
 	}
 	return a
 }
@@ -45,7 +56,8 @@ func title(name string) string {
 	return strings.ToUpper(t[:1]) + t[1:]
 }
 
-// toolGrants maps each plugin tool to its plugin's grants.
+// toolGrants maps each plugin tool to its plugin's grants (as configured, which may be
+// fewer than the plugin asks for).
 func toolGrants(th *toolhost.Toolhost) map[string][]abi.Capability {
 	out := map[string][]abi.Capability{}
 	for _, p := range th.Plugins() {
