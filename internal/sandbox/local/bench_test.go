@@ -3,7 +3,10 @@ package local
 import (
 	"bytes"
 	"context"
+	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 )
@@ -64,4 +67,47 @@ func BenchmarkReadFile4K(b *testing.B) {
 			b.Fatalf("%d %v", len(got), err)
 		}
 	}
+}
+
+// BenchmarkCreateVsBwrap is issue 18's "create → first command / bare bwrap start": each
+// iteration times a bare bubblewrap start of /bin/true (the floor: namespaces, a minimal
+// root, run as the sandbox user like the provider's) and then Create → Exec true → result
+// of a sandbox with every limit, the seccomp filter and the cgroup on, on a host directory
+// (Close is not timed); the ratio is of one run.
+//
+//	go test -run '^$' -bench CreateVsBwrap -benchtime 20x -count 6 ./internal/sandbox/local
+func BenchmarkCreateVsBwrap(b *testing.B) {
+	p := newProvider(b, Config{})
+	ctx := context.Background()
+	ws := b.TempDir()
+	var bare, create time.Duration
+	for b.Loop() {
+		cmd := exec.Command(BwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+			"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+			"--proc", "/proc", "--dev", "/dev", "/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+		t0 := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("bare bwrap: %v %s", err, out)
+		}
+		bare += time.Since(t0)
+		t1 := time.Now()
+		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		create += time.Since(t1)
+		b.StopTimer()
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(create.Microseconds())/n/1000, "create-ms")
+	b.ReportMetric(float64(bare.Microseconds())/n/1000, "bwrap-ms")
+	b.ReportMetric(float64(create)/float64(bare), "create/bwrap")
 }
