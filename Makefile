@@ -16,6 +16,10 @@ BENCH_PKGS   ?= ./...
 BENCH_COUNT  ?= 1
 BENCHFLAGS   ?=
 DUEL_ROUNDS  ?= 10
+# The targets the CLI is built for (make cross; make test runs it). The local sandbox
+# provider is Linux's; elsewhere the CLI serves E2B sandboxes, snapshots, screenshots of
+# E2B previews and MCP.
+CROSS_TARGETS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 # The test-only S3 server, a module of its own (see internal/store/s3/s3test).
 GATEWAY      := internal/store/s3/s3test/gateway
@@ -23,7 +27,7 @@ GATEWAY      := internal/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test bench duel build plugins examples setup setup-test vet clean help
+.PHONY: all run test bench duel build cross plugins examples setup setup-test vet clean help
 
 all: build
 
@@ -33,6 +37,7 @@ help:
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
+	@echo "make cross    build every package for each of CROSS_TARGETS (GOOS/GOARCH)"
 	@echo "make plugins  rebuild the built-in plugins into internal/builtins/wasm (commit the result)"
 	@echo "make examples build the C example plugin (examples/c-wordcount; make test builds and tests it)"
 	@echo "make clean    remove bin/"
@@ -70,6 +75,12 @@ build:
 	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
 		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
+# Every package builds for every target (go build ./..., GOOS/GOARCH set): a Linux-only
+# call outside a _linux.go file or a //go:build linux file fails here, not on a user's Mac.
+cross:
+	@for t in $(CROSS_TARGETS); do echo "GOOS=$${t%/*} GOARCH=$${t#*/} go build ./..."; \
+	  GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./... || exit 1; done
+
 run: setup build
 	$(BIN)/toolhost demo
 
@@ -86,7 +97,7 @@ vet:
 
 # With CI=true (.ci/run) a test that lacks bubblewrap, the browser or another capability
 # of the machine fails instead of skipping.
-test: setup-test vet
+test: setup-test vet cross
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
 bench: setup

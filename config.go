@@ -18,6 +18,7 @@ import (
 	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
 	"github.com/toolhost/toolhost/internal/storekeys"
+	"github.com/toolhost/toolhost/internal/webfetch"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -44,6 +45,7 @@ type Config struct {
 	Audit      AuditConfig      `key:"audit"`
 	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
+	LogFormat  string           `key:"log_format"`
 
 	// modules holds the configuration of every registered module (the e2b provider's
 	// e2b.* keys, the s3 store's store.s3.* ...), each a value of the module's own type,
@@ -143,6 +145,9 @@ type SandboxConfig struct {
 	ShmMiB          int64   `key:"shm_mib"`
 	DiskMiB         int64   `key:"disk_mib"`
 	OpenFiles       int64   `key:"open_files"`
+
+	// Egress is the sandbox.egress.* keys (egress.go): every provider honours the policy.
+	Egress EgressConfig `key:"egress"`
 }
 
 // Secret is a configuration value that is a credential (e2b.api_key, a serve token). It
@@ -221,6 +226,9 @@ func (c *Config) Validate() error {
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
 	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format", "must be text or json, got %q", c.LogFormat)
+	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return bad("data_dir", "is empty (DefaultConfig sets it)")
 	}
@@ -280,10 +288,8 @@ func (c *Config) validateSandbox(bad badKey) error {
 		}
 		seen[name] = true
 	}
-	switch c.Sandbox.Network {
-	case "none", "host":
-	default:
-		return bad("sandbox.network", "must be \"none\" or \"host\", got %q", c.Sandbox.Network)
+	if err := c.validateEgress(bad); err != nil {
+		return err
 	}
 	for _, l := range []struct {
 		key string
@@ -401,13 +407,18 @@ func (c *Config) validatePlugins(bad badKey) error {
 		for _, s := range []struct {
 			set bool
 			c   abi.Capability
-		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}} {
+		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}, {p.Web != nil, abi.CapWeb}} {
 			if s.set && !slices.Contains(p.Grants, s.c) {
 				return bad(key+"."+string(s.c), "scopes a capability the plugin is not granted: add %s to its grants, or remove this", s.c)
 			}
 		}
 		if _, err := policyengine.Compile(p.Scope); err != nil {
 			return bad(key, "%v", err)
+		}
+		if p.Web != nil {
+			if err := webfetch.Check(p.Web); err != nil {
+				return bad(key+".web", "%v", err)
+			}
 		}
 		l := p.Limits
 		switch {
@@ -454,28 +465,39 @@ func secretValues(p Plugin) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(p.Secrets))
 	for _, name := range slices.Sorted(maps.Keys(p.Secrets)) {
-		kind, arg, _ := strings.Cut(p.Secrets[name], ":")
-		var v string
-		switch kind {
-		case "env":
-			val, ok := os.LookupEnv(arg)
-			if !ok || val == "" {
-				return nil, fmt.Errorf("secret %s: the variable %s is not set", name, arg)
-			}
-			v = val
-		case "file":
-			b, err := os.ReadFile(arg)
-			if err != nil {
-				return nil, fmt.Errorf("secret %s: %w", name, err)
-			}
-			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		default:
-			return nil, fmt.Errorf("secret %s: %q names neither an env: nor a file: source", name, p.Secrets[name])
-		}
-		if len(v) < host.MinSecretLen {
-			return nil, fmt.Errorf("secret %s: its value is shorter than %d characters, too short to keep out of results", name, host.MinSecretLen)
+		v, err := secretValue("secret "+name, p.Secrets[name])
+		if err != nil {
+			return nil, err
 		}
 		out[name] = v
 	}
 	return out, nil
+}
+
+// secretValue reads the value a secret reference names: "env:VAR" (a variable of this
+// process) or "file:/abs/path" (the file's contents, less a final newline). what names the
+// secret in errors, which never hold a value.
+func secretValue(what, ref string) (string, error) {
+	kind, arg, _ := strings.Cut(ref, ":")
+	var v string
+	switch kind {
+	case "env":
+		val, ok := os.LookupEnv(arg)
+		if !ok || val == "" {
+			return "", fmt.Errorf("%s: the variable %s is not set", what, arg)
+		}
+		v = val
+	case "file":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	default:
+		return "", fmt.Errorf("%s: %q names neither an env: nor a file: source", what, ref)
+	}
+	if len(v) < host.MinSecretLen {
+		return "", fmt.Errorf("%s: its value is shorter than %d characters, too short to keep out of results", what, host.MinSecretLen)
+	}
+	return v, nil
 }

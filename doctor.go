@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/module"
@@ -35,6 +36,7 @@ func Doctor(ctx context.Context, cfg Config, opts ...Option) []Check {
 	quiet := slog.New(slog.DiscardHandler)
 	var out []Check
 	out = append(out, doctorPlugins(ctx, &cfg, o))
+	out = append(out, doctorNetwork(ctx, &cfg, o))
 	out = append(out, doctorBrowser(&cfg))
 	stores, st := doctorStore(ctx, &cfg, quiet)
 	out = append(out, stores...)
@@ -179,4 +181,55 @@ func doctorStoreHint(cfg *Config, err error) string {
 		return err.Error()
 	}
 	return err.Error() + ": " + hint
+}
+
+// doctorNetwork says what sandboxes may reach, and, for egress, that the gateway's policy
+// compiles, refuses what it must, and that its resolver answers.
+func doctorNetwork(ctx context.Context, cfg *Config, o options) Check {
+	c := Check{Name: "network", Needed: true}
+	switch cfg.Sandbox.Network {
+	case NetworkNone:
+		c.OK, c.Detail = true, "none: sandboxes reach no network at all (npm, pip and git clone cannot download)"
+		return c
+	case NetworkHost:
+		c.OK, c.Detail = true, "host: sandboxes share this machine's network, its loopback and its cloud's metadata service included (trusted work only)"
+		return c
+	}
+	o.log = slog.New(slog.DiscardHandler)
+	t := &Toolhost{cfg: cloneConfig(*cfg), opts: o}
+	gs, err := t.gateway()
+	if err != nil {
+		c.Detail = "the egress gateway: " + err.Error()
+		return c
+	}
+	if v := egress.Decide(gs.host, "169.254.169.254:80"); v.Allowed {
+		c.Detail = "the egress policy allows the metadata address 169.254.169.254 (" + v.Rule + ")"
+		return c
+	}
+	e := &cfg.Sandbox.Egress
+	allowed := gs.host.Allowed()
+	detail := fmt.Sprintf("egress through the gateway: preset %s, %d destinations allowed, ports %v, resolver %s; loopback, private, link-local, metadata and this host's addresses refused",
+		e.Preset, len(allowed), gs.host.Ports(), e.Resolver)
+	name := ""
+	for _, a := range allowed {
+		if !strings.ContainsAny(a, "*/:") && !strings.Contains(a, "[") {
+			name = a
+			break
+		}
+	}
+	c.OK, c.Detail = true, detail
+	if name == "" {
+		return c
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := gs.g.Lookup(rctx, name)
+	if err != nil {
+		// Not fatal: an offline machine runs sandboxes; they reach nothing outside.
+		c.Needed, c.OK = false, false
+		c.Detail = fmt.Sprintf("%s; but the gateway's resolver could not resolve %s (%v): sandboxes will not reach their registries (check sandbox.egress.resolver and this machine's DNS)", detail, name, err)
+		return c
+	}
+	c.Detail = fmt.Sprintf("%s; the resolver answers (%s is %s)", detail, name, addrs[0])
+	return c
 }

@@ -102,7 +102,7 @@ func Example() {
 	fmt.Println("stored screenshots:", len(stored))
 
 	// Output:
-	// tools: bash, read_file, write_file, edit_file, grep, glob, take_screenshot
+	// tools: bash, bash_output, bash_kill, exec_command, write_stdin, read_file, write_file, edit_file, apply_patch, grep, glob, take_screenshot
 	// screenshot: 2 images (desktop 1280x800, mobile 390x844)
 	// committed under projects/example/snapshots
 	// stored screenshots: 2

@@ -88,10 +88,14 @@ func (k key) defaultValue() any {
 	return k.def
 }
 
-// builtinPlugins is the plugins key's default: every built-in with the grants it needs.
+// builtinPlugins is the plugins key's default: every built-in but the opt-in ones, with
+// the grants it needs.
 func builtinPlugins() []Plugin {
 	var out []Plugin
 	for _, b := range builtins.Builtins() {
+		if b.OptIn {
+			continue
+		}
 		out = append(out, Plugin{Path: b.File, Grants: b.Grants})
 	}
 	return out
@@ -109,15 +113,16 @@ store (data_dir/store) unless store.dir says otherwise. Private to this user (07
 		usage: "where relative plugin paths resolve (default: they name the built-in plugins)",
 		doc: `Where relative plugin paths (below) resolve. Empty: a relative path names one of the
 built-in plugins, which are embedded in the binary (bash.wasm, editfile.wasm,
-grepglob.wasm, screenshot.wasm). A relative plugins_dir is taken from the current
-directory.`},
+grepglob.wasm, screenshot.wasm, and webfetch.wasm, which is loaded only when listed). A
+relative plugins_dir is taken from the current directory.`},
 	{name: "plugins", def: func() any { return builtinPlugins() },
 		doc: `The plugins to load, in order. A tool name must be unique across them.
   path:   the .wasm file; relative to plugins_dir unless absolute (with no plugins_dir,
           a relative path names a built-in plugin).
   grants: the capabilities the plugin may import: log, sandbox_exec, sandbox_files,
           store (objects under plugins/{name}/ of the store below), capture (screenshots
-          of a port inside the sandbox, through the browser). A plugin that imports a
+          of a port inside the sandbox, through the browser), web (pages of the web,
+          fetched by the host through the egress gateway). A plugin that imports a
           capability it was not granted is refused at load with one error naming the
           plugin and every import it lacks a grant for (the CLI exits 1).
           ` + "`toolhost plugin inspect FILE.wasm`" + ` shows what a plugin needs.
@@ -133,6 +138,13 @@ Each grant may be narrowed by a scope of the same name (leave it out for all of 
           variables it may set for them.
   store:  {access: read}: get and list only (default read-write).
   capture: {ports: [3000, 8000]}: the ports it may shoot.
+  web:    {allow: [docs.python.org, "*.readthedocs.io"], deny: [...], preset: none,
+          ports: [443]}: where it may fetch, in the entries of sandbox egress (names,
+          *.wildcards, name:port, CIDRs; deny wins; ports 80 and 443 by default); left
+          out, the registries preset. Loopback, private, link-local and metadata
+          addresses are refused whatever a name resolves to, after every redirect.
+          The built-in webfetch.wasm (tool web_fetch) is opt-in:
+          {path: webfetch.wasm, grants: [web, log], web: {allow: [go.dev]}}.
   limits: {memory_mib: 64, call_timeout: 5s, calls_per_minute: 60}: its own (0: the
           limits.* below; no bound on calls).
   secrets: {GITHUB_TOKEN: env:GH_TOKEN, NPM_TOKEN: file:/run/secrets/npm}: variables
@@ -252,9 +264,64 @@ small) stops there unless continue_on_error is set.`},
 		doc: `In a list of providers (sandbox.provider: e2b,local), give way to the next one on any
 error, not only when a provider is unavailable: a key E2B refuses or a template that
 does not exist then also falls back (and is logged), instead of failing the session.`},
-	{name: "sandbox.network", flag: "network", def: "none",
-		usage: "sandbox network: none or host",
-		doc:   `none: no network at all. host: the host's network.`},
+	{name: "sandbox.network", flag: "network", def: "egress",
+		usage: "sandbox network: egress, none or host",
+		doc: `egress: no route anywhere; the sandbox reaches what sandbox.egress allows through the
+host's egress gateway (an HTTP proxy, CONNECT and SOCKS5 at 127.0.0.1:3128 inside; every
+command gets HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY), and loopback, private,
+link-local, metadata and the host's own addresses are refused whatever the policy says.
+none: no network at all. host: the host's network, loopback included (trusted work
+only: a sandbox with it reaches every service of this machine and its network).
+docs/NETWORK.md says what each allows.`},
+	{name: "sandbox.egress.preset", flag: "egress-preset", def: "registries",
+		usage: "destinations allowed besides sandbox.egress.allow: registries or none",
+		doc: `A list of destinations allowed besides allow: registries (npm and yarn, PyPI, the Go
+module proxy and checksum database, crates.io, RubyGems, Maven Central, GitHub's clone
+and archive hosts: the exact list is in docs/NETWORK.md), or none.`},
+	{name: "sandbox.egress.allow", flag: "egress-allow", def: []string{},
+		usage: "destinations a sandbox may reach (domain, *.domain, domain:port, CIDR)",
+		doc: `Destinations a sandbox may reach besides the preset's: example.com (that name),
+*.example.com (every name below it, never example.com itself or evil-example.com),
+example.com:8443 (that port only), 203.0.113.0/24 (IP literals in it; a name must be
+named), * (every name). Entries without a port apply on sandbox.egress.ports. The
+variable and the flag take a comma-separated list.`},
+	{name: "sandbox.egress.deny", flag: "egress-deny", def: []string{},
+		usage: "destinations refused even when allowed (deny wins)",
+		doc: `Destinations refused even when allowed (the same forms; an entry without a port is
+refused on every port). A CIDR here refuses the addresses any name resolves to.`},
+	{name: "sandbox.egress.ports", flag: "egress-ports", def: []int{80, 443},
+		usage: "ports of entries that name no port",
+		doc:   `The ports an entry without its own port may be reached on.`},
+	{name: "sandbox.egress.max_bytes", flag: "egress-max-bytes", def: int64(4 << 30),
+		usage: "bytes a session may move through the gateway, both ways (-1: no bound)",
+		doc: `The bytes a session's sandboxes may move through the gateway, both ways together
+(4 GiB); past it a download is cut and new requests are refused, saying why. -1: no
+bound.`},
+	{name: "sandbox.egress.max_conns", flag: "egress-max-conns", def: 256,
+		usage: "connections a sandbox may have open through the gateway at once",
+		doc:   `Connections a sandbox may have open through the gateway at once; one more is refused.`},
+	{name: "sandbox.egress.idle_timeout", flag: "egress-idle-timeout", def: 5 * time.Minute,
+		usage: "end a connection with no byte either way for this long",
+		doc:   `A connection through the gateway with no byte either way for this long is ended.`},
+	{name: "sandbox.egress.resolver", flag: "egress-resolver", def: "system",
+		usage: "how the gateway resolves names: system, or a DNS server IP[:PORT]",
+		doc: `How the gateway resolves names (sandboxes never do): system (this machine's resolver,
+names taken as absolute), or a DNS server's address, IP or IP:PORT, asked directly.`},
+	{name: "sandbox.egress.ca_file", flag: "egress-ca-file", def: "",
+		usage: "PEM certificates sandboxes and the gateway trust besides the system's",
+		doc: `PEM certificates the sandboxes' TLS clients (curl, git, pip, npm, node, Go) trust
+besides the system's roots, and the gateway too where it speaks TLS itself (a registry
+mirror with a private CA). An absolute path.`},
+	{name: "sandbox.egress.inject", def: []EgressInject{},
+		doc: `Credentials the gateway adds to the requests of one domain, so the secret never enters
+the sandbox (not its environment, files or memory):
+  - domain: registry.npmjs.org
+    header: Authorization
+    secret: env:NPM_AUTH   # or file:/run/secrets/npm; the whole header value
+For these domains only, and only on port 443, the gateway terminates TLS with a CA of
+the sandbox's own (which the sandbox trusts; it can sign for these domains and nothing
+else); every other destination stays an untouched tunnel. No environment variable or
+flag; set it here.`},
 	{name: "sandbox.memory_mib", flag: "sandbox-memory-mib", def: int64(2048),
 		usage: "memory per sandbox, MiB, /tmp and /dev/shm included (-1: no limit)",
 		doc: `Memory per sandbox, MiB, the pages of its /tmp and /dev/shm included; past it the
@@ -313,8 +380,11 @@ with the middle dropped and counted, so a flood of output cannot exhaust memory.
 		usage: "append a JSON line per host call and tool call to this file (default: no audit)",
 		doc: `Where the audit goes: one JSON line per host call a plugin makes (its plugin,
 tool, capability, operation, paths or argv, the policy's decision and why, status,
-duration and bytes) and one per tool call, appended (the file is made 0600). Empty:
-no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in a workspace.`},
+duration and bytes) and one per tool call, appended (the file is made 0600). A line is
+bounded (a long command or path is cut, and the line's "cut" says how many bytes were
+left out); the file rotates at 64 MiB to FILE.1, FILE.2, FILE.3 (the oldest goes), and
+several processes may share it. Empty: no audit, and no cost. ` + "`toolhost audit`" + `
+filters it. It may not lie in a workspace.`},
 
 	{name: "serve.listen", flag: "listen", def: "127.0.0.1:8750",
 		usage: "address toolhost serve listens on (MCP at /mcp)",
@@ -323,9 +393,11 @@ no audit, and no cost. ` + "`toolhost audit`" + ` filters it. It may not lie in 
 localhost) is refused unless tokens are set.`},
 	{name: "serve.tokens", def: []ServeToken{},
 		doc: `Bearer tokens the server accepts ("Authorization: Bearer TOKEN"), each with the
-projects it may open (none listed: any):
+projects it may open (none listed: any) and, optionally, a narrowing of what its
+sessions' sandboxes may reach (sandbox.egress; it can only take away):
   - token: a long random string (openssl rand -hex 32), at least 16 characters
     projects: [shop, blog]
+    egress: {allow: [registry.npmjs.org]}
 Prefer tokens_file, which keeps them out of this file. No environment variable or
 flag; set it here.`},
 	{name: "serve.tokens_file", flag: "tokens-file", def: "",
@@ -357,6 +429,9 @@ file gets 413.`},
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
+	{name: "log_format", flag: "log-format", def: "text",
+		usage: "log format: text or json (one JSON object a line)",
+		doc:   `text (key=value lines) or json (one JSON object a line, for a log collector).`},
 }
 
 // sectionTable documents the sections, for the example file.
@@ -375,6 +450,8 @@ listening and after each commit), in Chromium (scripts/setup-browser.sh installs
 /home/user, private /tmp, an unprivileged user, a seccomp filter) and what each one may
 use. The limits in force, and how each is enforced on this host, are logged when the
 provider starts (a limit the host cannot enforce is a warning).`},
+	{"sandbox.egress", `The way out of a sandbox with sandbox.network egress: the gateway's policy and bounds.
+Every connection is audited (audit.file: cap egress).`},
 	{"limits", `What plugins and commands may use.`},
 	{"audit", `A record of what plugins do, for whoever tests or reviews tool policy.`},
 	{"serve", `toolhost serve: the tools over MCP (streamable HTTP) for many clients at once. One MCP
@@ -495,6 +572,16 @@ func yamlValue(v any) string {
 		return "[" + strings.Join(v, ", ") + "]"
 	case []Plugin:
 		return "the built-in plugins"
+	case []EgressInject:
+		if len(v) == 0 {
+			return "[]"
+		}
+	case []int:
+		out := make([]string, len(v))
+		for i, n := range v {
+			out[i] = fmt.Sprint(n)
+		}
+		return "[" + strings.Join(out, ", ") + "]"
 	case map[string]string:
 		if len(v) == 0 {
 			return "{}"

@@ -26,6 +26,9 @@ type ServeConfig struct {
 type ServeToken struct {
 	Token    Secret   `key:"token"`
 	Projects []string `key:"projects"`
+	// Egress narrows what the sessions this token opens may reach (sandbox.network
+	// egress); it can only take away from sandbox.egress.*.
+	Egress *EgressPolicy `key:"egress"`
 }
 
 func (c *Config) validateServe(bad badKey) error {
@@ -41,6 +44,14 @@ func (c *Config) validateServe(bad badKey) error {
 		for _, p := range t.Projects {
 			if err := storekeys.ValidProject(p); err != nil {
 				return bad(key+".projects", "%v", err)
+			}
+		}
+		if t.Egress != nil {
+			if c.Sandbox.Network != NetworkEgress {
+				return bad(key+".egress", "narrows the egress policy, which needs sandbox.network egress (it is %s)", c.Sandbox.Network)
+			}
+			if err := c.checkNarrowing(t.Egress); err != nil {
+				return bad(key+".egress", "%v", err)
 			}
 		}
 	}

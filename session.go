@@ -41,6 +41,10 @@ type SessionOptions struct {
 	// Logger receives the session's records (wake, extensions, rotations, commits);
 	// nil means the Toolhost's logger.
 	Logger *slog.Logger
+	// Egress narrows what the session's sandboxes may reach (sandbox.network egress): a
+	// destination must be allowed by sandbox.egress.* and by this; it can only take away.
+	// nil: the host's policy as it is.
+	Egress *EgressPolicy
 }
 
 // Session is a project's live workspace with the tools bound to it. Tools dispatched
@@ -118,6 +122,10 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		ttl, maxLife = min(ttl, c), min(maxLife, c)
 		t.opts.log.Debug("session lifetime within the provider's bound", "bound", c, "ttl", ttl, "max_lifetime", maxLife)
 	}
+	eg, err := t.sessionEgress(project, opts.Egress)
+	if err != nil {
+		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
+	}
 	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
 	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
 	if t.rec != nil {
@@ -125,7 +133,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
-		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network},
+		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network, Egress: eg},
 		ProjectID:       project,
 		Snapshots:       wake,
 		Excludes:        cfg.Snapshot.Excludes,

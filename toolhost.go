@@ -47,6 +47,7 @@ import (
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
+	"github.com/toolhost/toolhost/internal/webfetch"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -59,6 +60,7 @@ type options struct {
 	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
+	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
 }
 
 // WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
@@ -181,6 +183,9 @@ type Toolhost struct {
 	capt    *screenshot.Capturer // nil when screenshot.enabled is false
 	rec     *screenshot.Recorder // nil when screenshot.enabled is false
 	audit   *audit.Writer        // audit.file's, or nil
+	sink    audit.Sink           // every audit record goes here: audit.file's and WithAudit's, or nil
+
+	egress gatewayState // the egress gateway, made with the first session that needs it
 
 	provMu   sync.Mutex
 	provider sandbox.Provider // made on the first Open (or Provider): members alone or chained
@@ -241,6 +246,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 	case o.audit != nil:
 		hc.Audit = o.audit
 	}
+	t.sink = hc.Audit
 	if cfg.Screenshot.Enabled {
 		t.capt = screenshot.New(screenshot.Config{
 			ExecutablePath: cfg.Screenshot.Chromium,
@@ -254,6 +260,24 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		t.rec = &screenshot.Recorder{Capturer: t.capt, Store: st.store, PublicBase: cfg.Store.PublicBase, Logger: o.log}
 		st.rec = t.rec
 		hc.Capturer = capture.Of(t.rec)
+	}
+	if slices.ContainsFunc(cfg.Plugins, func(p Plugin) bool { return slices.Contains(p.Grants, abi.CapWeb) }) {
+		// A plugin granted web fetches through the sandboxes' egress gateway (one resolver,
+		// one trust store, one audit trail and one count per project), within its own web
+		// scope: the operator names what the plugin may reach, apart from what sandboxes
+		// may. The gateway resolves every name itself and refuses loopback, private,
+		// link-local and metadata addresses and the host's own.
+		gs, err := t.gateway()
+		if err != nil {
+			t.Close(ctx)
+			return nil, err
+		}
+		f, err := webfetch.New(webfetch.Config{Gateway: gs.g, RootCAs: gs.roots})
+		if err != nil {
+			t.Close(ctx)
+			return nil, err
+		}
+		hc.Fetcher = f
 	}
 	h, err := host.New(ctx, hc)
 	if err != nil {
@@ -273,11 +297,16 @@ func cloneConfig(c Config) Config {
 		p.Scope = cloneScope(p.Scope)
 	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	e := &c.Sandbox.Egress
+	e.Allow, e.Deny, e.Ports, e.Inject = slices.Clone(e.Allow), slices.Clone(e.Deny), slices.Clone(e.Ports), slices.Clone(e.Inject)
 	c.modules = cloneModules(c.modules)
 	c.Serve.Tokens = slices.Clone(c.Serve.Tokens)
 	c.Serve.Workspaces = maps.Clone(c.Serve.Workspaces)
 	for i := range c.Serve.Tokens {
 		c.Serve.Tokens[i].Projects = slices.Clone(c.Serve.Tokens[i].Projects)
+		if e := c.Serve.Tokens[i].Egress; e != nil {
+			c.Serve.Tokens[i].Egress = &EgressPolicy{Preset: e.Preset, Allow: slices.Clone(e.Allow), Deny: slices.Clone(e.Deny), Ports: slices.Clone(e.Ports)}
+		}
 	}
 	return c
 }
@@ -344,6 +373,9 @@ func cloneScope(s policy.Scope) policy.Scope {
 	}
 	if c := s.Capture; c != nil {
 		s.Capture = &policy.Capture{Ports: slices.Clone(c.Ports)}
+	}
+	if w := s.Web; w != nil {
+		s.Web = &policy.Web{Preset: w.Preset, Allow: slices.Clone(w.Allow), Deny: slices.Clone(w.Deny), Ports: slices.Clone(w.Ports)}
 	}
 	return s
 }

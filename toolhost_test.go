@@ -23,6 +23,7 @@ import (
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/sandbox/local"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
@@ -133,7 +134,7 @@ func TestBuiltinsFromAnywhere(t *testing.T) {
 	for _, tl := range th.Tools() {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "bash,read_file,write_file,edit_file,grep,glob,take_screenshot" {
+	if got := strings.Join(names, ","); got != "bash,bash_output,bash_kill,exec_command,write_stdin,read_file,write_file,edit_file,apply_patch,grep,glob,take_screenshot" {
 		t.Fatalf("tools = %s", got)
 	}
 	for _, p := range th.Plugins() {
@@ -324,10 +325,15 @@ func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
 			}
 		}
 		note := res.Content[2].Text
-		for _, want := range []string{"desktop 1280x800", "mobile 390x844", "on port 8000", "stored at ", "screenshots/shots/agent/"} {
+		for _, want := range []string{"desktop 1280x800", "mobile 390x844", "on port 8000"} {
 			if !strings.Contains(note, want) {
 				t.Errorf("note %q does not say %q", note, want)
 			}
+		}
+		// A directory store's "URL" is a host path: the model never reads one (the
+		// captures are stored all the same: counted below).
+		if strings.Contains(note, os.TempDir()) || strings.Contains(note, "stored at") {
+			t.Errorf("note %q names a host path", note)
 		}
 		if i == 0 {
 			pid = th.capt.BrowserPID()
@@ -461,4 +467,58 @@ func TestScreenshotsOff(t *testing.T) {
 	}
 	s := open(t, th, SessionOptions{})
 	expect(t, s, "take_screenshot", `{"port":8000}`, true, "no browser configured")
+}
+
+// TestTrustCheckGuardsPathsNotReadYet: a workspace may not hold a path the host will read
+// or write on its own, whether or not it exists yet: the default config file (a sandbox
+// that creates it configures every later command), the one TOOLHOST_CONFIG names, the
+// audit file, the run and workspace dirs of the local sandboxes; nor lie inside them.
+func TestTrustCheckGuardsPathsNotReadYet(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", "") // ~/.config
+	t.Setenv(EnvPrefix+"CONFIG", "")
+	cfg := testConfig(t)
+	if _, err := os.Stat(filepath.Join(home, ".config")); !os.IsNotExist(err) {
+		t.Fatalf("the test's home is not empty: %v", err)
+	}
+	if err := cfg.CheckWorkspace(home, ""); err == nil || !strings.Contains(err.Error(), "the default config file") {
+		t.Errorf("a workspace that would hold the default config file, none existing yet: %v", err)
+	}
+	if DefaultConfigFile() != filepath.Join(home, ".config", "toolhost", "toolhost.yaml") {
+		t.Errorf("DefaultConfigFile() = %s", DefaultConfigFile())
+	}
+
+	ws := t.TempDir()
+	t.Setenv(EnvPrefix+"CONFIG", filepath.Join(ws, "sub", "conf.yaml"))
+	if err := cfg.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "TOOLHOST_CONFIG") {
+		t.Errorf("a workspace holding the file TOOLHOST_CONFIG names, not there yet: %v", err)
+	}
+	t.Setenv(EnvPrefix+"CONFIG", "")
+
+	c := cfg
+	c.Audit.File = filepath.Join(ws, "logs", "audit.jsonl")
+	if err := c.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "audit file") {
+		t.Errorf("a workspace holding the audit file, not there yet: %v", err)
+	}
+	c = cloneConfig(cfg)
+	if err := c.Set("sandbox.run_dir", filepath.Join(ws, "run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "sandbox.run_dir") {
+		t.Errorf("a workspace holding the run dir: %v", err)
+	}
+	c = cloneConfig(cfg)
+	if err := c.Set("sandbox.workspace_dir", ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckWorkspace(filepath.Join(ws, "inner"), ""); err == nil || !strings.Contains(err.Error(), "host's own state") {
+		t.Errorf("a workspace inside the sandboxes' workspace dir: %v", err)
+	}
+	if err := cfg.CheckWorkspace(filepath.Join(local.DefaultRunDir(), "x"), ""); err == nil || !strings.Contains(err.Error(), "host's own state") {
+		t.Errorf("a workspace in the default run dir: %v", err)
+	}
+	if err := cfg.CheckWorkspace(ws, ""); err != nil {
+		t.Errorf("a workspace holding nothing of the host's: %v", err)
+	}
 }

@@ -31,6 +31,9 @@ const (
 	CapSandboxFiles Capability = "sandbox_files"
 	CapStore        Capability = "store"
 	CapCapture      Capability = "capture"
+	// CapWeb fetches pages from the web through the host's egress gateway, within the
+	// plugin's own egress scope.
+	CapWeb Capability = "web"
 )
 
 // ModulePrefix prefixes every capability's import module name.
@@ -58,7 +61,7 @@ func (c Capability) Module() string { return ModulePrefix + string(c) }
 
 // Capabilities lists every capability the host knows, in a stable order.
 func Capabilities() []Capability {
-	return []Capability{CapLog, CapSandboxExec, CapSandboxFiles, CapStore, CapCapture}
+	return []Capability{CapLog, CapSandboxExec, CapSandboxFiles, CapStore, CapCapture, CapWeb}
 }
 
 // CapabilityOfModule returns the capability whose module name is module.
@@ -104,6 +107,8 @@ const (
 	FnStoreGet    = "get"    // toolhost_store.get(key_ptr, key_len, out_ptr, out_cap) -> i64
 	FnStoreList   = "list"   // toolhost_store.list(prefix_ptr, prefix_len, out_ptr, out_cap) -> i64
 	FnStoreDelete = "delete" // toolhost_store.delete(key_ptr, key_len) -> i64
+
+	FnFetch = "fetch" // toolhost_web.fetch(req_ptr, req_len, out_ptr, out_cap) -> i64
 
 	FnSessionGet = "get" // toolhost_session.get(key_ptr, key_len, out_ptr, out_cap) -> i64
 	FnSessionSet = "set" // toolhost_session.set(key_ptr, key_len, data_ptr, data_len) -> i64

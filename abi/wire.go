@@ -305,3 +305,27 @@ type TerminalReply struct {
 	// again in the new one: what it held in memory is gone.
 	Restarted bool `json:"restarted,omitempty"`
 }
+
+// FetchRequest is the JSON request of toolhost_web.fetch: a GET of an http or https URL
+// through the host's egress gateway, within the plugin's egress scope.
+type FetchRequest struct {
+	URL string `json:"url"`
+	// Accept is the request's Accept header (default "text/html, text/plain, */*;q=0.5").
+	Accept string `json:"accept,omitempty"`
+	// MaxBytes bounds the body kept (default and cap: the host's, 5 MiB by default); a
+	// longer body is cut and Truncated set.
+	MaxBytes int `json:"max_bytes,omitempty"`
+	// TimeoutMS bounds the whole fetch (default and cap: the host's, 30 s).
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+// FetchReply is the header line of a fetch reply; the body's raw bytes follow it, after a
+// newline.
+type FetchReply struct {
+	// URL is the URL the body came from, after redirects.
+	URL         string `json:"url"`
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	BodyLen     int    `json:"body_len"`
+	Truncated   bool   `json:"truncated,omitempty"`
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Decisions.
@@ -32,6 +33,13 @@ const (
 // ends, after the records of the host calls it made.
 const CapTool = "tool"
 
+// CapEgress is the Cap of the record of one connection (one request, for plain HTTP) a
+// sandbox made through the egress gateway: Op is how it asked (http, connect, socks5),
+// Dest the destination, Addr the address connected to, Port its port, Command the command
+// that made it, Why the rule that decided, Error the refusal's reason or why an allowed
+// connection failed, In and Out the bytes from and to the sandbox.
+const CapEgress = "egress"
+
 // Record is one line of the audit: a host call, or a tool call (Cap CapTool).
 type Record struct {
 	Time time.Time `json:"time"` // when the call ended
@@ -39,11 +47,12 @@ type Record struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	Plugin  string `json:"plugin"`
 	Tool    string `json:"tool,omitempty"`
-	Cap     string `json:"cap"` // sandbox_files, sandbox_exec, store, capture, or "tool"
+	Cap     string `json:"cap"` // sandbox_files, sandbox_exec, store, capture, web, session, or "tool"
 	Op      string `json:"op"`  // the host function (read, run, put...), or "call"
 	// Path is the workspace-relative path a file call acted on (or a command's working
 	// directory); Argv and Env (names only, never values) a command's; Port a capture's;
-	// Key a store call's, relative to the plugin's corner.
+	// Key a store call's, relative to the plugin's corner (a fetch's URL; a session state
+	// call's key).
 	Path     string   `json:"path,omitempty"`
 	Argv     []string `json:"argv,omitempty"`
 	Env      []string `json:"env,omitempty"`
@@ -64,6 +73,92 @@ type Record struct {
 	Micros int64 `json:"us"`
 	In     int   `json:"bytes_in,omitempty"`
 	Out    int   `json:"bytes_out,omitempty"`
+	// Cut is how many bytes of this record's text were left out of its line: a path, key,
+	// rule or error longer than MaxField is cut to it, a command line past MaxList (all its
+	// words together) keeps its first MaxList bytes. A command as long as the model cares
+	// to make it cannot make an audit line as long.
+	Cut int `json:"cut,omitempty"`
+
+	// Dest, Addr, Command and Injected are an egress record's (CapEgress): Injected names
+	// the header the gateway added, never its value.
+	Dest     string `json:"dest,omitempty"`
+	Addr     string `json:"addr,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Injected string `json:"injected,omitempty"`
+}
+
+// Bounds of a record's line (see Record.Cut).
+const (
+	MaxField = 1024
+	MaxList  = 4096
+)
+
+// Capped returns r with its text within the bounds and Cut counting what was left out;
+// r itself when it is within them already.
+func Capped(r *Record) *Record {
+	if !overBounds(r) {
+		return r
+	}
+	c := *r
+	cut := 0
+	for _, f := range []*string{&c.Sandbox, &c.Plugin, &c.Tool, &c.Cap, &c.Op, &c.Path, &c.Key, &c.Decision, &c.Why, &c.Error, &c.Dest, &c.Addr, &c.Command, &c.Injected} {
+		*f, cut = cutString(*f, MaxField, cut)
+	}
+	c.Argv, cut = cutList(c.Argv, cut)
+	c.Env, cut = cutList(c.Env, cut)
+	c.Cut += cut
+	return &c
+}
+
+func overBounds(r *Record) bool {
+	for _, f := range []string{r.Sandbox, r.Plugin, r.Tool, r.Cap, r.Op, r.Path, r.Key, r.Decision, r.Why, r.Error, r.Dest, r.Addr, r.Command, r.Injected} {
+		if len(f) > MaxField {
+			return true
+		}
+	}
+	return listLen(r.Argv) > MaxList || listLen(r.Env) > MaxList
+}
+
+func listLen(l []string) int {
+	n := 0
+	for _, s := range l {
+		n += len(s)
+	}
+	return n
+}
+
+// cutString cuts s to at most max bytes, at a character's start, adding what it left out
+// to cut.
+func cutString(s string, max, cut int) (string, int) {
+	if len(s) <= max {
+		return s, cut
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i], cut + len(s) - i
+}
+
+// cutList keeps the first MaxList bytes of the words of l (the last one kept cut to fit,
+// the ones after it dropped).
+func cutList(l []string, cut int) ([]string, int) {
+	if listLen(l) <= MaxList {
+		return l, cut
+	}
+	out := make([]string, 0, len(l))
+	left := MaxList
+	for _, w := range l {
+		if left <= 0 {
+			cut += len(w)
+			continue
+		}
+		var kept string
+		kept, cut = cutString(w, left, cut)
+		out = append(out, kept)
+		left -= len(kept)
+	}
+	return out, cut
 }
 
 // Sink receives records. Record must be safe for concurrent use and must not block for

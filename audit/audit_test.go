@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,5 +122,139 @@ func BenchmarkAppendJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = AppendJSON(buf[:0], &sample)
+	}
+}
+
+// A record as long as a model cares to make it (a 1 MB command) makes a line of bounded
+// length, which says how much it left out.
+func TestLinesAreCapped(t *testing.T) {
+	long := strings.Repeat("é", 500_000) // 1 MB of two-byte characters
+	r := sample
+	r.Argv = []string{"bash", "-c", long, "tail"}
+	r.Path = long
+	r.Error = long
+	line := AppendJSON(nil, &r)
+	if max := 10*MaxField + 2*MaxList + 1024; len(line) > max {
+		t.Fatalf("a line of %d bytes, over %d", len(line), max)
+	}
+	var back Record
+	if err := json.Unmarshal(line, &back); err != nil {
+		t.Fatalf("invalid JSON: %v", err)
+	}
+	kept := len(back.Path) + len(back.Error) + listLen(back.Argv)
+	whole := len(r.Path) + len(r.Error) + listLen(r.Argv)
+	if back.Cut == 0 || back.Cut != whole-kept {
+		t.Errorf("cut %d, want %d (the bytes left out)", back.Cut, whole-kept)
+	}
+	if back.Argv[0] != "bash" || back.Argv[1] != "-c" || !strings.HasPrefix(long, back.Argv[2]) || len(back.Argv) != 3 {
+		t.Errorf("argv kept %d words, the third %d bytes", len(back.Argv), len(back.Argv[2]))
+	}
+	if !strings.HasPrefix(r.Path, back.Path) || len(back.Path) > MaxField {
+		t.Errorf("path cut to %d bytes", len(back.Path))
+	}
+	// Within the bounds, nothing changes and nothing is said.
+	if c := Capped(&sample); c != &sample {
+		t.Error("a record within the bounds was copied")
+	}
+}
+
+// The file rotates at its size, keeping Keep old files, and no line is split or lost
+// but those of the files rotated away.
+func TestRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := CreateFile(path, FileOptions{MaxBytes: 4096, Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		r := sample
+		r.Micros = int64(i)
+		w.Record(&r)
+		if i%10 == 9 {
+			time.Sleep(2 * flushDelay) // let batches reach the file (not a bound: any order passes)
+		}
+	}
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var last int64 = -1
+	for _, p := range []string{path + ".2", path + ".1", path} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("%s: %v", filepath.Base(p), err)
+		}
+		if len(b) > 4096+len(AppendJSON(nil, &sample))*10+10 {
+			t.Errorf("%s holds %d bytes, over its bound", filepath.Base(p), len(b))
+		}
+		err = Read(bytes.NewReader(b), Filter{}, func(r *Record, _ []byte) error {
+			if r.Micros <= last {
+				return fmt.Errorf("record %d after %d", r.Micros, last)
+			}
+			last = r.Micros
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
+	}
+	if last != 299 {
+		t.Errorf("the newest record is %d, want 299", last)
+	}
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Errorf("a third old file is kept: %v", err)
+	}
+}
+
+// Two writers on one path, as two toolhost processes with one audit.file: one rotates,
+// the other follows, and every line is in one of the files, whole.
+func TestRotationSharedByTwoWriters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	var ws []*Writer
+	for range 2 {
+		w, err := CreateFile(path, FileOptions{MaxBytes: 8192, Keep: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	const each = 400
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			for n := range each {
+				r := sample
+				r.Plugin = fmt.Sprintf("w%d", i)
+				r.Micros = int64(n)
+				w.Record(&r)
+				if n%20 == 19 {
+					time.Sleep(flushDelay)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, w := range ws {
+		if err := w.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob(path + "*")
+	if len(files) < 3 {
+		t.Errorf("%d files: the audit did not rotate", len(files))
+	}
+	seen := map[string]int{}
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Read(f, Filter{}, func(r *Record, _ []byte) error { seen[r.Plugin]++; return nil })
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
+	}
+	if seen["w0"] != each || seen["w1"] != each {
+		t.Errorf("lines found: %v, want %d of each", seen, each)
 	}
 }

@@ -27,7 +27,9 @@ const flushDelay = 20 * time.Millisecond
 // rest. A process that is killed loses the lines of its last 20 ms.
 type Writer struct {
 	w    io.Writer
-	file *os.File // when the Writer opened it
+	file *os.File // when the Writer opened it (owned by the flusher once started)
+	path string   // the file's path, when Create opened it
+	opts FileOptions
 
 	mu      sync.Mutex
 	drained *sync.Cond // signalled when the buffer was taken
@@ -41,9 +43,48 @@ type Writer struct {
 	done chan struct{} // closed when the flusher has returned
 }
 
-// Create opens (or creates, 0600) the file at path for appending and starts its Writer.
-// It does not follow a symbolic link at path.
-func Create(path string) (*Writer, error) {
+// FileOptions configure the file of CreateFile.
+type FileOptions struct {
+	// MaxBytes rotates the file before a write would take it past this size: PATH becomes
+	// PATH.1 (PATH.1 becomes PATH.2, and so on up to Keep; the oldest goes) and a new PATH
+	// is started. Zero means DefaultMaxBytes; negative, never.
+	MaxBytes int64
+	// Keep is how many rotated files are kept; zero means DefaultKeep.
+	Keep int
+}
+
+// Defaults of FileOptions.
+const (
+	DefaultMaxBytes = 64 << 20
+	DefaultKeep     = 3
+)
+
+// Create is CreateFile with the default options.
+func Create(path string) (*Writer, error) { return CreateFile(path, FileOptions{}) }
+
+// CreateFile opens (or creates, 0600) the file at path for appending and starts its
+// Writer. It does not follow a symbolic link at path. Several processes may append to
+// one path: each line is one write(2) in append mode, one of them rotates the file
+// (holding an flock of it meanwhile) and the others follow the path to the new file.
+func CreateFile(path string, opts FileOptions) (*Writer, error) {
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.Keep <= 0 {
+		opts.Keep = DefaultKeep
+	}
+	f, err := openAudit(path)
+	if err != nil {
+		return nil, err
+	}
+	w := NewWriter(nil)
+	w.mu.Lock()
+	w.w, w.file, w.path, w.opts = f, f, path, opts
+	w.mu.Unlock()
+	return w, nil
+}
+
+func openAudit(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit file: %w", err)
@@ -52,9 +93,61 @@ func Create(path string) (*Writer, error) {
 		f.Close()
 		return nil, fmt.Errorf("the audit file %s is not a regular file", path)
 	}
-	w := NewWriter(f)
-	w.file = f
-	return w, nil
+	return f, nil
+}
+
+// isPath reports whether f is still the file at path.
+func isPath(f *os.File, path string) bool {
+	var a, b syscall.Stat_t
+	return syscall.Fstat(int(f.Fd()), &a) == nil && syscall.Lstat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev
+}
+
+// prepare makes the file ready for n more bytes: it follows a rotation another process
+// made, and rotates when the file would grow past MaxBytes. Only the flusher calls it.
+func (w *Writer) prepare(n int) error {
+	if w.path == "" {
+		return nil
+	}
+	if !isPath(w.file, w.path) {
+		return w.reopen()
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(w.file.Fd()), &st); err != nil {
+		return err
+	}
+	if w.opts.MaxBytes < 0 || st.Size == 0 || st.Size+int64(n) <= w.opts.MaxBytes {
+		return nil
+	}
+	fd := int(w.file.Fd())
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer syscall.Flock(fd, syscall.LOCK_UN)
+	if !isPath(w.file, w.path) { // rotated by another process meanwhile
+		return w.reopen()
+	}
+	for i := w.opts.Keep - 1; i >= 1; i-- {
+		if err := os.Rename(fmt.Sprintf("%s.%d", w.path, i), fmt.Sprintf("%s.%d", w.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotating the audit: %w", err)
+		}
+	}
+	if err := os.Rename(w.path, w.path+".1"); err != nil {
+		return fmt.Errorf("rotating the audit: %w", err)
+	}
+	return w.reopen()
+}
+
+// reopen opens the file at the path again and writes there from now on.
+func (w *Writer) reopen() error {
+	f, err := openAudit(w.path)
+	if err != nil {
+		return err
+	}
+	old := w.file
+	w.mu.Lock()
+	w.w, w.file = f, f
+	w.mu.Unlock()
+	return old.Close()
 }
 
 // NewWriter starts a Writer that writes lines to w. Close stops it (and does not close w).
@@ -120,7 +213,10 @@ func (w *Writer) flush() {
 		w.mu.Unlock()
 		return
 	}
-	_, err := w.w.Write(b)
+	err := w.prepare(len(b))
+	if err == nil {
+		_, err = w.w.Write(b)
+	}
 	w.mu.Lock()
 	if err != nil && w.err == nil {
 		w.err = fmt.Errorf("writing the audit: %w", err)
@@ -152,17 +248,22 @@ func (w *Writer) Close(ctx context.Context) error {
 	var errs []error
 	w.mu.Lock()
 	errs = append(errs, w.err)
+	file := w.file
 	w.mu.Unlock()
-	if w.file != nil {
-		errs = append(errs, w.file.Close())
+	if file != nil {
+		errs = append(errs, file.Close())
 	}
 	return errors.Join(errs...)
 }
 
 // AppendJSON appends r as one line of JSON (without the newline) to b: the same JSON
-// encoding/json makes of a Record, made without reflection because it runs in every host
+// encoding/json makes of Capped(r), made without reflection because it runs in every host
 // call of an audited plugin.
+//
+// The line is within the record's bounds (Capped): what does not fit is cut, and the
+// line's "cut" says how many bytes.
 func AppendJSON(b []byte, r *Record) []byte {
+	r = Capped(r)
 	b = append(b, `{"time":"`...)
 	b = appendTime(b, r.Time.UTC())
 	b = append(b, '"')
@@ -191,6 +292,7 @@ func AppendJSON(b []byte, r *Record) []byte {
 	b = strconv.AppendInt(b, r.Micros, 10)
 	b = appendInt(b, "bytes_in", int64(r.In))
 	b = appendInt(b, "bytes_out", int64(r.Out))
+	b = appendInt(b, "cut", int64(r.Cut))
 	return append(b, '}')
 }
 

@@ -426,3 +426,28 @@ func rawTerminalIO(req, out []byte) int64 {
 		return th.TerminalIO(r)
 	})
 }
+
+// WebHost is a native Host that can fetch web pages (capability web).
+type WebHost interface {
+	Fetch(req abi.FetchRequest) (reply abi.FetchReply, body []byte, err error)
+}
+
+func rawFetch(req, out []byte) int64 {
+	return hostCall(out, func(h Host) (any, error) {
+		wh, ok := h.(WebHost)
+		if !ok {
+			return nil, errNativeUnsupported
+		}
+		var r abi.FetchRequest
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, invalid("fetch", err)
+		}
+		reply, body, err := wh.Fetch(r)
+		if err != nil {
+			return nil, err
+		}
+		reply.BodyLen = len(body)
+		hb, _ := json.Marshal(reply)
+		return append(append(hb, '\n'), body...), nil
+	})
+}

@@ -127,3 +127,10 @@ func rawSessionGet(key string, out []byte) int64 {
 func rawSessionSet(key string, data []byte) int64 {
 	return hostSessionSet(key, ptr(data), uint32(len(data)))
 }
+
+//go:wasmimport toolhost_web fetch
+func hostFetch(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int64
+
+func rawFetch(req, out []byte) int64 {
+	return hostFetch(ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}

@@ -31,11 +31,12 @@ type Scope struct {
 	Exec    *Exec    `key:"sandbox_exec" json:"sandbox_exec,omitempty"`
 	Store   *Store   `key:"store" json:"store,omitempty"`
 	Capture *Capture `key:"capture" json:"capture,omitempty"`
+	Web     *Web     `key:"web" json:"web,omitempty"`
 }
 
 // IsZero reports whether the scope narrows nothing.
 func (s Scope) IsZero() bool {
-	return s.Files == nil && s.Exec == nil && s.Store == nil && s.Capture == nil
+	return s.Files == nil && s.Exec == nil && s.Store == nil && s.Capture == nil && s.Web == nil
 }
 
 // Files scopes sandbox_files: the paths the plugin may read (read, read_text,
@@ -89,4 +90,17 @@ type Capture struct {
 	// Ports are the ports inside the sandbox the plugin may capture (after the host chose
 	// the default port of a call that names none).
 	Ports []int `key:"ports" json:"ports"`
+}
+
+// Web is the egress scope of the web capability: the destinations a plugin may fetch
+// from, decided by the host's egress gateway, which whatever the scope says never
+// connects to a loopback, private, link-local or host address. The entries are those of
+// sandbox.egress: names, *.name wildcards, name:port, CIDRs; Deny wins; entries without a
+// port apply on Ports (80 and 443 when empty). Preset adds a named list ("registries",
+// "none"). Left out, a plugin granted web may fetch what the registries preset names.
+type Web struct {
+	Preset string   `key:"preset" json:"preset,omitempty"`
+	Allow  []string `key:"allow" json:"allow,omitempty"`
+	Deny   []string `key:"deny" json:"deny,omitempty"`
+	Ports  []int    `key:"ports" json:"ports,omitempty"`
 }

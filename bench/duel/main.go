@@ -242,7 +242,9 @@ func batch(ctx context.Context, rt runtime, c string, n int) (float64, error) {
 func processLoads(ctx context.Context, self, which, dir, wasm string, n int) (float64, error) {
 	var total float64
 	for range n {
-		out, err := exec.CommandContext(ctx, self, "-load-child", which, "-dir", dir, "-wasm", wasm).Output()
+		cmd := exec.CommandContext(ctx, self, "-load-child", which, "-dir", dir, "-wasm", wasm)
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.Output()
 		if err != nil {
 			return 0, fmt.Errorf("load in a new process: %w", err)
 		}
@@ -318,6 +320,7 @@ func buildGuest(ctx context.Context, pkg, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-buildmode=c-shared", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	cmd.Stderr = os.Stderr
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("build %s: %w", pkg, err)
 	}

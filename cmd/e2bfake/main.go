@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command e2bfake runs the fake E2B of internal/sandbox/e2b/e2bfake on its own, so any E2B
 // client can be pointed at it: the control plane and every sandbox's envd on one
 // listener, each sandbox a real local sandbox (bubblewrap). It prints the environment the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command toolhost-agent is the sandbox data plane's agent as a program of its own: the
 // envd-compatible server (package agent) that a local sandbox runs as its pid 1 by
 // re-executing the host's binary, built alone so that a remote provider (a pod, a VM) can

@@ -64,6 +64,18 @@ for name in "$@"; do
 done
 `
 
+// demoPatch changes the README and adds a usage page, in one apply_patch call.
+const demoPatch = "*** Begin Patch\n" +
+	"*** Update File: README.md\n" +
+	"@@\n" +
+	" Run `bash src/greet.sh NAME...` to greet people.\n" +
+	"+See docs/USAGE.md for examples.\n" +
+	"*** Add File: docs/USAGE.md\n" +
+	"+# Usage\n" +
+	"+\n" +
+	"+    bash src/greet.sh Ada Grace\n" +
+	"*** End Patch\n"
+
 // demoSteps is the scripted session.
 func demoSteps() []demoStep {
 	steps := []demoStep{
@@ -75,6 +87,8 @@ func demoSteps() []demoStep {
 			input: in("path", "src/greet.sh")},
 		{title: "edit it", tool: "edit_file",
 			input: in("path", "src/greet.sh", "old_string", `echo "Hello, $1!"`, "new_string", `echo "Hello, $1, from the sandbox!"`)},
+		{title: "change two files in one patch (all or nothing)", tool: "apply_patch",
+			input: in("input", demoPatch)},
 		{title: "an edit whose old_string is not there (the model is told why)", tool: "edit_file", expect: expectError,
 			input: in("path", "src/greet.sh", "old_string", "Goodbye", "new_string", "Farewell")},
 		{title: "read a file that does not exist", tool: "read_file", expect: expectError,
@@ -87,6 +101,18 @@ func demoSteps() []demoStep {
 			input: in("command", "bash src/greet.sh Ada Grace")},
 		{title: "look around the sandbox", tool: "bash",
 			input: in("command", `echo "user: $(id -un) ($(id -u)), cwd: $PWD"; echo "/: $(ls / | tr '\n' ' ')"; ls /root 2>&1 | head -1; true`)},
+		{title: "reach a site the network policy does not name (the model reads why)", tool: "bash", expect: expectAny,
+			input: in("command", `python3 -c 'import urllib.request; urllib.request.urlopen("https://example.com", timeout=20)' 2>&1 | tail -n 1`),
+			after: func(st *demoState, res abi.Result) (string, error) {
+				if st.cli.cfg.Sandbox.Network != toolhost.NetworkEgress {
+					return "", nil
+				}
+				const want = "[egress refused 1 destination: example.com is not an allowed domain"
+				if !strings.Contains(resultText(res), want) {
+					return "", fmt.Errorf("the result does not end with the gateway's note %q", want)
+				}
+				return "", nil
+			}},
 		{title: "start a background process", tool: "bash",
 			input: in("command", `for i in $(seq 1 5); do echo "tick $i"; echo $i > ticks.txt; sleep 0.1; done; echo finished`, "background", true),
 			after: func(st *demoState, res abi.Result) (string, error) {
@@ -105,6 +131,10 @@ func demoSteps() []demoStep {
 				}
 				return obj{"command", "tail -n 20 " + p}
 			}},
+		{title: "the shell keeps its place: cd into src", tool: "bash",
+			input: in("command", "cd src && ls")},
+		{title: "the next call starts where the last ended", tool: "bash",
+			input: in("command", "pwd; bash greet.sh Linus; cd ..")},
 		{title: "a command that outlives its timeout", tool: "bash", expect: expectAny,
 			input: in("command", "echo started; sleep 30; echo never printed", "timeout", 1)},
 		{title: "a tool that does not exist", tool: "deploy", expect: expectError,

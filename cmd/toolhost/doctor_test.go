@@ -1,9 +1,12 @@
 package main
 
 import (
+	"net"
 	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
@@ -42,11 +45,14 @@ func TestDoctor(t *testing.T) {
 	requireBwrap(t)
 	requireBrowser(t)
 	t.Parallel()
-	r := runCLI(t, nil, "doctor")
+	// The gateway's resolver asks a DNS server of the test's own: nothing leaves the machine.
+	r := runCLI(t, []string{"TOOLHOST_SANDBOX_EGRESS_RESOLVER=" + localDNS(t)}, "doctor")
 	if r.code != 0 {
 		t.Fatalf("doctor on this machine:\n%s", r)
 	}
 	lines := doctorLines(t, r)
+	wantCheck(t, lines, "network", "ok", "egress through the gateway: preset registries, 16 destinations allowed, ports [80 443]")
+	wantCheck(t, lines, "network", "ok", "the resolver answers (registry.npmjs.org is 203.0.113.5)")
 	wantCheck(t, lines, "plugins", "ok", "4 loaded and compiled (bash ")
 	wantCheck(t, lines, "sandbox", "ok", "a sandbox started and ran a command as uid 1000")
 	wantCheck(t, lines, "python3", "ok", "Python 3.")
@@ -121,4 +127,38 @@ func TestDoctorE2B(t *testing.T) {
 		t.Fatalf("doctor against the fake E2B:\n%s", r)
 	}
 	wantCheck(t, doctorLines(t, r), "e2b", "ok", "the API key is accepted; 0 of the team's sandboxes run now")
+}
+
+// localDNS answers every A question with 203.0.113.5, on the test's loopback, until the
+// test ends; it returns its address.
+func localDNS(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() { // ends when the test closes pc
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var m dnsmessage.Message
+			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
+				continue
+			}
+			q := m.Questions[0]
+			resp := dnsmessage.Message{Header: dnsmessage.Header{ID: m.ID, Response: true, RecursionAvailable: true}, Questions: m.Questions}
+			if q.Type == dnsmessage.TypeA {
+				resp.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 1},
+					Body: &dnsmessage.AResource{A: [4]byte{203, 0, 113, 5}}}}
+			}
+			if b, err := resp.Pack(); err == nil {
+				pc.WriteTo(b, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -25,10 +26,40 @@ was found or what to do:
   lease     whether the store keeps project leases (conditional writes)
   e2b       whether E2B accepts the API key (only when sandbox.provider names e2b)
 The sandbox lines appear when sandbox.provider names local.`,
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		checks := toolhost.Doctor(ctx, c.cfg.Config, c.options()...)
+		if c.json() {
+			type check struct {
+				Name   string `json:"name"`
+				Status string `json:"status"` // ok, warn or fail
+				Needed bool   `json:"needed"`
+				Detail string `json:"detail"`
+			}
+			out := struct {
+				OK     bool    `json:"ok"`
+				Checks []check `json:"checks"`
+			}{OK: true, Checks: []check{}}
+			for _, ch := range checks {
+				st := "ok"
+				switch {
+				case !ch.OK && ch.Needed:
+					st, out.OK = "fail", false
+				case !ch.OK:
+					st = "warn"
+				}
+				out.Checks = append(out.Checks, check{ch.Name, st, ch.Needed, ch.Detail})
+			}
+			if err := writeJSON(c.stdout, out, true); err != nil {
+				return err
+			}
+			if !out.OK {
+				return errors.New("a needed check failed (see the JSON)")
+			}
+			return nil
+		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 		var failed []string
 		for _, ch := range checks {

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // TestLeaseTwoProcesses: while one toolhost process has a project open (a long call),
@@ -60,15 +60,8 @@ func leaseTwoProcesses(t *testing.T, env []string) {
 		holder.Process.Signal(os.Interrupt)
 		holder.Wait()
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the holder's command never started\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Eventually(func() bool { _, err := os.Stat(filepath.Join(ws, "started")); return err == nil }) {
+		t.Fatalf("the holder's command never started\n%s", stderr.String())
 	}
 	host, _ := os.Hostname()
 	r := runCLI(t, env, "call", "bash", `{"command":"echo second"}`, "--project", "shared")

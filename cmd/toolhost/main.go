@@ -27,6 +27,7 @@
 package main
 
 import (
+	stdcmp "cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,10 +72,23 @@ type command struct {
 	nargs   [2]int // min and max positional arguments
 	// noConfig commands run without loading the configuration.
 	noConfig bool
-	run      func(ctx context.Context, c *cli, args []string) error
+	// report: the command lists or reports, and takes --format text|json (json: one JSON
+	// document on stdout, for scripts).
+	report bool
+	run    func(ctx context.Context, c *cli, args []string) error
 }
 
 func (cmd *command) name() string { return strings.Join(cmd.words, " ") }
+
+// addFlags adds the command's own flags to fs (--format for a report).
+func (cmd *command) addFlags(fs *pflag.FlagSet) {
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	if cmd.report && fs.Lookup("format") == nil {
+		fs.String("format", "text", "output: text or json")
+	}
+}
 
 func (cmd *command) usage() string {
 	u := "toolhost " + cmd.name()
@@ -92,7 +107,13 @@ func commands() []*command {
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
 		mcpConfigCommand(), mcpCommand(), serveCommand(),
 		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),
-		doctorCommand()}
+		doctorCommand(), completionCommand()}
+}
+
+// json reports whether the command was asked for JSON (--format json).
+func (c *cli) json() bool {
+	f, _ := c.flags.GetString("format")
+	return f == "json"
 }
 
 // cli is what a command runs with.
@@ -118,6 +139,9 @@ func usagef(cmd *command, format string, args ...any) error {
 
 // run is main without the process: it returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "__complete" {
+		return runComplete(args[1:], stdout)
+	}
 	cmds := commands()
 
 	// First pass: a flag set that knows every flag of every command, only to tell flags
@@ -127,18 +151,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	all.Usage = func() {}
 	globalFlags(all)
 	for _, cmd := range cmds {
-		if cmd.flags != nil {
-			fs := pflag.NewFlagSet("", pflag.ContinueOnError)
-			cmd.flags(fs)
-			fs.VisitAll(func(f *pflag.Flag) {
-				if all.Lookup(f.Name) == nil {
-					all.AddFlag(f)
-				}
-			})
-		}
+		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+		cmd.addFlags(fs)
+		fs.VisitAll(func(f *pflag.Flag) {
+			if all.Lookup(f.Name) == nil {
+				all.AddFlag(f)
+			}
+		})
 	}
 	if err := all.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "toolhost: %v (see toolhost --help)\n", err)
+		fmt.Fprintf(stderr, "toolhost: %v%s (see toolhost --help)\n", err, flagHint(err, all))
 		return exitUsage
 	}
 	pos := all.Args()
@@ -161,6 +183,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			mainUsage(stdout, cmds)
 			return exitOK
 		}
+		if len(pos) == 2 && pos[1] == "flags" {
+			flagsUsage(stdout)
+			return exitOK
+		}
 		pos, wantHelp = pos[1:], true
 	}
 	cmd, err := findCommand(cmds, pos)
@@ -178,11 +204,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	globalFlags(fs)
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
+	cmd.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "toolhost %s: %v (see toolhost %s --help)\n", cmd.name(), err, cmd.name())
+		fmt.Fprintf(stderr, "toolhost %s: %v%s (see toolhost %s --help)\n", cmd.name(), err, flagHint(err, fs), cmd.name())
 		return exitUsage
 	}
 	if h, _ := fs.GetBool("help"); h || wantHelp {
@@ -200,6 +224,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, flags: fs}
+	if cmd.report {
+		if f, _ := fs.GetString("format"); f != "text" && f != "json" {
+			fmt.Fprintf(stderr, "toolhost %s: --format must be text or json, got %q (see toolhost %s --help)\n", cmd.name(), f, cmd.name())
+			return exitUsage
+		}
+	}
 	if !cmd.noConfig {
 		l, err := config.Load(config.Sources{Flags: fs})
 		if err != nil {
@@ -207,7 +237,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		c.cfg = l
-		c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l.Level()}))
+		c.log = slog.New(logHandler(stderr, l.LogFormat, l.Level()))
 		slog.SetDefault(c.log)
 		if l.File != "" {
 			c.log.Debug("config file", "path", l.File)
@@ -265,7 +295,23 @@ func findCommand(cmds []*command, pos []string) (*command, error) {
 	case len(family) == 1:
 		return nil, fmt.Errorf("unknown command %q (did you mean %q?)", strings.Join(pos[:2], " "), family[0])
 	case len(family) > 1:
+		var subs []string
+		for _, f := range family {
+			subs = append(subs, strings.TrimPrefix(f, pos[0]+" "))
+		}
+		if near := closest(pos[1], subs); len(near) > 0 {
+			return nil, fmt.Errorf("unknown command %q (did you mean %q?)", strings.Join(pos[:2], " "), pos[0]+" "+near[0])
+		}
 		return nil, fmt.Errorf("unknown command %q (%s commands: %s)", strings.Join(pos[:2], " "), pos[0], strings.Join(family, ", "))
+	}
+	var first []string
+	for _, cmd := range cmds {
+		if !slices.Contains(first, cmd.words[0]) {
+			first = append(first, cmd.words[0])
+		}
+	}
+	if near := closest(pos[0], first); len(near) > 0 {
+		return nil, fmt.Errorf("unknown command %q (did you mean %s?)", pos[0], quoteOr(near))
 	}
 	return nil, fmt.Errorf("unknown command %q (commands: %s)", pos[0], strings.Join(names, ", "))
 }
@@ -324,15 +370,23 @@ Commands:
 	tw.Flush()
 	fmt.Fprintf(w, `
 Flags may come before or after the arguments. "toolhost COMMAND --help" shows a
-command's flags.
+command's flags; "toolhost help flags" the global ones (every configuration key has
+one); "toolhost completion bash|zsh|fish" prints a shell completion script.
 
-Global flags:
-%s
 Configuration: defaults < YAML file (--config, $TOOLHOST_CONFIG, else
 ~/.config/toolhost/toolhost.yaml; never ./toolhost.yaml: a directory the CLI mounts as
 a workspace is the sandbox's to write) < TOOLHOST_ environment variables < flags.
 Every key is described in docs/CONFIG.md and toolhost.example.yaml.
-`, globalUsage())
+`)
+}
+
+// flagsUsage is toolhost help flags: the flags every command takes.
+func flagsUsage(w io.Writer) {
+	fmt.Fprintf(w, `Global flags, taken by every command: --help, --version, --config FILE, and one
+flag per configuration key (its variable is TOOLHOST_ and the key in upper case, dots
+as underscores; docs/CONFIG.md has them all).
+
+%s`, globalUsage())
 }
 
 func globalUsage() string {
@@ -346,14 +400,23 @@ func commandUsage(w io.Writer, cmd *command) {
 	if cmd.help != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.help))
 	}
-	if cmd.flags != nil {
-		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
-		cmd.flags(fs)
+	fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+	cmd.addFlags(fs)
+	if fs.HasFlags() {
 		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
 	}
 	if !cmd.noConfig {
-		fmt.Fprintf(w, "\nGlobal flags (configuration; see toolhost.example.yaml):\n%s", globalUsage())
+		fmt.Fprintf(w, "\nGlobal flags (--config FILE, --project ID, --log-level, and one per configuration key):\n  toolhost help flags\n")
 	}
+}
+
+// logHandler writes records at level and above to w as text or JSON lines.
+func logHandler(w io.Writer, format string, level slog.Level) slog.Handler {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return slog.NewTextHandler(w, opts)
 }
 
 // oneLine folds a message onto one line, for errors on stderr.
@@ -388,7 +451,20 @@ func versionCommand() *command {
 		help: `Prints the module version (v1.2.3 for go install ...@v1.2.3; a pseudo-version, or
 (devel), for a build from a clone), the VCS revision the binary was built from when the
 build recorded it, the plugin ABI version and the Go toolchain.`,
+		report: true,
 		run: func(_ context.Context, c *cli, _ []string) error {
+			if c.json() {
+				bi := toolhost.ReadBuildInfo()
+				return writeJSON(c.stdout, struct {
+					Version  string `json:"version"`
+					Revision string `json:"revision,omitempty"`
+					Modified bool   `json:"modified,omitempty"`
+					ABI      int    `json:"abi"`
+					Go       string `json:"go"`
+					OS       string `json:"os"`
+					Arch     string `json:"arch"`
+				}{stdcmp.Or(bi.Version, "(devel)"), bi.Revision, bi.Modified, abi.Version, bi.Go, runtime.GOOS, runtime.GOARCH}, true)
+			}
 			printVersion(c.stdout)
 			return nil
 		},

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -74,27 +72,6 @@ Example (.mcp.json or claude_desktop_config.json):
 	return cmd
 }
 
-// protocolStdout is where the MCP messages go: the process's stdout, which from then on
-// is only theirs. When c.stdout is the process's stdout, the stream moves to a duplicate
-// of file descriptor 1 (owned by the transport, which closes it) and descriptor 1 is
-// pointed at stderr until the process exits, so nothing else (a library, a child
-// process) can write into the protocol stream.
-func (c *cli) protocolStdout() (io.WriteCloser, error) {
-	if c.stdout != os.Stdout {
-		return nopWriteCloser{c.stdout}, nil
-	}
-	fd, err := syscall.Dup(1)
-	if err != nil {
-		return nil, fmt.Errorf("keeping stdout for the protocol: %w", err)
-	}
-	syscall.CloseOnExec(fd)
-	if err := syscall.Dup3(2, 1, 0); err != nil {
-		syscall.Close(fd)
-		return nil, fmt.Errorf("pointing stdout at stderr: %w", err)
-	}
-	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
-}
-
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
@@ -139,7 +116,7 @@ Example:
 		sc := c.cfg.Serve
 		var tokens []mcpserve.Token
 		for i, t := range sc.Tokens {
-			tokens = append(tokens, mcpserve.Token{Name: fmt.Sprintf("serve.tokens[%d]", i), Value: string(t.Token), Projects: t.Projects})
+			tokens = append(tokens, mcpserve.Token{Name: fmt.Sprintf("serve.tokens[%d]", i), Value: string(t.Token), Projects: t.Projects, Egress: t.Egress})
 		}
 		if sc.TokensFile != "" {
 			ft, err := mcpserve.ReadTokensFile(sc.TokensFile)
@@ -152,6 +129,9 @@ Example:
 			return usagef(cmd, "%v", err)
 		}
 		if err := mcpserve.CheckListen(sc.Listen, len(tokens)); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		if err := mcpserve.CheckNetwork(c.cfg.Sandbox.Network, len(tokens)); err != nil {
 			return usagef(cmd, "%v", err)
 		}
 		for project, dir := range sc.Workspaces {

@@ -164,8 +164,23 @@ audit:
 		t.Errorf("control characters reach the terminal:\n%q", r.stdout)
 	}
 	r = runCLI(t, env, "audit", file, "--plugin", "bash", "--cap", "sandbox_exec", "--format", "text", "--since", "1h")
-	if r.code != 0 || !strings.Contains(r.stdout, "sandbox_exec.run") || !strings.Contains(r.stdout, "bash -c ls") || strings.Contains(r.stdout, "editfile") {
+	if r.code != 0 || !strings.Contains(r.stdout, "sandbox_exec.run") || !strings.Contains(r.stdout, "bash -c ") || strings.Contains(r.stdout, "editfile") {
 		t.Errorf("bash's commands as a table:\n%s", r)
+	}
+	// The table cuts a long argv; the JSON keeps it whole: bash's wrapper, the command last.
+	r = runCLI(t, env, "audit", file, "--plugin", "bash", "--cap", "sandbox_exec")
+	ran := false
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var rec struct {
+			Op   string
+			Argv []string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Op == "run" && len(rec.Argv) > 0 && rec.Argv[len(rec.Argv)-1] == "ls" {
+			ran = true
+		}
+	}
+	if r.code != 0 || !ran {
+		t.Errorf("bash's commands as JSON: no run whose command is ls:\n%s", r)
 	}
 	if r := runCLI(t, env, "audit", "--since", "2999-01-01"); r.code != 0 || r.stdout != "" {
 		t.Errorf("nothing after 2999:\n%s", r)
@@ -204,6 +219,58 @@ func TestPolicyExample(t *testing.T) {
 		}
 		if b, err := os.ReadFile(audit); err != nil || !strings.Contains(string(b), `"decision":"deny"`) {
 			t.Errorf("%s: the audit %q, %v", c.config, b, err)
+		}
+	}
+}
+
+const egressCases = `cases:
+  - name: npm is in the default preset
+    egress: {dest: "registry.npmjs.org:443"}
+    expect:
+      egress: {decision: allow, rule: "allow registry.npmjs.org (preset registries)"}
+  - name: the metadata service stays out of reach
+    egress: {dest: "169.254.169.254:80"}
+    expect:
+      egress: {decision: deny, rule: "always refused: a cloud metadata service address"}
+  - name: loopback written in hex
+    egress: {dest: "0x7f.1:8750"}
+    expect:
+      egress: {decision: deny, rule: "always refused: loopback", reason: "(the address 127.0.0.1 written another way)"}
+  - name: a domain nobody allowed
+    egress: {dest: "example.com:443"}
+    expect:
+      egress: {decision: deny, rule: "no rule allows example.com", reason: "ask the operator to add it"}
+  - name: a session that keeps only PyPI
+    egress: {dest: "registry.npmjs.org:443", session: {allow: [pypi.org, files.pythonhosted.org]}}
+    expect:
+      egress: {decision: deny, rule: "no rule allows registry.npmjs.org"}
+  - name: claims ssh to github is open
+    egress: {dest: "github.com:22"}
+    expect:
+      egress: {decision: allow}
+`
+
+// Egress cases: the configuration's policy decides destinations, names by their rules
+// (nothing is resolved), addresses in any spelling; a wrong expectation fails.
+func TestPolicyTestEgress(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "egress.yaml")
+	os.WriteFile(file, []byte(egressCases), 0o644)
+	r := runCLI(t, nil, "policy", "test", file)
+	if r.code != 1 || !strings.Contains(r.stderr, "1 of 6 policy cases failed") {
+		t.Fatalf("want exit 1, one case failed:\n%s", r)
+	}
+	for _, want := range []string{
+		"ok   npm is in the default preset (no sandbox",
+		"ok   the metadata service stays out of reach",
+		"ok   loopback written in hex",
+		"ok   a domain nobody allowed",
+		"ok   a session that keeps only PyPI",
+		"FAIL claims ssh to github is open",
+		`github.com:22 was refused by "port not allowed: allow github.com (preset registries)"; want allow`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout does not say %q:\n%s", want, r)
 		}
 	}
 }

@@ -51,7 +51,22 @@ type policyCase struct {
 		Tool  string `key:"tool"`
 		Input any    `key:"input"`
 	} `key:"call"`
-	Expect caseExpect `key:"expect"`
+	// Egress, instead of a plugin and a call, asks the egress policy (sandbox.egress) about
+	// one destination.
+	Egress *egressCase `key:"egress"`
+	Expect caseExpect  `key:"expect"`
+}
+
+// egressCase is a destination to decide.
+type egressCase struct {
+	// Dest is "name:port" or "address:port", as a sandbox would ask for it.
+	Dest string `key:"dest"`
+	// Session narrows the policy as a session's (or a serve token's) egress would.
+	Session *toolhost.EgressPolicy `key:"session"`
+	// Resolve resolves the name through sandbox.egress.resolver and checks every address,
+	// as the gateway does at connect time; without it a name is decided by the rules
+	// that name it, and nothing leaves this machine.
+	Resolve bool `key:"resolve"`
 }
 
 type caseExpect struct {
@@ -66,6 +81,13 @@ type caseExpect struct {
 	// LoadError, when set, is part of the error the plugin must be refused with at load;
 	// then no call is made.
 	LoadError string `key:"load_error"`
+	// Egress is what an egress case must decide: allow or deny, and by which rule
+	// (a part of it).
+	Egress *struct {
+		Decision string `key:"decision"`
+		Rule     string `key:"rule"`
+		Reason   string `key:"reason"`
+	} `key:"egress"`
 }
 
 // callPattern selects host calls: every field given must match.
@@ -128,7 +150,14 @@ A host call pattern matches on cap, op (the host function: read, read_text, writ
 run, put...), path (workspace-relative), program (argv[0]), port and key; the fields
 left out match anything. expect.load_error instead says the plugin must be refused at
 load with an error containing it. A program that runs other programs (a shell above
-all) in a plugin's sandbox_exec.programs grants everything: the output says so.`,
+all) in a plugin's sandbox_exec.programs grants everything: the output says so.
+
+A case may instead ask the egress policy (sandbox.egress) about a destination:
+
+    - name: the metadata service stays out of reach
+      egress: {dest: "169.254.169.254:80"}   # session: {allow: [...]} narrows, resolve: true resolves
+      expect:
+        egress: {decision: deny, rule: "always refused"}`,
 		nargs: [2]int{1, 1},
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("run", "r", "", "only the cases whose name contains this")
@@ -149,7 +178,11 @@ all) in a plugin's sandbox_exec.programs grants everything: the output says so.`
 			ran++
 			sb := cmp(pc.Sandbox, cf.Sandbox, "memory")
 			start := time.Now()
-			problems, recs, err := runCase(ctx, c, pc, sb)
+			run := runCase
+			if pc.Egress != nil {
+				run, sb = runEgressCase, "no"
+			}
+			problems, recs, err := run(ctx, c, pc, sb)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -266,6 +299,14 @@ func readCaseFile(name string) (*caseFile, error) {
 		switch {
 		case pc.Name == "":
 			return nil, fmt.Errorf("%s: has no name", where)
+		case pc.Egress != nil:
+			if pc.Egress.Dest == "" || pc.Expect.Egress == nil || pc.Expect.Egress.Decision != "allow" && pc.Expect.Egress.Decision != "deny" {
+				return nil, fmt.Errorf("%s (%s): an egress case needs egress.dest and expect.egress.decision (allow or deny)", where, pc.Name)
+			}
+			if pc.Plugin.Path != "" || pc.Call.Tool != "" {
+				return nil, fmt.Errorf("%s (%s): an egress case has no plugin and no call", where, pc.Name)
+			}
+			continue
 		case pc.Plugin.Path == "":
 			return nil, fmt.Errorf("%s (%s): plugin.path is empty", where, pc.Name)
 		case pc.Call.Tool == "" && pc.Expect.LoadError == "":
@@ -296,6 +337,31 @@ func strictDuration(from, to reflect.Type, data any) (any, error) {
 		return d, nil
 	}
 	return nil, fmt.Errorf("a duration needs a unit: got %v (write e.g. \"%vs\")", data, data)
+}
+
+// runEgressCase decides an egress case's destination by the configuration's policy.
+func runEgressCase(ctx context.Context, c *cli, pc *policyCase, _ string) ([]string, []audit.Record, error) {
+	e := pc.Egress
+	d, err := toolhost.DecideEgress(ctx, c.cfg.Config, e.Dest, e.Session, e.Resolve, toolhost.WithLogger(c.quietLog()))
+	if err != nil {
+		return nil, nil, err
+	}
+	want := pc.Expect.Egress
+	got, verb := "deny", "refused"
+	if d.Allowed {
+		got, verb = "allow", "allowed"
+	}
+	var problems []string
+	if got != want.Decision {
+		problems = append(problems, fmt.Sprintf("%s was %s by %q; want %s", e.Dest, verb, d.Rule, want.Decision))
+	}
+	if want.Rule != "" && !strings.Contains(d.Rule, want.Rule) {
+		problems = append(problems, fmt.Sprintf("%s was decided by %q; want a rule containing %q", e.Dest, d.Rule, want.Rule))
+	}
+	if want.Reason != "" && !strings.Contains(d.Reason, want.Reason) {
+		problems = append(problems, fmt.Sprintf("%s: the model would read %q; want %q in it", e.Dest, d.Reason, want.Reason))
+	}
+	return problems, nil, nil
 }
 
 // runCase runs one case and returns what went against its expectations, with the host

@@ -32,7 +32,8 @@ host and project, whoever made them).`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.Bool("live", false, "also ask E2B how many of the team's sandboxes run now")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		live, _ := c.flags.GetBool("live")
@@ -48,6 +49,45 @@ host and project, whoever made them).`,
 		}
 		if !slices.Contains(toolhost.ProviderNamesOf(c.cfg.Sandbox.Provider), "e2b") {
 			fmt.Fprintf(c.stderr, "note: sandbox.provider is %q: this configuration creates no E2B sandboxes\n", c.cfg.Sandbox.Provider)
+		}
+		if c.json() {
+			type day struct {
+				Day        string  `json:"day"`
+				Project    string  `json:"project"`
+				Creations  int     `json:"creations"`
+				CPUMinutes float64 `json:"cpu_minutes"`
+			}
+			out := struct {
+				Month             string   `json:"month"`
+				Plan              string   `json:"plan"`
+				Creations         int      `json:"creations"`
+				CPUMinutes        float64  `json:"cpu_minutes"`
+				MonthlyCPUMinutes float64  `json:"monthly_cpu_minutes,omitempty"`
+				Running           int      `json:"running"`
+				MaxRunning        int      `json:"max_running"`
+				RecentCreations   int      `json:"recent_creations"`
+				RateWindowSeconds float64  `json:"rate_window_seconds"`
+				Days              []day    `json:"days"`
+				Warnings          []string `json:"warnings"`
+				UnreadableObjects int      `json:"unreadable_objects,omitempty"`
+				LiveRunning       *int     `json:"live_running,omitempty"`
+			}{Month: u.Month, Plan: u.Plan.Name, Creations: u.Creations, CPUMinutes: u.CPUMinutes,
+				MonthlyCPUMinutes: u.Plan.MonthlyCPUMinutes, Running: u.Running, MaxRunning: u.Plan.ConcurrentSandboxes,
+				RecentCreations: u.RecentCreations, RateWindowSeconds: u.RateWindow.Seconds(), Days: []day{},
+				Warnings: append([]string{}, u.Warnings...), UnreadableObjects: u.UnreadableObjects}
+			for _, d := range u.Days {
+				out.Days = append(out.Days, day{d.Day, d.Project, d.Creations, d.CPUMinutes})
+			}
+			if live {
+				lctx, cancel := context.WithTimeout(ctx, sec.RequestTimeout)
+				defer cancel()
+				n, err := e2b.RunningOf(lctx, sec)
+				if err != nil {
+					return fmt.Errorf("asking E2B how many sandboxes run: %w", err)
+				}
+				out.LiveRunning = &n
+			}
+			return writeJSON(c.stdout, out, true)
 		}
 		if err := u.WriteText(c.stdout); err != nil {
 			return err

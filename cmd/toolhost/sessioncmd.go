@@ -40,8 +40,20 @@ const daemonStartBound = 2 * time.Minute
 // the project (each session names its own), the log level and serve's own keys. Two
 // commands with the same digest may share the daemon's sessions.
 func configDigest(cfg toolhost.Config) string {
-	cfg.Project, cfg.LogLevel, cfg.Serve = "", "", toolhost.ServeConfig{}
-	b, err := json.Marshal(cfg)
+	// Every key by its name, the modules' (store.dir, e2b.*) as well as the root's: a
+	// module's section is not a field of Config that json.Marshal would see.
+	values := map[string]any{}
+	for _, k := range toolhost.ConfigKeys() {
+		if k.Name == "project" || k.Name == "log_level" || k.Name == "log_format" || strings.HasPrefix(k.Name, "serve.") {
+			continue
+		}
+		v, err := cfg.Get(k.Name)
+		if err != nil {
+			return ""
+		}
+		values[k.Name] = v
+	}
+	b, err := json.Marshal(values)
 	if err != nil {
 		return ""
 	}
@@ -57,7 +69,11 @@ func (c *cli) sessionClient() (*sessionapi.Client, string, error) {
 	}
 	sock := daemon.SocketPath(dir)
 	dial := func(ctx context.Context) (net.Conn, error) { return daemon.DialContext(ctx, sock) }
-	return sessionapi.NewClient(dial, configDigest(c.cfg.Config)), dir, nil
+	digest := ""
+	if c.cfg != nil {
+		digest = configDigest(c.cfg.Config)
+	}
+	return sessionapi.NewClient(dial, digest), dir, nil
 }
 
 // ensureDaemon returns a client of the session daemon, starting one when none answers.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -41,7 +42,8 @@ Example:
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("workspace", "w", "", "directory to save (default: the current directory)")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		ws, _ := c.flags.GetString("workspace")
@@ -61,6 +63,14 @@ Example:
 		if err != nil {
 			// It names the project, the store and the cause: print it as it is.
 			return err
+		}
+		if c.json() {
+			out := saveJSON{Key: info.Key, Bytes: info.Size, Unchanged: info.Unchanged, Files: stats.Files,
+				Pruned: append([]string{}, info.Pruned...), Skipped: info.Skipped, Skips: []skipJSON{}}
+			for _, sk := range info.Skips {
+				out.Skips = append(out.Skips, skipJSON{sk.Path, sk.Reason})
+			}
+			return writeJSON(c.stdout, out, true)
 		}
 		if info.Unchanged {
 			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this exact archive (%s; %s); nothing uploaded\n",
@@ -106,7 +116,8 @@ func snapshotListCommand() *command {
 		help: `Prints one line per snapshot of the project: its key, the UTC time the save
 started and its size, newest first. A project without snapshots prints nothing on
 stdout and says so on stderr (exit status 0).`,
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -117,6 +128,13 @@ stdout and says so on stderr (exit status 0).`,
 		infos, err := st.Snapshots(ctx, c.cfg.Project)
 		if err != nil {
 			return fmt.Errorf("listing the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
+		}
+		if c.json() {
+			out := snapshotsJSON{Project: c.cfg.Project, Snapshots: []snapshotJSON{}}
+			for _, in := range infos {
+				out.Snapshots = append(out.Snapshots, snapshotJSON{Key: in.Key, Time: in.Time.UTC(), Bytes: in.Size})
+			}
+			return writeJSON(c.stdout, out, true)
 		}
 		if len(infos) == 0 {
 			fmt.Fprintf(c.stderr, "project %s has no snapshots in %s\n", c.cfg.Project, st.Where())
@@ -155,7 +173,8 @@ Examples:
 			fs.StringP("workspace", "w", "", "directory to restore into (required)")
 			fs.String("key", "", "restore this snapshot (a key from snapshot list), not the newest good one")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		ws, _ := c.flags.GetString("workspace")
@@ -191,6 +210,14 @@ Examples:
 		if err != nil {
 			return fmt.Errorf("restoring project %s from %s into %s: %w", project, st.Where(), abs, errNoSnapshot(project, err))
 		}
+		if c.json() {
+			out := restoreJSON{Key: info.Key, Time: info.Time.UTC(), Workspace: abs, Files: stats.Files, Dirs: stats.Dirs,
+				Bytes: stats.Bytes, MovedAside: stats.Backup, Skipped: []skipJSON{}}
+			for _, r := range info.Refused {
+				out.Skipped = append(out.Skipped, skipJSON{r.Key, r.Reason})
+			}
+			return writeJSON(c.stdout, out, true)
+		}
 		fmt.Fprintf(c.stdout, "restored %s (saved %s UTC) into %s: %s, %s, %s, in %s\n",
 			info.Key, info.Time.UTC().Format(timeLayout), abs, count(stats.Files, "file", "files"),
 			count(stats.Dirs, "dir", "dirs"), humanBytes(stats.Bytes), ms(stats.Duration))
@@ -213,7 +240,8 @@ names no stored snapshot fails (exit 1).
 
 Example:
   toolhost snapshot delete --project shop projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz`,
-		nargs: [2]int{1, 1},
+		nargs:  [2]int{1, 1},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, args []string) error {
 		key := args[0]
@@ -228,6 +256,11 @@ Example:
 			return usagef(cmd, "%v", err)
 		case err != nil:
 			return fmt.Errorf("deleting from %s: %w", st.Where(), err)
+		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Deleted []string `json:"deleted"`
+			}{[]string{key}}, true)
 		}
 		fmt.Fprintf(c.stdout, "deleted %s\n", key)
 		return nil
@@ -249,7 +282,8 @@ Example:
 		flags: func(fs *pflag.FlagSet) {
 			fs.Int("keep", 0, "how many of the newest snapshots to keep (required, at least 1)")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		if f := c.flags.Lookup("keep"); f == nil || !f.Changed {
@@ -267,6 +301,12 @@ Example:
 			return usagef(cmd, "--keep: %v", err)
 		case err != nil:
 			return fmt.Errorf("pruning the snapshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
+		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Deleted []string `json:"deleted"`
+				Kept    int      `json:"kept"`
+			}{append([]string{}, pruned...), keep}, true)
 		}
 		for _, k := range pruned {
 			fmt.Fprintf(c.stdout, "deleted %s\n", k)
@@ -290,7 +330,8 @@ else the file of the directory store).`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("kind", "", "only this kind: agent or auto (default both)")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		kind, _ := c.flags.GetString("kind")
@@ -306,6 +347,24 @@ else the file of the directory store).`,
 		shots, err := st.Screenshots(ctx, c.cfg.Project, kind)
 		if err != nil {
 			return fmt.Errorf("listing the screenshots of project %s in %s: %w", c.cfg.Project, st.Where(), err)
+		}
+		if c.json() {
+			type shot struct {
+				Key      string    `json:"key"`
+				Time     time.Time `json:"time"`
+				Kind     string    `json:"kind"`
+				Viewport string    `json:"viewport"`
+				Bytes    int64     `json:"bytes"`
+				URL      string    `json:"url"`
+			}
+			out := struct {
+				Project     string `json:"project"`
+				Screenshots []shot `json:"screenshots"`
+			}{c.cfg.Project, []shot{}}
+			for _, s := range shots {
+				out.Screenshots = append(out.Screenshots, shot{s.Key, s.Time.UTC(), s.Kind, s.Viewport, s.Size, s.URL})
+			}
+			return writeJSON(c.stdout, out, true)
 		}
 		if len(shots) == 0 {
 			fmt.Fprintf(c.stderr, "project %s has no stored screenshots in %s\n", c.cfg.Project, st.Where())
@@ -336,3 +395,39 @@ func viewportLabel(name string) string {
 	}
 	return name
 }
+
+// The JSON of the snapshot commands (--format json).
+type (
+	snapshotsJSON struct {
+		Project   string         `json:"project"`
+		Snapshots []snapshotJSON `json:"snapshots"`
+	}
+	snapshotJSON struct {
+		Key   string    `json:"key"`
+		Time  time.Time `json:"time"`
+		Bytes int64     `json:"bytes"`
+	}
+	saveJSON struct {
+		Key       string     `json:"key"`
+		Bytes     int64      `json:"bytes"`
+		Unchanged bool       `json:"unchanged"`
+		Files     int        `json:"files"`
+		Pruned    []string   `json:"pruned"`
+		Skipped   int        `json:"skipped"`
+		Skips     []skipJSON `json:"skips"`
+	}
+	restoreJSON struct {
+		Key        string     `json:"key"`
+		Time       time.Time  `json:"time"`
+		Workspace  string     `json:"workspace"`
+		Files      int        `json:"files"`
+		Dirs       int        `json:"dirs"`
+		Bytes      int64      `json:"bytes"`
+		MovedAside string     `json:"moved_aside,omitempty"`
+		Skipped    []skipJSON `json:"skipped"`
+	}
+	skipJSON struct {
+		What   string `json:"what"`
+		Reason string `json:"reason"`
+	}
+)

@@ -343,6 +343,11 @@ func (x *extractor) checkParents(entry, name string) error {
 	if err := x.checkParents(entry, dir); err != nil {
 		return err
 	}
+	if x.taken[dir] {
+		// A file or link of this archive holds the name; a file may still be queued for
+		// a writer and not on disk yet, so the disk alone cannot say.
+		return fmt.Errorf("entry %q: %s is not a directory (a link or file), refusing to write below it: %w", entry, dir, ErrUnsafe)
+	}
 	fi, err := x.root.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -402,6 +407,9 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		if err := x.checkParents(hdr.Name, name); err != nil {
 			return err
+		}
+		if x.taken[name] { // a file of this archive, perhaps still queued for a writer
+			return fmt.Errorf("entry %q: a link or file of that name exists: %w", hdr.Name, ErrUnsafe)
 		}
 		if !x.realDirs[name] {
 			fi, err := x.root.Lstat(name)

@@ -1,6 +1,7 @@
-// Package builtins holds the built-in plugins (bash, editfile, grepglob, screenshot) as
-// WebAssembly modules embedded in every program that imports it, so the toolhost CLI and
-// library users have them with no file next to the binary and no build step.
+// Package builtins holds the built-in plugins (bash, editfile, grepglob, screenshot, and
+// the opt-in webfetch) as WebAssembly modules embedded in every program that imports it,
+// so the toolhost CLI and library users have them with no file next to the binary and no
+// build step.
 //
 // The sources are the directories of plugins/ (plugins/bash, ...); the modules are internal/builtins/wasm,
 // committed, because go:embed takes files from the source tree. `make plugins` (which runs
@@ -34,6 +35,8 @@ var (
 	screenshotWasm []byte
 	//go:embed wasm/seeds.json
 	seedsJSON []byte
+	//go:embed wasm/webfetch.wasm
+	webfetchWasm []byte
 )
 
 // SeedsFile is the file in wasm/ that holds the built-ins' seeds: for each module, what the
@@ -51,24 +54,30 @@ type Builtin struct {
 	File string
 	// Grants are the capabilities it needs.
 	Grants []abi.Capability
+	// OptIn: not among the default plugins; a configuration that wants it lists it.
+	// webfetch is: it reaches the web from the host, which the operator decides.
+	OptIn bool
 }
 
 var builtins = []Builtin{
-	{"bash", "bash.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapLog}},
+	{"bash", "bash.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapLog}, false},
 	// editfile runs poppler (pdfinfo, pdftotext, pdftoppm) in the sandbox to read PDFs.
-	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog}},
-	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
-	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}},
+	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog}, false},
+	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}, false},
+	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}, false},
+	// webfetch reaches the web through the host's egress gateway, within its web scope.
+	{"webfetch", "webfetch.wasm", []abi.Capability{abi.CapWeb, abi.CapLog}, true},
 }
 
 // wasm maps a built-in's File to its module.
 var wasm = map[string][]byte{
 	"bash.wasm": bashWasm, "editfile.wasm": editfileWasm,
 	"grepglob.wasm": grepglobWasm, "screenshot.wasm": screenshotWasm,
+	"webfetch.wasm": webfetchWasm,
 }
 
 // Builtins lists the built-in plugins in their load order (bash, editfile, grepglob,
-// screenshot).
+// screenshot, webfetch); the default configuration loads those that are not OptIn.
 func Builtins() []Builtin {
 	out := slices.Clone(builtins)
 	for i := range out {

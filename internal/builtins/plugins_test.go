@@ -78,16 +78,22 @@ func TestEmbeddedModulesAreCurrent(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	var files []string
+	var files, optIn []string
 	for _, b := range builtins.Builtins() {
 		files = append(files, b.File)
+		if b.OptIn {
+			optIn = append(optIn, b.File)
+		}
 		wasm, err := builtins.Wasm(b.File)
 		if err != nil || !bytes.HasPrefix(wasm, []byte("\x00asm")) {
 			t.Errorf("Wasm(%s): %d bytes, %v; want a module", b.File, len(wasm), err)
 		}
 	}
-	if !slices.Equal(files, []string{"bash.wasm", "editfile.wasm", "grepglob.wasm", "screenshot.wasm"}) {
+	if !slices.Equal(files, []string{"bash.wasm", "editfile.wasm", "grepglob.wasm", "screenshot.wasm", "webfetch.wasm"}) {
 		t.Errorf("built-ins %v", files)
+	}
+	if !slices.Equal(optIn, []string{"webfetch.wasm"}) {
+		t.Errorf("opt-in built-ins %v, want webfetch.wasm only (it reaches the web)", optIn)
 	}
 	if _, err := builtins.Wasm("manifest.json"); err == nil {
 		t.Error("Wasm serves a file that is not a built-in module")

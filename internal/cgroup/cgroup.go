@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package cgroup gives every sandbox of the local provider a control group of its own:
 // limits on memory (tmpfs pages included, as the kernel charges them to the group), on
 // processes and threads, and on CPU time, a count of what the limits refused, and a kill

@@ -1,3 +1,5 @@
+//go:build linux
+
 package cgroup
 
 import (
@@ -317,20 +319,15 @@ sh -c 'sleep 60 & exit 0'
 echo ready
 wait`
 	cmd, out := start(t, g, "sh", "-c", script)
-	deadline := time.Now().Add(10 * time.Second)
 	var procs []int
-	for {
+	if !testenv.Eventually(func() bool {
 		var err error
 		if procs, err = g.Procs(); err != nil {
 			t.Fatal(err)
 		}
-		if len(procs) >= 12 && strings.Contains(out.String(), "ready") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d processes started: %q", len(procs), out)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(procs) >= 12 && strings.Contains(out.String(), "ready")
+	}) {
+		t.Fatalf("only %d processes started: %q", len(procs), out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

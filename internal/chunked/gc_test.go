@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,7 +110,11 @@ func TestCollectRacingSavers(t *testing.T) {
 		}
 		procs, outs = append(procs, cmd), append(outs, out)
 	}
-	r, err := chunked.New(chunked.Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, TempDir: t.TempDir()})
+	// The collector's clock is the wall clock until the savers are done; then it jumps a
+	// grace period per round instead of the test sleeping through one.
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	r, err := chunked.New(chunked.Config{Store: st, Grace: time.Second, MaxSaveAge: 300 * time.Millisecond, TempDir: t.TempDir(), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,9 +135,10 @@ func TestCollectRacingSavers(t *testing.T) {
 		}
 		t.Logf("%s", strings.TrimSpace(outs[i].String()))
 	}
-	// Two more rounds a grace period apart, with no saver left: everything unreferenced goes.
+	// Two more rounds a grace period apart (by the collector's clock), with no saver left:
+	// everything unreferenced goes.
 	for range 2 {
-		time.Sleep(1100 * time.Millisecond)
+		skew.Add(int64(1100 * time.Millisecond))
 		cs, err := r.Collect(ctx)
 		if err != nil {
 			t.Fatal(err)

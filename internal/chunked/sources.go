@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/klauspost/pgzip"
-	"golang.org/x/sys/unix"
 
 	"github.com/toolhost/toolhost/internal/tree"
 )
@@ -70,11 +69,11 @@ func (d DirSource) Read(ctx context.Context, paths []string, fn func(tree.Entry,
 
 // Root describes the directory itself (its mode and modification time).
 func (d DirSource) Root() (uint32, int64) {
-	var s unix.Stat_t
-	if err := unix.Stat(d.Dir, &s); err != nil {
+	fi, err := os.Stat(d.Dir)
+	if err != nil {
 		return 0o755, 0
 	}
-	return s.Mode & 0o777, s.Mtim.Nano()
+	return uint32(fi.Mode().Perm()), fi.ModTime().UnixNano()
 }
 
 // TarSource is a gzip-compressed tar stream as a Streamer: what a sandbox without an

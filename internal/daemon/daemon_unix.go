@@ -142,6 +142,7 @@ func Start(exe string, args, env []string, dir, logPath string) (*exec.Cmd, erro
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.WaitDelay = time.Second // its output is a file; a waiter is never held by a pipe
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the session daemon: %w", err)
 	}

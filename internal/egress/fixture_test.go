@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/internal/egress"
+	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testnet"
 )
 
@@ -62,18 +64,18 @@ func (r *recorder) all() []egress.Record {
 // written when a connection ends, which may be just after the client saw its answer.
 func (r *recorder) find(t testing.TB, what string, match func(egress.Record) bool) egress.Record {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, rec := range r.all() {
-			if match(rec) {
-				return rec
-			}
+	var found egress.Record
+	if !testenv.Eventually(func() bool {
+		recs := r.all()
+		i := slices.IndexFunc(recs, match)
+		if i >= 0 {
+			found = recs[i]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no audit record of %s; records: %+v", what, r.all())
-		}
-		time.Sleep(5 * time.Millisecond)
+		return i >= 0
+	}) {
+		t.Fatalf("no audit record of %s; records: %+v", what, r.all())
 	}
+	return found
 }
 
 // bad are the destinations no sandbox may reach, each with something listening, so a
@@ -126,6 +128,10 @@ func newFixture(t testing.TB, spec egress.Spec, opts ...fixtureOpt) *fixture {
 			}
 			size -= k
 		}
+	})
+	reg.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", r.URL.Query().Get("to"))
+		w.WriteHeader(http.StatusFound)
 	})
 	reg.HandleFunc("/quiet", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)

@@ -122,6 +122,25 @@ func New(cfg Config) *Gateway {
 	return g
 }
 
+// Decide decides a destination by the policy alone, resolving nothing: an address is
+// checked as written, a name by the rules that name it (the addresses it resolves to are
+// checked by the gateway at connect time). hostport is "name:port" or "address:port".
+func Decide(p *Policy, hostport string) Verdict {
+	hs, port, err := splitHostPort(hostport, 0)
+	if err != nil {
+		return Verdict{Rule: "malformed destination", Reason: "egress: " + err.Error(), Status: 400}
+	}
+	h, err := parseHost(hs)
+	if err != nil {
+		return refuse("not a name", fmt.Sprintf("%q is %v", hs, err))
+	}
+	pd := p.checkHost(h, port)
+	if pd.decided || !h.isAddr() {
+		return pd.v
+	}
+	return p.checkAddrs(h, port, pd, []netip.Addr{h.addr}, nil)
+}
+
 // Check resolves and decides a destination without connecting: `toolhost policy test`
 // and the doctor ask it. hostport is "name:port" (or an address); the verdict names the
 // rule that decided.
@@ -143,6 +162,18 @@ func (g *Gateway) Check(ctx context.Context, p *Policy, hostport string) (Verdic
 		return v, nil
 	}
 	return p.checkAddrs(h, port, pd, addrs, g.own.has), addrs
+}
+
+// Lookup resolves a name with the gateway's resolver (the doctor's health check).
+func (g *Gateway) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	h, err := parseHost(name)
+	if err != nil {
+		return nil, err
+	}
+	if h.isAddr() {
+		return []netip.Addr{h.addr}, nil
+	}
+	return g.resolver.LookupNetIP(ctx, h.name)
 }
 
 // resolve returns a host's addresses: the literal, or what the resolver says.
@@ -179,8 +210,9 @@ type Injection struct {
 
 // ClientConfig configures the gateway's side of one sandbox.
 type ClientConfig struct {
-	// Sandbox names the sandbox in audit records and logs.
+	// Sandbox names the sandbox in audit records and logs; Project its project.
 	Sandbox string
+	Project string
 	// Policy decides its destinations (Client.SetPolicy changes it at run time).
 	Policy *Policy
 	// Budget bounds the bytes it sends and receives; shared by the sandboxes of one
@@ -193,12 +225,13 @@ type ClientConfig struct {
 
 // Client is the gateway's side of one sandbox: its policy, its bounds, its connections.
 type Client struct {
-	g      *Gateway
-	id     string
-	policy atomic.Pointer[Policy]
-	budget *Budget
-	limits Limits
-	inject *injector // nil without injections
+	g       *Gateway
+	id      string
+	project string
+	policy  atomic.Pointer[Policy]
+	budget  *Budget
+	limits  Limits
+	inject  *injector // nil without injections
 
 	transport *http.Transport // upstream for plain HTTP and injected HTTPS
 
@@ -227,7 +260,7 @@ func (g *Gateway) NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Limits.IdleTimeout = DefaultIdleTimeout
 	}
 	c := &Client{
-		g: g, id: cfg.Sandbox, budget: cfg.Budget, limits: cfg.Limits,
+		g: g, id: cfg.Sandbox, project: cfg.Project, budget: cfg.Budget, limits: cfg.Limits,
 		slots: make(chan struct{}, cfg.Limits.MaxConns),
 		conns: map[net.Conn]struct{}{},
 	}
@@ -434,6 +467,7 @@ func humanBytes(n int64) string {
 type Record struct {
 	Time    time.Time `json:"time"` // when it ended
 	Sandbox string    `json:"sandbox"`
+	Project string    `json:"project,omitempty"`
 	Command string    `json:"command,omitempty"`
 	// Proto is how the sandbox asked: "http" (a forward request), "connect", "socks5".
 	Proto string `json:"proto"`
@@ -464,6 +498,7 @@ const (
 )
 
 func (c *Client) audit(r *Record) {
+	r.Project = c.project
 	if r.Decision == Deny {
 		c.denied.Add(1)
 	} else {
@@ -506,9 +541,21 @@ func (s *session) serve() {
 	switch first[0] {
 	case socks5Version:
 		s.socks()
+	case socks4Version:
+		s.refuseSOCKS4()
 	default:
 		s.http()
 	}
+}
+
+// refuseSOCKS4 answers a SOCKS4 request at once with SOCKS4's "rejected": it carries no
+// name (4a's name is optional), so it is not a protocol the policy can be applied to.
+func (s *session) refuseSOCKS4() {
+	reason := "egress: SOCKS4 is not supported; use SOCKS5 with names (socks5h://) or HTTP CONNECT"
+	r := &Record{Time: time.Now(), Sandbox: s.c.id, Command: s.info.Command, Proto: "socks4", Decision: Deny, Rule: "SOCKS4 not supported", Reason: reason}
+	s.c.refused.add(s.info.Command, "a SOCKS4 request", reason)
+	s.c.audit(r)
+	_, _ = s.m.ctl().Write([]byte{0, socks4Rejected, 0, 0, 0, 0, 0, 0})
 }
 
 // refuseEarly answers a connection over the limit, in the protocol it started.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/proxy"
 
 	"github.com/toolhost/toolhost/internal/egress"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 var testSpec = egress.Spec{
@@ -407,17 +408,12 @@ func TestMaxConns(t *testing.T) {
 		c.Close()
 	}
 	// Slots come back (a hang bound: the gateway notices the close).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		line, conn, _ := f.connect("many", "registry.test:80")
+	if !testenv.Eventually(func() bool {
+		line, conn, _ = f.connect("many", "registry.test:80")
 		conn.Close()
-		if line == "HTTP/1.1 200 Connection established" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no slot came back: %q", line)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return line == "HTTP/1.1 200 Connection established"
+	}) {
+		t.Fatalf("no slot came back: %q", line)
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Presets name lists of destinations. Their exact contents are README's table; keep the
-// two in step (TestPresetsInREADME).
+// Presets name lists of destinations. Their exact contents are docs/NETWORK.md's table;
+// keep the two in step (TestPresetsInDocs).
 const (
 	// PresetRegistries: the package registries a coding agent needs, the default.
 	PresetRegistries = "registries"
@@ -67,6 +67,7 @@ var DefaultPorts = []int{80, 443}
 //	                       not example.com itself and never evil-example.com
 //	*                      every name (addresses still checked; Allow only)
 //	example.com:8443       the name on that port only (also *.example.com:8443)
+//	example.com:*          the name on every port
 //	203.0.113.0/24         addresses in the CIDR, written as an IP literal or reached by
 //	                       name; 203.0.113.7 and [2001:db8::7] are single addresses
 //	203.0.113.0/24:5432    the CIDR on that port only (2001:db8::/32:443 for IPv6)
@@ -102,7 +103,27 @@ type rule struct {
 	name   string // the exact name, or the suffix after "*." of a wildcard
 	wild   bool
 	prefix netip.Prefix // a CIDR entry
-	port   int          // 0: the policy's ports (Allow) or every port (Deny)
+	port   int          // 0: the policy's ports (Allow) or every port (Deny); anyPort: every port
+}
+
+// anyPort is the port of an entry written with ":*".
+const anyPort = -1
+
+// allowsPort: an allow rule of layer l covers port.
+func (r rule) allowsPort(l *Policy, port int) bool {
+	return r.port == anyPort || r.port == port || r.port == 0 && l.portOK(port)
+}
+
+// deniesPort: a deny rule covers port.
+func (r rule) deniesPort(port int) bool {
+	return r.port == 0 || r.port == anyPort || r.port == port
+}
+
+func portText(p int) string {
+	if p == anyPort {
+		return "*"
+	}
+	return strconv.Itoa(p)
 }
 
 func (r rule) isCIDR() bool { return r.prefix.IsValid() }
@@ -215,13 +236,15 @@ func parseRule(e, source string) (rule, error) {
 			}
 		}
 		r.text = r.prefix.String()
-		if r.port > 0 {
-			r.text += ":" + strconv.Itoa(r.port)
+		if r.port != 0 {
+			r.text += ":" + portText(r.port)
 		}
 		return r, nil
 	}
 	hostText, port := s, 0
-	if h, p, err := splitHostPort(s, -1); err == nil {
+	if t, ok := strings.CutSuffix(s, ":*"); ok {
+		hostText, port = t, anyPort
+	} else if h, p, err := splitHostPort(s, -1); err == nil {
 		hostText = h
 		if p > 0 {
 			port = p
@@ -251,13 +274,16 @@ func parseRule(e, source string) (rule, error) {
 			r.text = "*." + h.name
 		}
 	}
-	if r.port > 0 {
-		r.text += ":" + strconv.Itoa(r.port)
+	if r.port != 0 {
+		r.text += ":" + portText(r.port)
 	}
 	return r, nil
 }
 
 func parsePortText(s string) (int, error) {
+	if s == "*" {
+		return anyPort, nil
+	}
 	p, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || p == 0 {
 		return 0, fmt.Errorf("bad port %q", s)
@@ -311,6 +337,39 @@ func ruleTexts(rs []rule) []string {
 		out = append(out, r.text)
 	}
 	return out
+}
+
+// Entry is one compiled entry of a policy, for a provider that enforces a policy itself
+// (E2B compiles these to its own rules).
+type Entry struct {
+	Text   string       // canonical: "registry.npmjs.org", "*.example.com", "10.0.0.0/8:5432"
+	Source string       // "allow", "deny", "preset registries"
+	Name   string       // the name, or a wildcard's suffix; "" for a CIDR or "*"
+	Wild   bool         // *.Name
+	Any    bool         // "*": every name
+	Prefix netip.Prefix // a CIDR (single addresses are /32 and /128)
+	// Port is the entry's own port, 0 when it takes the policy's ports (allow) or every
+	// port (deny), AnyPort for ":*".
+	Port int
+}
+
+// AnyPort is Entry.Port of an entry written with ":*".
+const AnyPort = anyPort
+
+// Entries returns the allow and deny entries of the policy (the host's: a narrowing's own
+// layer is not in them; E2B gets the narrowed Spec compiled on its own).
+func (p *Policy) Entries() (allow, deny []Entry) {
+	for p.parent != nil {
+		p = p.parent
+	}
+	conv := func(rs []rule) []Entry {
+		out := make([]Entry, 0, len(rs))
+		for _, r := range rs {
+			out = append(out, Entry{Text: r.text, Source: r.source, Name: r.name, Wild: r.wild, Any: r.any, Prefix: r.prefix, Port: r.port})
+		}
+		return out
+	}
+	return conv(p.allow), conv(p.deny)
 }
 
 // layers lists the root (the host's policy) first.
@@ -373,7 +432,7 @@ func (p *Policy) checkHost(h host, port int) pending {
 // literal, left to the CIDR rules (false, with an empty Verdict).
 func (l *Policy) checkHostLayer(h host, port int) (Verdict, bool) {
 	for _, r := range l.deny {
-		if (r.port == 0 || r.port == port) && (h.isAddr() && r.isCIDR() && r.prefix.Contains(h.addr) || !h.isAddr() && r.matchName(h.name)) {
+		if r.deniesPort(port) && (h.isAddr() && r.isCIDR() && r.prefix.Contains(h.addr) || !h.isAddr() && r.matchName(h.name)) {
 			return refuse(r.describe("deny"), fmt.Sprintf("%s is refused by the rule %q", dest(h, port), r.text)), false
 		}
 	}
@@ -391,7 +450,7 @@ func (l *Policy) checkHostLayer(h host, port int) (Verdict, bool) {
 		if !r.matchName(h.name) {
 			continue
 		}
-		if r.port == port || r.port == 0 && l.portOK(port) {
+		if r.allowsPort(l, port) {
 			return Verdict{Allowed: true, Rule: r.describe("allow")}, true
 		}
 		portMiss = &r
@@ -422,8 +481,8 @@ func (l *Policy) cidrTexts() []string {
 }
 
 func (l *Policy) portsOf(r rule) string {
-	if r.port > 0 {
-		return strconv.Itoa(r.port)
+	if r.port != 0 {
+		return portText(r.port)
 	}
 	return intList(l.ports)
 }
@@ -463,7 +522,7 @@ func (p *Policy) checkAddrs(h host, port int, pd pending, addrs []netip.Addr, ow
 		}
 		for i, l := range ls {
 			for _, r := range l.deny {
-				if r.isCIDR() && r.prefix.Contains(a) && (r.port == 0 || r.port == port) {
+				if r.isCIDR() && r.prefix.Contains(a) && r.deniesPort(port) {
 					return refuse(r.describe("deny"), fmt.Sprintf("%s is refused by the rule %q", destAddr(h, a, port), r.text))
 				}
 			}
@@ -493,7 +552,7 @@ func (p *Policy) checkAddrs(h host, port int, pd pending, addrs []netip.Addr, ow
 // cidrAllowing finds an allow CIDR of this layer that covers a on port.
 func (l *Policy) cidrAllowing(a netip.Addr, port int) (rule, bool) {
 	for _, r := range l.allow {
-		if r.isCIDR() && r.prefix.Contains(a) && (r.port == port || r.port == 0 && l.portOK(port)) {
+		if r.isCIDR() && r.prefix.Contains(a) && r.allowsPort(l, port) {
 			return r, true
 		}
 	}
@@ -506,7 +565,7 @@ func (l *Policy) cidrAllowing(a netip.Addr, port int) (rule, bool) {
 func (p *Policy) privateAllowed(a netip.Addr, port int) bool {
 	root := p.layers()[0]
 	for _, r := range root.allow {
-		if !r.isCIDR() || !r.prefix.Contains(a) || !(r.port == port || r.port == 0 && root.portOK(port)) {
+		if !r.isCIDR() || !r.prefix.Contains(a) || !r.allowsPort(root, port) {
 			continue
 		}
 		if classify(r.prefix.Addr()).private() && classify(lastAddr(r.prefix)).private() && sameRange(r.prefix) {

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -397,5 +399,75 @@ func TestBudget(t *testing.T) {
 	var unlimited *Budget
 	if unlimited.take(1<<40) != 1<<40 || unlimited.left() != -1 {
 		t.Fatal("a nil budget limits")
+	}
+}
+
+func TestAnyPortEntry(t *testing.T) {
+	p := mustCompile(t, Spec{Allow: []string{"git.example.test:*", "198.51.100.0/24:*"}, Deny: []string{"git.example.test:25"}})
+	dns := map[string][]string{"git.example.test": {"203.0.113.9"}}
+	for _, c := range []struct {
+		dest    string
+		allowed bool
+	}{
+		{"git.example.test:22", true}, {"git.example.test:443", true}, {"git.example.test:25", false},
+		{"198.51.100.9:5432", true}, {"198.51.100.9:80", true},
+	} {
+		if v := decideWith(p, c.dest, dns); v.Allowed != c.allowed {
+			t.Errorf("%s: %+v", c.dest, v)
+		}
+	}
+	allow, deny := p.Entries()
+	if len(allow) != 2 || allow[0].Port != AnyPort || allow[0].Text != "git.example.test:*" || allow[1].Text != "198.51.100.0/24:*" || len(deny) != 1 || deny[0].Port != 25 {
+		t.Errorf("Entries: %+v %+v", allow, deny)
+	}
+}
+
+// docs/NETWORK.md's presets table is the presets, row for row.
+func TestPresetsInDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/NETWORK.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			continue
+		}
+		preset := strings.TrimSpace(cells[1])
+		if _, ok := presets[preset]; !ok {
+			continue
+		}
+		got[preset] = append(got[preset], strings.Trim(strings.TrimSpace(cells[2]), "`"))
+	}
+	for name, want := range presets {
+		if len(want) == 0 {
+			continue
+		}
+		if !slices.Equal(got[name], want) {
+			t.Errorf("docs/NETWORK.md lists preset %s as\n%v\nthe code has\n%v", name, got[name], want)
+		}
+	}
+	// README's Network section has the default preset's table, one row per ecosystem.
+	b, err = os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Network\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	var readme []string
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(line, "|")
+		if !ok || len(cells) < 4 {
+			continue
+		}
+		for _, f := range strings.Fields(cells[2]) {
+			if strings.HasPrefix(f, "`") {
+				readme = append(readme, strings.Trim(f, "`"))
+			}
+		}
+	}
+	if !slices.Equal(readme, presets[PresetRegistries]) {
+		t.Errorf("README.md's Network section lists the registries preset as\n%v\nthe code has\n%v", readme, presets[PresetRegistries])
 	}
 }

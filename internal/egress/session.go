@@ -9,7 +9,9 @@ import (
 
 // SessionConfig is what the sandboxes of one session share at the gateway.
 type SessionConfig struct {
-	Policy *Policy
+	// Project names the session's project in the audit.
+	Project string
+	Policy  *Policy
 	// Budget is the session's bytes (sandbox.egress.max_bytes); nil is unlimited.
 	Budget *Budget
 	Limits Limits
@@ -39,7 +41,7 @@ func (s *Session) Open(id string) (sandbox.EgressDoor, error) {
 	s.mu.Lock()
 	p := s.cfg.Policy
 	s.mu.Unlock()
-	c, err := s.g.NewClient(ClientConfig{Sandbox: id, Policy: p, Budget: s.cfg.Budget, Limits: s.cfg.Limits, Inject: s.cfg.Inject})
+	c, err := s.g.NewClient(ClientConfig{Sandbox: id, Project: s.cfg.Project, Policy: p, Budget: s.cfg.Budget, Limits: s.cfg.Limits, Inject: s.cfg.Inject})
 	if err != nil {
 		return nil, err
 	}

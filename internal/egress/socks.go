@@ -16,6 +16,8 @@ import (
 
 const (
 	socks5Version     = 0x05
+	socks4Version     = 0x04
+	socks4Rejected    = 0x5b // SOCKS4's "request rejected or failed"
 	socksNoAuth       = 0x00
 	socksNoAcceptable = 0xff
 	socksCmdConnect   = 0x01

@@ -135,7 +135,10 @@ func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 
 		Desktop: wireShot(&shot.Desktop), Mobile: wireShot(&shot.Mobile),
 		Blocked: shot.Blocked, PageErrors: shot.PageErrors}
 	if shot.StoreError != nil {
-		reply.StoreError = shot.StoreError.Error()
+		// The store's own error may name the host's paths: the log has it, the plugin
+		// reads what happened.
+		inst.p.h.log.Warn("screenshot not stored", "plugin", inst.p.name, "err", shot.StoreError)
+		reply.StoreError = "the store refused them (the host's log says why)"
 	}
 	header, _ := json.Marshal(reply)
 	out := make([]byte, 0, len(header)+1+len(shot.Desktop.WebP)+len(shot.Mobile.WebP))
@@ -145,7 +148,17 @@ func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 
 
 func wireShot(s *CaptureShot) abi.Shot {
 	return abi.Shot{Width: s.Width, Height: s.Height, Bytes: len(s.WebP), Status: s.Status, Idle: s.Idle,
-		Key: s.Key, URL: s.URL}
+		Key: s.Key, URL: webURL(s.URL)}
+}
+
+// webURL is u when it is a web address (a public base, a presigned URL) and "" otherwise:
+// a directory store's "URL" is the image's path on the host, which no result may carry.
+func webURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return ""
+	}
+	return u
 }
 
 // pagePath is the path and query of the final URL: the preview's host port means nothing

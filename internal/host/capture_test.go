@@ -27,6 +27,10 @@ type fakeCapturer struct {
 	err   error
 	// unreachable: bases that answer as a sandbox that has gone would (ErrCaptureUnreachable).
 	unreachable map[string]bool
+	// urlBase, when set, stands for the stores' URLs ("https://cdn.example/" otherwise);
+	// storeErr, for a store that failed.
+	urlBase  string
+	storeErr error
 }
 
 func (f *fakeCapturer) Capture(ctx context.Context, base *url.URL, pagePath, project string) (*host.Capture, error) {
@@ -39,11 +43,15 @@ func (f *fakeCapturer) Capture(ctx context.Context, base *url.URL, pagePath, pro
 	if f.unreachable[base.String()] {
 		return nil, fmt.Errorf("%w: screenshot: connection refused", host.ErrCaptureUnreachable)
 	}
+	urlBase := f.urlBase
+	if urlBase == "" {
+		urlBase = "https://cdn.example/"
+	}
 	shot := func(w, h int) host.CaptureShot {
 		return host.CaptureShot{Width: w, Height: h, WebP: []byte("RIFF-webp-" + fmt.Sprint(w)), Status: 200, Idle: true,
-			Key: fmt.Sprintf("screenshots/%s/agent/x_%d.webp", project, w), URL: "https://cdn.example/" + fmt.Sprint(w)}
+			Key: fmt.Sprintf("screenshots/%s/agent/x_%d.webp", project, w), URL: urlBase + fmt.Sprint(w)}
 	}
-	return &host.Capture{FinalURL: base.String() + pagePath, Desktop: shot(1280, 800), Mobile: shot(390, 844)}, nil
+	return &host.Capture{FinalURL: base.String() + pagePath, Desktop: shot(1280, 800), Mobile: shot(390, 844), StoreError: f.storeErr}, nil
 }
 
 // devServer is a sandbox wrapper that has seen a dev server start (as a session does);
@@ -99,17 +107,9 @@ func TestCaptureCapability(t *testing.T) {
 		t.Fatal(err)
 	}
 	var preview *url.URL
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		u, err := sb.PreviewURL(ctx, 8000)
-		if err == nil {
-			preview = u
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no preview: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if !testenv.Eventually(func() bool { preview, err = sb.PreviewURL(ctx, 8000); return err == nil }) {
+		t.Fatalf("no preview: %v", err)
 	}
 	fc := &fakeCapturer{}
 	s := captureHost(t, fc).OpenSession(passthrough{devServer{sb, 8000}}, host.WithProject("shop"))
@@ -187,5 +187,42 @@ func TestCaptureStraddlingARotation(t *testing.T) {
 	}
 	if res := shoot(t, s, `{"port":8000}`); !res.IsError || len(fc.bases) != 4 || !strings.Contains(testenv.ResultText(res), "connection refused") {
 		t.Errorf("previews refused four times: %q after captures of %v", testenv.ResultText(res), fc.bases)
+	}
+}
+
+// A directory store's "URL" is the image's path on the host, and a store's error may name
+// host paths: neither reaches the model's result.
+func TestCaptureResultHasNoHostPath(t *testing.T) {
+	sb := memsandbox.New()
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	ctx := context.Background()
+	sb.Put("index.html", "<p>hi</p>")
+	if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-m", "http.server", "8000"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := sb.PreviewURL(ctx, 8000); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no preview of port 8000")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const hostDir = "/var/lib/toolhost-secret-layout/store/data/"
+	fc := &fakeCapturer{urlBase: hostDir}
+	s := captureHost(t, fc).OpenSession(devServer{sb, 8000}, host.WithProject("shop"))
+	res := shoot(t, s, `{"port":8000}`)
+	if res.IsError || len(res.Content) != 3 {
+		t.Fatalf("take_screenshot: %+v", res)
+	}
+	if txt := testenv.ResultText(res); strings.Contains(txt, hostDir) || strings.Contains(txt, "stored at") {
+		t.Errorf("the result names a host path: %q", txt)
+	}
+	fc.storeErr = fmt.Errorf("open %sx.webp: permission denied", hostDir)
+	res = shoot(t, s, `{"port":8000}`)
+	if txt := testenv.ResultText(res); strings.Contains(txt, hostDir) {
+		t.Errorf("the result names a host path: %q", txt)
 	}
 }

@@ -22,15 +22,12 @@ import (
 // link. Dispatch admits the tool call itself (calls per minute), keeps secrets out of its
 // result and audits it.
 
-var unscoped = policy.Decision{Allowed: true, Rule: "unscoped"}
-
 // decide asks the plugin's policy about the call c. ok false means the check itself failed
 // and st is the status to return.
 func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d policy.Decision, st uint64, ok bool) {
+	// Asked even without a scope (a nil policy allows everything it knows): an operation
+	// the policy has no class for is refused whatever the plugin was given.
 	p := inst.p.policy
-	if p == nil {
-		return unscoped, 0, true
-	}
 	d = p.Decide(inst.p.name, c.req)
 	if !d.Allowed || !d.CheckLinks {
 		return d, 0, true

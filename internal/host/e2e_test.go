@@ -272,16 +272,12 @@ func TestBash(t *testing.T) {
 		"Started in background")
 	_, after, _ := strings.Cut(got, "log ")
 	logPath := strings.TrimRight(strings.Fields(after)[0], ",.;")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out := testenv.ResultText(e.call("bash", `{"command":"cat `+logPath+`"}`))
-		if strings.Contains(out, "tick 3") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("background log %s never showed tick 3: %q", logPath, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var out string
+	if !testenv.Eventually(func() bool {
+		out = testenv.ResultText(e.call("bash", `{"command":"cat `+logPath+`"}`))
+		return strings.Contains(out, "tick 3")
+	}) {
+		t.Fatalf("background log %s never showed tick 3: %q", logPath, out)
 	}
 }
 

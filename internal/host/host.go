@@ -68,6 +68,9 @@ type Config struct {
 	Capturer Capturer
 	// Store serves the store capability: each plugin gets plugins/{name}/ of it.
 	Store store.Store
+	// Fetcher serves the web capability (toolhost_web.fetch); nil refuses every fetch,
+	// saying the host has no web access.
+	Fetcher Fetcher
 	// MaxCacheBytes bounds the compilation cache in DataDir/cache: past it, New removes the
 	// entries used least recently, in the background (see PruneCache). Default
 	// DefaultMaxCacheBytes; negative: never prune.
@@ -478,7 +481,7 @@ func checkSpec(spec PluginSpec) (*policy.Policy, error) {
 	for _, s := range []struct {
 		set bool
 		c   abi.Capability
-	}{{sc.Files != nil, abi.CapSandboxFiles}, {sc.Exec != nil, abi.CapSandboxExec}, {sc.Store != nil, abi.CapStore}, {sc.Capture != nil, abi.CapCapture}} {
+	}{{sc.Files != nil, abi.CapSandboxFiles}, {sc.Exec != nil, abi.CapSandboxExec}, {sc.Store != nil, abi.CapStore}, {sc.Capture != nil, abi.CapCapture}, {sc.Web != nil, abi.CapWeb}} {
 		if s.set && !slices.Contains(spec.Grants, s.c) {
 			return nil, fmt.Errorf("scopes %s, which it is not granted (add it to its grants, or drop the scope)", s.c)
 		}

@@ -102,6 +102,7 @@ type hostCall struct {
 	text           abi.ReadTextRequest
 	process        abi.ProcessRequest
 	terminal       terminalCall
+	fetch          abi.FetchRequest
 	in             int // bytes the call took, for the audit
 }
 
@@ -124,6 +125,7 @@ var hostFns = []*hostFn{
 	{abi.CapStore, abi.FnStoreGet, (*Host).decodeStoreKeyOut, (*Host).storeGet},
 	{abi.CapStore, abi.FnStoreList, (*Host).decodeStoreKeyOut, (*Host).storeList},
 	{abi.CapStore, abi.FnStoreDelete, (*Host).decodeStoreKey, (*Host).storeDelete},
+	{abi.CapWeb, abi.FnFetch, (*Host).decodeFetch, (*Host).fetch},
 	{abi.CapSession, abi.FnSessionGet, (*Host).decodeStateGet, (*Host).stateGet},
 	{abi.CapSession, abi.FnSessionSet, (*Host).decodeStateSet, (*Host).stateSet},
 }
@@ -298,6 +300,13 @@ func (inst *instance) jsonArg(stack []uint64, c *hostCall, what string, limit in
 // leaves the workspace (by .., or absolute elsewhere) is refused. The policy and the audit
 // see its workspace-relative form. False means stack[0] holds the status.
 func (inst *instance) resolvePath(raw string, c *hostCall, stack []uint64) bool {
+	// A file's path names a file: "docs/" would otherwise be cleaned to "docs", and a
+	// write meant for a directory would make a file of its name.
+	if class, _ := policy.ClassOf(c.req.Cap, c.req.Op); (class == policy.ClassRead || class == policy.ClassWrite) && strings.HasSuffix(raw, "/") {
+		c.req.Path = raw
+		stack[0] = inst.status(abi.StatusIsDir, "%s %s: the path ends in /, which names a directory; a file's path names the file (such as %sname)", c.req.Op, raw, raw)
+		return false
+	}
 	abs, err := sandbox.Resolve(raw)
 	if err != nil {
 		stack[0] = inst.resolveStatus(err)
@@ -393,7 +402,11 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	if req.TimeoutMS > 0 {
 		sreq.Timeout = min(time.Duration(req.TimeoutMS)*time.Millisecond, maxTimeout)
 	}
+	// The command's own name: the egress gateway attributes its connections to it, and what
+	// it refused reaches the model in a note at the end of the tool's result.
+	sreq.Tag = newCommandTag()
 	res, err := inst.sb.Exec(ctx, sreq)
+	inst.refused = append(inst.refused, sandbox.EgressRefused(inst.sb, sreq.Tag)...)
 	if err != nil {
 		return inst.execStatus(err)
 	}

@@ -3,6 +3,8 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -36,6 +38,23 @@ type instance struct {
 	budget  *budget
 	parked  []byte // a reply waiting for toolhost.take
 	lastErr string // message of the last negative status
+	// refused is what the egress gateway refused to the call's commands (one sentence
+	// each, for the result's note); dispatch takes it after the call.
+	refused []string
+}
+
+// newCommandTag names one foreground command uniquely (sandbox.ExecRequest.Tag).
+func newCommandTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "cmd-" + hex.EncodeToString(b[:])
+}
+
+// takeRefused returns and forgets what the last call's commands were refused.
+func (inst *instance) takeRefused() []string {
+	r := inst.refused
+	inst.refused = nil
+	return r
 }
 
 type instanceKey struct{}
@@ -54,7 +73,7 @@ func instanceFrom(ctx context.Context) *instance {
 const loadTimeout = time.Minute
 
 func newInstance(ctx context.Context, p *plugin, t *tier) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, loadTimeout))
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
 	mod, err := t.rt.InstantiateModule(p.memoryContext(ctx), t.compiled, p.modCfg.WithStderr(stderr))

@@ -77,6 +77,7 @@ var hostFunctions = map[string][]string{
 	abi.ModuleSession:       {abi.FnSessionGet, abi.FnSessionSet},
 	abi.CapCapture.Module(): {abi.FnCapture},
 	abi.CapStore.Module():   {abi.FnStorePut, abi.FnStoreGet, abi.FnStoreList, abi.FnStoreDelete},
+	abi.CapWeb.Module():     {abi.FnFetch},
 }
 
 func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error) {

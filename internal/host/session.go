@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/framedinput"
 )
 
@@ -42,6 +44,9 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	if len(input) > maxInputBytes {
 		return abi.ErrorText(fmt.Sprintf("[%s: input is %d bytes, over the %d-byte limit]", name, len(input), maxInputBytes)), nil
 	}
+	if err := checkText(input); err != nil {
+		return abi.ErrorText(fmt.Sprintf("[%s: invalid input: %v]", name, err)), nil
+	}
 	decoded, err := t.schema.validateInput(input)
 	if err != nil {
 		return abi.ErrorText(fmt.Sprintf("[%s: invalid input: %v]", name, err)), nil
@@ -71,6 +76,7 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 		return hostFailure(name, err)
 	}
 	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
+	refused := inst.takeRefused()
 	if err != nil {
 		pool.discard(ctx, inst)
 		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
@@ -88,6 +94,9 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 	if err := checkResult(&res); err != nil {
 		return hostFailure(name, fmt.Errorf("%w: plugin %s returned an invalid result: %v", ErrPluginFailed, t.plugin, err))
+	}
+	if note := egress.NoteOf(refused); note != "" {
+		res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: note})
 	}
 	if n, ok := sandbox.As[sandbox.Noticer](s.sb); ok {
 		if msg := n.Notice(); msg != "" {
@@ -125,6 +134,70 @@ func checkResult(r *abi.Result) error {
 		default:
 			return fmt.Errorf("content[%d]: unknown block type %q", i, strings.TrimSpace(c.Type))
 		}
+	}
+	return nil
+}
+
+// checkText refuses a tool's input that is not text: bytes that are not UTF-8, or an
+// escaped UTF-16 surrogate (\ud800-\udfff) that is not half of a pair. Decoding either
+// would silently put U+FFFD in its place, so a path or a file's content would not be what
+// the model sent. Tools carry text; the message says where the input stopped being it.
+func checkText(input []byte) error {
+	if !utf8.Valid(input) {
+		i := 0
+		for i < len(input) {
+			r, size := utf8.DecodeRune(input[i:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			i += size
+		}
+		return fmt.Errorf("byte %d of the input is not UTF-8 (tools take text, and it would reach the tool changed to U+FFFD); send the text as UTF-8", i)
+	}
+	hex4 := func(b []byte) (rune, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		var r rune
+		for _, c := range b[:4] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := 0; i < len(input); i++ {
+		if input[i] != '\\' || i+1 >= len(input) {
+			continue
+		}
+		if input[i+1] != 'u' {
+			i++ // an escaped character: skip it (\\ included)
+			continue
+		}
+		r, ok := hex4(input[i+2:])
+		if !ok {
+			continue // not JSON: the schema's check says so
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00: // a high surrogate: a low one must follow
+			if i+12 <= len(input) && input[i+6] == '\\' && input[i+7] == 'u' {
+				if lo, ok := hex4(input[i+8:]); ok && lo >= 0xdc00 && lo < 0xe000 {
+					i += 11
+					continue
+				}
+			}
+			return fmt.Errorf("byte %d of the input is the escape of half a UTF-16 pair (\\u%04x without its other half), which is no character; send the text as UTF-8", i, r)
+		case r >= 0xdc00 && r < 0xe000:
+			return fmt.Errorf("byte %d of the input is the escape of half a UTF-16 pair (\\u%04x without its other half), which is no character; send the text as UTF-8", i, r)
+		}
+		i += 5
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/toolhost/toolhost/internal/store/dir"
 	s3store "github.com/toolhost/toolhost/internal/store/s3"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 var srv *s3test.Server
@@ -262,12 +263,8 @@ func TestRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		first := l.Expires()
-		deadline := time.Now().Add(30 * time.Second)
-		for l.gen0() < 4 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if g := l.gen0(); g < 4 {
-			t.Fatalf("generation %d after 30 s of renewals every 5 ms", g)
+		if !testenv.Eventually(func() bool { return l.gen0() >= 4 }) {
+			t.Fatalf("generation %d after %s of renewals every 5 ms", l.gen0(), testenv.HangBound)
 		}
 		if !l.Expires().After(first) {
 			t.Errorf("expiry %s not after the first %s", l.Expires(), first)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // TestHeldIdle: a held session that has no call for its idle timeout ends with its work
@@ -31,13 +33,7 @@ func TestHeldIdle(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("write_file: %v %+v", err, res)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(s.Held()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle session was not ended")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the idle session to end", func() bool { return len(s.Held()) == 0 })
 	_, err = s.CallHeld(ctx, h.ID, "bash", nil)
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.status != http.StatusNotFound || !strings.Contains(err.Error(), "it was idle for 2s") ||

@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
@@ -32,6 +34,8 @@ type Token struct {
 	Name     string
 	Value    string
 	Projects []string
+	// Egress narrows what the sessions the token opens may reach; nil: the host's policy.
+	Egress *toolhost.EgressPolicy
 }
 
 // ReadTokensFile reads bearer tokens from a file: one a line, "TOKEN [PROJECT...]",
@@ -95,6 +99,38 @@ func CheckListen(addr string, tokens int) error {
 	return fmt.Errorf("refusing to listen on %s without bearer tokens: it is not a loopback address, and anyone who reaches it could run commands; set serve.tokens or serve.tokens_file, or listen on 127.0.0.1", addr)
 }
 
+// CheckNetwork refuses to serve without tokens while sandboxes get the host's network
+// (sandbox.network host): a server without tokens trusts every process that can reach it,
+// and such a sandbox reaches the host's loopback, so any command run in one could call
+// the server and act in every project it serves.
+func CheckNetwork(network string, tokens int) error {
+	if tokens > 0 || network != "host" {
+		return nil
+	}
+	return errors.New("refusing to serve without bearer tokens while sandbox.network is host: a sandbox on the host's network reaches this server on loopback, and without tokens it could run commands in every project served; set serve.tokens or serve.tokens_file, or give sandboxes another network")
+}
+
+// hostGuard refuses a request to a loopback listener whose Host header is not a
+// loopback name (a DNS-rebinding page in a browser would send its own name), on every
+// path: the MCP SDK guards /mcp alone.
+func hostGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+			if lh, _, err := net.SplitHostPort(la.String()); err == nil && isLoopback(lh) {
+				host := r.Host
+				if hn, _, err := net.SplitHostPort(host); err == nil {
+					host = hn
+				}
+				if !isLoopback(strings.Trim(host, "[]")) {
+					http.Error(w, fmt.Sprintf("Forbidden: Host %q is not a loopback name, and this server listens on loopback", r.Host), http.StatusForbidden)
+					return
+				}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -139,12 +175,16 @@ func (s *Server) Handler() http.Handler {
 		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
 		Logger:                       s.log,
 	})
+	// A cancelled request of the session revision gets no response (cancel.go); one of
+	// the stateless revision is cancelled by ending its HTTP request, which then carries
+	// none.
+	stateful := newCancelGuard(h, s.opts.MaxBodyBytes, s.metrics.cancelDropped)
 	byEra := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if statelessEra(r) {
 			sh.ServeHTTP(w, r)
 			return
 		}
-		h.ServeHTTP(w, r)
+		stateful.ServeHTTP(w, r)
 	})
 	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(byEra))
 	metricsH := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -168,7 +208,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
+	return hostGuard(mux)
 }
 
 // verify finds the token among the configured ones, comparing digests in constant time
@@ -253,16 +293,23 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("this token may not open project %s (it may open: %s)", project, strings.Join(allowed, ", ")), http.StatusForbidden)
 			return
 		}
-		s.mu.Lock()
-		full, closing := len(s.connected) >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions, s.closing
-		s.mu.Unlock()
 		if stateless {
 			// Every request of the stateless revision names its project; the handlers
 			// read it from this header (and count sessions where they open one).
-			full = false
 			r = r.Clone(r.Context())
 			r.Header.Set(ProjectHeader, project)
 		}
+		// A request opening a session holds a slot from here until its session is watched
+		// (from its first request on, see newMCPServer) or it failed: requests arriving
+		// together cannot all pass the count before any is counted.
+		s.mu.Lock()
+		full := !stateless && (len(s.connected)+s.pending >= s.opts.MaxSessions || len(s.open) >= s.opts.MaxSessions)
+		closing := s.closing
+		held := !full && !closing && !stateless
+		if held {
+			s.pending++
+		}
+		s.mu.Unlock()
 		switch {
 		case closing:
 			http.Error(w, "the server is shutting down", http.StatusServiceUnavailable)
@@ -271,6 +318,13 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			w.Header().Set("Retry-After", "30")
 			http.Error(w, fmt.Sprintf("the server has %d sessions open, its limit; try again later", s.opts.MaxSessions), http.StatusServiceUnavailable)
 			return
+		}
+		if held {
+			defer func() {
+				s.mu.Lock()
+				s.pending--
+				s.mu.Unlock()
+			}()
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), projectKey, project)))
 	})
@@ -281,6 +335,9 @@ func (s *Server) gate(h http.Handler) http.Handler {
 // grace. ready, when not nil, is called with the address once it listens.
 func (s *Server) ListenAndServe(ctx context.Context, addr string, grace time.Duration, ready func(net.Addr)) error {
 	if err := CheckListen(addr, len(s.opts.Tokens)); err != nil {
+		return err
+	}
+	if err := CheckNetwork(s.th.Config().Sandbox.Network, len(s.opts.Tokens)); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", addr)

@@ -25,7 +25,18 @@ type Metrics struct {
 	sessionsTotal    atomic.Int64
 	authRefused      atomic.Int64
 	projectRefused   atomic.Int64
+	unanswered       atomic.Int64
+
+	// egress gives, per project, the connections the egress gateway allowed and refused.
+	egress func() map[string][2]int64
 }
+
+// cancelDropped counts a response not sent because the client cancelled its request.
+func (m *Metrics) cancelDropped() { m.unanswered.Add(1) }
+
+// Unanswered is how many responses were not sent because the client had cancelled the
+// request.
+func (m *Metrics) Unanswered() int64 { return m.unanswered.Load() }
 
 type toolMetrics struct {
 	mu      sync.Mutex
@@ -125,6 +136,21 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	p("toolhost_mcp_auth_refused_total %d\n", m.authRefused.Load())
 	p("# HELP toolhost_mcp_project_refused_total Sessions refused a project their token does not name.\n# TYPE toolhost_mcp_project_refused_total counter\n")
 	p("toolhost_mcp_project_refused_total %d\n", m.projectRefused.Load())
+	p("# HELP toolhost_mcp_cancelled_unanswered_total Requests the client cancelled, left unanswered as MCP asks.\n# TYPE toolhost_mcp_cancelled_unanswered_total counter\n")
+	p("toolhost_mcp_cancelled_unanswered_total %d\n", m.unanswered.Load())
+	if m.egress != nil {
+		counts := m.egress()
+		projects := make([]string, 0, len(counts))
+		for pr := range counts {
+			projects = append(projects, pr)
+		}
+		slices.Sort(projects)
+		p("# HELP toolhost_egress_connections_total Connections (and plain HTTP requests) of the sandboxes through the egress gateway, by project and decision.\n# TYPE toolhost_egress_connections_total counter\n")
+		for _, pr := range projects {
+			p("toolhost_egress_connections_total{project=%s,decision=\"allow\"} %d\n", quote(pr), counts[pr][0])
+			p("toolhost_egress_connections_total{project=%s,decision=\"deny\"} %d\n", quote(pr), counts[pr][1])
+		}
+	}
 	return cw.n, cw.err
 }
 

@@ -110,6 +110,7 @@ type Server struct {
 	pluginCommit bool
 
 	mu        sync.Mutex
+	pending   int                   // HTTP requests opening a session, not yet watched or refused
 	connected map[*binding]struct{} // MCP sessions being watched (see binding.watch)
 	open      map[*binding]struct{} // sessions with a sandbox (or opening one)
 	closing   bool
@@ -204,6 +205,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		names = append(names, t.Name)
 	}
 	s.metrics = newMetrics(names)
+	s.metrics.egress = th.EgressCounts
 	return s
 }
 
@@ -243,6 +245,17 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 			// counted against MaxSessions and forgotten when it ends.
 			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { b.watch(req.Session) },
 		})
+	// And from its very first request (initialize, or a call of a client without a
+	// handshake): a client that never sends notifications/initialized holds a session
+	// all the same, and must be counted against MaxSessions.
+	ms.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				b.watch(ss)
+			}
+			return next(ctx, method, req)
+		}
+	})
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
@@ -255,7 +268,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 // client that writes its requests and closes its end still gets every answer.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ms := s.newMCPServer(s.opts.Project, "")
-	err := ms.Run(ctx, drainAtEOF(t, s.log))
+	err := ms.Run(ctx, drainAtEOF(cancelTransport{t, s.metrics.cancelDropped}, s.log))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	serr := s.Shutdown(sctx)
@@ -271,7 +284,7 @@ func (s *Server) Connect(ctx context.Context, t mcp.Transport, project string) (
 	if project == "" {
 		project = s.opts.Project
 	}
-	return s.newMCPServer(project, "").Connect(ctx, t, nil)
+	return s.newMCPServer(project, "").Connect(ctx, cancelTransport{t, s.metrics.cancelDropped}, nil)
 }
 
 // Shutdown commits every open session's workspace and closes its sandbox and its MCP
@@ -313,9 +326,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type binding struct {
 	srv       *Server
 	project   string
-	owner     string        // the token's name over HTTP, for the log
-	workspace string        // a host directory as the workspace; "": the project's private one
-	gone      chan struct{} // closed when the session has ended (finish)
+	owner     string                 // the token's name over HTTP, for the log
+	workspace string                 // a host directory as the workspace; "": the project's private one
+	egress    *toolhost.EgressPolicy // the token's narrowing of the egress policy, or nil
+	gone      chan struct{}          // closed when the session has ended (finish)
 
 	mu      sync.Mutex // held while opening
 	sess    *toolhost.Session
@@ -327,7 +341,17 @@ type binding struct {
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
-	return &binding{srv: s, project: project, owner: owner, workspace: workspace, gone: make(chan struct{})}
+	return &binding{srv: s, project: project, owner: owner, workspace: workspace, egress: s.tokenEgress(owner), gone: make(chan struct{})}
+}
+
+// tokenEgress is the egress narrowing of the token named owner, or nil.
+func (s *Server) tokenEgress(owner string) *toolhost.EgressPolicy {
+	for i := range s.opts.Tokens {
+		if s.opts.Tokens[i].Name == owner {
+			return s.opts.Tokens[i].Egress
+		}
+	}
+	return nil
 }
 
 // watch starts, once, the goroutine that finishes b when its MCP session ss ends (the
@@ -399,6 +423,9 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	so.Project = b.project
 	if b.workspace != "" {
 		so.Workspace = b.workspace
+	}
+	if b.egress != nil {
+		so.Egress = b.egress
 	}
 	start := time.Now()
 	sess, err := s.th.Open(ctx, so)

@@ -601,7 +601,7 @@ func TestBounds(t *testing.T) {
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
-		s, th := newServer(t, testConfig(t), Options{IdleTimeout: 200 * time.Millisecond})
+		s, th := newServer(t, testConfig(t), Options{IdleTimeout: 5 * time.Second}) // long enough for a loaded machine between two requests
 		srv := httptest.NewServer(s.Handler())
 		defer srv.Close()
 		cs, err := connectHTTP(ctx, srv.URL+"/mcp", "", "idle", nil)

@@ -45,6 +45,9 @@ func Parse(name, text string) (*Page, []Problem) {
 	openLine := 0
 	seen := map[string]int{}
 	for i, line := range p.lines {
+		if strings.HasPrefix(line, "<<<<<<< ") || strings.HasPrefix(line, ">>>>>>> ") {
+			probs = append(probs, Problem{name, i + 1, "a merge conflict's marker: resolve the conflict and remove the markers"})
+		}
 		m := fenceRE.FindStringSubmatch(line)
 		if open == "" {
 			if m == nil {

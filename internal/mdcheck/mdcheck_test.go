@@ -60,6 +60,7 @@ func TestFences(t *testing.T) {
 		want       []string // substrings of the problems, in order
 	}{
 		{"closed", "a\n```sh\nls\n```\nb\n", nil},
+		{"a merge left its markers", "a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> main\n", []string{"merge conflict", "merge conflict"}},
 		{"tildes and longer runs", "~~~\n```\n~~~\n````go\n```\n````\n", nil},
 		{"never closed", "a\n```go\nx\n", []string{"1:"[:0] + "never closed"}},
 		{"text glued to the closing fence", "```\nerr\n``` The host validates every input.\nmore\n```\n",

@@ -18,7 +18,9 @@ import (
 )
 
 // Archive writes the workspace to w as one tar.gz stream, leaving out entries whose base
-// name is in excludes (nil: archive.DefaultExcludes). Links are stored as links.
+// name is in excludes (nil: archive.DefaultExcludes). Links are stored as links; what
+// Extract would refuse is left out, as archive.Pack leaves it out: FIFOs, and links that
+// are absolute or lead out of the workspace.
 func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) error {
 	if excludes == nil {
 		excludes = archive.DefaultExcludes
@@ -44,6 +46,9 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 			continue
 		}
 		n := *s.files[p]
+		if n.fifo || n.link != "" && (path.IsAbs(n.link) || !within(path.Join(path.Dir(p), n.link))) {
+			continue
+		}
 		n.data = slices.Clone(n.data)
 		entries = append(entries, entry{rel, n})
 	}
@@ -119,6 +124,13 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 			return refuse(hdr.Name, "leaves the workspace")
 		}
 		abs := path.Join(sandbox.WorkspaceRoot, clean)
+		// An entry below a link the archive made would land where the link points, which
+		// the staged names do not show: refused, as archive.Extract refuses it.
+		for dir := path.Dir(abs); within(dir) && dir != sandbox.WorkspaceRoot; dir = path.Dir(dir) {
+			if n := staged[dir]; n != nil && n.link != "" {
+				return refuse(hdr.Name, "is below the link "+strings.TrimPrefix(dir, sandbox.WorkspaceRoot+"/"))
+			}
+		}
 		mod := hdr.ModTime
 		if mod.IsZero() {
 			mod = now
@@ -135,12 +147,8 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 			staged[abs] = &node{data: data, mode: perm | 0o600, mod: mod}
 		case tar.TypeSymlink:
 			target := hdr.Linkname
-			resolved := target
-			if !path.IsAbs(target) {
-				resolved = path.Join(path.Dir(abs), target)
-			}
-			if !within(path.Clean(resolved)) {
-				return refuse(hdr.Name, "links out of the workspace ("+target+")")
+			if path.IsAbs(target) || !within(path.Join(path.Dir(abs), target)) {
+				return refuse(hdr.Name, "links out of the workspace or by an absolute name ("+target+")")
 			}
 			staged[abs] = &node{link: target, mode: 0o777, mod: mod}
 		default:

@@ -27,6 +27,9 @@ type proc struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// jobs counts the background jobs of a foreground command (nil in a Start'ed
+	// process): Exec waits for them once it has ended the command.
+	jobs *sync.WaitGroup
 }
 
 // program is what a name in argv runs; it returns the exit status.
@@ -37,8 +40,9 @@ var programs map[string]program
 func init() {
 	programs = map[string]program{
 		"sh": runShell, "bash": runShell,
-		"echo": echo, "cat": cat, "pwd": pwd, "sleep": sleep,
+		"echo": echo, "cat": cat, "pwd": pwd, "sleep": sleep, "yes": yes,
 		"true": func(*proc) int { return 0 }, "false": func(*proc) int { return 1 },
+		"mkdir": mkdir, "ln": ln, "mkfifo": mkfifo, "chmod": chmod,
 		"python3": python,
 	}
 }
@@ -113,13 +117,19 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		gctx, c2 = context.WithTimeout(gctx, req.Timeout)
 		defer c2()
 	}
+	var jobs sync.WaitGroup
 	p := &proc{s: s, ctx: gctx, args: req.Argv, env: s.environ(req.Env), cwd: cwd,
-		stdin: strings.NewReader(""), stdout: stdout, stderr: stderr}
+		stdin: strings.NewReader(""), stdout: stdout, stderr: stderr, jobs: &jobs}
 	code := prog(p)
+	killed := gctx.Err() != nil
+	// The command is over: the jobs it left behind end with it, before Exec returns, as a
+	// process group killed whole.
+	cancel()
+	jobs.Wait()
 	res := sandbox.ExecResult{ExitCode: code, Duration: time.Since(start)}
 	res.Stdout, res.StdoutCut = stdout.result()
 	res.Stderr, res.StderrCut = stderr.result()
-	if gctx.Err() != nil {
+	if killed {
 		res.ExitCode, res.TimedOut = -1, true
 		if err := s.checkOpen(); err != nil {
 			return res, err
@@ -262,6 +272,8 @@ func (p *proc) readFile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: No such file or directory", name)
 	case n.dir:
 		return nil, fmt.Errorf("%s: Is a directory", name)
+	case n.fifo:
+		return nil, fmt.Errorf("%s: a FIFO, which the memory sandbox does not open", name)
 	}
 	return bytes.Clone(n.data), nil
 }

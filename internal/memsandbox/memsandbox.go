@@ -5,9 +5,10 @@
 // sandbox conformance suite (sandboxtest) like every real provider, so what the host
 // relies on holds here too. Tests of tool behaviour run against real sandboxes.
 //
-// Its shell knows simple commands joined by ;, &&, || and &, quotes, $VAR, and the
-// redirections >, >>, <, 2>, >&2 and 2>&1; its programs are sh (and bash), echo, cat,
-// pwd, sleep, true, false and python3 -m http.server. Nothing runs on the host.
+// Its shell knows simple commands joined by ;, &&, || and &, quotes, $VAR and $1, the
+// redirections >, >>, <, 2>, >&2 and 2>&1, and the builtins cd, exit, exec and kill; its
+// programs are sh (and bash), echo, cat, pwd, sleep, yes, true, false, mkdir [-p],
+// ln -s, mkfifo, chmod (octal) and python3 -m http.server. Nothing runs on the host.
 package memsandbox
 
 import (
@@ -50,6 +51,7 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	}
 	switch opts.Network {
 	case "", sandbox.NetworkNone, sandbox.NetworkHost:
+	case sandbox.NetworkEgress: // it has no network to give: commands reach nothing, as with none
 	default:
 		return nil, fmt.Errorf("create memory sandbox: unknown network mode %q", opts.Network)
 	}
@@ -76,6 +78,7 @@ func New() *Sandbox { return newSandbox(nil, time.Hour, 24*time.Hour) }
 // node is one entry of the file tree.
 type node struct {
 	dir  bool
+	fifo bool   // a named pipe: the file API does not open it
 	link string // a symbolic link's target, or ""
 	data []byte
 	mode fs.FileMode // permission bits
@@ -211,27 +214,29 @@ func (s *Sandbox) lookup(abs string, followLast bool) (string, *node, error) {
 	return p, n, nil
 }
 
-// write creates or replaces the file at abs and its missing parent directories. Called
-// with mu held.
+// write creates or replaces the file at abs and its missing parent directories. A link
+// on the way, the last one too, is followed (a file a link names is written, the link
+// stays), refused with ErrOutside when it leads out of the workspace. Called with mu held.
 func (s *Sandbox) write(abs string, data []byte, appendTo bool) error {
-	dir, err := s.resolve(path.Dir(abs), true)
+	p, err := s.resolve(abs, true)
 	if err != nil {
 		return err
 	}
-	if err := s.mkdirAll(dir); err != nil {
+	if err := s.mkdirAll(path.Dir(p)); err != nil {
 		return err
 	}
-	p := path.Join(dir, path.Base(abs))
 	now := time.Now()
 	switch n := s.files[p]; {
 	case n == nil:
 		s.files[p] = &node{data: append([]byte(nil), data...), mode: 0o644, mod: now}
 	case n.dir:
 		return fmt.Errorf("%s: %w", p, sandbox.ErrIsDir)
-	case appendTo && n.link == "":
+	case n.fifo:
+		return notRegular(p)
+	case appendTo:
 		n.data, n.mod = append(n.data, data...), now
-	default: // a file, or a link it replaces (the file tools write a new file and rename it)
-		s.files[p] = &node{data: append([]byte(nil), data...), mode: n.mode | 0o600, mod: now}
+	default: // a new file in the old one's place, keeping its permission bits
+		s.files[p] = &node{data: append([]byte(nil), data...), mode: n.mode, mod: now}
 	}
 	return nil
 }
@@ -270,6 +275,8 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byt
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	case n.dir:
 		return nil, fmt.Errorf("read %s: %w", p, sandbox.ErrIsDir)
+	case n.fifo:
+		return nil, fmt.Errorf("read %w", notRegular(p))
 	case maxBytes > 0 && int64(len(n.data)) > maxBytes:
 		return nil, fmt.Errorf("read %s: %d bytes: %w", p, len(n.data), sandbox.ErrTooLarge)
 	}
@@ -304,6 +311,8 @@ func info(p string, n *node) sandbox.FileInfo {
 		fi.Size = 0
 	case n.link != "":
 		fi.Mode, fi.Size = fs.ModeSymlink|0o777, int64(len(n.link))
+	case n.fifo:
+		fi.Mode |= fs.ModeNamedPipe
 	}
 	return fi
 }

@@ -111,6 +111,9 @@ func (t treeFS) Open(name string) (fs.File, error) {
 	if n == nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
+	if n.fifo {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+	}
 	f := &treeFile{info: fileInfo{name: path.Base(p), n: *n}}
 	if n.dir {
 		for _, c := range t.s.below(p) {

@@ -1,6 +1,7 @@
 package memsandbox
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,10 +10,10 @@ import (
 
 // The shell: `sh -c SCRIPT`. A script is simple commands separated by ;, newlines, &&, ||
 // and & (a background job, which ends with the command that started it at the latest).
-// Words are unquoted, '...' or "..." (in which $VAR, ${VAR}, $?, $$ and $! expand, as they
-// do unquoted); redirections are >, >>, <, 2>, 2>>, >&2, 1>&2 and 2>&1. Builtins: cd,
-// exit, exec. Pipes, subshells and the rest of sh are not there: a script that uses them
-// fails with exit status 2, saying so.
+// Words are unquoted, '...' or "..." (in which $VAR, ${VAR}, $?, $$, $!, and $0 to $9, the
+// arguments after `sh -c SCRIPT`, expand, as they do unquoted); redirections are >, >>, <,
+// 2>, 2>>, >&2, 1>&2 and 2>&1. Builtins: cd, exit, exec, kill. Pipes, subshells and the
+// rest of sh are not there: a script that uses them fails with exit status 2, saying so.
 
 // part is a piece of a word: literal text, or a parameter to expand.
 type part struct {
@@ -73,7 +74,7 @@ func parse(script string) ([]command, error) {
 	param := func(s string, i int) int {
 		j := i + 1
 		switch {
-		case j < len(s) && strings.IndexByte("?$!", s[j]) >= 0:
+		case j < len(s) && (strings.IndexByte("?$!", s[j]) >= 0 || s[j] >= '0' && s[j] <= '9'):
 			flushLit()
 			w = append(w, part{text: s[j : j+1], param: true})
 			return j + 1
@@ -231,8 +232,13 @@ func wordChar(s string, i int, lit *strings.Builder, w *word, flushLit func(), p
 // shell is the state of one running script.
 type shell struct {
 	p      *proc
-	last   int // $?
-	lastBg int // $!
+	pid    int      // $$
+	args   []string // $0, $1, ...: the arguments after sh -c SCRIPT
+	last   int      // $?
+	lastBg int      // $!
+	// bg ends each background job of this shell by its pid, for kill. Only the shell's own
+	// goroutine touches it.
+	bg map[int]context.CancelFunc
 }
 
 // runShell is sh and bash: `sh -c SCRIPT [NAME [ARG...]]`.
@@ -247,7 +253,14 @@ func runShell(p *proc) int {
 		return 2
 	}
 	sh := &shell{p: &proc{s: p.s, ctx: p.ctx, args: p.args, env: p.env, cwd: p.cwd,
-		stdin: p.stdin, stdout: p.stdout, stderr: p.stderr}}
+		stdin: p.stdin, stdout: p.stdout, stderr: p.stderr, jobs: p.jobs}, args: p.args[3:]}
+	if len(sh.args) == 0 {
+		sh.args = p.args[:1]
+	}
+	p.s.mu.Lock()
+	p.s.pid++
+	sh.pid = p.s.pid
+	p.s.mu.Unlock()
 	// Its background jobs run under the command's context, so they end with it.
 	return sh.run(cmds)
 }
@@ -263,9 +276,13 @@ func (sh *shell) expand(w word) string {
 		case "?":
 			b.WriteString(strconv.Itoa(sh.last))
 		case "$":
-			b.WriteString("1")
+			b.WriteString(strconv.Itoa(sh.pid))
 		case "!":
 			b.WriteString(strconv.Itoa(sh.lastBg))
+		case "0", "1", "2", "3", "4", "5", "6", "7", "8", "9":
+			if n, _ := strconv.Atoi(pt.text); n < len(sh.args) {
+				b.WriteString(sh.args[n])
+			}
 		default:
 			b.WriteString(sh.p.env[pt.text])
 		}
@@ -316,8 +333,27 @@ func (sh *shell) background(c command) {
 	}
 	s.pid++
 	sh.lastBg = s.pid
-	job := &shell{p: sh.p, last: sh.last}
-	s.wg.Go(func() { job.simple(c) }) // owned by the sandbox: its context ends it, Close waits
+	// A job has a context of its own under the command's, so kill can end it alone.
+	jctx, jcancel := context.WithCancel(sh.p.ctx)
+	jp := *sh.p
+	jp.ctx = jctx
+	job := &shell{p: &jp, pid: sh.pid, args: sh.args, last: sh.last}
+	if sh.bg == nil {
+		sh.bg = map[int]context.CancelFunc{}
+	}
+	sh.bg[s.pid] = jcancel
+	s.wg.Add(1)
+	if sh.p.jobs != nil {
+		sh.p.jobs.Add(1)
+	}
+	go func() { // owned by the sandbox and the command: their contexts end it, both wait
+		defer s.wg.Done()
+		if sh.p.jobs != nil {
+			defer sh.p.jobs.Done()
+		}
+		defer jcancel()
+		job.simple(c)
+	}()
 }
 
 // simple runs one simple command; exit says the script ends here.
@@ -374,6 +410,8 @@ func (sh *shell) builtinOrProgram(p *proc) (int, bool) {
 		}
 		sh.p.cwd = dir
 		return 0, false
+	case "kill":
+		return sh.kill(p)
 	}
 	prog, ok := lookupProgram(p.args[0])
 	if !ok {
@@ -431,4 +469,38 @@ func (sh *shell) redirect(p *proc, rs []redirect) error {
 		}
 	}
 	return nil
+}
+
+// kill is `kill [-SIGNAL] PID...`: the shell's own pid ($$) ends the shell at once, killed
+// by a signal (exit status -1 to Exec, as for a real shell); a job's pid ($!) ends that
+// job. Any other pid is not this shell's to kill.
+func (sh *shell) kill(p *proc) (int, bool) {
+	args := p.args[1:]
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(p.stderr, "kill: usage: kill [-SIGNAL] PID...")
+		return 2, false
+	}
+	code, self := 0, false
+	for _, a := range args {
+		pid, err := strconv.Atoi(a)
+		switch {
+		case err != nil:
+			fmt.Fprintf(p.stderr, "kill: illegal pid: %s\n", a)
+			code = 1
+		case pid == sh.pid:
+			self = true
+		case sh.bg[pid] != nil:
+			sh.bg[pid]()
+		default:
+			fmt.Fprintf(p.stderr, "kill: (%d) - No such process\n", pid)
+			code = 1
+		}
+	}
+	if self {
+		return -1, true
+	}
+	return code, false
 }

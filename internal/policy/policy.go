@@ -69,6 +69,75 @@ const (
 	OpTerminalIO    = abi.FnTerminalIO
 )
 
+// Class is what an operation does, which decides the part of a Scope that judges it.
+// Every operation the host runs through the policy has exactly one (ClassOf); one
+// without is refused whatever the Scope, so a new host function is denied until it is
+// given its class here, never judged as some other kind by default.
+type Class int
+
+const (
+	ClassRead         Class = iota + 1 // reads a file's content: files.read
+	ClassWrite                         // changes a file: files.write
+	ClassLook                          // stat, list: files.read, and the directories on the way to it
+	ClassRun                           // runs a program: exec
+	ClassCapture                       // captures a port: capture.ports
+	ClassStoreRead                     // reads the plugin's store
+	ClassStoreWrite                    // changes the plugin's store: refused when store.access is read
+	ClassOwnProcess                    // acts only on a process or terminal the plugin itself started in the session
+	ClassSessionState                  // the plugin's own session state: reaches nothing outside the host
+	ClassFetch                         // fetches from the web: the egress gateway decides, against the plugin's web scope
+)
+
+var classNames = map[Class]string{
+	ClassRead: "read", ClassWrite: "write", ClassLook: "look", ClassRun: "run",
+	ClassCapture: "capture", ClassStoreRead: "store read", ClassStoreWrite: "store write",
+	ClassOwnProcess: "own process", ClassSessionState: "session state", ClassFetch: "fetch",
+}
+
+func (c Class) String() string {
+	if n, ok := classNames[c]; ok {
+		return n
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+type capOp struct {
+	cap abi.Capability
+	op  string
+}
+
+// classes is the operation table: each host call the policy decides, by capability and
+// op (names repeat across capabilities: files' list and the store's list), and its class.
+var classes = map[capOp]Class{
+	{abi.CapSandboxFiles, OpRead}:           ClassRead,
+	{abi.CapSandboxFiles, OpReadText}:       ClassRead,
+	{abi.CapSandboxFiles, OpReadVersioned}:  ClassRead,
+	{abi.CapSandboxFiles, OpWrite}:          ClassWrite,
+	{abi.CapSandboxFiles, OpWriteVersioned}: ClassWrite,
+	{abi.CapSandboxFiles, OpRemove}:         ClassWrite,
+	{abi.CapSandboxFiles, OpStat}:           ClassLook,
+	{abi.CapSandboxFiles, OpList}:           ClassLook,
+	{abi.CapSandboxExec, OpRun}:             ClassRun,
+	{abi.CapSandboxExec, OpTerminalStart}:   ClassRun,
+	{abi.CapSandboxExec, OpProcess}:         ClassOwnProcess,
+	{abi.CapSandboxExec, OpTerminalIO}:      ClassOwnProcess,
+	{abi.CapSession, abi.FnSessionGet}:      ClassSessionState,
+	{abi.CapSession, abi.FnSessionSet}:      ClassSessionState,
+	{abi.CapWeb, abi.FnFetch}:               ClassFetch,
+	{abi.CapCapture, OpCapture}:             ClassCapture,
+	{abi.CapStore, OpGet}:                   ClassStoreRead,
+	{abi.CapStore, OpStoreList}:             ClassStoreRead,
+	{abi.CapStore, OpPut}:                   ClassStoreWrite,
+	{abi.CapStore, OpDelete}:                ClassStoreWrite,
+}
+
+// ClassOf returns the class of the operation op of capability cap; false when the table
+// names none, and Decide then refuses it.
+func ClassOf(cap abi.Capability, op string) (Class, bool) {
+	c, ok := classes[capOp{cap, op}]
+	return c, ok
+}
+
 // Request is one host call as the policy sees it: decoded, its path resolved.
 type Request struct {
 	Cap abi.Capability
@@ -192,56 +261,77 @@ func (p *Policy) MaxTimeout() time.Duration {
 
 var unscoped = Decision{Allowed: true, Rule: "unscoped"}
 
-// Decide says whether the plugin named plugin may make the call r.
+// Decide says whether the plugin named plugin may make the call r. An operation with no
+// class in the table is refused, whatever the Scope (nil included).
 func (p *Policy) Decide(plugin string, r Request) Decision {
+	class, ok := ClassOf(r.Cap, r.Op)
+	if !ok {
+		return Decision{Rule: "no class", Message: fmt.Sprintf(
+			"policy: plugin %s may not call %s.%s: the host's policy does not know that operation", plugin, r.Cap, r.Op)}
+	}
 	if p == nil {
 		return unscoped
 	}
-	switch r.Cap {
-	case abi.CapSandboxFiles:
-		return p.decideFiles(plugin, r)
-	case abi.CapSandboxExec:
+	switch class {
+	case ClassRead, ClassWrite, ClassLook:
+		return p.decideFiles(plugin, class, r)
+	case ClassRun:
 		return p.decideExec(plugin, r)
-	case abi.CapStore:
-		return p.decideStore(plugin, r)
-	case abi.CapCapture:
+	case ClassStoreRead, ClassStoreWrite:
+		return p.decideStore(plugin, class, r)
+	case ClassCapture:
 		return p.decideCapture(plugin, r)
+	case ClassOwnProcess:
+		return ownOnly
+	case ClassSessionState:
+		return unscoped // its own memory, kept per plugin and session
+	case ClassFetch:
+		// The destination is decided where it is reached: by the egress gateway, against
+		// the plugin's web scope, at every redirect and for every address a name resolves
+		// to (internal/webfetch); here there is nothing more to judge.
+		return Decision{Allowed: true, Rule: "web scope (egress gateway)"}
 	}
-	return unscoped
+	return Decision{Rule: "no class", Message: fmt.Sprintf("policy: plugin %s may not call %s.%s", plugin, r.Cap, r.Op)}
 }
 
 // fileVerb is how a message names a file operation.
-func fileVerb(op string) string {
-	switch op {
-	case OpRead, OpReadText, OpReadVersioned:
+func fileVerb(class Class, op string) string {
+	switch class {
+	case ClassRead:
 		return "read"
-	case OpWrite, OpWriteVersioned:
+	case ClassWrite:
+		if op == OpRemove {
+			return "remove"
+		}
 		return "write"
 	}
-	return op // stat, list, remove
+	return op // stat, list
 }
 
-func isWrite(op string) bool { return op == OpWrite || op == OpWriteVersioned || op == OpRemove }
+// fileSet is the patterns, and their rule, that judge a file operation of class.
+func (p *Policy) fileSet(class Class) (*patternSet, string) {
+	if class == ClassWrite {
+		return p.write, p.writeRule
+	}
+	return p.read, p.readRule
+}
 
-func (p *Policy) decideFiles(plugin string, r Request) Decision {
+func (p *Policy) decideFiles(plugin string, class Class, r Request) Decision {
 	if p.read == nil {
 		return unscoped
 	}
-	set, rule := p.read, p.readRule
-	if isWrite(r.Op) {
-		set, rule = p.write, p.writeRule
-	}
+	set, rule := p.fileSet(class)
 	var buf [16]string
 	segs := split(buf[:0], r.Path)
 	ok := set.allowed(segs)
-	if !ok && (r.Op == OpList || r.Op == OpStat) {
+	if !ok && class == ClassLook {
 		// A directory on the way to what may be read may be listed and looked at; what the
 		// listing shows is filtered (Visible).
 		ok = set.leadsTo(segs)
 	}
 	if !ok {
 		return Decision{Rule: rule, Message: fmt.Sprintf("policy: plugin %s may not %s %s (allowed: %s)",
-			plugin, fileVerb(r.Op), r.Path, set)}
+			plugin, fileVerb(class, r.Op), r.Path, set)}
 	}
 	return Decision{Allowed: true, Rule: rule, CheckLinks: !set.all}
 }
@@ -260,17 +350,15 @@ func (p *Policy) Visible(rel string, dir bool) bool {
 // LinkRefusal is the refusal of a call whose path goes through the symbolic link at link
 // (a workspace-relative path, r.Path or one of its directories).
 func (p *Policy) LinkRefusal(plugin string, r Request, link string) Decision {
-	set, rule := p.read, p.readRule
-	if isWrite(r.Op) {
-		set, rule = p.write, p.writeRule
-	}
+	class, _ := ClassOf(r.Cap, r.Op)
+	set, rule := p.fileSet(class)
 	what := link + " is a symbolic link"
 	if link != r.Path {
 		what = "its directory " + link + " is a symbolic link"
 	}
 	return Decision{Rule: rule + " (no links)",
 		Message: fmt.Sprintf("policy: plugin %s may not %s %s: %s, and a plugin whose paths are scoped never goes through one (allowed: %s)",
-			plugin, fileVerb(r.Op), r.Path, what, set)}
+			plugin, fileVerb(class, r.Op), r.Path, what, set)}
 }
 
 // Parts are the parts of a workspace path from the root down: "docs", "docs/a",
@@ -334,9 +422,6 @@ func CheckLinks(rel string, lstat func(rel string) (link, exists bool, err error
 var ownOnly = Decision{Allowed: true, Rule: "its own processes"}
 
 func (p *Policy) decideExec(plugin string, r Request) Decision {
-	if r.Op == OpProcess || r.Op == OpTerminalIO {
-		return ownOnly
-	}
 	if p.programs == nil && p.maxTimeout == 0 {
 		return unscoped
 	}
@@ -380,11 +465,11 @@ func (p *Policy) decideExec(plugin string, r Request) Decision {
 	return Decision{Allowed: true, Rule: rule}
 }
 
-func (p *Policy) decideStore(plugin string, r Request) Decision {
+func (p *Policy) decideStore(plugin string, class Class, r Request) Decision {
 	if !p.storeRead {
 		return unscoped
 	}
-	if r.Op == OpPut || r.Op == OpDelete {
+	if class == ClassStoreWrite {
 		return Decision{Rule: "store: read", Message: fmt.Sprintf(
 			"policy: plugin %s may not %s %s: its store is read-only", plugin, r.Op, r.Key)}
 	}

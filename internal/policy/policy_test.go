@@ -286,3 +286,45 @@ func TestPartsAndFirstLink(t *testing.T) {
 		}
 	}
 }
+
+// An operation the table does not name is refused, with any Scope and with none: a new
+// writing host function must never be judged against the read patterns by default.
+func TestUnknownOperationIsRefused(t *testing.T) {
+	scoped := mustCompile(t, Scope{Files: &Files{Read: []string{"**"}, Write: []string{"docs/**"}}})
+	for _, p := range []*Policy{nil, scoped} {
+		for _, r := range []Request{
+			files("truncate", "src/main.go"),
+			files("write_all", "src/main.go"),
+			{Cap: abi.CapStore, Op: "wipe", Key: "k"},
+			{Cap: abi.CapSandboxExec, Op: "spawn", Argv: []string{"ls"}},
+			{Cap: abi.CapSandboxFiles, Op: OpRun}, // an op of another capability
+			{Cap: "sandbox_net", Op: "connect"},   // a capability the table does not know
+			{Cap: abi.CapLog, Op: abi.FnLog},      // log is no decided host call
+		} {
+			d := p.Decide("p", r)
+			if d.Allowed {
+				t.Errorf("policy %v allowed %s.%s", p != nil, r.Cap, r.Op)
+			}
+			if !strings.Contains(d.Message, r.Op) {
+				t.Errorf("refusal of %s.%s does not name it: %q", r.Cap, r.Op, d.Message)
+			}
+		}
+	}
+	if d := scoped.Decide("p", files(OpRead, "src/main.go")); !d.Allowed {
+		t.Errorf("a known read was refused: %s", d.Message)
+	}
+}
+
+// Every operation of the table judges by its class: reads and looks by the read
+// patterns, writes by the write patterns, the store's writes by its access.
+func TestClassesJudge(t *testing.T) {
+	p := mustCompile(t, Scope{Files: &Files{Read: []string{"**"}, Write: []string{"docs/**"}}, Store: &Store{Access: StoreRead}})
+	for k, class := range classes {
+		r := Request{Cap: k.cap, Op: k.op, Path: "src/main.go", Argv: []string{"ls"}, Port: 3000, Key: "k"}
+		d := p.Decide("p", r)
+		want := class != ClassWrite && class != ClassStoreWrite
+		if d.Allowed != want {
+			t.Errorf("%s.%s (class %s): allowed %v, want %v (%s)", k.cap, k.op, class, d.Allowed, want, d.Message)
+		}
+	}
+}

@@ -75,8 +75,10 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 	}
 	defer c.work.Done()
 
-	ctx, cancelTimeout := context.WithTimeout(ctx, c.cfg.CaptureTimeout)
-	defer cancelTimeout()
+	// CaptureTimeout bounds the capture's own work once a browser runs, never the wait
+	// for one: a cold start on a loaded machine took most of the (then) 30 s, and the navigation
+	// that followed got the 120 ms left. The start is bounded on its own (StartTimeout),
+	// the probe by its dial timeout, and the wait for a slot by the captures holding them.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() { // owned by capture: ends when ctx (cancelled on return) or closing fires
@@ -107,12 +109,15 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 		if err != nil {
 			return nil, err
 		}
-		shots, errs, navigated := c.runShots(ctx, rt, target, vps)
+		shotCtx, cancelShots := context.WithTimeout(ctx, c.cfg.CaptureTimeout)
+		shots, errs, navigated := c.runShots(shotCtx, rt, target, vps)
+		expired := shotCtx.Err() != nil
+		cancelShots()
 		err = errors.Join(errs...)
 		if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return shots, fmt.Errorf("%w during the capture: %w", ErrClosed, err)
 		}
-		if err == nil || attempt > 0 || ctx.Err() != nil || !errors.Is(err, ErrBrowser) || slices.Contains(navigated, true) {
+		if err == nil || attempt > 0 || expired || !errors.Is(err, ErrBrowser) || slices.Contains(navigated, true) {
 			return shots, err
 		}
 		// No shot got as far as navigating: the browser died under us (a crash, or killed).

@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -205,8 +207,13 @@ func TestSSRFPathsRefusedBeforeNavigation(t *testing.T) {
 // TestOriginPin: a page the agent wrote tries to reach other origins on the host (another
 // loopback port, standing in for metadata services and the host's own servers) with
 // subresources, an iframe, fetch, a WebSocket, a navigation and a redirect. None may reach it.
-func TestOriginPin(t *testing.T) {
-	c := newCapturer(t, Config{IdleBound: 2 * time.Second})
+func TestOriginPin(t *testing.T) { originPin(t, Config{}) }
+
+// originPin: a page that reaches for another origin in every way a page can gets none of
+// it, in the browser cfg makes.
+func originPin(t *testing.T, cfg Config) {
+	cfg.IdleBound = 2 * time.Second
+	c := newCapturer(t, cfg)
 	var otherHits atomic.Int64
 	other := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		otherHits.Add(1)
@@ -491,7 +498,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	var routerDirs []string // the browsers' private directories on the host
 	c.mu.Lock()
-	routerDirs = append(routerDirs, c.rt.router.dir)
+	routerDirs = append(routerDirs, c.rt.router.(*router).dir)
 	c.mu.Unlock()
 	if _, err := os.Stat(routerDirs[0]); err != nil {
 		t.Errorf("the browser's router directory: %v", err)
@@ -508,10 +515,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 
 	// A browser that died is replaced on the next capture.
 	killTree(pid)
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, fmt.Sprintf("the killed browser (pid %d) to die", pid), func() bool { return !alive(pid) })
 	// The capture right after the death must succeed: it restarts the browser itself.
 	p, err := c.CapturePair(t.Context(), base, "/")
 	if err != nil {
@@ -524,7 +528,7 @@ func TestBrowserReusedRestartedAndGoneAfterClose(t *testing.T) {
 	}
 	c.mu.Lock()
 	newDriver := c.rt.driverPID
-	routerDirs = append(routerDirs, c.rt.router.dir)
+	routerDirs = append(routerDirs, c.rt.router.(*router).dir)
 	c.mu.Unlock()
 
 	mine := map[int]bool{driver: true, newDriver: true}
@@ -593,7 +597,10 @@ func TestCloseDuringCapture(t *testing.T) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		html(w, 200, page("white", `<script>fetch('/poll')</script>`))
 	})
+	polling := make(chan struct{})
+	var polled sync.Once
 	mux.HandleFunc("/poll", func(w http.ResponseWriter, r *http.Request) {
+		polled.Do(func() { close(polling) })
 		select {
 		case <-r.Context().Done():
 		case <-stop:
@@ -602,15 +609,18 @@ func TestCloseDuringCapture(t *testing.T) {
 	base := serve(t, mux)
 	t.Cleanup(func() { close(stop) })
 	errc := make(chan error, 1)
-	go func() {
+	go func() { // owned here: Close ends the capture, and the test waits for it below
 		_, err := c.CapturePair(context.Background(), base, "/")
 		errc <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for c.BrowserPID() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// The page's request hangs: the capture is inside its idle wait.
+	select {
+	case <-polling:
+	case err := <-errc:
+		t.Fatalf("the capture ended before its page polled: %v", err)
+	case <-time.After(testenv.HangBound):
+		t.Fatalf("the page never polled within %s", testenv.HangBound)
 	}
-	time.Sleep(500 * time.Millisecond) // inside the idle wait
 	c.mu.Lock()
 	driver := c.rt.driverPID
 	c.mu.Unlock()

@@ -2,13 +2,11 @@ package screenshot
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,13 +26,6 @@ var baseArgs = []string{
 	"--disable-default-apps",
 	// WebRTC may not send UDP that bypasses the context's proxy (the origin pin).
 	"--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-}
-
-var defaultExecutables = []string{
-	"/usr/lib/chromium/chromium-headless-shell", // the Debian wrappers in /usr/bin add a shell process
-	"/usr/lib/chromium/chromium",
-	"/usr/bin/chromium-headless-shell",
-	"/usr/bin/chromium",
 }
 
 // startMu serialises driver starts in this process, so the new driver child can be told
@@ -84,7 +75,7 @@ type Capturer struct {
 type runtime struct {
 	pw         *playwright.Playwright
 	browser    playwright.Browser
-	router     *router // the browser's only way out
+	router     browserNet // the browser's only way out
 	driverPID  int
 	browserPID int // bubblewrap, the driver's child; the browser runs inside
 	version    string
@@ -111,7 +102,7 @@ func New(cfg Config) *Capturer {
 // bubblewrap (the browser's sandbox) are installed; the error wraps [ErrNoBrowser] and says
 // what is missing.
 func (c *Capturer) Check() error {
-	if err := checkBwrap(); err != nil {
+	if err := c.checkSandbox(); err != nil {
 		return err
 	}
 	if _, err := c.executable(); err != nil {
@@ -119,13 +110,6 @@ func (c *Capturer) Check() error {
 	}
 	_, err := c.driverDir()
 	return err
-}
-
-func checkBwrap() error {
-	if st, err := os.Stat(bwrapPath); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("%w: bubblewrap (%s) is missing: install the Debian package bubblewrap; the browser runs only inside it", ErrNoBrowser, bwrapPath)
-	}
-	return nil
 }
 
 // executable returns the browser binary with symbolic links resolved (the sandbox shows
@@ -280,7 +264,7 @@ func (c *Capturer) start(done chan struct{}, old *runtime) {
 }
 
 func (c *Capturer) launch() (*runtime, error) {
-	if err := checkBwrap(); err != nil {
+	if err := c.checkSandbox(); err != nil {
 		return nil, err
 	}
 	exe, err := c.executable()
@@ -336,7 +320,7 @@ func (c *Capturer) launch() (*runtime, error) {
 	claim(pid, true)
 	rt := &runtime{pw: pw, driverPID: pid}
 
-	rt.router, err = newRouter(c.log)
+	rt.router, err = c.newBrowserNet()
 	if err == nil {
 		var b playwright.Browser
 		b, err = pw.Chromium.Launch(c.launchOptions(exe, rt.router))
@@ -360,25 +344,6 @@ func (c *Capturer) launch() (*runtime, error) {
 		c.log.Debug("screenshot: browser disconnected", "browser_pid", rt.browserPID)
 	})
 	return rt, nil
-}
-
-// launchOptions makes Playwright start the browser exe in its sandbox, its network going
-// through rtr: the executable Playwright runs is this process's own binary, which the
-// environment turns into the wrapper (sandbox.go).
-func (c *Capturer) launchOptions(exe string, rtr *router) playwright.BrowserTypeLaunchOptions {
-	wc, _ := json.Marshal(wrapperConfig{Bwrap: bwrapPath, Chromium: exe, Router: rtr.path, UID: c.cfg.SandboxUID})
-	return playwright.BrowserTypeLaunchOptions{
-		ExecutablePath: playwright.String("/proc/" + strconv.Itoa(os.Getpid()) + "/exe"),
-		Env:            map[string]string{envWrapper: string(wc)},
-		Headless:       playwright.Bool(true),
-		Args:           append(append([]string(nil), baseArgs...), c.cfg.Args...),
-		Timeout:        playwright.Float(float64(c.cfg.StartTimeout.Milliseconds())),
-		HandleSIGINT:   playwright.Bool(false),
-		HandleSIGTERM:  playwright.Bool(false),
-		HandleSIGHUP:   playwright.Bool(false),
-		// Chromium's own sandbox needs user namespaces, which ours disables: ours is the sandbox.
-		ChromiumSandbox: playwright.Bool(false),
-	}
 }
 
 // runDriver starts the driver with neither Stderr nor Logger set: setting Stderr alone

@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -85,6 +87,7 @@ func runForwarder(raw string, args []string, log *slog.Logger) (int, error) {
 	cmd.Dir = sandboxHome
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{in, out}
+	cmd.WaitDelay = 5 * time.Second // a renderer left holding stdout does not hold the forwarder
 	err = cmd.Start()
 	in.Close() // the browser holds the pipe now; its end closes when it exits
 	out.Close()

@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -154,7 +156,7 @@ func (r *router) route(ip [4]byte, fd int) {
 
 // listen returns a listener on a fresh random loopback address of the sandbox's namespace,
 // 127.a.b.c with a in 1..254 (127.0.0.x, the browser's default proxy, is never handed out).
-func (r *router) listen() (*routeListener, error) {
+func (r *router) listen() (pinListener, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -50,12 +52,6 @@ const (
 	// sets it inside the sandbox.
 	envForwarder = "TOOLHOST_BROWSER_FORWARDER"
 )
-
-// DefaultSandboxUID is the host uid and gid the browser's bubblewrap runs as when the host
-// runs as root: unprivileged, outside the ranges distributions hand out, and next to, not
-// the same as, the id the local sandbox provider gives its sandboxes (2100000000), so that
-// a sandbox and the browser that renders its pages share nothing.
-const DefaultSandboxUID = 2100000001
 
 // bwrapPath is bubblewrap (Debian package bubblewrap). A variable so that a test can make it
 // missing.

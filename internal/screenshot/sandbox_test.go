@@ -1,3 +1,5 @@
+//go:build linux
+
 package screenshot
 
 import (
@@ -149,7 +151,7 @@ func TestBrowserSandboxFromTheHost(t *testing.T) {
 	}
 	marker.Close()
 	t.Cleanup(func() { os.Remove(marker.Name()) })
-	for _, path := range []string{marker.Name(), "/root", "/etc/shadow", "/etc/passwd", c.rt.router.dir, "/work"} {
+	for _, path := range []string{marker.Name(), "/root", "/etc/shadow", "/etc/passwd", c.rt.router.(*router).dir, "/work"} {
 		if _, err := os.Lstat(root + path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is visible in the browser's sandbox (err %v)", path, err)
 		}
@@ -168,7 +170,7 @@ func TestBrowserSandboxFromTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe, _ := os.Executable()
-	for _, host := range []string{c.rt.router.dir, exe, filepath.Dir(exe), os.TempDir() + "/"} {
+	for _, host := range []string{c.rt.router.(*router).dir, exe, filepath.Dir(exe), os.TempDir() + "/"} {
 		if strings.Contains(string(mi), " "+host) {
 			t.Errorf("the sandbox's mountinfo shows %s:\n%s", host, mi)
 		}
@@ -254,7 +256,7 @@ func TestBrowserSeesNoHostFiles(t *testing.T) {
 	if body, err := goTo("file:///usr/share/"); err != nil || !strings.Contains(body, "fonts") {
 		t.Fatalf("file:///usr/share/ (the control) = %.200q, %v", body, err)
 	}
-	for _, u := range []string{"file:///etc/shadow", "file:///root/", "file://" + marker.Name(), "file://" + c.rt.router.dir} {
+	for _, u := range []string{"file:///etc/shadow", "file:///root/", "file://" + marker.Name(), "file://" + c.rt.router.(*router).dir} {
 		body, err := goTo(u)
 		if err == nil || !strings.Contains(err.Error(), "ERR_FILE_NOT_FOUND") || strings.Contains(body, "host secret") {
 			t.Errorf("%s: %.200q, %v; want net::ERR_FILE_NOT_FOUND", u, body, err)
@@ -454,10 +456,11 @@ func TestRouter(t *testing.T) {
 	if st, err := os.Stat(r.dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("router directory %s: %v, %v; want mode 0700", r.dir, st.Mode(), err)
 	}
-	l, err := r.listen()
+	pl, err := r.listen()
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := pl.(*routeListener)
 	if ip := l.Addr().(*net.TCPAddr).IP.To4(); ip[0] != 127 || ip[1] == 0 || !strings.HasSuffix(l.proxyURL(), ":3128") {
 		t.Errorf("route address %v, proxy %s", ip, l.proxyURL())
 	}

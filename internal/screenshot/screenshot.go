@@ -165,9 +165,13 @@ type Config struct {
 	IdleBound time.Duration
 	// NavigationTimeout bounds the wait for the main document's response. Default 10 s.
 	NavigationTimeout time.Duration
-	// CaptureTimeout bounds one CapturePair or Capture call on top of its context. Default 30 s.
+	// CaptureTimeout bounds the work of one CapturePair or Capture call once the browser
+	// runs (navigation, the wait for network idle, the shots), on top of its context.
+	// Starting the browser is not counted: StartTimeout bounds it. Default 60 s: a hang
+	// bound (a page that does not answer fails at NavigationTimeout), which Chromium on a
+	// loaded 2-core machine (load 40) came close to with 30.
 	CaptureTimeout time.Duration
-	// StartTimeout bounds starting the driver and the browser. Default 30 s.
+	// StartTimeout bounds starting the driver and the browser. Default 60 s (a hang bound).
 	StartTimeout time.Duration
 	// MaxConcurrent is how many captures (pairs count as one) run at once. Default 2.
 	MaxConcurrent int
@@ -180,7 +184,17 @@ type Config struct {
 	SandboxUID int
 	// Logger receives the package's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// direct runs the browser as it runs on systems other than Linux (no bubblewrap, the
+	// pin proxies on the loopback): tests of that path set it on Linux.
+	direct bool
 }
+
+// DefaultSandboxUID is the host uid and gid the browser's bubblewrap runs as when the host
+// runs as root: unprivileged, outside the ranges distributions hand out, and next to, not
+// the same as, the id the local sandbox provider gives its sandboxes (2100000000), so that
+// a sandbox and the browser that renders its pages share nothing.
+const DefaultSandboxUID = 2100000001
 
 func (c Config) withDefaults() Config {
 	if c.IdleBound <= 0 {
@@ -190,10 +204,10 @@ func (c Config) withDefaults() Config {
 		c.NavigationTimeout = 10 * time.Second
 	}
 	if c.CaptureTimeout <= 0 {
-		c.CaptureTimeout = 30 * time.Second
+		c.CaptureTimeout = time.Minute
 	}
 	if c.StartTimeout <= 0 {
-		c.StartTimeout = 30 * time.Second
+		c.StartTimeout = time.Minute
 	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 2

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package seccomp builds the seccomp-BPF filter that bubblewrap installs (--seccomp FD) in
 // every toolhost sandbox and in the sandboxed browser. The sandbox is a coding workspace:
 // shells, coreutils, git, Python, Node, Go and C compilers must all keep working, so the

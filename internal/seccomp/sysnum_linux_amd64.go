@@ -84,6 +84,7 @@ var nativeArch = &arch{
 		"rt_sigqueueinfo":   unix.SYS_RT_SIGQUEUEINFO,
 		"rt_tgsigqueueinfo": unix.SYS_RT_TGSIGQUEUEINFO,
 		"tkill":             unix.SYS_TKILL,
+		"prlimit64":         unix.SYS_PRLIMIT64,
 		"fcntl":             unix.SYS_FCNTL,
 	},
 }

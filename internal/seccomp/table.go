@@ -1,3 +1,5 @@
+//go:build linux
+
 package seccomp
 
 import (
@@ -165,6 +167,15 @@ var table = []entry{
 			"glibc program take a new uid or gid). Refused, a goroutine looping without calls " +
 			"stops the agent's garbage collector for good. Both are harmless to a program that " +
 			"did not ask for them"},
+	// Keep the sandbox's limits on the agent. A process may change its own limits
+	// (setrlimit, prlimit64 with pid 0: what libc and Go use), never another's: a command
+	// that lowered pid 1's (NOFILE 16, NPROC 0) would leave the sandbox unable to start
+	// anything. pid 1 alone would not do: prlimit64 takes the id of any thread of a
+	// process, and pid 1's threads have ids no filter knows.
+	{syscalls: []string{"prlimit64"}, errno: syscall.EPERM,
+		when: isNoneOf{arg{0, "pid"}, []val{{"0", 0}}},
+		why: "the limits of another process, the agent's included, are not the sandbox's to change; " +
+			"a process sets its own (pid 0), and reads another's in /proc/PID/limits"},
 	{syscalls: []string{"tkill"}, errno: syscall.EPERM,
 		why: "obsolete (tgkill replaced it), and it takes a thread id alone, which says nothing of whose thread it is"},
 	{syscalls: []string{"fcntl"}, errno: syscall.EPERM,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package seccomp
 
 import (
@@ -36,7 +38,7 @@ var goldenArchs = map[string]*arch{
 		"mkdir": 83, "mknod": 133, "creat": 85, "fchmodat": 268, "fchmodat2": 452, "mkdirat": 258,
 		"mknodat": 259, "open": 2, "openat": 257, "personality": 135, "socket": 41, "socketpair": 53,
 		"ioctl": 16, "kill": 62, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-		"tkill": 200, "fcntl": 72,
+		"tkill": 200, "fcntl": 72, "prlimit64": 302,
 	}},
 	"arm64": {goarch: "arm64", audit: unix.AUDIT_ARCH_AARCH64, nr: map[string]uint32{
 		"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "bpf": 280,
@@ -52,7 +54,7 @@ var goldenArchs = map[string]*arch{
 		"pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "fchmod": 52, "fchmodat": 53,
 		"fchmodat2": 452, "mkdirat": 34, "mknodat": 33, "openat": 56, "personality": 92, "socket": 198,
 		"socketpair": 199, "ioctl": 29, "kill": 129, "tgkill": 131, "rt_sigqueueinfo": 138,
-		"rt_tgsigqueueinfo": 240, "tkill": 130, "fcntl": 25,
+		"rt_tgsigqueueinfo": 240, "tkill": 130, "fcntl": 25, "prlimit64": 261,
 	}, absent: []string{"iopl", "ioperm", "uselib", "chmod", "mkdir", "mknod", "creat", "open"}},
 }
 
@@ -191,6 +193,14 @@ func vmCases() []vmCase {
 		}
 		add(name, eafnosupport, unix.AF_PACKET, unix.AF_UNIX, unix.AF_UNIX) // domain is arg0
 	}
+
+	// prlimit64(pid, resource, new, old): a process's own limits (pid 0) only.
+	for _, pid := range []uint64{1, 2, 0xffffffff, hi | 1} {
+		add("prlimit64", eperm, pid, unix.RLIMIT_NOFILE, 0x1000, 0)
+		add("prlimit64", eperm, pid, unix.RLIMIT_NPROC, 0, 0x1000)
+	}
+	add("prlimit64", retAllow, 0, unix.RLIMIT_NOFILE, 0x1000, 0)
+	add("prlimit64", retAllow, hi, unix.RLIMIT_NOFILE, 0, 0x1000) // the kernel reads pid as 32 bits: 0
 
 	// ioctl(fd, request, ...)
 	for _, r := range []uint64{unix.TIOCSTI, unix.TIOCLINUX, 0x8901 /* FIOSETOWN */, unix.SIOCSPGRP, hi | unix.TIOCSTI} {

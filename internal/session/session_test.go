@@ -341,13 +341,14 @@ func TestFailingSavesStillRotateBeforeTheEnd(t *testing.T) {
 			// The store comes back; the work reaches it (the local copy, or the next commit).
 			down.down.Store(false)
 			if restore {
-				deadline := time.Now().Add(30 * time.Second)
-				for !strings.Contains(c.logs.String(), "is now in the store") {
-					if time.Now().After(deadline) {
-						t.Fatalf("the local snapshot never reached the store:\n%s", c.logs)
+				if !testenv.Eventually(func() bool {
+					if strings.Contains(c.logs.String(), "is now in the store") {
+						return true
 					}
 					c.clock.Advance(30 * time.Second) // the keepalive loop offers it again
-					time.Sleep(20 * time.Millisecond)
+					return false
+				}) {
+					t.Fatalf("the local snapshot never reached the store:\n%s", c.logs)
 				}
 			} else if _, err := s.Commit(ctx, "after the outage"); err != nil {
 				t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	dirstore "github.com/toolhost/toolhost/internal/store/dir"
 	s3store "github.com/toolhost/toolhost/internal/store/s3"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // slowStore holds back the Put of chosen keys until released: an upload that is slower
@@ -93,10 +94,7 @@ func TestConcurrentSaversTheLastTakenWins(t *testing.T) {
 			// Let each next saver finish packing once the previous one has taken its key
 			// (and begun its upload).
 			for i := range n {
-				deadline := time.Now().Add(30 * time.Second)
-				for int(puts.Load()) <= i && time.Now().Before(deadline) {
-					time.Sleep(time.Millisecond)
-				}
+				testenv.Eventually(func() bool { return int(puts.Load()) > i })
 				close(took[i+1])
 			}
 			var order []int

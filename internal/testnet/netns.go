@@ -1,3 +1,5 @@
+//go:build linux
+
 package testnet
 
 import (
@@ -10,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,6 +104,7 @@ func (n *netns) ip(args ...string) error {
 	if derr := n.do(func() {
 		cmd := exec.Command("ip", args...)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.WaitDelay = 5 * time.Second
 		out, err = cmd.CombinedOutput()
 	}); derr != nil {
 		return derr
@@ -125,6 +129,7 @@ func (n *netns) ipTo(other *netns, args ...string) error {
 	if derr := n.do(func() {
 		cmd := exec.Command("ip", args...)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.WaitDelay = 5 * time.Second
 		cmd.ExtraFiles = []*os.File{f}
 		out, err = cmd.CombinedOutput()
 	}); derr != nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package testnet builds "the internet" for a test, on this machine and nowhere else:
 // two network namespaces of the test process's own, joined by a veth pair.
 //

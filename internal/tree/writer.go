@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,7 +128,7 @@ func NewWriter(ctx context.Context, dir string, opts WriterOptions) (*Writer, er
 		opts.MaxBytes = DefaultMaxBytes
 		var fs unix.Statfs_t
 		if err := unix.Fstatfs(fd, &fs); err == nil {
-			opts.MaxBytes = min(opts.MaxBytes, max(int64(fs.Bavail)*fs.Bsize-freeReserve, 0))
+			opts.MaxBytes = min(opts.MaxBytes, max(int64(fs.Bavail)*int64(fs.Bsize)-freeReserve, 0))
 		}
 	}
 	w := &Writer{ctx: ctx, opts: opts, start: time.Now(),
@@ -558,17 +557,6 @@ func (w *Writer) finishDir(m dirMeta) error {
 		if err := futimens(h.fd, m.mtime); err != nil {
 			return fmt.Errorf("entry %q: %w", m.path, err)
 		}
-	}
-	return nil
-}
-
-// futimens sets a file's access and modification times to mtime (ns) through its
-// descriptor: utimensat(fd, NULL, ...), what glibc's futimens does.
-func futimens(fd int, mtime int64) error {
-	ts := [2]unix.Timespec{unix.NsecToTimespec(mtime), unix.NsecToTimespec(mtime)}
-	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
-	if errno != 0 {
-		return errno
 	}
 	return nil
 }

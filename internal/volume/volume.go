@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package volume gives a sandbox's private workspace a size limit. This kernel, like many,
 // has no disk quotas, and a bind-mounted host directory has no size of its own, so every
 // private workspace is its own small filesystem: a sparse image file holding ext4,
@@ -43,6 +45,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolhost/toolhost/internal/lockfile"
 )
 
 // Errors callers branch on; test with errors.Is.
@@ -270,6 +274,7 @@ func (p *Pool) buildTemplate() error {
 		cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-b", "4096",
 			"-O", "^has_journal,^resize_inode,sparse_super2", "-m", "0", "-E", ext, tmp)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+		cmd.WaitDelay = 5 * time.Second
 		return cmd.CombinedOutput()
 	}
 	// assume_storage_prezeroed (e2fsprogs 1.47) marks the inode tables zeroed, which the
@@ -362,7 +367,7 @@ type Volume struct {
 	dev  string
 
 	mu      sync.Mutex
-	lock    *os.File // flock held while the volume exists
+	lock    *lockfile.Lock // held while the volume exists
 	mounted bool
 	closed  bool
 }
@@ -380,8 +385,8 @@ func (p *Pool) Create(ctx context.Context, name string) (*Volume, error) {
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	// What a dead owner left goes first; if that fails, leave it for Prune to report.
-	if err := p.clean(name); err != nil {
-		lock.Close()
+	if _, err := p.clean(name); err != nil {
+		_ = lock.Release()
 		return nil, fmt.Errorf("create volume %s: remove what a previous owner left: %w", name, err)
 	}
 	v := &Volume{p: p, name: name, path: p.mountPoint(name), lock: lock}
@@ -464,52 +469,66 @@ func (v *Volume) Close() error {
 		v.mounted = false
 		elsewhere = stillBound(v.dev, v.p.image(v.name))
 	}
-	var errs []error
-	// The image moves out of the name's way at once and is deleted in the background.
-	trash := v.p.image(v.name) + "." + randomSuffix() + trashSuffix
-	if err := os.Rename(v.p.image(v.name), trash); err == nil {
-		v.p.deleting.Go(func() { // owned by the Pool: Pool.Close waits for it
-			if err := os.Remove(trash); err != nil {
-				v.p.log.Error("delete the image of a closed volume", "path", trash, "err", err)
-			}
-		})
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	for _, path := range []string{v.path, v.p.lockPath(v.name)} { // still locked: no one else cleans meanwhile
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := os.Remove(v.path); err != nil && !errors.Is(err, fs.ErrNotExist) { // still locked: no one else cleans meanwhile
 		return fmt.Errorf("close volume %s: %w", v.name, err)
 	}
-	v.lock.Close()
+	// The image moves out of the name's way at once and is deleted in the background,
+	// under the name's lock: the lock file goes last, so a Prune of another process never
+	// takes a deletion under way for what a dead process left.
+	trash := v.p.image(v.name) + "." + randomSuffix() + trashSuffix
+	if err := os.Rename(v.p.image(v.name), trash); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("close volume %s: %w", v.name, err)
+		}
+		if err := v.lock.Remove(); err != nil {
+			return fmt.Errorf("close volume %s: %w", v.name, err)
+		}
+	} else {
+		lock := v.lock
+		v.p.deleting.Go(func() { // owned by the Pool: Pool.Close waits for it
+			if err := os.Remove(trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				v.p.log.Error("delete the image of a closed volume", "path", trash, "err", err)
+				_ = lock.Release() // a later Prune tries again
+				return
+			}
+			if err := lock.Remove(); err != nil {
+				v.p.log.Error("remove the lock of a closed volume", "err", err)
+			}
+		})
+	}
 	v.closed = true
 	if elsewhere {
-		v.p.log.Warn("workspace volume unmounted but still mounted in another mount namespace", "name", v.name, "device", v.dev)
+		v.p.log.Info("workspace volume unmounted but still mounted in another mount namespace", "name", v.name, "device", v.dev)
 		return fmt.Errorf("close volume %s (%s): %w", v.name, v.dev, ErrMountedElsewhere)
 	}
 	return nil
 }
 
 // stillBound reports whether loop device dev is still bound to image after its mount
-// went: the last unmount clears an autoclear device at once, so a binding that outlives a
-// short grace (for a transient opener such as udev's probe) means the filesystem is
-// mounted somewhere else.
+// went. The last unmount clears an autoclear device, but not at once: the filesystem's
+// last reference may be dropped by the kernel a moment later (a mount namespace that
+// just ended is torn down asynchronously, a transient opener such as udev's probe holds
+// the device briefly, and another sandbox's namespace being set up at that instant holds
+// a copy of every mount until bubblewrap detaches the old root). So the binding is
+// watched for up to stillBoundWait, a hang bound: a binding that outlives it means the
+// filesystem is mounted somewhere that lasts.
 func stillBound(dev, image string) bool {
 	f := "/sys/block/" + filepath.Base(dev) + "/loop/backing_file"
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(stillBoundWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		b, err := os.ReadFile(f)
 		if err != nil || strings.TrimSpace(string(b)) != image {
 			return false
 		}
-		if i == 20 {
+		if time.Now().After(deadline) {
 			return true
 		}
-		time.Sleep(5 * time.Millisecond) // bounded: 100 ms in all
+		time.Sleep(wait)
 	}
 }
+
+// stillBoundWait bounds stillBound's watch.
+const stillBoundWait = 3 * time.Second
 
 // trashSuffix marks an image being deleted; Prune removes those a dead process left.
 const trashSuffix = ".trash"
@@ -542,49 +561,54 @@ func unmount(path string) error {
 	return fmt.Errorf("unmount %s: %w", path, err)
 }
 
-// lock takes the volume's lock file; ErrInUse when a live owner holds it.
-func (p *Pool) lock(name string) (*os.File, error) {
+// lock takes the name: a new lock file, locked from birth (internal/lockfile), or the one
+// a dead owner left, whose remains the caller then cleans. ErrInUse when a live owner
+// holds it.
+func (p *Pool) lock(name string) (*lockfile.Lock, error) {
 	path := p.lockPath(name)
 	for range 10 {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-		if err != nil {
+		l, err := lockfile.Create(path, nil)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("lock: %w", err)
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, ErrInUse
-			}
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+		l, _, err = lockfile.Stale(path)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, lockfile.ErrHeld):
+			return nil, ErrInUse
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("lock: %w", err)
 		}
-		// The previous holder may have removed the file between our open and our lock:
-		// then we hold a lock on nothing, and try again.
-		var a, b unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Lstat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
-			return f, nil
-		}
-		f.Close()
+		// Its owner removed it between our two looks: try again.
 	}
 	return nil, fmt.Errorf("lock %s: the file keeps being replaced", path)
 }
 
 // clean removes what a previous owner of name left: the mount, the image and the mount
-// point. The caller holds the name's lock.
-func (p *Pool) clean(name string) error {
+// point; found says whether there was anything. The caller holds the name's lock.
+func (p *Pool) clean(name string) (found bool, err error) {
 	mnt := p.mountPoint(name)
 	if mounted, err := isMountPoint(mnt); err != nil {
-		return err
+		return false, err
 	} else if mounted {
 		if err := unmount(mnt); err != nil {
-			return err
+			return true, err
 		}
+		found = true
 	}
-	for _, path := range []string{p.image(name), mnt} {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+	trash, _ := filepath.Glob(p.image(name) + ".*" + trashSuffix)
+	for _, path := range append([]string{p.image(name), mnt}, trash...) {
+		err := os.Remove(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return true, err
 		}
+		found = found || err == nil
 	}
-	return nil
+	return found, nil
 }
 
 // isMountPoint reports whether path is a directory with another filesystem mounted on
@@ -607,6 +631,11 @@ func isMountPoint(path string) (bool, error) {
 // free): left by a process that crashed or was killed. A volume still mounted and busy
 // (a sandbox of the dead process still running) is reported with ErrBusy and kept.
 // Half-built templates are removed too.
+//
+// Prune judges only what is provably the pool's: names with a lock file or an image in
+// .volumes/. Dir is shared with others (the local provider stages host directories and
+// keeps private workspaces there, under locks of their own): a directory or a mount
+// point in Dir that the pool has no record of is never touched.
 func (p *Pool) Prune() error {
 	names := map[string]bool{}
 	ents, err := os.ReadDir(filepath.Join(p.cfg.Dir, ".volumes"))
@@ -616,24 +645,14 @@ func (p *Pool) Prune() error {
 	var errs []error
 	for _, e := range ents {
 		n := e.Name()
-		if strings.HasSuffix(n, trashSuffix) {
-			// Deleted by its Close, or left by a process that died first. A removal under
-			// way elsewhere makes this one find nothing, which is fine.
-			if err := os.Remove(filepath.Join(p.cfg.Dir, ".volumes", n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
+		if base, _, ok := strings.Cut(n, ".img."); ok && strings.HasSuffix(n, trashSuffix) {
+			// Being deleted by its Close (which holds the name's lock until it is gone), or
+			// left by a process that died first: clean decides, under the lock.
+			names[base] = true
 		} else if base, ok := strings.CutSuffix(n, ".lock"); ok {
 			names[base] = true
 		} else if base, ok := strings.CutSuffix(n, ".img"); ok {
 			names[base] = true
-		}
-	}
-	if ents, err = os.ReadDir(p.cfg.Dir); err != nil {
-		return fmt.Errorf("prune volumes: %w", err)
-	}
-	for _, e := range ents {
-		if e.IsDir() && validName(e.Name()) {
-			names[e.Name()] = true
 		}
 	}
 	for n := range names {
@@ -648,14 +667,16 @@ func (p *Pool) Prune() error {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 			continue
 		}
-		if err := p.clean(n); err != nil {
+		found, err := p.clean(n)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
-		} else if err := os.Remove(p.lockPath(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = lock.Release()
+		} else if err := lock.Remove(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
-		} else {
+		} else if found {
+			// (Nothing found: its owner closed it between our listing and our lock.)
 			p.log.Info("removed workspace volume left by a dead process", "name", n)
 		}
-		lock.Close()
 	}
 	// Half-built templates and their mount points; one another live process is building
 	// now is young, and left alone.

@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Module is the module path whose packages count as sources.
@@ -166,6 +167,7 @@ func Build(goTool, root, pkg, out string, stderr io.Writer) error {
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), Env...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
+	cmd.WaitDelay = 10 * time.Second // a compiler child left holding the pipe does not hold Run
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w", goTool, strings.Join(args, " "), err)
 	}

@@ -443,6 +443,7 @@ func (h *Host) Exec(req abi.ExecRequest) (abi.ExecResult, error) {
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	cmd.Dir = filepath.Join(h.Root, filepath.FromSlash(dir))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = time.Second // a grandchild holding the output pipes does not hold Wait
 	cmd.Env = os.Environ()
 	for k, v := range req.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	"image/gif"
 	"image/jpeg"
@@ -144,7 +145,7 @@ func readImage(path string, data []byte) abi.Result {
 // as JPEG too, and keeps the smaller.
 func encodeSmallest(img image.Image, photo bool) ([]byte, string) {
 	var wb bytes.Buffer
-	errW := nativewebp.Encode(&wb, img, nil)
+	errW := encodeWebP(&wb, img)
 	if photo {
 		var jb bytes.Buffer
 		if jpeg.Encode(&jb, img, &jpeg.Options{Quality: 85}) == nil && (errW != nil || jb.Len() < wb.Len()) {
@@ -157,6 +158,19 @@ func encodeSmallest(img image.Image, photo bool) ([]byte, string) {
 		return pb.Bytes(), "image/png"
 	}
 	return wb.Bytes(), "image/webp"
+}
+
+// encodeWebP is nativewebp's lossless encoder with its panics made errors: an image of
+// high entropy (noise) makes it panic ("too many bits for the given value"), and the
+// caller then falls back to PNG or JPEG.
+func encodeWebP(w *bytes.Buffer, img image.Image) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.Reset()
+			err = fmt.Errorf("webp: %v", r)
+		}
+	}()
+	return nativewebp.Encode(w, img, nil)
 }
 
 func fit(w, h, edge int) (int, int) {

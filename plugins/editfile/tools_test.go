@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"image"
 	"image/png"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,3 +351,25 @@ func stream(s string) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestEncodeSmallestNoise: an image of noise, which makes the lossless WebP encoder panic,
+// still comes back, as PNG.
+func TestEncodeSmallestNoise(t *testing.T) {
+	img := image.NewNRGBA(image.Rect(0, 0, 1568, 165))
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(img.Pix); i += 4 {
+		img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = uint8(r.Uint32()), uint8(r.Uint32()), uint8(r.Uint32()), 255
+	}
+	out, mt := encodeSmallest(img, false)
+	t.Logf("encoded as %s, %d bytes", mt, len(out))
+	if mt == "image/webp" {
+		return // the encoder coped: nothing to fall back from
+	}
+	if mt != "image/png" {
+		t.Fatalf("media type %s, want image/png", mt)
+	}
+	got, err := png.Decode(bytes.NewReader(out))
+	if err != nil || got.Bounds() != img.Bounds() {
+		t.Fatalf("the fallback PNG: %v, %v", err, got)
+	}
+}

@@ -1,15 +1,19 @@
 // Package sandboxtest is the conformance suite every sandbox provider runs: the behaviour
 // of sandbox.Provider and sandbox.Sandbox that the host, sessions and snapshots rely on.
-// Exec (status, streams, argv as data, working directory, environment), timeouts and
-// cancellation killing the whole process group, output capped at the source with head
-// and tail kept, background processes that outlive their call, files and their errors,
-// listing, archive and extract (hostile archives refused), previews, lifetime (end time,
-// extension, expiry, Close), concurrency, host workspaces (mounted or refused), and the
-// optional abilities (port listing, handoff) when the provider has them.
+// Exec (status, streams, argv as data, working directory, environment, a command killed
+// by a signal), timeouts and cancellation killing the whole process group, output capped
+// at the source with head and tail kept, background processes that outlive their call,
+// files and their errors, links and FIFOs the file API will not follow out or open,
+// listing, archive and extract (modes and times kept, what a restore would refuse left
+// out, hostile archives refused), previews, lifetime (end time, extension, shortening,
+// expiry, Close), what Create refuses, concurrency, host workspaces (mounted or refused),
+// and the optional abilities (port listing, process listing, archive reports, handoff)
+// when the provider has them.
 //
-// Commands are POSIX sh scripts that use simple commands, quotes, $VAR, ;, &&, & and the
-// redirections >, >> and >&2, with echo, cat, pwd, sleep and python3 -m http.server:
-// what any Linux sandbox has, and what the in-memory sandbox implements.
+// Commands are POSIX sh scripts that use simple commands, quotes, $VAR, $1, ;, &&, || and
+// &, the redirections >, >> and >&2, and kill -9 $$, with echo, cat, pwd, sleep, yes,
+// mkdir -p, ln -s, mkfifo, chmod (octal modes) and python3 -m http.server: what any Linux
+// sandbox has, and what the in-memory sandbox implements.
 package sandboxtest
 
 import (
@@ -21,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path"
@@ -28,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,13 +50,17 @@ func Run(t *testing.T, p sandbox.Provider) {
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, p) })
 	t.Run("Background", func(t *testing.T) { t.Parallel(); testBackground(t, p) })
 	t.Run("Files", func(t *testing.T) { t.Parallel(); testFiles(t, p) })
+	t.Run("FilesStayInWorkspace", func(t *testing.T) { t.Parallel(); testFilesStayInWorkspace(t, p) })
 	t.Run("List", func(t *testing.T) { t.Parallel(); testList(t, p) })
 	t.Run("ArchiveExtract", func(t *testing.T) { t.Parallel(); testArchive(t, p) })
 	t.Run("ExtractRefusesHostile", func(t *testing.T) { t.Parallel(); testHostileArchive(t, p) })
 	t.Run("Preview", func(t *testing.T) { t.Parallel(); testPreview(t, p) })
 	t.Run("Lifetime", func(t *testing.T) { t.Parallel(); testLifetime(t, p) })
 	t.Run("Expiry", func(t *testing.T) { t.Parallel(); testExpiry(t, p) })
+	t.Run("Shortened", func(t *testing.T) { t.Parallel(); testShortened(t, p) })
+	t.Run("Extended", func(t *testing.T) { t.Parallel(); testExtended(t, p) })
 	t.Run("Closed", func(t *testing.T) { t.Parallel(); testClosed(t, p) })
+	t.Run("CreateRefuses", func(t *testing.T) { t.Parallel(); testCreateRefuses(t, p) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, p) })
 	t.Run("HostWorkspace", func(t *testing.T) { t.Parallel(); testHostWorkspace(t, p) })
 	t.Run("Handoff", func(t *testing.T) { t.Parallel(); testHandoff(t, p) })
@@ -178,6 +188,22 @@ func testExec(t *testing.T, p sandbox.Provider) {
 	if res.Duration <= 0 {
 		t.Errorf("Duration %s", res.Duration)
 	}
+	// The arguments after sh -c SCRIPT NAME are data to the script as well.
+	res, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `echo "$1"`, "sh", "$(not expanded) 'quoted' ; $HOME"}})
+	if err != nil || string(res.Stdout) != "$(not expanded) 'quoted' ; $HOME\n" {
+		t.Errorf("a script's argument: %q %v", res.Stdout, err)
+	}
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{}); err == nil {
+		t.Error("an empty argv: no error")
+	}
+	// A command killed by a signal exits -1, and that is no timeout.
+	if res := sh(t, sb, "kill -9 $$"); res.ExitCode != -1 || res.TimedOut {
+		t.Errorf("a shell that killed itself: %+v, want exit -1 and not TimedOut", res)
+	}
+	// A sandbox created without a timeout lives the provider's default, some time.
+	if !sb.EndsAt().After(sb.StartedAt()) {
+		t.Errorf("a sandbox created without a timeout ends at %s, started at %s", sb.EndsAt(), sb.StartedAt())
+	}
 }
 
 func testTimeout(t *testing.T, p sandbox.Provider) {
@@ -207,23 +233,89 @@ func testTimeout(t *testing.T, p sandbox.Provider) {
 	if res := sh(t, sb, "sleep 60 & echo hi"); string(res.Stdout) != "hi\n" || res.ExitCode != 0 || res.TimedOut {
 		t.Errorf("a command that leaves a job behind: %+v %q", res, res.Stdout)
 	}
+	deadAtReturn(t, sb)
+}
+
+// deadAtReturn: when Exec returns a timed-out command, its children are dead already, not
+// dying: a server the command started no longer listens. It is seen in the sandbox's
+// port listing, so only where the sandbox lists its ports.
+func deadAtReturn(t *testing.T, sb sandbox.Sandbox) {
+	t.Helper()
+	ctx := ctxFor(t)
+	if _, err := sandbox.Ports(ctx, sb); errors.Is(err, sandbox.ErrUnsupported) {
+		return
+	}
+	const port = 8125
+	listening := func() bool {
+		ports, err := sandbox.Ports(ctx, sb)
+		return err == nil && slices.ContainsFunc(ports, func(lp sandbox.ListeningPort) bool { return lp.Port == port })
+	}
+	// The timeout must strike while the server listens, which the test sees as it polls:
+	// on a machine too loaded to start the server in time, again with a longer timeout.
+	for timeout := 3 * time.Second; ; timeout *= 2 {
+		var seen atomic.Bool
+		stop, polled := make(chan struct{}), make(chan struct{})
+		go func() { // owned here: stopped and waited for when Exec returns
+			defer close(polled)
+			for !seen.Load() {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				seen.Store(listening())
+			}
+		}()
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("python3 -m http.server %d & sleep 60", port)}, Timeout: timeout})
+		close(stop)
+		<-polled
+		if err != nil || !res.TimedOut {
+			t.Fatalf("a command that starts a server and sleeps, past its timeout: %+v %v", res, err)
+		}
+		if seen.Load() {
+			if listening() {
+				t.Errorf("a server started by a timed-out command still listens on %d when Exec has returned: the process group was not dead yet", port)
+			}
+			return
+		}
+		if timeout >= 24*time.Second {
+			t.Fatalf("python3 -m http.server never listened on %d within a %s timeout", port, timeout)
+		}
+	}
 }
 
 func testContext(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{})
-	// A deadline of ctx ends the command like a timeout.
-	dctx, dcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// A deadline of ctx ends the command like a timeout, its whole process group with it.
+	// The deadline leaves a loaded machine time to start the child.
+	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer dcancel()
-	res, _ := sb.Exec(dctx, sandbox.ExecRequest{Argv: []string{"sleep", "60"}})
+	res, _ := sb.Exec(dctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `sh -c "sleep 4; echo late > late-deadline.txt" & sleep 60`}})
 	if !res.TimedOut || res.ExitCode != -1 {
 		t.Errorf("ctx deadline: %+v, want TimedOut", res)
 	}
-	// Cancelling ctx ends it too, and the error says so.
+	// Cancelling ctx ends it too, once its child runs, and the error says so.
 	cctx, ccancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, ccancel)
-	res, err := sb.Exec(cctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 60 & sleep 60"}})
+	defer ccancel()
+	cancelled := make(chan struct{})
+	go func() { // owned here: ends with the command, waited for below
+		defer close(cancelled)
+		testenv.Eventually(func() bool { return cctx.Err() != nil || statErr(sb, "child-started.txt") == nil })
+		ccancel()
+	}()
+	res, err := sb.Exec(cctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `sh -c "echo > child-started.txt; sleep 3; echo late > late-cancel.txt" & sleep 60`}})
+	ccancel()
+	<-cancelled
 	if !res.TimedOut || !errors.Is(err, context.Canceled) {
 		t.Errorf("ctx cancelled: %+v %v, want TimedOut and context.Canceled", res, err)
+	}
+	// A witness started now outlasts both children's sleeps: once it has written, a child
+	// that survived would have written too.
+	witness(t, sb, 5)
+	for _, late := range []string{"late-deadline.txt", "late-cancel.txt"} {
+		if err := statErr(sb, late); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("a child of a command whose ctx ended survived it (%s: %v)", late, err)
+		}
 	}
 	// The sandbox carries on.
 	if res := sh(t, sb, "echo still here"); string(res.Stdout) != "still here\n" {
@@ -279,12 +371,20 @@ func testOutputCap(t *testing.T, p sandbox.Provider) {
 	if err != nil || string(res.Stdout) != "short\n" || res.StdoutCut != 0 {
 		t.Errorf("short output: %q cut %d %v", res.Stdout, res.StdoutCut, err)
 	}
+	// A stream that never ends is capped all the same: its timeout ends it (leaving a
+	// loaded machine time to start it), head and tail kept, the rest counted.
+	res, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"yes"}, Timeout: 3 * time.Second, MaxOutputBytes: limit})
+	if err != nil || !res.TimedOut || len(res.Stdout) != limit || res.StdoutCut <= 0 {
+		t.Errorf("yes past its timeout: %v, TimedOut %v, kept %d bytes and cut %d; want %d kept and more cut", err, res.TimedOut, len(res.Stdout), res.StdoutCut, limit)
+	} else if !bytes.HasPrefix(res.Stdout, []byte("y\ny\n")) || !bytes.HasSuffix(res.Stdout, []byte("y\n")) && !bytes.HasSuffix(res.Stdout, []byte("y")) {
+		t.Errorf("yes: the kept bytes are not the head and tail of its lines")
+	}
 }
 
 func testBackground(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{})
 	cctx, cancel := context.WithCancel(context.Background())
-	pr, err := sb.Start(cctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo started; sleep 1; echo alive > alive.txt; sleep 60"}})
+	pr, err := sb.Start(cctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo started; echo oops >&2; sleep 1; echo alive > alive.txt; sleep 60"}})
 	cancel() // the process outlives the call that started it
 	if err != nil {
 		t.Fatal(err)
@@ -295,9 +395,10 @@ func testBackground(t *testing.T, p sandbox.Provider) {
 	if !testenv.Eventually(func() bool { _, err := sb.Stat(ctxFor(t), "alive.txt"); return err == nil }) {
 		t.Fatal("the background process never wrote alive.txt")
 	}
-	// Its output goes to its log.
-	if !testenv.Eventually(func() bool { return strings.Contains(string(sh(t, sb, "cat "+pr.LogPath).Stdout), "started") }) {
-		t.Errorf("the log %s never showed the process's output", pr.LogPath)
+	// Its output goes to its log, both streams in the order written.
+	var log string
+	if !testenv.Eventually(func() bool { log = string(sh(t, sb, "cat "+pr.LogPath).Stdout); return log == "started\noops\n" }) {
+		t.Errorf("the log %s holds %q, want the process's stdout and stderr, started and oops", pr.LogPath, log)
 	}
 	pr2, err := sb.Start(ctxFor(t), sandbox.ExecRequest{Argv: []string{"sh", "-c", "pwd > where.txt"}, Cwd: "sub", Env: map[string]string{"X": "1"}})
 	if err == nil {
@@ -383,6 +484,9 @@ func testArchiveReporter(t *testing.T, p sandbox.Provider) {
 func testFiles(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{})
 	ctx := ctxFor(t)
+	if lr, err := sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true}); err != nil || len(lr.Entries) != 0 {
+		t.Errorf("a fresh workspace holds %q (%v), want nothing", paths(lr), err)
+	}
 	write(t, sb, "deep/er/f.txt", "hello")
 	if got := read(t, sb, sandbox.WorkspaceRoot+"/deep/er/f.txt"); got != "hello" {
 		t.Errorf("read back by absolute path: %q", got)
@@ -444,6 +548,91 @@ func testFiles(t *testing.T, p sandbox.Provider) {
 	if fi, err := sb.Stat(ctx, "deep"); err != nil || !fi.IsDir() {
 		t.Errorf("Stat of a directory: %+v %v", fi, err)
 	}
+	// A rewrite keeps the file's permission bits: a script stays executable.
+	if res := sh(t, sb, "chmod 755 deep/er/f.txt"); res.ExitCode != 0 {
+		t.Fatalf("chmod: %+v %q", res, res.Stderr)
+	}
+	write(t, sb, "deep/er/f.txt", "again")
+	if fi, err := sb.Stat(ctx, "deep/er/f.txt"); err != nil || fi.Mode.Perm() != 0o755 || fi.Size != 5 {
+		t.Errorf("a rewritten file of mode 755: %+v %v", fi, err)
+	}
+	// A big file goes both ways whole (16 MiB that do not compress).
+	big := make([]byte, 16<<20)
+	rand.NewChaCha8([32]byte{'s', 'a', 'n', 'd', 'b', 'o', 'x'}).Read(big)
+	if err := sb.WriteFile(ctx, "big.bin", big); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := sb.ReadFile(ctx, "big.bin", 0); err != nil || !bytes.Equal(b, big) {
+		t.Errorf("16 MiB written and read back: %d bytes, equal %v, %v", len(b), bytes.Equal(b, big), err)
+	}
+}
+
+// testFilesStayInWorkspace: the file API follows links only while they stay in the
+// workspace, never writes through one that leads out, and never opens a FIFO (whose open
+// waits for the other end). The links and the FIFO are made by the sandbox's own
+// processes, as a hostile command would make them.
+func testFilesStayInWorkspace(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{})
+	ctx := ctxFor(t)
+	setup := `echo secret > /tmp/outside.txt && ln -s /tmp/outside.txt out && ln -s ../../../../tmp/outside.txt rel &&
+		ln -s /tmp tmpdir && ln -s /etc/passwd passwd && echo inside > a.txt && ln -s a.txt in && mkdir d &&
+		ln -s ../a.txt d/up && ln -s loop1 loop2 && ln -s loop2 loop1 &&
+		ln -s /nowhere dangling && mkfifo fifo`
+	if res := sh(t, sb, setup); res.ExitCode != 0 {
+		t.Fatalf("making the links: %+v %q", res, res.Stderr)
+	}
+	for _, pth := range []string{"out", "rel", "passwd", "tmpdir/outside.txt", sandbox.WorkspaceRoot + "/tmpdir/outside.txt"} {
+		if b, err := sb.ReadFile(ctx, pth, 0); !errors.Is(err, sandbox.ErrOutside) {
+			t.Errorf("ReadFile %s: %q %v, want ErrOutside", pth, b, err)
+		}
+	}
+	for _, pth := range []string{"out", "rel", "tmpdir/new.txt"} {
+		if err := sb.WriteFile(ctx, pth, []byte("overwritten")); !errors.Is(err, sandbox.ErrOutside) {
+			t.Errorf("WriteFile %s: %v, want ErrOutside", pth, err)
+		}
+	}
+	if res := sh(t, sb, "cat /tmp/outside.txt; cat /tmp/new.txt"); string(res.Stdout) != "secret\n" || res.ExitCode == 0 {
+		t.Errorf("outside the workspace after the refused writes: %q (exit %d), want the secret unchanged and no new file", res.Stdout, res.ExitCode)
+	}
+	for _, pth := range []string{"in", "d/up"} {
+		if got, err := sb.ReadFile(ctx, pth, 0); err != nil || string(got) != "inside\n" {
+			t.Errorf("ReadFile of %s, a link inside the workspace: %q %v", pth, got, err)
+		}
+	}
+	// A write through a link inside replaces the file it names; the link stays.
+	write(t, sb, "in", "through the link\n")
+	if got := read(t, sb, "a.txt"); got != "through the link\n" {
+		t.Errorf("the file a link names after a write through it: %q", got)
+	}
+	if fi, err := sb.Stat(ctx, "in"); err != nil || fi.Mode&os.ModeSymlink == 0 {
+		t.Errorf("a link written through: %+v %v, want it still a link", fi, err)
+	}
+	for _, pth := range []string{"loop1", "dangling"} {
+		if _, err := sb.ReadFile(ctx, pth, 0); err == nil {
+			t.Errorf("ReadFile of %s: no error", pth)
+		}
+	}
+	// A FIFO is refused, not opened: the calls return within the hang bound.
+	fctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if _, err := sb.ReadFile(fctx, "fifo", 0); !errors.Is(err, sandbox.ErrNotRegular) {
+		t.Errorf("ReadFile of a FIFO: %v, want ErrNotRegular", err)
+	}
+	if err := sb.WriteFile(fctx, "fifo", []byte("x")); !errors.Is(err, sandbox.ErrNotRegular) {
+		t.Errorf("WriteFile of a FIFO: %v, want ErrNotRegular", err)
+	}
+	if fi, err := sb.Stat(ctx, "passwd"); err != nil || fi.Mode&os.ModeSymlink == 0 {
+		t.Errorf("Stat of a link out: %+v %v, want the link itself", fi, err)
+	}
+	lr, err := sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range lr.Entries {
+		if strings.HasPrefix(e.Path, "tmpdir/") {
+			t.Errorf("List followed a link out of the workspace: %s", e.Path)
+		}
+	}
 }
 
 func readErr(sb sandbox.Sandbox, p string, max int64) error {
@@ -470,19 +659,23 @@ func testList(t *testing.T, p sandbox.Provider) {
 	for _, f := range []string{"a.txt", "b/c.txt", "b/d/e.txt", "node_modules/pkg/i.js", "b/node_modules/x.js"} {
 		write(t, sb, f, f)
 	}
+	// What a process makes is listed too; a link is listed as a link.
+	if res := sh(t, sb, "echo from a process > b/proc.txt && ln -s b link"); res.ExitCode != 0 {
+		t.Fatalf("a process making a file and a link: %+v %q", res, res.Stderr)
+	}
 	lr, err := sb.List(ctx, sandbox.ListRequest{Path: "."})
-	if err != nil || paths(lr) != "a.txt b node_modules" || lr.Truncated {
+	if err != nil || paths(lr) != "a.txt b link node_modules" || lr.Truncated {
 		t.Errorf("List .: %q %v", paths(lr), err)
-	} else if !lr.Entries[1].IsDir() || lr.Entries[0].IsDir() || lr.Entries[0].Size != int64(len("a.txt")) {
+	} else if !lr.Entries[1].IsDir() || lr.Entries[0].IsDir() || lr.Entries[0].Size != int64(len("a.txt")) || lr.Entries[2].Mode&os.ModeSymlink == 0 {
 		t.Errorf("List .: entries %+v", lr.Entries)
 	}
 	lr, err = sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true})
-	if want := "a.txt b b/c.txt b/d b/d/e.txt b/node_modules b/node_modules/x.js node_modules node_modules/pkg node_modules/pkg/i.js"; err != nil || paths(lr) != want {
-		t.Errorf("List recursive:\n got %q\nwant %q (%v)", paths(lr), want, err)
+	if want := "a.txt b b/c.txt b/d b/d/e.txt b/node_modules b/node_modules/x.js b/proc.txt link node_modules node_modules/pkg node_modules/pkg/i.js"; err != nil || paths(lr) != want || lr.Truncated {
+		t.Errorf("List recursive:\n got %q\nwant %q (truncated %v, %v)", paths(lr), want, lr.Truncated, err)
 	}
 	// Skip: the directory is listed, not descended into.
 	lr, err = sb.List(ctx, sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true, Skip: []string{"node_modules"}})
-	if want := "a.txt b b/c.txt b/d b/d/e.txt b/node_modules node_modules"; err != nil || paths(lr) != want {
+	if want := "a.txt b b/c.txt b/d b/d/e.txt b/node_modules b/proc.txt link node_modules"; err != nil || paths(lr) != want {
 		t.Errorf("List with Skip:\n got %q\nwant %q (%v)", paths(lr), want, err)
 	}
 	lr, err = sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true, Limit: 3})
@@ -490,7 +683,7 @@ func testList(t *testing.T, p sandbox.Provider) {
 		t.Errorf("List with Limit 3: %q truncated %v %v", paths(lr), lr.Truncated, err)
 	}
 	lr, err = sb.List(ctx, sandbox.ListRequest{Path: "b"})
-	if err != nil || paths(lr) != "c.txt d node_modules" {
+	if err != nil || paths(lr) != "c.txt d node_modules proc.txt" {
 		t.Errorf("List b: %q %v (paths are relative to the listed directory)", paths(lr), err)
 	}
 	if _, err := sb.List(ctx, sandbox.ListRequest{Path: "a.txt"}); !errors.Is(err, sandbox.ErrNotDir) {
@@ -539,7 +732,28 @@ func untar(t *testing.T, b []byte) map[string]string {
 	}
 }
 
-// mktar builds a tar.gz of entries in order.
+// headers reads a tar.gz's headers by name (without "./" or a trailing /).
+func headers(t *testing.T, b []byte) map[string]*tar.Header {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the archive is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	m := map[string]*tar.Header{}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return m
+		}
+		if err != nil {
+			t.Fatalf("the archive is not tar: %v", err)
+		}
+		m[strings.TrimSuffix(strings.TrimPrefix(hdr.Name, "./"), "/")] = hdr
+	}
+}
+
+// mktar builds a tar.gz of entries in order; a regular file's body is its Linkname.
 func mktar(entries ...*tar.Header) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -563,12 +777,19 @@ func mktar(entries ...*tar.Header) []byte {
 func testArchive(t *testing.T, p sandbox.Provider) {
 	src := create(t, p, sandbox.CreateOptions{})
 	ctx := ctxFor(t)
-	files := map[string]string{"README.md": "# hi\n", "src/main.go": "package main\n", "src/deep/a/b.txt": "deep\n", "empty": ""}
+	noise := make([]byte, 3<<20) // 3 MiB that do not compress
+	rand.NewChaCha8([32]byte{'a', 'r', 'c', 'h', 'i', 'v', 'e'}).Read(noise)
+	files := map[string]string{"README.md": "# hi\n", "src/main.go": "package main\n", "src/deep/a/b.txt": "deep\n", "empty": "", "data.bin": string(noise)}
 	for name, body := range files {
 		write(t, src, name, body)
 	}
 	write(t, src, "node_modules/pkg/index.js", "left out\n")
 	write(t, src, "src/.git/HEAD", "left out too, at any depth\n")
+	// What Extract would refuse is left out, so that every archive restores: links out of
+	// the workspace and FIFOs.
+	if res := sh(t, src, "ln -s /tmp out && ln -s ../../.. up && mkfifo fifo"); res.ExitCode != 0 {
+		t.Fatalf("making a link out and a FIFO: %+v %q", res, res.Stderr)
+	}
 
 	var buf bytes.Buffer
 	if err := src.Archive(ctx, &buf, nil); err != nil {
@@ -585,6 +806,11 @@ func testArchive(t *testing.T, p sandbox.Provider) {
 			t.Errorf("the archive holds %s, which the default excludes leave out", name)
 		}
 	}
+	for _, name := range []string{"out", "up", "fifo"} {
+		if _, ok := got[name]; ok {
+			t.Errorf("the archive holds %s, which Extract would refuse", name)
+		}
+	}
 	// Explicit excludes replace the defaults.
 	var only bytes.Buffer
 	if err := src.Archive(ctx, &only, []string{"src"}); err != nil {
@@ -592,6 +818,14 @@ func testArchive(t *testing.T, p sandbox.Provider) {
 	}
 	if g := untar(t, only.Bytes()); g["node_modules/pkg/index.js"] != "left out\n" || g["src/main.go"] != "" {
 		t.Errorf("excludes [src]: %v", slices.Sorted(maps.Keys(g)))
+	}
+	// No excludes at all: everything.
+	var all bytes.Buffer
+	if err := src.Archive(ctx, &all, []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if g := untar(t, all.Bytes()); g["node_modules/pkg/index.js"] != "left out\n" || g["src/.git/HEAD"] == "" || g["src/main.go"] != "package main\n" {
+		t.Errorf("excludes []: %v", slices.Sorted(maps.Keys(g)))
 	}
 
 	// Into a fresh sandbox: the same files.
@@ -607,6 +841,33 @@ func testArchive(t *testing.T, p sandbox.Provider) {
 	// Only into an empty workspace.
 	if err := dst.Extract(ctx, bytes.NewReader(buf.Bytes())); err == nil {
 		t.Error("Extract into a workspace that holds files: no error")
+	}
+	// Extract keeps what the archive says of permission bits and times, empty directories
+	// too, and Archive stores them again.
+	when := time.Date(2024, 2, 29, 12, 34, 56, 0, time.UTC)
+	kept := create(t, p, sandbox.CreateOptions{})
+	modes := map[string]os.FileMode{"empty": os.ModeDir | 0o750, "run.sh": 0o755, "private.txt": 0o600}
+	if err := kept.Extract(ctx, bytes.NewReader(mktar(
+		&tar.Header{Name: "empty/", Typeflag: tar.TypeDir, Mode: 0o750, ModTime: when},
+		&tar.Header{Name: "run.sh", Typeflag: tar.TypeReg, Mode: 0o755, ModTime: when, Linkname: "#!/bin/sh\necho run\n"},
+		&tar.Header{Name: "private.txt", Typeflag: tar.TypeReg, Mode: 0o600, ModTime: when, Linkname: "mine\n"},
+	))); err != nil {
+		t.Fatalf("Extract of modes and times: %v", err)
+	}
+	for name, mode := range modes {
+		if fi, err := kept.Stat(ctx, name); err != nil || fi.Mode != mode || !fi.ModTime.Equal(when) {
+			t.Errorf("extracted %s: %+v %v, want mode %v and time %s", name, fi, err, mode, when)
+		}
+	}
+	var again bytes.Buffer
+	if err := kept.Archive(ctx, &again, nil); err != nil {
+		t.Fatal(err)
+	}
+	hdrs := headers(t, again.Bytes())
+	for name, mode := range modes {
+		if h := hdrs[name]; h == nil || os.FileMode(h.Mode).Perm() != mode.Perm() || h.ModTime.Unix() != when.Unix() {
+			t.Errorf("archived again, %s: %+v, want mode %v and time %s", name, h, mode.Perm(), when)
+		}
 	}
 	// A link inside the workspace is kept as a link, and stored again as one.
 	linked := create(t, p, sandbox.CreateOptions{})
@@ -624,7 +885,7 @@ func testArchive(t *testing.T, p sandbox.Provider) {
 	if got := read(t, linked, "link"); got != "pointed at\n" {
 		t.Errorf("read through the in-tree link: %q", got)
 	}
-	var again bytes.Buffer
+	again.Reset()
 	if err := linked.Archive(ctx, &again, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -637,24 +898,34 @@ func testHostileArchive(t *testing.T, p sandbox.Provider) {
 	ctx := ctxFor(t)
 	for _, c := range []struct {
 		what string
-		hdr  *tar.Header
+		hdrs []*tar.Header
 	}{
-		{"a name with ..", &tar.Header{Name: "../escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}},
-		{"an absolute name", &tar.Header{Name: "/tmp/escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}},
-		{"a link out", &tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"}},
-		{"a link up", &tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../.."}},
-		{"a device", &tar.Header{Name: "dev", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3}},
-		{"a fifo", &tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o666}},
+		{"a name with ..", []*tar.Header{{Name: "../escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}}},
+		{"an absolute name", []*tar.Header{{Name: "/tmp/escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}}},
+		{"a link out", []*tar.Header{{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"}}},
+		{"a link up", []*tar.Header{{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../.."}}},
+		{"a file through a link out", []*tar.Header{
+			{Name: "lnk", Typeflag: tar.TypeSymlink, Linkname: "/tmp"},
+			{Name: "lnk/escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}}},
+		{"a file through a chain of links", []*tar.Header{
+			{Name: "s", Typeflag: tar.TypeSymlink, Linkname: "."},
+			{Name: "s/s/l", Typeflag: tar.TypeSymlink, Linkname: "../.."},
+			{Name: "s/s/l/escaped.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}}},
+		{"a hard link up", []*tar.Header{{Name: "hl", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}}},
+		{"a device", []*tar.Header{{Name: "dev", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3}}},
+		{"a fifo", []*tar.Header{{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o666}}},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			sb := create(t, p, sandbox.CreateOptions{})
-			arc := mktar(&tar.Header{Name: "fine.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "fine"}, c.hdr)
+			arc := mktar(append([]*tar.Header{{Name: "fine.txt", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "fine"}}, c.hdrs...)...)
 			if err := sb.Extract(ctx, bytes.NewReader(arc)); err == nil {
 				t.Errorf("Extract of an archive with %s: no error", c.what)
 			}
-			name := path.Base(c.hdr.Name)
-			if fi, err := sb.Stat(ctx, name); err == nil && name != "fine.txt" {
-				t.Errorf("the refused entry is in the workspace: %+v", fi)
+			if last := c.hdrs[len(c.hdrs)-1]; statErr(sb, last.Name) == nil {
+				t.Errorf("the refused entry %s is in the workspace", last.Name)
+			}
+			if res := sh(t, sb, "cat /tmp/escaped.txt || cat ../escaped.txt"); res.ExitCode == 0 {
+				t.Errorf("the archive wrote outside the workspace: %q", res.Stdout)
 			}
 		})
 	}
@@ -704,6 +975,18 @@ func testPreview(t *testing.T, p sandbox.Provider) {
 	case !slices.ContainsFunc(ports, func(lp sandbox.ListeningPort) bool { return lp.Port == port && lp.PID > 0 }):
 		t.Errorf("Ports %+v lack %d", ports, port)
 	}
+	// Close ends the preview with the sandbox.
+	u, err := sb.PreviewURL(ctx, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if resp, err := client.Get(u.String() + "/index.html"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the preview still answers after Close: %s", resp.Status)
+	}
 }
 
 func testLifetime(t *testing.T, p sandbox.Provider) {
@@ -726,13 +1009,21 @@ func testLifetime(t *testing.T, p sandbox.Provider) {
 	if e := sb.EndsAt(); e.Before(before.Add(2*time.Hour-slack)) || e.After(time.Now().Add(2*time.Hour+slack)) {
 		t.Errorf("after SetTimeout(2h) EndsAt is %s from now", time.Until(e))
 	}
-	if err := sb.SetTimeout(ctx, 100*365*24*time.Hour); err == nil {
-		t.Error("SetTimeout of a century: accepted past any maximum lifetime")
+	end := sb.EndsAt()
+	err := sb.SetTimeout(ctx, century)
+	if err == nil || !strings.Contains(err.Error(), "maximum lifetime") || errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("SetTimeout of a century: %v, want a refusal that names the maximum lifetime", err)
+	}
+	if !sb.EndsAt().Equal(end) {
+		t.Errorf("a refused SetTimeout moved EndsAt from %s to %s", end, sb.EndsAt())
 	}
 	if res := sh(t, sb, "echo alive"); string(res.Stdout) != "alive\n" {
 		t.Errorf("after a refused extension the sandbox should work: %q", res.Stdout)
 	}
 }
+
+// century is a lifetime past any provider's maximum.
+const century = 100 * 365 * 24 * time.Hour
 
 func testExpiry(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{Timeout: 2 * time.Second})
@@ -742,6 +1033,50 @@ func testExpiry(t *testing.T, p sandbox.Provider) {
 	}
 	if _, err := sb.Exec(ctxFor(t), sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Exec after the end time: %v, want ErrClosed", err)
+	}
+}
+
+// testShortened: SetTimeout brings the end closer too, and the sandbox ends then; a
+// command still running at that moment fails with ErrClosed.
+func testShortened(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{Timeout: time.Hour})
+	ctx := ctxFor(t)
+	inflight := make(chan error, 1)
+	go func() { // owned here: the sandbox's end ends it, and the test waits for it
+		_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo > running.txt; sleep 60"}})
+		inflight <- err
+	}()
+	testenv.WaitFor(t, "the command to run", func() bool { return statErr(sb, "running.txt") == nil })
+	if err := sb.SetTimeout(ctx, time.Second); err != nil {
+		t.Fatalf("SetTimeout 1s: %v", err)
+	}
+	if !testenv.Eventually(func() bool { return errors.Is(statErr(sb, "running.txt"), sandbox.ErrClosed) }) {
+		t.Fatalf("the sandbox is still up %s after its shortened end time", time.Since(sb.EndsAt()))
+	}
+	select {
+	case err := <-inflight:
+		if !errors.Is(err, sandbox.ErrClosed) {
+			t.Errorf("a command running at the end time: %v, want ErrClosed", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("a command running at the end time has not returned %s later", bound)
+	}
+}
+
+// testExtended: an extended sandbox outlives the end it had before.
+func testExtended(t *testing.T, p sandbox.Provider) {
+	sb := create(t, p, sandbox.CreateOptions{Timeout: time.Hour})
+	ctx := ctxFor(t)
+	if err := sb.SetTimeout(ctx, 5*time.Second); err != nil {
+		t.Fatalf("SetTimeout 5s: %v", err)
+	}
+	if err := sb.SetTimeout(ctx, time.Hour); err != nil {
+		t.Fatalf("SetTimeout 1h after 5s: %v", err)
+	}
+	// Six seconds of the sandbox's own time: past the end it had.
+	witness(t, sb, 6)
+	if res := sh(t, sb, "echo alive"); string(res.Stdout) != "alive\n" {
+		t.Errorf("past the end it had before its extension: %q", res.Stdout)
 	}
 }
 
@@ -769,9 +1104,30 @@ func testClosed(t *testing.T, p sandbox.Provider) {
 		"Exec": errExec, "Start": errStart, "ReadFile": errRead, "WriteFile": sb.WriteFile(ctx, "f", nil),
 		"Stat": statErr(sb, "f"), "List": errList, "Archive": sb.Archive(ctx, io.Discard, nil),
 		"Extract": sb.Extract(ctx, bytes.NewReader(mktar())), "PreviewURL": errPreview,
+		"SetTimeout": sb.SetTimeout(ctx, time.Minute),
 	} {
 		if !errors.Is(err, sandbox.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", what, err)
+		}
+	}
+}
+
+// testCreateRefuses: what Create cannot honour it refuses, and as the caller's mistake:
+// not ErrUnavailable, which would send a chain on to its next provider.
+func testCreateRefuses(t *testing.T, p sandbox.Provider) {
+	ctx := ctxFor(t)
+	for what, opts := range map[string]sandbox.CreateOptions{
+		"an unknown network mode": {Network: "bridge"},
+		"a lifetime of a century": {Timeout: century},
+	} {
+		sb, err := p.Create(ctx, opts)
+		if err == nil {
+			sb.Close(ctx)
+			t.Errorf("Create with %s: accepted", what)
+			continue
+		}
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("Create with %s: %v, the caller's mistake, not ErrUnavailable", what, err)
 		}
 	}
 }
@@ -780,15 +1136,20 @@ func testConcurrency(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{})
 	ctx := ctxFor(t)
 	var wg sync.WaitGroup
-	for i := range 8 {
+	const n = 32
+	for i := range n {
 		wg.Go(func() {
+			res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `echo "$1"; echo "e$1" >&2`, "sh", fmt.Sprint(i)}})
+			if err != nil || string(res.Stdout) != fmt.Sprintf("%d\n", i) || string(res.Stderr) != fmt.Sprintf("e%d\n", i) {
+				t.Errorf("exec %d: %q %q %v", i, res.Stdout, res.Stderr, err)
+			}
 			name := fmt.Sprintf("c/%d.txt", i)
 			want := strings.Repeat(fmt.Sprint(i), 1000)
 			if err := sb.WriteFile(ctx, name, []byte(want)); err != nil {
 				t.Errorf("write %s: %v", name, err)
 				return
 			}
-			res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", name}})
+			res, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat", name}})
 			if err != nil || string(res.Stdout) != want {
 				t.Errorf("cat %s: %d bytes %v", name, len(res.Stdout), err)
 			}
@@ -797,8 +1158,26 @@ func testConcurrency(t *testing.T, p sandbox.Provider) {
 			}
 		})
 	}
+	// Several sandboxes at once, created, used and closed concurrently.
+	for i := range 4 {
+		wg.Go(func() {
+			other, err := p.Create(ctx, sandbox.CreateOptions{Env: map[string]string{"N": fmt.Sprint(i)}})
+			if err != nil {
+				t.Errorf("create %d: %v", i, err)
+				return
+			}
+			defer func() {
+				if err := other.Close(ctx); err != nil {
+					t.Errorf("close %d: %v", i, err)
+				}
+			}()
+			if res, err := other.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", `echo "$N"`}}); err != nil || string(res.Stdout) != fmt.Sprintf("%d\n", i) {
+				t.Errorf("sandbox %d: %q %v", i, res.Stdout, err)
+			}
+		})
+	}
 	wg.Wait()
-	if lr, err := sb.List(ctx, sandbox.ListRequest{Path: "c"}); err != nil || len(lr.Entries) != 8 {
+	if lr, err := sb.List(ctx, sandbox.ListRequest{Path: "c"}); err != nil || len(lr.Entries) != n {
 		t.Errorf("List after concurrent writes: %d entries %v", len(lr.Entries), err)
 	}
 }

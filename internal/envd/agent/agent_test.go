@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -17,6 +19,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // agent serves a Server over a unix socket for a temp workspace; wrap may alter requests
@@ -220,12 +223,7 @@ func TestDisconnectDoesNotKill(t *testing.T) {
 	if err := c.Signal(ctx, procs[0].Pid, envd.SignalKill); err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if procs, _ = c.Processes(ctx); len(procs) == 0 {
-			break
-		}
-	}
-	if len(procs) != 0 {
+	if !testenv.Eventually(func() bool { procs, _ = c.Processes(ctx); return len(procs) == 0 }) {
 		t.Fatalf("still running after SIGKILL: %+v", procs)
 	}
 	if err := c.Signal(ctx, 999999, envd.SignalKill); !errors.Is(err, sandbox.ErrNotFound) {
@@ -246,12 +244,9 @@ func TestExecCancelBeforeStart(t *testing.T) {
 		}
 	}
 	var procs []envd.ProcessInfo
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if procs, _ = c.Processes(context.Background()); len(procs) == 0 {
-			return
-		}
+	if !testenv.Eventually(func() bool { procs, _ = c.Processes(context.Background()); return len(procs) == 0 }) {
+		t.Fatalf("processes left after canceled execs: %+v", procs)
 	}
-	t.Fatalf("processes left after canceled execs: %+v", procs)
 }
 
 func TestClientErrorsAndClose(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package agent is the in-sandbox side of the data plane: the envd-compatible server that
 // runs as pid 1 of a local sandbox (re-executed from the host's own binary, or built alone
 // as cmd/toolhost-agent for a remote provider to ship). It runs commands (foreground with a

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 // The agent's side of the egress gateway (sandbox.NetworkEgress). The sandbox has no

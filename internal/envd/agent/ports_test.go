@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/splice"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // fakeProc builds a proc directory: the tables and, per pid, its comm and socket fds.
@@ -353,10 +356,7 @@ func TestServerCloseEndsTunnels(t *testing.T) {
 			t.Fatalf("upstream after the agent closed: %v, want EOF", err)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(func() bool { return runtime.NumGoroutine() <= before })
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])

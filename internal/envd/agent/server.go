@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -680,6 +682,9 @@ func (s *Server) command(req envd.StartRequest) (*exec.Cmd, error) {
 		Env:         env,
 		Dir:         s.real(cwd),
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// Its streams are files (no copying goroutine), so Wait is never held by them;
+		// set all the same, as on every exec.Cmd (internal/codecheck).
+		WaitDelay: time.Second,
 	}
 	return cmd, nil
 }

@@ -190,7 +190,9 @@ type newSandbox struct {
 }
 
 type networkConfig struct {
-	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
+	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
 }
 
 type sandboxCreated struct {

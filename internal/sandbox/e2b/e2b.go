@@ -232,7 +232,8 @@ type Provider struct {
 	project string
 
 	mu       sync.Mutex
-	template *Template // the template chosen for the configured size, once known
+	template *Template       // the template chosen for the configured size, once known
+	gapsSaid map[string]bool // egress policies whose gaps on E2B were logged (once each)
 }
 
 var (
@@ -365,9 +366,23 @@ func (p *Provider) create(ctx context.Context, opts sandbox.CreateOptions, proje
 		EnvVars:             env,
 		AllowInternetAccess: &internet,
 	}
+	if opts.Network == sandbox.NetworkEgress {
+		n, err := compileNetwork(opts.Egress.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("create E2B sandbox: %w", err)
+		}
+		p.sayGaps(opts.Egress, n)
+		internet = n.internet
+		if n.allowOut != nil || n.denyOut != nil {
+			in.Network = &networkConfig{AllowOut: n.allowOut, DenyOut: n.denyOut}
+		}
+	}
 	if p.cfg.PrivatePreviews {
 		public := false
-		in.Network = &networkConfig{AllowPublicTraffic: &public}
+		if in.Network == nil {
+			in.Network = &networkConfig{}
+		}
+		in.Network.AllowPublicTraffic = &public
 	}
 	began := time.Now()
 	created, err := p.api.create(ctx, in)
@@ -390,6 +405,28 @@ func (p *Provider) create(ctx context.Context, opts sandbox.CreateOptions, proje
 	p.log.Info("E2B sandbox created", "sandbox", sb.id, "template", tmpl.TemplateID, "cpus", sb.cpus, "memory_mb", sb.memoryMB,
 		"ends", sb.EndsAt().UTC().Format(time.RFC3339), "took", time.Since(began))
 	return sb, nil
+}
+
+// sayGaps logs, once per policy, what E2B cannot enforce of it as the gateway does.
+func (p *Provider) sayGaps(eg *sandbox.Egress, n e2bNetwork) {
+	gaps := n.gaps
+	if len(eg.Trust) > 0 {
+		gaps = append(gaps, "sandbox.egress.ca_file is not installed in E2B sandboxes")
+	}
+	gaps = append(gaps, "sandbox.egress.inject is not applied on E2B (the secret stays on this host), nor are max_bytes, max_conns and idle_timeout; connections are not audited")
+	key := strings.Join(gaps, "\n") + fmt.Sprint(n.allowOut, n.denyOut, n.internet)
+	p.mu.Lock()
+	if p.gapsSaid == nil {
+		p.gapsSaid = map[string]bool{}
+	}
+	said := p.gapsSaid[key]
+	p.gapsSaid[key] = true
+	p.mu.Unlock()
+	if said {
+		return
+	}
+	p.log.Warn("E2B cannot enforce the egress policy as the gateway does", "allow_internet_access", n.internet,
+		"allowOut", strings.Join(n.allowOut, ","), "denyOut", strings.Join(n.denyOut, ","), "gaps", strings.Join(gaps, "; "))
 }
 
 // durability is what every sandbox tells the processes in it about its files.
@@ -416,8 +453,12 @@ func (p *Provider) explain(err error) error {
 func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 	switch opts.Network {
 	case "", sandbox.NetworkNone, sandbox.NetworkHost:
+	case sandbox.NetworkEgress:
+		if opts.Egress == nil {
+			return 0, fmt.Errorf("network %q needs its policy (CreateOptions.Egress)", opts.Network)
+		}
 	default:
-		return 0, fmt.Errorf("unknown network mode %q (want %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkHost)
+		return 0, fmt.Errorf("unknown network mode %q (want %q, %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkEgress, sandbox.NetworkHost)
 	}
 	for k := range opts.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -276,7 +276,9 @@ func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
 	}
 	out := ps[:0]
 	for _, p := range ps {
-		if p.Port != EnvdPort {
+		// envd's own port, and the egress proxy of a sandbox that has one (the fake's: its
+		// agent holds it, and no process the command can see does) are no program's.
+		if p.Port != EnvdPort && !(p.Port == sandbox.EgressPort && p.PID == 0) {
 			out = append(out, p)
 		}
 	}

@@ -9,15 +9,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
 	"github.com/toolhost/toolhost/internal/testenv"
+	"github.com/toolhost/toolhost/internal/testnet"
 )
 
 // apiGet reads a sandbox as E2B's API shows it.
@@ -336,4 +339,37 @@ func TestResourcesAndNetwork(t *testing.T) {
 		t.Errorf("Describe does not say the files are ephemeral: %s", sb.Describe())
 	}
 	fmt.Fprint(new(bytes.Buffer), sb.Describe())
+}
+
+// Network egress on E2B: the provider compiles the policy to allowOut/denyOut, and the
+// fake's sandboxes honour them (through the egress gateway, on the test's internet).
+func TestEgressPolicyOnE2B(t *testing.T) {
+	n := testnet.New(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", r.Host) })
+	for _, name := range []string{"registry.test", "other.test"} {
+		a, err := n.AddHost(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := n.Listen("tcp", netip.AddrPortFrom(a, 80).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Serve(l, mux)
+	}
+	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs})
+	f := startFake(t, byHost, e2bfake.Config{Egress: g})
+	p := newProvider(t, providerConfig(t, f, byHost))
+	sb := newSandbox(t, p, sandbox.CreateOptions{Network: sandbox.NetworkEgress,
+		Egress: &sandbox.Egress{Policy: sandbox.EgressPolicy{Preset: "none", Allow: []string{"registry.test"}}}})
+	if res := sh(t, sb, "curl -sS --max-time 30 http://registry.test/"); string(res.Stdout) != "hello from registry.test" {
+		t.Errorf("allowed: %q %q", res.Stdout, res.Stderr)
+	}
+	if res := sh(t, sb, "curl -sS --max-time 30 http://other.test/"); !strings.Contains(string(res.Stdout), "egress: other.test is not an allowed domain") {
+		t.Errorf("refused: %q %q", res.Stdout, res.Stderr)
+	}
+	if _, d := apiGet(t, f, sb.ID()); d["allowInternetAccess"] != true {
+		t.Errorf("allowInternetAccess %v (allowOut needs it on)", d["allowInternetAccess"])
+	}
 }

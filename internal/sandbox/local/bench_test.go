@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 )
 
 // BenchmarkCreateToFirstCommand: Create → Exec true → result, with every limit, the
@@ -110,4 +113,39 @@ func BenchmarkCreateVsBwrap(b *testing.B) {
 	b.ReportMetric(float64(create.Microseconds())/n/1000, "create-ms")
 	b.ReportMetric(float64(bare.Microseconds())/n/1000, "bwrap-ms")
 	b.ReportMetric(float64(create)/float64(bare), "create/bwrap")
+}
+
+// BenchmarkCreateToFirstCommandNetwork: the same with network none and with egress (the
+// default: the agent's port to the gateway, the proxy variables, the door at the
+// gateway), over a host directory, in one run.
+func BenchmarkCreateToFirstCommandNetwork(b *testing.B) {
+	for _, network := range []string{sandbox.NetworkNone, sandbox.NetworkEgress} {
+		b.Run(network, func(b *testing.B) {
+			p := newProvider(b, Config{})
+			ws := b.TempDir()
+			ctx := context.Background()
+			opts := sandbox.CreateOptions{Workspace: ws, Network: network}
+			if network == sandbox.NetworkEgress {
+				pol, err := egress.Compile(egress.Spec{Preset: egress.PresetRegistries})
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.Egress = &sandbox.Egress{Gateway: egress.New(egress.Config{}).Session(egress.SessionConfig{Policy: pol})}
+			}
+			for b.Loop() {
+				sb, err := p.Create(ctx, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+					b.Fatalf("%+v %v", res, err)
+				}
+				b.StopTimer()
+				if err := sb.Close(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
 }

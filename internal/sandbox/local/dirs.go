@@ -1,10 +1,11 @@
+//go:build linux
+
 package local
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolhost/toolhost/internal/lockfile"
 )
 
 // prepareDirs makes the run dir and the workspace dir, or checks the ones that exist: the
@@ -95,69 +98,48 @@ func (id identity) reachable(dir string) error {
 	}
 }
 
-// Each sandbox and each workspace holds a lock file with flock(2) for as long as its
-// process owns it, so that prune can tell what a crashed toolhost left behind from what
-// another live one is using (they may share the directories).
+// Each sandbox and each workspace holds a lock file for as long as its process owns it,
+// so that prune can tell what a crashed toolhost left behind from what another live one
+// is using (they may share the directories): see internal/lockfile, whose lock files are
+// locked from birth and removed only by whoever holds them.
 const lockSuffix = ".toolhost-lock"
 
-// holdLock creates path and locks it; the file records kind. The lock lasts until the
-// returned file is closed (or the process dies).
-func holdLock(path, kind string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.WriteString(kind); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// staleLock reports the kind recorded in a lock file whose owner is gone (the lock can be
-// taken), keeping it locked until closed; ok is false while its owner lives.
-func staleLock(path string) (f *os.File, kind string, ok bool) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, "", false
-	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		f.Close()
-		return nil, "", false
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, 64))
-	return f, string(b), true
+// holdLock creates the lock file at path, recording kind, locked from its birth.
+func holdLock(path, kind string) (*lockfile.Lock, error) {
+	return lockfile.Create(path, []byte(kind))
 }
 
 // prune removes what crashed toolhost processes left in the run and workspace dirs:
 // sandbox run dirs, staged mounts of host directories (unmounted, never deleted: the
-// directory is the caller's), private workspaces, and stale volumes.
+// directory is the caller's), private workspaces, and stale volumes. It touches only what
+// it can prove dead (a lock file whose lock it takes) and only its own kinds.
 func (p *Provider) prune() {
 	ents, _ := os.ReadDir(p.sbDir)
 	for _, e := range ents {
-		lock := filepath.Join(p.sbDir, e.Name(), "lock"+lockSuffix)
-		if f, _, ok := staleLock(lock); ok {
-			_ = os.RemoveAll(filepath.Join(p.sbDir, e.Name()))
-			f.Close()
-			p.log.Info("removed a stale sandbox run dir", "dir", e.Name())
+		if !e.IsDir() {
+			continue
 		}
+		dir := filepath.Join(p.sbDir, e.Name())
+		lock, _, err := lockfile.Stale(filepath.Join(dir, "lock"+lockSuffix))
+		if err != nil {
+			continue // alive, or not (yet) locked: nothing proves it dead
+		}
+		_ = os.RemoveAll(dir) // the lock file with it: we hold it
+		_ = lock.Release()
+		p.log.Info("removed a stale sandbox run dir", "dir", e.Name())
 	}
 	ents, _ = os.ReadDir(p.wsDir)
 	for _, e := range ents {
 		name, isLock := strings.CutSuffix(e.Name(), lockSuffix)
-		if !isLock {
+		if !isLock || strings.HasPrefix(e.Name(), lockfile.TempPrefix) {
 			continue
 		}
-		f, kind, ok := staleLock(filepath.Join(p.wsDir, e.Name()))
-		if !ok {
+		lock, kindb, err := lockfile.Stale(filepath.Join(p.wsDir, e.Name()))
+		if err != nil {
 			continue
 		}
+		kind := string(kindb)
 		dir := filepath.Join(p.wsDir, name)
-		var err error
 		switch kind {
 		case "host": // a staged bind mount: unmount it; what it showed stays where it is
 			if uerr := unix.Unmount(dir, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
@@ -171,14 +153,16 @@ func (p *Provider) prune() {
 			} else {
 				err = os.RemoveAll(dir)
 			}
+		default:
+			err = fmt.Errorf("unknown kind %q", kind)
 		}
 		if err == nil {
-			_ = os.Remove(filepath.Join(p.wsDir, e.Name()))
+			_ = lock.Remove()
 			p.log.Info("removed a stale workspace", "kind", kind, "dir", dir)
 		} else {
+			_ = lock.Release()
 			p.log.Warn("stale workspace not removed", "kind", kind, "dir", dir, "err", err)
 		}
-		f.Close()
 	}
 	if p.volumes != nil {
 		if err := p.volumes.Prune(); err != nil {

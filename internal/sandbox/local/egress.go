@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 // The way out of a sandbox with sandbox.NetworkEgress. The sandbox keeps its own network

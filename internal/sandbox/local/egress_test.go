@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -205,6 +207,13 @@ func TestEgressNoRoute(t *testing.T) {
 	res = run(t, sb, "squat", `python3 -c 'import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 3128)); print("bound")'`)
 	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Address already in use") {
 		t.Errorf("binding the egress port: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// The agent's end of the pair to the host is its own: no other process in the
+	// sandbox holds a unix socket (the agent's fds are closed to them: it is not
+	// dumpable), so none can hand the host a connection under a command name it chose.
+	res = run(t, sb, "fds", `for p in /proc/[0-9]*; do [ "${p#/proc/}" = 1 ] && continue; ls -l $p/fd 2>/dev/null; done | grep -c 'socket:' ; ls /proc/1/fd >/dev/null 2>&1 && echo "pid 1's fds listed"; true`)
+	if got := strings.TrimSpace(string(res.Stdout)); got != "0" {
+		t.Errorf("sockets held in the sandbox besides the agent's, or the agent's fds open: %q %q", got, res.Stderr)
 	}
 	// And it is not listed as a program's port.
 	ports, err := sb.Ports(context.Background())

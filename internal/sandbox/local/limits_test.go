@@ -1,8 +1,11 @@
+//go:build linux
+
 package local
 
 import (
 	"context"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,5 +174,29 @@ func TestEnforcementReport(t *testing.T) {
 		if !seen[r] {
 			t.Errorf("no report for %s", r)
 		}
+	}
+}
+
+// A command cannot disarm the agent (pid 1) by lowering its limits: prlimit on another
+// process is refused by the seccomp filter (EPERM), the agent's limits stay, and the
+// commands after it still start. On the old filter, NOFILE 16 and NPROC 0 on pid 1 left
+// every later command of the session failing.
+func TestCommandsCannotLowerTheAgentsLimits(t *testing.T) {
+	p := newProvider(t, Config{Limits: Limits{OpenFiles: 200}})
+	sb := newSandbox(t, p, sandbox.CreateOptions{})
+	res := sh(t, sb, "prlimit --pid 1 --nofile=16:16 --nproc=0:0; echo rc=$?; grep -E '^Max (open files|processes)' /proc/1/limits")
+	out := string(res.Stdout) + string(res.Stderr)
+	if !strings.Contains(out, "rc=1") || !strings.Contains(out, "Operation not permitted") {
+		t.Errorf("prlimit on pid 1 was not refused: %q", out)
+	}
+	if !regexp.MustCompile(`Max open files +200 +200`).MatchString(out) {
+		t.Errorf("the agent's open files limit changed: %q", out)
+	}
+	// Its own limits a process may still lower (ulimit is setrlimit: prlimit64 with pid 0).
+	if res := sh(t, sb, "ulimit -n 50 && ulimit -n"); string(res.Stdout) != "50\n" {
+		t.Errorf("ulimit -n 50 in a command: %q", res.Stdout)
+	}
+	if res := sh(t, sb, "ulimit -n"); string(res.Stdout) != "200\n" {
+		t.Errorf("the command after one that lowered its own limit: %q", res.Stdout)
 	}
 }

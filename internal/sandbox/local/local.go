@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package local is the sandbox provider for this machine: every sandbox is a bubblewrap
 // (bwrap) container with a minimal read-only root, the workspace at /home/user, a private
 // /tmp, an unprivileged user, no network unless asked, a seccomp filter, and a limit on
@@ -38,6 +40,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/cgroup"
 	"github.com/toolhost/toolhost/internal/envd/client"
+	"github.com/toolhost/toolhost/internal/lockfile"
 	"github.com/toolhost/toolhost/internal/seccomp"
 	"github.com/toolhost/toolhost/internal/volume"
 )
@@ -120,12 +123,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.HostGID == 0 {
 		cfg.HostGID = cfg.HostUID
 	}
-	uid := strconv.Itoa(os.Geteuid())
 	if cfg.RunDir == "" {
-		cfg.RunDir = filepath.Join(os.TempDir(), "toolhost-run-"+uid)
+		cfg.RunDir = DefaultRunDir()
 	}
 	if cfg.WorkspaceDir == "" {
-		cfg.WorkspaceDir = filepath.Join("/var/tmp", "toolhost-workspaces-"+uid)
+		cfg.WorkspaceDir = DefaultWorkspaceDir()
 	}
 	if _, err := os.Stat(BwrapPath); err != nil {
 		return nil, fmt.Errorf("local provider: %w: %v", ErrNoBwrap, err)
@@ -424,14 +426,14 @@ func (p *Provider) start(ctx context.Context, id string, ws *workspace, timeout 
 	}
 	s, err := p.startIn(ctx, id, runDir, lock, ws, timeout, opts)
 	if err != nil {
-		_ = os.RemoveAll(runDir)
-		lock.Close()
+		_ = os.RemoveAll(runDir) // the lock file with it: we hold it
+		_ = lock.Release()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File, ws *workspace, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
+func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfile.Lock, ws *workspace, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
 	// The host creates the listening socket and hands it over as a descriptor: the agent
 	// needs no writable mount outside the workspace, and connections queue until it
 	// accepts.
@@ -515,6 +517,10 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File
 	cmd.Env = []string{} // bwrap --clearenv anyway; nothing of ours leaks through argv either
 	cmd.ExtraFiles = plan.files
 	cmd.Stderr = out // stdout: /dev/null
+	// Wait returns once bwrap has exited and its stderr is drained; a process of the
+	// sandbox that outlived bwrap (kill ends them all, but belt and braces) would hold
+	// that pipe, and Wait with it, forever.
+	cmd.WaitDelay = waitDelay
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// If the host dies, take the sandbox with it (bwrap --die-with-parent covers the
 		// inside).
@@ -523,7 +529,7 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File
 	}
 	s := &Sandbox{
 		id: id, p: p, log: log, cmd: cmd, client: client, runDir: runDir, lock: lock, ws: ws, out: out, cg: cg,
-		egress: egress, dead: make(chan struct{}), closeDone: make(chan struct{}),
+		egress: egress, dead: make(chan struct{}), closeDone: make(chan struct{}), initFD: -1,
 	}
 	if egress != nil {
 		egress.start() // shutdown closes it, whichever way the start goes from here
@@ -578,8 +584,22 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *os.File
 	return s, nil
 }
 
+// waitDelay bounds how long Wait waits for bwrap's stderr after bwrap exited;
+// admitGrace, how long a cancelled create still waits to learn the sandbox's first
+// process (bwrap tells it at once; the bound is for a bwrap that hangs).
+const (
+	waitDelay  = 2 * time.Second
+	admitGrace = 10 * time.Second
+)
+
 // admit learns the host pid of the sandbox's first process, which bwrap holds before it
 // runs the agent, and lets it go.
+//
+// A create cancelled meanwhile still learns the pid before it returns: the first process
+// is pid 1 of its own namespace and outlives the outer bwrap, and once the host closes
+// the block descriptor it runs the agent. Only with its pid can kill end the namespace
+// (on a host without cgroups nothing else can), so no cancelled create leaves a sandbox
+// running on its own.
 func (s *Sandbox) admit(ctx context.Context, info *os.File, block *os.File) error {
 	type result struct {
 		pid int
@@ -596,12 +616,21 @@ func (s *Sandbox) admit(ctx context.Context, info *os.File, block *os.File) erro
 	case <-s.dead:
 		return fmt.Errorf("sandbox exited while starting: %s", s.out)
 	case <-ctx.Done():
+		select {
+		case r = <-got:
+			if r.err == nil {
+				s.holdInit(r.pid)
+			}
+		case <-s.dead:
+		case <-time.After(admitGrace):
+			s.log.Warn("bwrap did not say its first process's pid in time", "waited", admitGrace)
+		}
 		return fmt.Errorf("wait for bwrap: %w", ctx.Err())
 	}
 	if r.err != nil {
 		return fmt.Errorf("%w (bwrap said: %s)", r.err, s.out)
 	}
-	s.initPID = r.pid
+	s.holdInit(r.pid)
 
 	if _, err := block.Write([]byte{1}); err != nil {
 		return fmt.Errorf("let the sandbox run: %w (bwrap said: %s)", err, s.out)
@@ -636,11 +665,12 @@ type Sandbox struct {
 	cmd       *exec.Cmd
 	client    *client.Client
 	runDir    string
-	lock      *os.File // held while the run dir is in use (see prune)
+	lock      *lockfile.Lock // held while the run dir is in use (see prune)
 	out       *sandboxOutput
 	cg        *cgroup.Group // nil when the host has no cgroups for us
 	egress    *egressLink   // nil unless the network is egress
 	initPID   int           // host pid of the sandbox's pid 1 (the agent)
+	initFD    int           // pidfd of initPID, or -1: kill signals the very process, never a reused pid
 	previews  previews      // host listeners of PreviewURL
 	startedAt time.Time
 
@@ -806,7 +836,7 @@ func (s *Sandbox) shutdown(reason string) {
 		if err := os.RemoveAll(s.runDir); err != nil {
 			s.log.Warn("remove sandbox run dir", "dir", s.runDir, "err", err)
 		}
-		s.lock.Close()
+		_ = s.lock.Release() // its file went with the run dir
 		if reason != "was closed" && !strings.HasPrefix(reason, "was handed off") {
 			s.log.Warn("sandbox ended", "reason", reason)
 		}
@@ -814,10 +844,63 @@ func (s *Sandbox) shutdown(reason string) {
 	<-s.closeDone
 }
 
+// holdInit records the host pid of the sandbox's first process and opens a pidfd on it,
+// while bwrap still holds it (blocked on its block descriptor, it cannot have exited and
+// been reaped, so the pid is still its own). Its parent must be the outer bwrap.
+func (s *Sandbox) holdInit(pid int) {
+	s.initPID = pid
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // kernels before 5.3: kill falls back to the pid
+	}
+	if ppid, err := parentPID(pid); err != nil || ppid != s.cmd.Process.Pid {
+		unix.Close(fd)
+		s.initPID = 0
+		return
+	}
+	s.initFD = fd
+}
+
+// parentPID reads the parent of pid from /proc.
+func parentPID(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold anything: count fields after its last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// killInit sends SIGKILL to the sandbox's first process: through its pidfd, which names
+// that very process even after it was reaped; by pid only while bwrap, its parent, has
+// not exited (until then no one reaps it and the pid cannot be reused).
+func (s *Sandbox) killInit() {
+	switch {
+	case s.initFD >= 0:
+		_ = unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0)
+	case s.initPID > 0:
+		select {
+		case <-s.dead:
+		default:
+			_ = syscall.Kill(s.initPID, syscall.SIGKILL)
+		}
+	}
+}
+
 // kill ends the pid namespace: SIGKILL its init (the agent), which makes the kernel kill
 // every process in it; the outer bwrap then reaps init and exits, so nothing is left to be
-// reparented. The cgroup, when there is one, is emptied too; killing the outer bwrap is the
-// fallback.
+// reparented, and once bwrap has exited every process of the sandbox is gone. When init
+// is unknown (bwrap never said it) or does not go, the cgroup, which holds every process
+// of the sandbox from bwrap's birth on whatever state its start was in, is killed; the
+// outer bwrap last. The cgroup is emptied and removed in any case. Every wait is bounded.
 func (s *Sandbox) kill() {
 	defer func() {
 		if s.cg != nil {
@@ -827,22 +910,39 @@ func (s *Sandbox) kill() {
 			}
 			cancel()
 		}
+		if s.initFD >= 0 {
+			unix.Close(s.initFD)
+			s.initFD = -1
+		}
 	}()
-	select {
-	case <-s.dead: // reaped already: its pid may belong to someone else now
-		return
-	default:
+	killGroup := func() {
+		if s.cg == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.cg.Kill(ctx); err != nil {
+			s.log.Warn("kill the sandbox's cgroup", "err", err)
+		}
+		cancel()
 	}
-	if s.initPID > 0 {
-		_ = syscall.Kill(s.initPID, syscall.SIGKILL)
+	if s.initFD < 0 && s.initPID <= 0 {
+		killGroup()
 	}
+	s.killInit()
 	select {
 	case <-s.dead:
 		return
 	case <-time.After(2 * time.Second):
 	}
+	killGroup()
 	_ = s.cmd.Process.Kill()
-	<-s.dead
+	select {
+	case <-s.dead:
+	case <-time.After(waitDelay + 5*time.Second):
+		// Wait is bounded by WaitDelay once bwrap exits; a bwrap that a SIGKILL does not
+		// end is a kernel matter. Do not hold the caller (a process being told to stop).
+		s.log.Error("bwrap did not exit after SIGKILL", "pid", s.cmd.Process.Pid)
+	}
 }
 
 // Exec runs a foreground command.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -106,59 +108,15 @@ func hostProcs(marker string) []int {
 
 func uniqueMarker() string { return strconv.FormatInt(time.Now().UnixNano()%1e9+6e9, 10) }
 
-func TestExec(t *testing.T) {
+// TestEnvironment: what the local provider's processes find (the conformance suite checks
+// HOME, CreateOptions.Env and ExecRequest.Env, which every provider sets): a login-like
+// user, locale and terminal, the standard PATH, and nothing of the agent's own.
+func TestEnvironment(t *testing.T) {
 	p := newProvider(t, Config{})
-	ws := t.TempDir()
-	sb := newSandbox(t, p, sandbox.CreateOptions{Workspace: ws, Env: map[string]string{"FROM_CREATE": "c1"}})
-	ctx := context.Background()
-
-	res := sh(t, sb, `echo out; echo err >&2; exit 7`)
-	if res.ExitCode != 7 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.TimedOut {
-		t.Fatalf("exit 7: %+v stdout=%q stderr=%q", res, res.Stdout, res.Stderr)
-	}
-	if res := sh(t, sb, "true"); res.ExitCode != 0 {
-		t.Fatalf("true: exit %d", res.ExitCode)
-	}
-	if res := sh(t, sb, "kill -9 $$"); res.ExitCode != -1 {
-		t.Fatalf("killed by a signal: exit %d, want -1", res.ExitCode)
-	}
-	if res := sh(t, sb, "pwd"); string(res.Stdout) != "/home/user\n" {
-		t.Fatalf("default cwd %q", res.Stdout)
-	}
-	if err := os.MkdirAll(filepath.Join(ws, "sub", "dir"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, cwd := range []string{"sub/dir", "/home/user/sub/dir"} {
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"pwd"}, Cwd: cwd})
-		if err != nil || string(res.Stdout) != "/home/user/sub/dir\n" {
-			t.Fatalf("cwd %s: %q %v", cwd, res.Stdout, err)
-		}
-	}
-	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"pwd"}, Cwd: "missing"}); err == nil {
-		t.Fatal("missing cwd: no error")
-	}
-	// argv runs without a shell: $HOME stays literal.
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "$HOME", "a b"}})
-	if err != nil || string(res.Stdout) != "$HOME a b\n" {
-		t.Fatalf("argv: %q %v", res.Stdout, err)
-	}
-	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"no-such-program"}}); err == nil {
-		t.Fatal("unknown program: no error")
-	}
-	res, err = sb.Exec(ctx, sandbox.ExecRequest{
-		Argv: []string{"bash", "-c", `printf '%s|' "$HOME" "$USER" "$LANG" "$TERM" "$PATH" "$FROM_CREATE" "$FROM_EXEC" "${TOOLHOST_SANDBOX_AGENT-unset}"; env | wc -l`},
-		Env:  map[string]string{"FROM_EXEC": "e1"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "/home/user|user|C.UTF-8|dumb|/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin|c1|e1|unset|"
-	if !strings.HasPrefix(string(res.Stdout), want) {
+	sb := newSandbox(t, p, sandbox.CreateOptions{})
+	res := sh(t, sb, `printf '%s|' "$HOME" "$USER" "$LANG" "$TERM" "$PATH" "${TOOLHOST_SANDBOX_AGENT-unset}"`)
+	if want := "/home/user|user|C.UTF-8|dumb|/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin|unset|"; string(res.Stdout) != want {
 		t.Fatalf("env:\n got %q\nwant %q", res.Stdout, want)
-	}
-	// stdin is /dev/null: a reader gets EOF instead of hanging.
-	if res := sh(t, sb, "cat; echo done"); string(res.Stdout) != "done\n" {
-		t.Fatalf("stdin: %q", res.Stdout)
 	}
 }
 
@@ -335,9 +293,6 @@ func TestNetwork(t *testing.T) {
 	if res := sh(t, host, probe); res.ExitCode != 0 || string(res.Stdout) != "connected\n" {
 		t.Errorf("network host cannot reach the host listener: %+v %q", res, res.Stderr)
 	}
-	if _, err := p.Create(context.Background(), sandbox.CreateOptions{Workspace: t.TempDir(), Network: "bridge"}); err == nil {
-		t.Error("unknown network mode accepted")
-	}
 }
 
 func TestFilesStayInWorkspace(t *testing.T) {
@@ -361,7 +316,7 @@ func TestFilesStayInWorkspace(t *testing.T) {
 	sb := newSandbox(t, p, sandbox.CreateOptions{Workspace: ws})
 	ctx := context.Background()
 
-	for _, pth := range []string{"../../etc/passwd", "/etc/passwd", "/home/user/../../etc/passwd", "hostname", "secret", "passwd", "secretdir/secret.txt", "/home/user/secret"} {
+	for _, pth := range []string{"hostname", "secret", "passwd", "secretdir/secret.txt", "/home/user/secret"} {
 		b, err := sb.ReadFile(ctx, pth, 0)
 		if !errors.Is(err, sandbox.ErrOutside) {
 			t.Errorf("ReadFile(%q) = %q, %v; want ErrOutside", pth, b, err)
@@ -394,129 +349,6 @@ func TestFilesStayInWorkspace(t *testing.T) {
 			t.Errorf("List followed a link out of the workspace: %s", e.Path)
 		}
 	}
-}
-
-func TestFiles(t *testing.T) {
-	p := newProvider(t, Config{})
-	ws := t.TempDir()
-	sb := newSandbox(t, p, sandbox.CreateOptions{Workspace: ws})
-	ctx := context.Background()
-
-	if err := sb.WriteFile(ctx, "deep/er/f.txt", []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(filepath.Join(ws, "deep/er/f.txt")); err != nil || string(b) != "hello" {
-		t.Fatalf("written file on the host: %q %v", b, err)
-	}
-	if b, err := sb.ReadFile(ctx, "/home/user/deep/er/f.txt", 5); err != nil || string(b) != "hello" {
-		t.Fatalf("ReadFile: %q %v", b, err)
-	}
-	if _, err := sb.ReadFile(ctx, "deep/er/f.txt", 4); !errors.Is(err, sandbox.ErrTooLarge) {
-		t.Errorf("ReadFile over the limit: %v", err)
-	}
-	if _, err := sb.ReadFile(ctx, "nope", 0); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("ReadFile missing: %v", err)
-	}
-	if _, err := sb.ReadFile(ctx, "deep", 0); !errors.Is(err, sandbox.ErrIsDir) {
-		t.Errorf("ReadFile dir: %v", err)
-	}
-	if err := sb.WriteFile(ctx, "deep", []byte("x")); !errors.Is(err, sandbox.ErrIsDir) {
-		t.Errorf("WriteFile over a dir: %v", err)
-	}
-	if err := sb.WriteFile(ctx, "deep/er/f.txt/x", []byte("x")); !errors.Is(err, sandbox.ErrNotDir) {
-		t.Errorf("WriteFile below a file: %v", err)
-	}
-	if err := sb.WriteFile(ctx, "empty", nil); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := sb.ReadFile(ctx, "empty", 0); err != nil || len(b) != 0 {
-		t.Fatalf("empty file: %q %v", b, err)
-	}
-	fi, err := sb.Stat(ctx, "deep/er/f.txt")
-	if err != nil || fi.Size != 5 || !fi.Mode.IsRegular() || fi.Path != "deep/er/f.txt" || fi.ModTime.IsZero() {
-		t.Fatalf("Stat: %+v %v", fi, err)
-	}
-	if fi, err := sb.Stat(ctx, "deep"); err != nil || !fi.IsDir() {
-		t.Fatalf("Stat dir: %+v %v", fi, err)
-	}
-	if _, err := sb.Stat(ctx, "missing"); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Fatalf("Stat missing: %v", err)
-	}
-	// Files written inside the sandbox by a process are seen by the file API and vice versa.
-	sh(t, sb, "mkdir -p a/node_modules/pkg b && echo 1 > a/x && echo 2 > a.txt && echo 3 > a/node_modules/pkg/i.js && echo 4 > b/y")
-	lr, err := sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true, Skip: []string{"node_modules"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range lr.Entries {
-		got = append(got, e.Path)
-	}
-	want := "a a.txt a/node_modules a/x b b/y deep deep/er deep/er/f.txt empty"
-	if strings.Join(got, " ") != want || lr.Truncated {
-		t.Errorf("List recursive:\n got %q\nwant %q", strings.Join(got, " "), want)
-	}
-	lr, err = sb.List(ctx, sandbox.ListRequest{Path: "a"})
-	if err != nil || len(lr.Entries) != 2 || lr.Entries[0].Path != "node_modules" || !lr.Entries[0].IsDir() || lr.Entries[1].Path != "x" {
-		t.Errorf("List flat: %+v %v", lr, err)
-	}
-	lr, err = sb.List(ctx, sandbox.ListRequest{Path: ".", Recursive: true, Limit: 3})
-	if err != nil || len(lr.Entries) != 3 || !lr.Truncated {
-		t.Errorf("List limit: %+v %v", lr, err)
-	}
-	if _, err := sb.List(ctx, sandbox.ListRequest{Path: "a.txt"}); !errors.Is(err, sandbox.ErrNotDir) {
-		t.Errorf("List of a file: %v", err)
-	}
-	if _, err := sb.List(ctx, sandbox.ListRequest{Path: "zzz"}); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("List of a missing dir: %v", err)
-	}
-}
-
-func TestTimeoutKillsProcessGroup(t *testing.T) {
-	p := newProvider(t, Config{})
-	sb := newSandbox(t, p, sandbox.CreateOptions{})
-	marker := uniqueMarker()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"bash", "-c", fmt.Sprintf("echo before; sleep %s & sleep %s", marker, marker)},
-		Timeout: time.Second,
-	})
-	if err != nil || !res.TimedOut || res.ExitCode != -1 || string(res.Stdout) != "before\n" {
-		t.Fatalf("timed-out exec: %+v %q %v", res, res.Stdout, err)
-	}
-	t.Logf("1s timeout returned after %s", res.Duration)
-	left := func() string {
-		return string(sh(t, sb, `for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); case "$c" in *`+marker+`*) echo "$p $c";; esac; done | grep -v 'for p'`).Stdout)
-	}
-	if out := left(); out != "" {
-		t.Fatalf("processes left after the timeout:\n%s", out)
-	}
-
-	// ctx's deadline bounds the command like a timeout.
-	dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
-	defer dcancel()
-	res, err = sb.Exec(dctx, sandbox.ExecRequest{Argv: []string{"sleep", marker}})
-	if !res.TimedOut {
-		t.Fatalf("ctx deadline: %+v %v", res, err)
-	}
-	// Cancelling ctx kills the command too.
-	cctx, ccancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, ccancel)
-	res, err = sb.Exec(cctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "sleep " + marker + " & sleep " + marker}})
-	if !res.TimedOut || !errors.Is(err, context.Canceled) {
-		t.Fatalf("ctx cancel: %+v %v", res, err)
-	}
-	if !testenv.Eventually(func() bool { return left() == "" }) {
-		t.Fatalf("processes left after cancel:\n%s", left())
-	}
-
-	// A leftover background child holding the pipes does not hang the call.
-	res = sh(t, sb, "sleep "+marker+" & echo hi")
-	if string(res.Stdout) != "hi\n" || res.ExitCode != 0 {
-		t.Fatalf("leftover child: %+v %q", res, res.Stdout)
-	}
-	t.Logf("exec with a leftover child holding the pipe returned after %s", res.Duration)
 }
 
 func TestOutputIsCappedAtTheSource(t *testing.T) {
@@ -580,22 +412,6 @@ func TestOutputIsCappedAtTheSource(t *testing.T) {
 		t.Errorf("agent peak memory grew by %d kB", agentAfter-agentBefore)
 	}
 
-	// yes never ends: the timeout does, and the output is still capped head+tail.
-	res, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"yes"}, Timeout: time.Second, MaxOutputBytes: limit})
-	if err != nil || !res.TimedOut || len(res.Stdout) != limit || res.StdoutCut <= 0 {
-		t.Fatalf("yes: %v timedOut=%v len=%d cut=%d", err, res.TimedOut, len(res.Stdout), res.StdoutCut)
-	}
-	if !bytes.HasPrefix(res.Stdout, []byte("y\ny\n")) || !bytes.HasSuffix(res.Stdout, []byte("y\n")) && !bytes.HasSuffix(res.Stdout, []byte("y")) {
-		t.Fatalf("yes output is not head+tail of y lines")
-	}
-	t.Logf("yes for 1s: kept %d bytes, cut %d", len(res.Stdout), res.StdoutCut)
-
-	// Head and tail are the real beginning and end, and the default cap applies.
-	res = sh(t, sb, "seq 1 200000")
-	if !bytes.HasPrefix(res.Stdout, []byte("1\n2\n3\n")) || !bytes.HasSuffix(res.Stdout, []byte("\n199999\n200000\n")) ||
-		len(res.Stdout) != sandbox.DefaultMaxOutputBytes || int64(len(res.Stdout))+res.StdoutCut != 1288895 {
-		t.Fatalf("seq: len %d cut %d", len(res.Stdout), res.StdoutCut)
-	}
 }
 
 type agentWatch struct {
@@ -659,38 +475,22 @@ func (c *countConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// TestBackgroundProcess: what the suite cannot see from inside: the process Start names
+// is the one running (its pid in the sandbox, its log under /tmp/toolhost), it runs on
+// the host, and Close leaves neither it nor the sandbox's run directory behind.
 func TestBackgroundProcess(t *testing.T) {
 	p := newProvider(t, Config{})
 	sb := newSandbox(t, p, sandbox.CreateOptions{})
 	ctx := context.Background()
 	marker := uniqueMarker()
-	pr, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "echo started; echo oops >&2; exec sleep " + marker}})
+	pr, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "echo started; exec sleep " + marker}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr.PID <= 0 || pr.ID == "" || !strings.HasPrefix(pr.LogPath, "/tmp/toolhost/") {
-		t.Fatalf("process: %+v", pr)
+	if !strings.HasPrefix(pr.LogPath, "/tmp/toolhost/") {
+		t.Fatalf("process: %+v, want its log under /tmp/toolhost", pr)
 	}
-	// It outlives the Start call, writes its log, and is listed.
-	var log string
-	if !testenv.Eventually(func() bool {
-		log = string(sh(t, sb, "cat "+pr.LogPath).Stdout)
-		return log == "started\noops\n"
-	}) {
-		t.Fatalf("log %s holds %q", pr.LogPath, log)
-	}
-	procs, err := sb.client.Processes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, pi := range procs {
-		found = found || (int(pi.Pid) == pr.PID && pi.Tag == pr.ID)
-	}
-	if !found {
-		t.Fatalf("process %+v not listed in %+v", pr, procs)
-	}
-	// The log is written before bash execs sleep: wait for the exec to show.
+	// bash execs sleep after it starts: wait for the exec to show.
 	var cmdline string
 	if !testenv.Eventually(func() bool {
 		cmdline = string(sh(t, sb, fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline", pr.PID)).Stdout)
@@ -705,30 +505,20 @@ func TestBackgroundProcess(t *testing.T) {
 	if err := sb.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Close(ctx); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
 	if pids := hostProcs(marker); len(pids) != 0 {
 		t.Fatalf("processes left after Close: %v", pids)
 	}
 	if _, err := os.Stat(runDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("run dir left after Close: %v", err)
 	}
-	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrClosed) {
-		t.Fatalf("Exec after Close: %v", err)
-	}
-	if _, err := sb.ReadFile(ctx, "x", 0); !errors.Is(err, sandbox.ErrClosed) {
-		t.Fatalf("ReadFile after Close: %v", err)
-	}
-	if err := sb.SetTimeout(ctx, time.Minute); !errors.Is(err, sandbox.ErrClosed) {
-		t.Fatalf("SetTimeout after Close: %v", err)
-	}
 }
 
 func TestTTLKillsTheSandbox(t *testing.T) {
 	p := newProvider(t, Config{})
-	sb := newSandbox(t, p, sandbox.CreateOptions{Timeout: time.Second})
-	if d := sb.EndsAt().Sub(sb.StartedAt()); d != time.Second {
+	// The end comes only once the commands below are running: a loaded machine may take
+	// longer than a short lifetime to start a sandbox.
+	sb := newSandbox(t, p, sandbox.CreateOptions{Timeout: time.Hour})
+	if d := sb.EndsAt().Sub(sb.StartedAt()); d != time.Hour {
 		t.Fatalf("EndsAt-StartedAt = %s", d)
 	}
 	ctx := context.Background()
@@ -736,12 +526,9 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 	if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", marker}}); err != nil {
 		t.Fatal(err)
 	}
-	// A command still running when the sandbox is killed fails with ErrClosed.
-	inflight := make(chan error, 1)
-	go func() {
-		_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", marker}})
-		inflight <- err
-	}()
+	if err := sb.SetTimeout(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	var err error
 	if !testenv.Eventually(func() bool {
 		_, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
@@ -753,9 +540,6 @@ func TestTTLKillsTheSandbox(t *testing.T) {
 		t.Fatalf("Exec after the end time: %v, want ErrClosed", err)
 	}
 	t.Logf("after the end time: %v", err)
-	if err := <-inflight; !errors.Is(err, sandbox.ErrClosed) {
-		t.Fatalf("in-flight Exec at the end time: %v, want ErrClosed", err)
-	}
 	// ErrClosed shows as soon as the kill starts; the teardown finishes right after.
 	if !testenv.Eventually(func() bool { return len(hostProcs(marker)) == 0 }) {
 		t.Fatalf("processes left after the TTL kill: %v", hostProcs(marker))
@@ -788,25 +572,24 @@ func TestSandboxDiesOnItsOwn(t *testing.T) {
 	t.Logf("after the agent died: %v", err)
 }
 
-func TestSetTimeout(t *testing.T) {
+// TestLifetimeLimits: the provider's own bounds (the suite checks extension, shortening
+// and a refusal past any maximum): Config.MaxLifetime for SetTimeout and Create,
+// Config.DefaultTimeout, no zero timeout; and the private workspace of a sandbox created
+// without one lives in the workspace dir and goes with the sandbox.
+func TestLifetimeLimits(t *testing.T) {
 	p := newProvider(t, Config{MaxLifetime: 10 * time.Minute, DefaultTimeout: time.Minute})
-	sb := newSandbox(t, p, sandbox.CreateOptions{Timeout: time.Second})
+	sb := newSandbox(t, p, sandbox.CreateOptions{})
 	ctx := context.Background()
+	if got := sb.EndsAt().Sub(sb.StartedAt()); got != time.Minute {
+		t.Fatalf("default timeout %s, want Config.DefaultTimeout", got)
+	}
 	if err := sb.SetTimeout(ctx, 5*time.Minute); err != nil {
 		t.Fatal(err)
-	}
-	if left := time.Until(sb.EndsAt()); left < 4*time.Minute {
-		t.Fatalf("EndsAt not moved: %s left", left)
-	}
-	// Past the original end time it still runs.
-	time.Sleep(time.Until(sb.StartedAt().Add(1500 * time.Millisecond)))
-	if res := sh(t, sb, "echo alive"); string(res.Stdout) != "alive\n" {
-		t.Fatalf("extended sandbox: %q", res.Stdout)
 	}
 	end := sb.EndsAt()
 	err := sb.SetTimeout(ctx, 11*time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "maximum lifetime") || errors.Is(err, sandbox.ErrClosed) {
-		t.Fatalf("SetTimeout past the max lifetime: %v", err)
+		t.Fatalf("SetTimeout past Config.MaxLifetime: %v", err)
 	}
 	t.Logf("refusal: %v", err)
 	if !sb.EndsAt().Equal(end) {
@@ -815,33 +598,15 @@ func TestSetTimeout(t *testing.T) {
 	if err := sb.SetTimeout(ctx, 0); err == nil {
 		t.Fatal("SetTimeout(0) accepted")
 	}
-	// Shortening works too, and the timer follows.
-	if err := sb.SetTimeout(ctx, 200*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if !testenv.Eventually(func() bool {
-		_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
-		return errors.Is(err, sandbox.ErrClosed)
-	}) {
-		t.Fatal("shortened sandbox still alive")
-	}
-	// Create refuses a timeout past the max lifetime, and takes the default when zero.
 	if _, err := p.Create(ctx, sandbox.CreateOptions{Workspace: t.TempDir(), Timeout: time.Hour}); err == nil {
-		t.Fatal("Create past the max lifetime accepted")
+		t.Fatal("Create past Config.MaxLifetime accepted")
 	}
-	d := newSandbox(t, p, sandbox.CreateOptions{})
-	if got := d.EndsAt().Sub(d.StartedAt()); got != time.Minute {
-		t.Fatalf("default timeout %s", got)
-	}
-	// Without a workspace the sandbox gets a private, empty one that goes with it.
+	// Without a workspace the sandbox gets a private one that goes with it.
 	sbi, err := p.Create(ctx, sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatalf("Create without a workspace: %v", err)
 	}
 	priv := sbi.(*Sandbox)
-	if res := sh(t, priv, "ls -A; echo x > f"); len(res.Stdout) != 0 || res.ExitCode != 0 {
-		t.Fatalf("private workspace: %+v %q", res, res.Stdout)
-	}
 	wsPath := priv.ws.path
 	if !strings.HasPrefix(wsPath, p.wsDir+"/") {
 		t.Fatalf("private workspace %s is not in the workspace dir %s", wsPath, p.wsDir)
@@ -851,50 +616,6 @@ func TestSetTimeout(t *testing.T) {
 	}
 	if _, err := os.Stat(wsPath); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("private workspace left after Close: %v", err)
-	}
-}
-
-func TestConcurrency(t *testing.T) {
-	p := newProvider(t, Config{})
-	sb := newSandbox(t, p, sandbox.CreateOptions{})
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for i := range 32 {
-		wg.Go(func() {
-			res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", fmt.Sprintf("echo %d; echo e%d >&2", i, i)}})
-			if err != nil || string(res.Stdout) != fmt.Sprintf("%d\n", i) || string(res.Stderr) != fmt.Sprintf("e%d\n", i) {
-				t.Errorf("exec %d: %q %q %+v %v", i, res.Stdout, res.Stderr, res, err)
-			}
-			name := fmt.Sprintf("c/%d.txt", i)
-			if err := sb.WriteFile(ctx, name, []byte(name)); err != nil {
-				t.Errorf("write %d: %v", i, err)
-			}
-			if b, err := sb.ReadFile(ctx, name, 0); err != nil || string(b) != name {
-				t.Errorf("read %d: %q %v", i, b, err)
-			}
-		})
-	}
-	// Several sandboxes at once, created and closed concurrently.
-	for i := range 4 {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			s, err := p.Create(cctx, sandbox.CreateOptions{Workspace: t.TempDir()})
-			if err != nil {
-				t.Errorf("create %d: %v", i, err)
-				return
-			}
-			defer s.Close(cctx)
-			res, err := s.Exec(cctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "echo $((6*7))"}})
-			if err != nil || string(res.Stdout) != "42\n" {
-				t.Errorf("sandbox %d: %q %v", i, res.Stdout, err)
-			}
-		})
-	}
-	wg.Wait()
-	lr, err := sb.List(ctx, sandbox.ListRequest{Path: "c"})
-	if err != nil || len(lr.Entries) != 32 {
-		t.Fatalf("list after concurrent writes: %d %v", len(lr.Entries), err)
 	}
 }
 

@@ -2,11 +2,10 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
+	"path/filepath"
+	"strconv"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/module"
@@ -28,7 +27,7 @@ func init() {
 			return nil
 		},
 		New: func(_ context.Context, cfg any, env module.Env) (sandbox.Provider, error) {
-			return NewFromSection(cfg.(*Section), env)
+			return newFromSection(cfg.(*Section), env)
 		},
 		Doctor: func(ctx context.Context, cfg any, env module.Env, _ bool) []module.Check {
 			return doctor(ctx, cfg.(*Section), env)
@@ -44,7 +43,7 @@ type Section struct {
 }
 
 // DefaultSection is their defaults.
-func DefaultSection() *Section { return &Section{HostUID: DefaultHostID} }
+func DefaultSection() *Section { return &Section{HostUID: defaultHostID} }
 
 var keys = []module.Key{
 	{Name: "sandbox.host_uid", Flag: "sandbox-host-uid",
@@ -61,82 +60,13 @@ no one else. (local)`},
 directories anyone may pass through (bubblewrap runs as the sandbox user). (local)`},
 }
 
-// NewFromSection is the local provider of its keys and the sandbox policy of env.
-func NewFromSection(s *Section, env module.Env) (*Provider, error) {
-	set := env.Settings
-	p, err := New(Config{
-		RunDir:         s.RunDir,
-		WorkspaceDir:   s.WorkspaceDir,
-		DefaultTimeout: set.TTL,
-		MaxLifetime:    set.MaxLifetime,
-		Limits: Limits{
-			MemoryBytes: set.MemoryBytes, Processes: set.Processes, CPUs: set.CPUs,
-			TmpBytes: set.TmpBytes, ShmBytes: set.ShmBytes, DiskBytes: set.DiskBytes, OpenFiles: set.OpenFiles,
-		},
-		HostUID: s.HostUID,
-		Logger:  env.Logger,
-	})
-	if err != nil {
-		hint := ""
-		if _, serr := os.Stat(BwrapPath); serr != nil {
-			hint = " (install bubblewrap: make setup, or apt-get install bubblewrap)"
-		}
-		return nil, fmt.Errorf("local sandbox provider: %w%s", err, hint)
-	}
-	return p, nil
+// DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.
+func DefaultRunDir() string {
+	return filepath.Join(os.TempDir(), "toolhost-run-"+strconv.Itoa(os.Geteuid()))
 }
 
-// doctor starts a sandbox and runs a command in it (which needs bubblewrap and user
-// namespaces), reports how the limits are enforced and looks for python3 in it.
-func doctor(ctx context.Context, s *Section, env module.Env) []module.Check {
-	sb := module.Check{Name: "sandbox", Needed: true}
-	p, err := NewFromSection(s, env)
-	if err != nil {
-		sb.Detail = err.Error()
-		if errors.Is(err, ErrNoBwrap) {
-			sb.Detail = "bubblewrap is not installed: make setup, or apt-get install bubblewrap"
-		}
-		return []module.Check{sb}
-	}
-	defer p.Close(context.WithoutCancel(ctx))
-	limits := module.Check{Name: "limits", OK: true}
-	var missing, all []string
-	for _, e := range p.Enforcement() {
-		all = append(all, e.String())
-		if e.Missing != "" {
-			missing = append(missing, e.String())
-		}
-	}
-	limits.Detail = strings.Join(all, "; ")
-	if len(missing) > 0 {
-		limits.OK = false
-		limits.Detail = strings.Join(missing, "; ") + ": the sandbox runs without them (docs/SECURITY.md says what each needs)"
-	}
-
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	start := time.Now()
-	sbx, err := p.Create(cctx, sandbox.CreateOptions{Timeout: time.Minute})
-	if err != nil {
-		sb.Detail = fmt.Sprintf("starting a sandbox failed: %v (bubblewrap needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; in a container, run it with --privileged or a seccomp profile that allows them)", err)
-		return []module.Check{sb, limits}
-	}
-	defer sbx.Close(context.WithoutCancel(ctx))
-	res, err := sbx.Exec(cctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "id -u"}, Timeout: 30 * time.Second})
-	if err != nil || res.ExitCode != 0 {
-		sb.Detail = fmt.Sprintf("a sandbox started but could not run a command: %v %s", err, strings.TrimSpace(string(res.Stderr)))
-		return []module.Check{sb, limits}
-	}
-	sb.OK = true
-	sb.Detail = fmt.Sprintf("bubblewrap %s and user namespaces: a sandbox started and ran a command as uid %s in %s",
-		BwrapPath, strings.TrimSpace(string(res.Stdout)), time.Since(start).Round(time.Millisecond))
-
-	py := module.Check{Name: "python3"}
-	res, err = sbx.Exec(cctx, sandbox.ExecRequest{Argv: []string{"python3", "--version"}, Timeout: 30 * time.Second})
-	if err == nil && res.ExitCode == 0 {
-		py.OK, py.Detail = true, strings.TrimSpace(string(res.Stdout)+string(res.Stderr))+" in the sandbox (the demo serves its page with it)"
-	} else {
-		py.Detail = "no python3 in the sandbox: the demo's dev server needs it (make setup, or apt-get install python3)"
-	}
-	return []module.Check{sb, limits, py}
+// DefaultWorkspaceDir is Config.WorkspaceDir when none is given:
+// /var/tmp/toolhost-workspaces-UID.
+func DefaultWorkspaceDir() string {
+	return filepath.Join("/var/tmp", "toolhost-workspaces-"+strconv.Itoa(os.Geteuid()))
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/klauspost/pgzip"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // A snapshot is packed from the sandbox's own view: a background loop that swaps a
@@ -204,13 +207,7 @@ open("/tmp/bad", "w").write(str(bad))
 		}
 	}
 	var res sandbox.ExecResult
-	for range 100 {
-		res = sh(t, sb, "cat /tmp/bad 2>/dev/null")
-		if len(res.Stdout) > 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(func() bool { res = sh(t, sb, "cat /tmp/bad 2>/dev/null"); return len(res.Stdout) > 0 })
 	if string(res.Stdout) != "0" {
 		t.Fatalf("the reader saw %q torn reads", res.Stdout)
 	}

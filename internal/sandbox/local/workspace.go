@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -10,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/toolhost/toolhost/internal/lockfile"
 	"github.com/toolhost/toolhost/internal/volume"
 )
 
@@ -33,7 +36,7 @@ type workspace struct {
 	vol   *volume.Volume // kind volume
 	host  string         // kind host: the caller's directory
 	stage bool           // path is a bind mount of host made for this workspace
-	lock  *os.File       // held while this process owns path (see prune); nil for volumes
+	lock  *lockfile.Lock // held while this process owns path (see prune); nil for volumes
 }
 
 // newWorkspace prepares the workspace for a new sandbox named id.
@@ -121,6 +124,13 @@ func (w *workspace) release() error {
 	switch {
 	case w.kind == "volume":
 		err = w.vol.Close()
+		if errors.Is(err, volume.ErrMountedElsewhere) {
+			// Every process of the sandbox is dead (Close and Handoff kill first): what
+			// holds the filesystem is a mount namespace the kernel has not torn down yet,
+			// or another sandbox's being set up. The volume did its part (image unlinked,
+			// device cleared with the last mount); nothing is left for this host to do.
+			err = nil
+		}
 	case w.kind == "private":
 		err = os.RemoveAll(w.path)
 	case w.stage:
@@ -143,7 +153,6 @@ func (w *workspace) unlock() {
 	if w.lock == nil {
 		return
 	}
-	_ = os.Remove(w.lock.Name())
-	w.lock.Close()
+	_ = w.lock.Remove()
 	w.lock = nil
 }

@@ -53,11 +53,7 @@ var otherVars = map[string]string{
 // empty): configHome/toolhost/toolhost.yaml.
 func UserConfigFile(configHome string) string {
 	if configHome == "" {
-		d, err := os.UserConfigDir()
-		if err != nil {
-			return ""
-		}
-		configHome = d
+		return toolhost.DefaultConfigFile() // the one the trust check guards
 	}
 	return filepath.Join(configHome, "toolhost", DefaultFileName)
 }
@@ -162,6 +158,8 @@ func registerFlag(fs *pflag.FlagSet, name string, typ reflect.Type, def reflect.
 		fs.Float64(name, def.Float(), usage)
 	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.String:
 		fs.StringSlice(name, def.Interface().([]string), usage)
+	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Int:
+		fs.IntSlice(name, def.Interface().([]int), usage)
 	default:
 		panic(fmt.Sprintf("config: flag --%s: no flag type for %s", name, typ))
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -442,7 +443,7 @@ func TestWorkingDirectoryFileIsNotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.File != "" || l.Sandbox.Network != "none" || l.Screenshot.Chromium != "" {
+	if l.File != "" || l.Sandbox.Network != "egress" || l.Screenshot.Chromium != "" {
 		t.Fatalf("the working directory's toolhost.yaml was read: file %q, network %q, chromium %q", l.File, l.Sandbox.Network, l.Screenshot.Chromium)
 	}
 }
@@ -559,5 +560,38 @@ func TestReference(t *testing.T) {
 		if k.Env != "" && !strings.Contains(string(body), k.Env) {
 			t.Errorf("docs/CONFIG.md does not name the variable %s", k.Env)
 		}
+	}
+}
+
+// The egress keys through the layers: lists from a variable (comma-separated, ports as
+// numbers) and a flag, the inject list and a token's narrowing from the file only.
+func TestEgressKeys(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.yaml", "sandbox:\n  egress:\n    inject:\n      - {domain: registry.npmjs.org, header: Authorization, secret: env:NPM_AUTH}\nserve:\n  tokens:\n    - {token: 0123456789abcdef0123, egress: {allow: [registry.npmjs.org]}}\n")
+	l, err := Load(Sources{Flags: flags(t, "--egress-deny", "bad.test,*.worse.test", "--config", file),
+		Environ: []string{"TOOLHOST_SANDBOX_EGRESS_PORTS=80,443,8443", "TOOLHOST_SANDBOX_EGRESS_ALLOW=a.test,*.b.test"}, ConfigHome: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.Sandbox.Egress
+	if l.Sandbox.Network != "egress" || e.Preset != "registries" || !slices.Equal(e.Ports, []int{80, 443, 8443}) ||
+		!slices.Equal(e.Allow, []string{"a.test", "*.b.test"}) || !slices.Equal(e.Deny, []string{"bad.test", "*.worse.test"}) ||
+		len(e.Inject) != 1 || e.Inject[0].Secret != "env:NPM_AUTH" {
+		t.Errorf("egress keys: network %q %+v", l.Sandbox.Network, e)
+	}
+	if tok := l.Serve.Tokens; len(tok) != 1 || tok[0].Egress == nil || !slices.Equal(tok[0].Egress.Allow, []string{"registry.npmjs.org"}) {
+		t.Errorf("serve.tokens[0].egress: %+v", tok)
+	}
+	if err := l.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	l.Sandbox.Egress.Allow = []string{"a test"}
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "sandbox.egress.allow") {
+		t.Errorf("a bad allow entry: %v", err)
+	}
+	l.Sandbox.Egress.Allow = nil
+	l.Sandbox.Network = "none"
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "serve.tokens[0].egress") {
+		t.Errorf("a token's egress without network egress: %v", err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2bfake
 
 import (
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
@@ -32,7 +35,7 @@ type fakeSandbox struct {
 	traffic    string // traffic access token, when public traffic is off
 	metadata   map[string]string
 	envVars    map[string]string
-	internet   bool
+	net        netRules // its network options (under mu once it runs)
 	autoPause  bool
 	startedAt  time.Time
 
@@ -40,7 +43,8 @@ type fakeSandbox struct {
 	state        string // running, paused, killed
 	endAt        time.Time
 	local        *local.Sandbox
-	agent        *http.Client // to local's agent socket
+	egress       *egress.Session // its side of the gateway, while it runs
+	agent        *http.Client    // to local's agent socket
 	agentTr      *http.Transport
 	timer        *time.Timer
 	snaps        [][]byte // workspace archives of each pause, oldest first
@@ -55,12 +59,21 @@ const (
 
 // startLocal creates the local sandbox behind sb (and, with archive, restores it).
 func (sb *fakeSandbox) startLocal(ctx context.Context, archive []byte) error {
-	network := sandbox.NetworkNone
-	if sb.internet {
-		network = sandbox.NetworkHost
+	sb.mu.Lock()
+	rules := sb.net
+	sb.mu.Unlock()
+	spec, err := rules.spec()
+	if err != nil {
+		return err
 	}
+	pol, err := egress.Compile(spec)
+	if err != nil {
+		return err
+	}
+	sess := sb.s.gateway.Session(egress.SessionConfig{Project: "e2b:" + sb.id, Policy: pol})
 	lsb, err := sb.s.cfg.Local.Create(ctx, sandbox.CreateOptions{
-		Network: network, Env: sb.envVars, Timeout: sb.s.cfg.MaxLifetime + time.Hour,
+		Network: sandbox.NetworkEgress, Env: sb.envVars, Timeout: sb.s.cfg.MaxLifetime + time.Hour,
+		Egress: &sandbox.Egress{Gateway: sess, Trust: sb.s.cfg.Trust},
 	})
 	if err != nil {
 		return err
@@ -82,7 +95,7 @@ func (sb *fakeSandbox) startLocal(ctx context.Context, archive []byte) error {
 		DisableCompression:  true,
 	}
 	sb.mu.Lock()
-	sb.local, sb.agentTr, sb.agent = l, tr, &http.Client{Transport: tr}
+	sb.local, sb.agentTr, sb.agent, sb.egress = l, tr, &http.Client{Transport: tr}, sess
 	sb.state = stateRunning
 	sb.mu.Unlock()
 	return nil
@@ -92,7 +105,7 @@ func (sb *fakeSandbox) startLocal(ctx context.Context, archive []byte) error {
 func (sb *fakeSandbox) stopLocal(ctx context.Context) {
 	sb.mu.Lock()
 	l, tr := sb.local, sb.agentTr
-	sb.local, sb.agent, sb.agentTr = nil, nil, nil
+	sb.local, sb.agent, sb.agentTr, sb.egress = nil, nil, nil, nil
 	sb.mu.Unlock()
 	if tr != nil {
 		tr.CloseIdleConnections()
@@ -306,6 +319,8 @@ func (s *Server) apiRoute(r *http.Request) (string, string, func(http.ResponseWr
 		return "connect", id, func(w http.ResponseWriter, r *http.Request, id string) { s.connect(w, r, id, v2) }
 	case action == "metrics" && m == http.MethodGet && !v2:
 		return "metrics", id, s.metrics
+	case action == "network" && m == http.MethodPut && !v2:
+		return "network", id, s.updateNetwork
 	}
 	return "", "", nil
 }
@@ -336,7 +351,9 @@ type createBody struct {
 	AutoPause           *bool             `json:"autoPause"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *struct {
-		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
 	} `json:"network"`
 }
 
@@ -391,8 +408,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, v2 bool) {
 	sb := &fakeSandbox{
 		s: s, id: newID(), templateID: tmpl.ID, cpu: tmpl.CPUCount, mem: tmpl.MemoryMB,
 		metadata: maps.Clone(in.Metadata), envVars: maps.Clone(in.EnvVars),
-		internet:  in.AllowInternetAccess == nil || *in.AllowInternetAccess,
+		net:       netRules{Internet: in.AllowInternetAccess == nil || *in.AllowInternetAccess},
 		autoPause: in.AutoPause != nil && *in.AutoPause, state: "starting",
+	}
+	if in.Network != nil {
+		sb.net.AllowOut, sb.net.DenyOut = slices.Clone(in.Network.AllowOut), slices.Clone(in.Network.DenyOut)
+	}
+	if _, err := sb.net.spec(); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	if *in.TemplateID != tmpl.ID {
 		sb.alias = *in.TemplateID
@@ -490,7 +514,7 @@ func (sb *fakeSandbox) detail(s *Server, full bool) map[string]any {
 	}
 	if full {
 		out["domain"] = s.cfg.Domain
-		out["allowInternetAccess"] = sb.internet
+		out["allowInternetAccess"] = sb.net.Internet
 		onTimeout := "kill"
 		if sb.autoPause {
 			onTimeout = "pause"

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package e2bfake is a fake E2B for tests: the control plane of E2B's OpenAPI spec and
 // the envd data plane, on one listener on loopback, with each E2B sandbox backed by a
 // real local sandbox (bubblewrap, internal/sandbox/local). Any E2B client can be pointed at
@@ -43,6 +45,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
@@ -72,7 +75,12 @@ type Config struct {
 	MaxConcurrent int
 	// EnvdVersion reported for every sandbox; default 0.6.13.
 	EnvdVersion string
-	Logger      *slog.Logger
+	// Egress is the gateway every sandbox reaches the network through, with the rules of
+	// its E2B network options (network.go); nil: a gateway over this machine's network.
+	Egress *egress.Gateway
+	// Trust is PEM certificates the sandboxes trust besides the system's.
+	Trust  []byte
+	Logger *slog.Logger
 }
 
 // Defaults.
@@ -86,13 +94,14 @@ const (
 
 // Server is a running fake.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	srv  *http.Server
-	ln   net.Listener
-	ca   *x509.Certificate
-	caPE []byte
-	pool *x509.CertPool
+	cfg     Config
+	log     *slog.Logger
+	gateway *egress.Gateway
+	srv     *http.Server
+	ln      net.Listener
+	ca      *x509.Certificate
+	caPE    []byte
+	pool    *x509.CertPool
 
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox
@@ -128,7 +137,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*fakeSandbox{}, closing: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*fakeSandbox{}, closing: make(chan struct{}), gateway: cfg.Egress}
+	if s.gateway == nil {
+		s.gateway = egress.New(egress.Config{Logger: cfg.Logger})
+	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
 	if cfg.TLS {

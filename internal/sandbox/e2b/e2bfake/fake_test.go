@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2bfake_test
 
 import (
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // client speaks to the fake as a bare HTTP client would, to check the wire.
@@ -364,7 +367,11 @@ func TestEnvdIsNotOurAgent(t *testing.T) {
 	if e, _ := end["error"].(map[string]any); e["code"] != "deadline_exceeded" {
 		t.Errorf("past its Connect deadline: end %v", end)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Once envd has killed the shell it started, what it killed is known: both sleeps live on.
+	shell := "sh -c sleep " + marker + " & sleep " + marker
+	if !testenv.Eventually(func() bool { return c.sh(id, token, "ps -eo args | grep -cxF '"+shell+"' || true") == "0\n" }) {
+		t.Fatalf("envd never killed the shell past its Connect deadline")
+	}
 	if got := c.sh(id, token, "ps -eo args | grep -c '^sleep "+marker+"$' || true"); got != "2\n" {
 		t.Errorf("after the deadline %q sleeps run, want both (envd kills only the process it started, the shell)", got)
 	}

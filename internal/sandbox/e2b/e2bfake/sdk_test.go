@@ -1,8 +1,13 @@
+//go:build linux
+
 package e2bfake_test
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/testnet"
 )
 
 // sdkDir finds the official SDK installed by scripts/setup-e2b-sdk.sh. Without node or
@@ -136,4 +143,71 @@ func TestOfficialSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The official SDK's network options are honoured by the fake's sandboxes, which reach
+// nothing but what they allow, through the egress gateway, on the test's own internet.
+func TestOfficialSDKNetwork(t *testing.T) {
+	node, dir := sdkDir(t)
+	script, err := filepath.Abs("testdata/sdk/network.cjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testnet.New(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", r.Host) })
+	var otherIP netip.Addr
+	for _, name := range []string{"registry.test", "other.test"} {
+		a, err := n.AddHost(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "other.test" {
+			otherIP = a
+		}
+		l, err := n.Listen("tcp", netip.AddrPortFrom(a, 80).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Serve(l, mux)
+	}
+	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs})
+	f := e2bfake.Start(t, e2bfake.Config{Egress: g})
+	env := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_E2B_SDK_DIR=" + dir, "OTHER_IP=" + otherIP.String()}, f.Env()...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the SDK network check failed: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+	}
+	type result struct {
+		ExitCode int    `json:"exitCode"`
+		Stdout   string `json:"stdout"`
+	}
+	var got map[string]result
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	t.Logf("%s", out)
+	ok := func(k, want string) {
+		if r := got[k]; r.ExitCode != 0 || r.Stdout != want {
+			t.Errorf("%s: %+v; want %q", k, r, want)
+		}
+	}
+	refused := func(k string) {
+		if r := got[k]; r.ExitCode == 0 && !strings.Contains(r.Stdout, "egress:") || strings.Contains(r.Stdout, "hello from") {
+			t.Errorf("%s: %+v; want a refusal", k, r)
+		}
+	}
+	ok("allowed", "hello from registry.test")
+	refused("refused")
+	refused("refusedIP")
+	ok("afterUpdate", "hello from other.test")
+	ok("openAllowed", "hello from registry.test")
+	refused("openDenied")
+	refused("offline")
 }

@@ -99,6 +99,7 @@ func gatewayBinary() (string, error) {
 		cmd := exec.Command("go", "build", "-o", tmp, ".")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		cmd.WaitDelay = 10 * time.Second
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.Remove(tmp)
 			buildErr = fmt.Errorf("s3test: building the gateway in %s: %v\n%s", dir, err, out)
@@ -131,7 +132,8 @@ func Start(parent string) (*Server, error) {
 	s.cmd.Dir = dir
 	s.cmd.Stderr = s.stderr
 	// Killed with the test process, however that ends.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = dieWithParent()
+	s.cmd.WaitDelay = 5 * time.Second
 	stdin, err := s.cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,433 @@
+package toolhost
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolhost/toolhost/audit"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
+)
+
+// EgressConfig is the sandbox.egress.* keys: what a sandbox with sandbox.network egress
+// may reach through the host's gateway (package internal/egress), and its bounds.
+type EgressConfig struct {
+	Preset      string         `key:"preset"`
+	Allow       []string       `key:"allow"`
+	Deny        []string       `key:"deny"`
+	Ports       []int          `key:"ports"`
+	MaxBytes    int64          `key:"max_bytes"`
+	MaxConns    int            `key:"max_conns"`
+	IdleTimeout time.Duration  `key:"idle_timeout"`
+	Resolver    string         `key:"resolver"`
+	CAFile      string         `key:"ca_file"`
+	Inject      []EgressInject `key:"inject"`
+}
+
+// EgressInject is a credential the gateway adds to the requests of one domain (an entry of
+// sandbox.egress.inject): the header Header with the value Secret names ("env:VAR" or
+// "file:/abs/path", as plugin secrets are named). The value never enters the sandbox.
+type EgressInject struct {
+	Domain string `key:"domain"`
+	Header string `key:"header"`
+	Secret string `key:"secret"`
+}
+
+// EgressPolicy narrows the host's egress policy (sandbox.egress.*) for a session
+// (SessionOptions.Egress, a serve token's egress): a destination must be allowed by both,
+// so it can only take away. Entries as in sandbox.egress.allow (name, *.name, name:port,
+// CIDR, CIDR:port, :* for every port; docs/NETWORK.md). With no preset and no allow
+// entries it narrows by its deny list and ports only.
+type EgressPolicy struct {
+	Preset string   `key:"preset" json:"preset,omitempty"`
+	Allow  []string `key:"allow" json:"allow,omitempty"`
+	Deny   []string `key:"deny" json:"deny,omitempty"`
+	Ports  []int    `key:"ports" json:"ports,omitempty"`
+}
+
+func (p *EgressPolicy) spec() egress.Spec {
+	return egress.Spec{Preset: p.Preset, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
+}
+
+// checkNarrowing compiles a session's narrowing against the host's policy.
+func (c *Config) checkNarrowing(p *EgressPolicy) error {
+	host, err := c.hostPolicy()
+	if err != nil {
+		return err
+	}
+	_, err = host.Narrow(p.spec())
+	return err
+}
+
+// Network modes of sandbox.network.
+const (
+	NetworkEgress = sandbox.NetworkEgress
+	NetworkNone   = sandbox.NetworkNone
+	NetworkHost   = sandbox.NetworkHost
+)
+
+// hostPolicy compiles the sandbox.egress.* policy.
+func (c *Config) hostPolicy() (*egress.Policy, error) {
+	e := &c.Sandbox.Egress
+	return egress.Compile(egress.Spec{Preset: e.Preset, Allow: e.Allow, Deny: e.Deny, Ports: e.Ports})
+}
+
+func (c *Config) validateEgress(bad badKey) error {
+	switch c.Sandbox.Network {
+	case NetworkEgress, NetworkNone, NetworkHost:
+	default:
+		return bad("sandbox.network", "must be \"egress\", \"none\" or \"host\", got %q", c.Sandbox.Network)
+	}
+	e := &c.Sandbox.Egress
+	if _, ok := egress.Preset(e.Preset); !ok {
+		return bad("sandbox.egress.preset", "must be one of %s, got %q", strings.Join(egress.PresetNames(), ", "), e.Preset)
+	}
+	if _, err := c.hostPolicy(); err != nil {
+		key := "sandbox.egress"
+		switch {
+		case strings.HasPrefix(err.Error(), "allow"):
+			key += ".allow"
+		case strings.HasPrefix(err.Error(), "deny"):
+			key += ".deny"
+		case strings.HasPrefix(err.Error(), "port"):
+			key += ".ports"
+		}
+		return bad(key, "%v", err)
+	}
+	if e.MaxBytes == 0 || e.MaxBytes < -1 {
+		return bad("sandbox.egress.max_bytes", "must be positive, or -1 for no bound, got %d", e.MaxBytes)
+	}
+	if e.MaxConns < 1 {
+		return bad("sandbox.egress.max_conns", "must be at least 1, got %d", e.MaxConns)
+	}
+	if e.IdleTimeout <= 0 {
+		return bad("sandbox.egress.idle_timeout", "must be positive, got %s", e.IdleTimeout)
+	}
+	if _, err := parseResolver(e.Resolver); err != nil {
+		return bad("sandbox.egress.resolver", "%v", err)
+	}
+	if e.CAFile != "" && !filepath.IsAbs(e.CAFile) {
+		return bad("sandbox.egress.ca_file", "must be an absolute path, got %q", e.CAFile)
+	}
+	for i, in := range e.Inject {
+		key := fmt.Sprintf("sandbox.egress.inject[%d]", i)
+		if in.Domain == "" || strings.HasPrefix(in.Domain, "*") {
+			return bad(key+".domain", "must be one exact domain name, got %q", in.Domain)
+		}
+		if in.Header == "" {
+			return bad(key+".header", "is empty (e.g. Authorization)")
+		}
+		if !strings.HasPrefix(in.Secret, "env:") && !strings.HasPrefix(in.Secret, "file:") {
+			return bad(key+".secret", "must name where the value is, env:VAR or file:/abs/path (never the value itself), got %q", redactShort(in.Secret))
+		}
+	}
+	return nil
+}
+
+// redactShort shows the kind of a secret reference, never what may be a value.
+func redactShort(s string) string {
+	if k, _, ok := strings.Cut(s, ":"); ok && len(k) <= 8 {
+		return k + ":..."
+	}
+	return "[not shown]"
+}
+
+// parseResolver reads sandbox.egress.resolver: "system", or a DNS server "IP" or
+// "IP:PORT".
+func parseResolver(s string) (netip.AddrPort, error) {
+	if s == "system" {
+		return netip.AddrPort{}, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a, 53), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("must be \"system\" or a DNS server's address (IP or IP:PORT), got %q", s)
+	}
+	return ap, nil
+}
+
+// egressNet is what the gateway dials (and asks its DNS server through), and the host
+// addresses it refuses; by default this machine's network. Tests give it their own
+// internet (internal/testnet).
+type egressNet struct {
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	hostAddrs func() ([]netip.Addr, error)
+}
+
+// gatewayState is the Toolhost's egress gateway, made with the first session that needs
+// it.
+type gatewayState struct {
+	once sync.Once
+	g    *egress.Gateway
+	host *egress.Policy
+	// trust is sandbox.egress.ca_file's certificates, which sandboxes trust too; roots
+	// are the host's roots with them, which verify the servers the host itself talks to
+	// through the gateway (web fetches).
+	trust  []byte
+	roots  *x509.CertPool
+	inject []egress.Injection
+	err    error
+
+	mu    sync.Mutex
+	stats map[string]*egressStats // by project
+}
+
+// egressStats counts a project's connections through the gateway.
+type egressStats struct {
+	Allowed, Refused atomic.Int64
+}
+
+// gateway makes (once) and returns the egress gateway.
+func (t *Toolhost) gateway() (*gatewayState, error) {
+	s := &t.egress
+	s.once.Do(func() { s.err = t.makeGateway(s) })
+	return s, s.err
+}
+
+func (t *Toolhost) makeGateway(s *gatewayState) error {
+	cfg := &t.cfg.Sandbox.Egress
+	var err error
+	if s.host, err = t.cfg.hostPolicy(); err != nil {
+		return fmt.Errorf("sandbox.egress: %w", err)
+	}
+	gc := egress.Config{Logger: t.opts.log.With("component", "egress"), Audit: t.egressAudit}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if cfg.CAFile != "" {
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return fmt.Errorf("sandbox.egress.ca_file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return fmt.Errorf("sandbox.egress.ca_file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		s.trust = pemOnly(b)
+	}
+	if n := t.opts.egressNet; n != nil {
+		gc.HostAddrs = n.hostAddrs
+		gc.Dialer = dialerFunc(n.dial)
+	}
+	gc.RootCAs = roots
+	s.roots = roots
+	server, err := parseResolver(cfg.Resolver)
+	if err != nil {
+		return err
+	}
+	if server.IsValid() {
+		gc.Resolver = &egress.DNSResolver{Server: server, Dialer: gc.Dialer}
+	}
+	for i, in := range cfg.Inject {
+		v, err := secretValue("the secret", in.Secret)
+		if err != nil {
+			return fmt.Errorf("sandbox.egress.inject[%d] (%s): %w", i, in.Domain, err)
+		}
+		s.inject = append(s.inject, egress.Injection{Domain: in.Domain, Header: in.Header, Value: v})
+	}
+	s.g = egress.New(gc)
+	t.opts.log.Debug("sandbox network", "mode", t.cfg.Sandbox.Network, "preset", s.host.Preset(),
+		"allow", strings.Join(s.host.Allowed(), ","), "ports", s.host.Ports(), "resolver", cfg.Resolver,
+		"injected_domains", len(s.inject))
+	return nil
+}
+
+// pemOnly keeps the certificate blocks of a PEM file (never a key that sits beside them).
+func pemOnly(b []byte) []byte {
+	var out []byte
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return out
+		}
+		if blk.Type == "CERTIFICATE" {
+			out = append(out, pem.EncodeToMemory(blk)...)
+		}
+	}
+}
+
+type dialerFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func (f dialerFunc) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return f(ctx, network, addr)
+}
+
+// egressAudit turns the gateway's records into audit records and counts them per project.
+func (t *Toolhost) egressAudit(r *egress.Record) {
+	s := &t.egress
+	if r.Project != "" {
+		s.mu.Lock()
+		if s.stats == nil {
+			s.stats = map[string]*egressStats{}
+		}
+		st := s.stats[r.Project]
+		if st == nil {
+			st = &egressStats{}
+			s.stats[r.Project] = st
+		}
+		s.mu.Unlock()
+		if r.Decision == egress.Deny {
+			st.Refused.Add(1)
+		} else {
+			st.Allowed.Add(1)
+		}
+	}
+	sink := t.sink
+	if sink == nil {
+		return
+	}
+	why := r.Rule
+	msg := r.Reason
+	if msg == "" {
+		msg = r.Error
+	}
+	sink.Record(&audit.Record{
+		Time: r.Time, Sandbox: r.Sandbox, Cap: audit.CapEgress, Op: r.Proto,
+		Dest: r.Name, Addr: r.Addr, Port: r.Port, Command: r.Command, Injected: r.Injected,
+		Decision: r.Decision, Why: why, Error: msg,
+		Micros: r.Micros, In: int(r.BytesUp), Out: int(r.BytesDown),
+	})
+}
+
+// EgressCounts returns, per project, the connections the gateway allowed and refused
+// (serve's metrics).
+func (t *Toolhost) EgressCounts() map[string][2]int64 {
+	s := &t.egress
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][2]int64, len(s.stats))
+	for p, st := range s.stats {
+		out[p] = [2]int64{st.Allowed.Load(), st.Refused.Load()}
+	}
+	return out
+}
+
+// sessionEgress makes a session's side of the gateway: the host's policy narrowed by the
+// session's (never widened), the session's budget, and what the provider is handed.
+func (t *Toolhost) sessionEgress(project string, narrow *EgressPolicy) (*sandbox.Egress, error) {
+	if t.cfg.Sandbox.Network != NetworkEgress {
+		if narrow != nil {
+			return nil, fmt.Errorf("a session egress policy needs sandbox.network egress (it is %s)", t.cfg.Sandbox.Network)
+		}
+		return nil, nil
+	}
+	gs, err := t.gateway()
+	if err != nil {
+		return nil, err
+	}
+	p := gs.host
+	spec := sandbox.EgressPolicy{Preset: gs.host.Preset(), Allow: slices.Clone(t.cfg.Sandbox.Egress.Allow), Deny: slices.Clone(t.cfg.Sandbox.Egress.Deny), Ports: gs.host.Ports()}
+	if narrow != nil {
+		if p, err = p.Narrow(narrow.spec()); err != nil {
+			return nil, fmt.Errorf("the session's egress policy: %w", err)
+		}
+		spec = narrowedSpec(spec, *narrow)
+	}
+	cfg := &t.cfg.Sandbox.Egress
+	var budget *egress.Budget
+	if cfg.MaxBytes > 0 {
+		budget = egress.NewBudget(cfg.MaxBytes)
+	}
+	sess := gs.g.Session(egress.SessionConfig{
+		Project: project, Policy: p, Budget: budget,
+		Limits: egress.Limits{MaxConns: cfg.MaxConns, IdleTimeout: cfg.IdleTimeout},
+		Inject: gs.inject,
+	})
+	return &sandbox.Egress{Policy: spec, Gateway: sess, Trust: slices.Clone(gs.trust)}, nil
+}
+
+// narrowedSpec is the flat policy a provider that enforces the network itself (E2B) gets
+// for a narrowed session: the session's allow list when it has one (each entry still
+// decided by the host's policy at the gateway, where there is one), both deny lists, the
+// session's ports when it names some.
+func narrowedSpec(host sandbox.EgressPolicy, s EgressPolicy) sandbox.EgressPolicy {
+	out := host
+	if s.Preset != "" || len(s.Allow) > 0 {
+		out.Preset, out.Allow = s.Preset, slices.Clone(s.Allow)
+		if out.Preset == "" {
+			out.Preset = egress.PresetNone
+		}
+	}
+	out.Deny = append(slices.Clone(host.Deny), s.Deny...)
+	if len(s.Ports) > 0 {
+		var ports []int
+		for _, p := range s.Ports {
+			if slices.Contains(host.Ports, p) {
+				ports = append(ports, p)
+			}
+		}
+		out.Ports = ports
+	}
+	return out
+}
+
+// CheckEgress decides a destination ("name:port", or an address) by the host's policy,
+// narrowed by narrow when it is not nil, resolving the name as the gateway would.
+func (t *Toolhost) CheckEgress(ctx context.Context, dest string, narrow *EgressPolicy) (EgressDecision, error) {
+	return decideEgress(ctx, t, dest, narrow, true)
+}
+
+// EgressDecision is what the egress policy says of one destination.
+type EgressDecision struct {
+	Allowed bool
+	// Rule is the rule that decided ("allow registry.npmjs.org (preset registries)",
+	// "always refused: loopback address"); Reason, for a refusal, what the model reads.
+	Rule, Reason string
+	// Resolved lists the addresses the name resolved to (with resolve).
+	Resolved []string
+}
+
+// DecideEgress decides a destination by cfg's egress policy (narrowed by narrow when it
+// is not nil), without a sandbox: `toolhost policy test` asks it. With resolve the name
+// is resolved through sandbox.egress.resolver and every address checked, as the gateway
+// does at connect time; without, a name is decided by the rules that name it.
+func DecideEgress(ctx context.Context, cfg Config, dest string, narrow *EgressPolicy, resolve bool, opts ...Option) (EgressDecision, error) {
+	if err := cfg.Validate(); err != nil {
+		return EgressDecision{}, err
+	}
+	t := &Toolhost{cfg: cloneConfig(cfg), opts: newOptions(opts)}
+	return decideEgress(ctx, t, dest, narrow, resolve)
+}
+
+func decideEgress(ctx context.Context, t *Toolhost, dest string, narrow *EgressPolicy, resolve bool) (EgressDecision, error) {
+	gs, err := t.gateway()
+	if err != nil {
+		return EgressDecision{}, err
+	}
+	p := gs.host
+	if narrow != nil {
+		if p, err = p.Narrow(narrow.spec()); err != nil {
+			return EgressDecision{}, fmt.Errorf("the narrowing egress policy: %w", err)
+		}
+	}
+	if !resolve {
+		v := egress.Decide(p, dest)
+		return EgressDecision{Allowed: v.Allowed, Rule: v.Rule, Reason: v.Reason}, nil
+	}
+	v, addrs := gs.g.Check(ctx, p, dest)
+	d := EgressDecision{Allowed: v.Allowed, Rule: v.Rule, Reason: v.Reason}
+	for _, a := range addrs {
+		d.Resolved = append(d.Resolved, a.String())
+	}
+	return d, nil
+}
+
+// withEgressNet gives the gateway another network than this machine's (tests: their own
+// internet).
+func withEgressNet(dial func(ctx context.Context, network, addr string) (net.Conn, error), hostAddrs func() ([]netip.Addr, error)) Option {
+	return func(o *options) { o.egressNet = &egressNet{dial: dial, hostAddrs: hostAddrs} }
+}

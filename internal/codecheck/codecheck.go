@@ -1,0 +1,134 @@
+// Package codecheck holds checks of the repository's own Go code that no linter makes:
+// rules of the house that a test can prove. Its tests run over every non-test Go file.
+package codecheck
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Finding is one place that breaks a rule.
+type Finding struct {
+	Pos token.Position
+	Msg string
+}
+
+func (f Finding) String() string { return fmt.Sprintf("%s: %s", f.Pos, f.Msg) }
+
+// GoFiles lists the non-test Go files under root, skipping testdata, node_modules and
+// hidden directories.
+func GoFiles(root string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			n := d.Name()
+			if p != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// ExecWithoutWaitDelay finds the functions of file that make an exec.Cmd (exec.Command,
+// exec.CommandContext or an exec.Cmd literal) and never set its WaitDelay. Without one,
+// Wait waits for the child's output pipes to close, which any process the child left
+// behind can hold open forever: the owner of the child is then stuck with it.
+func ExecWithoutWaitDelay(path string, src []byte) ([]Finding, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, 0)
+	if err != nil {
+		return nil, err
+	}
+	execName := ""
+	for _, imp := range f.Imports {
+		if imp.Path.Value == `"os/exec"` {
+			execName = "exec"
+			if imp.Name != nil {
+				execName = imp.Name.Name
+			}
+		}
+	}
+	if execName == "" {
+		return nil, nil
+	}
+	var out []Finding
+	check := func(body *ast.BlockStmt) {
+		var makes []token.Pos
+		sets := false
+		ast.Inspect(body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return true // a closure counts as part of its function
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && isPkg(sel.X, execName) &&
+					(sel.Sel.Name == "Command" || sel.Sel.Name == "CommandContext") {
+					makes = append(makes, n.Pos())
+				}
+			case *ast.CompositeLit:
+				if sel, ok := n.Type.(*ast.SelectorExpr); ok && isPkg(sel.X, execName) && sel.Sel.Name == "Cmd" {
+					makes = append(makes, n.Pos())
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							if id, ok := kv.Key.(*ast.Ident); ok && id.Name == "WaitDelay" {
+								sets = true
+							}
+						}
+					}
+				}
+			case *ast.SelectorExpr:
+				if n.Sel.Name == "WaitDelay" {
+					sets = true
+				}
+			}
+			return true
+		})
+		if len(makes) > 0 && !sets {
+			for _, p := range makes {
+				out = append(out, Finding{fset.Position(p), "an exec.Cmd without WaitDelay: set one, so that a process the child leaves holding its pipes cannot hold Wait forever"})
+			}
+		}
+	}
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+			check(fd.Body)
+		}
+	}
+	return out, nil
+}
+
+func isPkg(x ast.Expr, name string) bool {
+	id, ok := x.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+// ReadAndCheck runs ExecWithoutWaitDelay over files.
+func ReadAndCheck(files []string) ([]Finding, error) {
+	var out []Finding
+	for _, p := range files {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		fs, err := ExecWithoutWaitDelay(p, src)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	return out, nil
+}
