@@ -120,15 +120,15 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 		if err == nil || attempt > 0 || expired || !errors.Is(err, ErrBrowser) || slices.Contains(navigated, true) {
 			return shots, err
 		}
-		// No shot got as far as navigating: the browser died under us (a crash, or killed).
-		// Nothing reached the page yet, so start a new browser and try once more.
+		// No shot's request left the browser: it died under us (a crash, or killed) before
+		// anything reached the origin, so start a new browser and try once more.
 		c.log.Warn("screenshot: browser failed before navigation; restarting it", "err", err)
 		rt.dead.Store(true)
 	}
 }
 
-// runShots shoots each viewport concurrently; navigated[i] reports whether shot i got as far
-// as navigating.
+// runShots shoots each viewport concurrently; navigated[i] reports whether shot i's origin
+// may have seen a request (its pin was asked for something).
 func (c *Capturer) runShots(ctx context.Context, rt *runtime, target *url.URL, vps []Viewport) (shots []Shot, errs []error, navigated []bool) {
 	shots = make([]Shot, len(vps))
 	errs = make([]error, len(vps))
@@ -294,6 +294,10 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 			return fail(browserKind(ctx, err), "new page", err)
 		}
 	}
+	// Whether a retry could repeat a request the origin saw: only the pin knows (a page
+	// made ahead on a browser that has died since fails its navigation before anything
+	// leaves it, and is worth one retry on a new browser).
+	defer func() { *navigated = px.asked.Load() }()
 	page.OnPageError(func(e error) { // called on playwright-go's dispatch goroutine
 		pmu.Lock()
 		defer pmu.Unlock()
@@ -303,7 +307,6 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	})
 
 	mark("page")
-	*navigated = true
 	resp, err := page.Goto(target.String(), playwright.PageGotoOptions{
 		WaitUntil: playwright.WaitUntilStateCommit,
 		Timeout:   playwright.Float(msUntil(ctx, c.cfg.NavigationTimeout)),

@@ -30,7 +30,10 @@ const (
 type pinProxy struct {
 	// target is the origin it lets through and where to dial it; nil refuses everything
 	// (a warm page's pin, made before anyone asked for a capture: retarget sets it once).
-	target   atomic.Pointer[pinTarget]
+	target atomic.Pointer[pinTarget]
+	// asked is set once the browser sent the pin anything after it had a target: from
+	// then on the origin may have seen a request of this capture.
+	asked    atomic.Bool
 	log      *slog.Logger
 	ln       net.Listener
 	url      string // the proxy server the browser context is given
@@ -136,6 +139,9 @@ func (p *pinProxy) origin() string {
 func (p *pinProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handlers.Add(1)
 	defer p.handlers.Done()
+	if p.target.Load() != nil {
+		p.asked.Store(true)
+	}
 	if r.Method == http.MethodConnect {
 		p.connect(w, r)
 		return
