@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // What Windows would read as another name (a stream, a device, a separator, a dropped
@@ -79,7 +81,7 @@ func TestWindowsReaderRefusesLinks(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "outside", "secret"), []byte("s"), 0o600)
 	os.MkdirAll(ws, 0o755)
 	if err := os.Symlink(filepath.Join(root, "outside"), filepath.Join(ws, "l")); err != nil {
-		t.Skipf("capability absent: creating symbolic links (Developer Mode): %v", err)
+		testenv.Skipf(t, "creating symbolic links needs Developer Mode or the Create symbolic links privilege: %v", err)
 	}
 	r, err := NewReader(ws)
 	if err != nil {
