@@ -34,7 +34,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	client := openai.NewClient()
-	params := responses.ResponseNewParams{Model: openai.ChatModelGPT5, Tools: tools,
+	params := responses.ResponseNewParams{Model: openai.ChatModelGPT5_5, Tools: tools,
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(
 			"Write a page that says hello, serve it on port 8000 and check how it looks.")}}
 	for {
@@ -79,7 +79,7 @@ func Example_chatCompletions() {
 		"Write a page that says hello, serve it on port 8000 and check how it looks.")}
 	for {
 		comp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: openai.ChatModelGPT5, Messages: msgs, Tools: tools})
+			Model: openai.ChatModelGPT5_5, Messages: msgs, Tools: tools})
 		if err != nil {
 			log.Fatal(err)
 		}

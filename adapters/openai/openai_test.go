@@ -193,7 +193,6 @@ func TestResultBlocks(t *testing.T) {
 type scripted struct {
 	calls []string
 	fail  map[string]error
-	image bool
 }
 
 func (s *scripted) Dispatch(ctx context.Context, tool string, input json.RawMessage) (abi.Result, error) {
