@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +286,36 @@ func TestDrainKeepsBufferedOutput(t *testing.T) {
 		if err != nil || len(res.Stdout) != 23893 || len(res.Stderr) != 13893 {
 			t.Fatalf("run %d: %d/%d bytes, %v", i, len(res.Stdout), len(res.Stderr), err)
 		}
+	}
+}
+
+// A listing whose reply would pass the client's frame bound (a glob over 120,000 entries)
+// comes back truncated and says so; it never fails to decode.
+func TestListPastTheFrameBoundIsTruncated(t *testing.T) {
+	ws, c, _ := agent(t, nil)
+	const dirs, files = 300, 400 // 120,000 entries, ~200 bytes each encoded: past 16 MiB
+	name := strings.Repeat("n", 40)
+	for d := range dirs {
+		dir := filepath.Join(ws, "d"+strconv.Itoa(d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f := range files {
+			fh, err := os.Create(filepath.Join(dir, name+strconv.Itoa(f)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fh.Close()
+		}
+	}
+	res, err := c.List(t.Context(), sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true})
+	if err != nil {
+		t.Fatalf("List of %d entries: %v (want a truncated listing)", dirs*files+dirs, err)
+	}
+	if !res.Truncated {
+		t.Fatalf("List returned %d entries and did not say it was truncated", len(res.Entries))
+	}
+	if n := len(res.Entries); n < 1000 || n >= dirs*files {
+		t.Fatalf("List returned %d entries; want some, and fewer than all", n)
 	}
 }

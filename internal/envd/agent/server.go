@@ -515,6 +515,10 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 	}
 	limit := int(req.ToolhostLimit)
 	out := &envd.ListDirResponse{}
+	// The reply must fit the client's frame bound (envd.MaxEnvelope): past it the client
+	// could not decode it at all. Entries stop being added before the encoded reply would
+	// pass listReplyBudget, and the listing says it was truncated, as with a limit.
+	used := 64 // the response's own braces and fields
 	var walk func(dir where, level uint32) error
 	walk = func(dir where, level uint32) error {
 		if err := ctx.Err(); err != nil {
@@ -540,7 +544,12 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 				continue // vanished meanwhile
 			}
 			child := dir.join(de.Name())
-			out.Entries = append(out.Entries, s.entry(child, info))
+			e := s.entry(child, info)
+			if used += entrySize(e); used > listReplyBudget {
+				out.ToolhostTruncated = true
+				return nil
+			}
+			out.Entries = append(out.Entries, e)
 			if de.IsDir() && level < depth && !slices.Contains(req.ToolhostSkip, de.Name()) {
 				if err := walk(child, level+1); err != nil {
 					return err
@@ -557,6 +566,19 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 	}
 	slices.SortFunc(out.Entries, func(a, b envd.EntryInfo) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// listReplyBudget is how many bytes of encoded entries one listing may carry: the
+// client's frame bound less room for the rest of the reply.
+var listReplyBudget = envd.MaxEnvelope - 64<<10
+
+// entrySize is the length of e encoded in a listing (its comma included).
+func entrySize(e envd.EntryInfo) int {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return listReplyBudget // cannot be sent: stop here
+	}
+	return len(b) + 1
 }
 
 // ---- processes

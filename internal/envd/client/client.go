@@ -327,9 +327,12 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 	if resp.StatusCode != http.StatusOK {
 		return readError(resp)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, envd.MaxEnvelope))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, envd.MaxEnvelope+1))
 	if err != nil {
 		return fmt.Errorf("read response: %w", err)
+	}
+	if len(body) > envd.MaxEnvelope {
+		return fmt.Errorf("the reply is larger than %d bytes: %w", envd.MaxEnvelope, sandbox.ErrTooLarge)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("decode response: %w", err)
