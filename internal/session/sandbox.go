@@ -13,6 +13,8 @@ import (
 var (
 	_ sandbox.Sandbox = (*Session)(nil)
 	_ sandbox.Wrapper = (*Session)(nil)
+
+	_ sandbox.GuardedFiles = (*Session)(nil)
 )
 
 // Unwrap is the sandbox under the session now: its abilities (sandbox.As) are the
@@ -78,6 +80,30 @@ func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]
 
 func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.WriteFile(ctx, path, data) })
+	return err
+}
+
+// ReadFileGuarded and WriteFileGuarded run on the current sandbox's GuardedFiles; under
+// one without it they fail with an error wrapping sandbox.ErrUnsupported (the caller then
+// checks on its own).
+func (s *Session) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) ([]byte, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return nil, fmt.Errorf("guarded read of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return gf.ReadFileGuarded(ctx, path, maxBytes, g)
+	})
+}
+
+func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return struct{}{}, fmt.Errorf("guarded write of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return struct{}{}, gf.WriteFileGuarded(ctx, path, data, g)
+	})
 	return err
 }
 

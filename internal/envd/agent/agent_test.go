@@ -31,7 +31,10 @@ func agent(t *testing.T, wrap func(http.Handler) http.Handler) (ws string, c *cl
 
 func agentWith(t *testing.T, cfg Config, wrap func(http.Handler) http.Handler) (ws string, c *client.Client, sock string) {
 	t.Helper()
-	ws = t.TempDir()
+	ws = cfg.Workspace
+	if ws == "" {
+		ws = t.TempDir()
+	}
 	cfg.Workspace, cfg.LogDir = ws, filepath.Join(t.TempDir(), "logs")
 	srv, err := New(cfg)
 	if err != nil {

@@ -295,8 +295,11 @@ func (s *Server) filesError(w http.ResponseWriter, status int, err error) {
 	if kind == "not_found" {
 		status = http.StatusNotFound
 	}
-	if kind == "outside" {
+	if kind == "outside" || kind == "link" {
 		status = http.StatusForbidden
+	}
+	if kind == "changed" {
+		status = http.StatusConflict
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
@@ -308,6 +311,21 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	wh, err := s.resolve(q.Get("path"))
 	if err != nil {
 		s.filesError(w, http.StatusBadRequest, err)
+		return
+	}
+	if g, ok := guardOf(q); ok {
+		var max int64
+		if m := q.Get(envd.QueryMaxBytes); m != "" {
+			max, _ = strconv.ParseInt(m, 10, 64)
+		}
+		data, err := s.readGuarded(wh, g, max)
+		if err != nil {
+			s.filesError(w, http.StatusBadRequest, err)
+			return
+		}
+		w.Header().Set("Content-Type", envd.ContentOctet)
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		_, _ = w.Write(data)
 		return
 	}
 	// Stat first so a FIFO or device is refused instead of blocking the open.
