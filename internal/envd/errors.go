@@ -26,6 +26,7 @@ var kinds = []struct {
 	{"not_regular", sandbox.ErrNotRegular},
 	{"changed", sandbox.ErrChanged},
 	{"link", sandbox.ErrLink},
+	{"cannot_start", sandbox.ErrCannotStart},
 }
 
 func KindError(name string) error {
@@ -85,6 +86,8 @@ func Classify(err error) (code, kind string) {
 		return CodePermissionDenied, "outside"
 	}
 	switch {
+	case errors.Is(err, sandbox.ErrCannotStart):
+		return CodeResourceExhaust, "cannot_start"
 	case errors.Is(err, sandbox.ErrLink):
 		return CodePermissionDenied, "link"
 	case errors.Is(err, sandbox.ErrChanged):

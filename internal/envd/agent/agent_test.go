@@ -292,11 +292,16 @@ func TestDrainKeepsBufferedOutput(t *testing.T) {
 	}
 }
 
-// A listing whose reply would pass the client's frame bound (a glob over 120,000 entries)
-// comes back truncated and says so; it never fails to decode.
+// A listing whose reply would pass the client's frame bound (the glob over 120,000
+// entries) comes back truncated and says so; it never fails to decode. The bound is
+// scaled down (a 16 MiB reply is 120,000 entries, which a loaded machine under -race lists
+// slower than the client's progress bound): 12,000 entries against a 1 MiB budget.
 func TestListPastTheFrameBoundIsTruncated(t *testing.T) {
+	old := listReplyBudget
+	t.Cleanup(func() { listReplyBudget = old }) // after the agent's own cleanup stopped it
+	listReplyBudget = 1 << 20
 	ws, c, _ := agent(t, nil)
-	const dirs, files = 300, 400 // 120,000 entries, ~200 bytes each encoded: past 16 MiB
+	const dirs, files = 30, 400 // 12,000 entries, ~200 bytes each encoded: past 1 MiB
 	name := strings.Repeat("n", 40)
 	for d := range dirs {
 		dir := filepath.Join(ws, "d"+strconv.Itoa(d))

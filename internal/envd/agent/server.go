@@ -688,6 +688,18 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 	s.runForeground(r.Context(), sw, cmd, req, timeout, maxOut, killOnClose)
 }
 
+// startFailure is the end of a stream whose process could not start. A want of
+// processes, descriptors or memory says so (sandbox.ErrCannotStart): the command did not
+// run, and a sandbox where nothing can start any more is replaced by its session.
+func startFailure(code, what string, err error) *envd.ConnectError {
+	for _, e := range []error{syscall.EAGAIN, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return &envd.ConnectError{Code: envd.CodeResourceExhaust, Message: what + ": " + err.Error() + ": " + sandbox.ErrCannotStart.Error(), ToolhostKind: "cannot_start"}
+		}
+	}
+	return &envd.ConnectError{Code: code, Message: what + ": " + err.Error()}
+}
+
 // command builds the process from its config: argv as given (no shell added), the base
 // environment plus the request's, its own process group, stdin from /dev/null.
 func (s *Server) command(req envd.StartRequest) (*exec.Cmd, error) {
@@ -810,7 +822,7 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 	logPath := filepath.Join(s.cfg.LogDir, req.Tag+".log")
 	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "open process log: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "open process log", err))
 		return
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
@@ -821,7 +833,7 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 		return
 	}
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(startFailure(envd.CodeInvalidArgument, "start process", err))
 		return
 	}
 	s.wg.Add(1)
@@ -838,14 +850,14 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req envd.StartRequest, timeout time.Duration, maxOut int, killOnClose bool) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "create pipe", err))
 		return
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "create pipe", err))
 		return
 	}
 	defer outR.Close()
@@ -859,7 +871,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 		return
 	}
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(startFailure(envd.CodeInvalidArgument, "start process", err))
 		return
 	}
 	defer s.untrack(pid)
