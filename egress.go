@@ -173,8 +173,11 @@ type gatewayState struct {
 	once sync.Once
 	g    *egress.Gateway
 	host *egress.Policy
-	// trust is sandbox.egress.ca_file's certificates, which sandboxes trust too.
+	// trust is sandbox.egress.ca_file's certificates, which sandboxes trust too; roots
+	// are the host's roots with them, which verify the servers the host itself talks to
+	// through the gateway (web fetches).
 	trust  []byte
+	roots  *x509.CertPool
 	inject []egress.Injection
 	err    error
 
@@ -220,6 +223,7 @@ func (t *Toolhost) makeGateway(s *gatewayState) error {
 		gc.Dialer = dialerFunc(n.dial)
 	}
 	gc.RootCAs = roots
+	s.roots = roots
 	server, err := parseResolver(cfg.Resolver)
 	if err != nil {
 		return err

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testnet"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // egressToolhost is a Toolhost whose gateway reaches the test's internet: registry.test
@@ -123,5 +125,43 @@ func TestSessionEgressNarrows(t *testing.T) {
 	d, _ = th.CheckEgress(ctx, "169.254.169.254:80", nil)
 	if d.Allowed || !strings.HasPrefix(d.Rule, "always refused") {
 		t.Errorf("CheckEgress of the metadata address: %+v", d)
+	}
+}
+
+// web_fetch goes through the sandboxes' gateway: the test's internet (resolver, trust
+// store) reaches it, the plugin's own web scope decides apart from sandbox.egress, and
+// each fetch is audited and counted under the session's project.
+func TestWebFetchSharesTheGateway(t *testing.T) {
+	th, rec, _ := egressToolhost(t, func(c *Config) {
+		c.Plugins = append(c.Plugins, Plugin{
+			Path:   "webfetch.wasm",
+			Grants: []abi.Capability{abi.CapWeb, abi.CapLog},
+			Scope:  policy.Scope{Web: &policy.Web{Preset: "none", Allow: []string{"other.test"}}},
+		})
+	})
+	s := open(t, th, SessionOptions{})
+	// other.test is outside sandbox.egress (registry.test only) but inside the plugin's
+	// scope; https is verified against sandbox.egress.ca_file's roots.
+	expect(t, s, "web_fetch", `{"url":"https://other.test/page"}`, false, "hello from other.test")
+	// registry.test is the sandboxes' but not the plugin's: refused with the gateway's
+	// reason, as the model reads it.
+	expect(t, s, "web_fetch", `{"url":"http://registry.test/"}`, true, "registry.test is not an allowed domain")
+	var allowed, refused int
+	for _, r := range rec.Records() {
+		if r.Cap != audit.CapEgress || r.Sandbox != "plugin webfetch" {
+			continue
+		}
+		switch {
+		case r.Decision == audit.Allow && r.Dest == "other.test":
+			allowed++
+		case r.Decision == audit.Deny && r.Dest == "registry.test":
+			refused++
+		}
+	}
+	if allowed != 1 || refused != 1 {
+		t.Errorf("web_fetch's egress records: %d allowed, %d refused; want 1 and 1 (%+v)", allowed, refused, rec.Records())
+	}
+	if c := th.EgressCounts()["test"]; c != [2]int64{1, 1} {
+		t.Errorf("EgressCounts = %v, want the two fetches under the session's project", c)
 	}
 }

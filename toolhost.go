@@ -43,7 +43,6 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/capture"
-	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/screenshot"
@@ -263,10 +262,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		hc.Capturer = capture.Of(t.rec)
 	}
 	if slices.ContainsFunc(cfg.Plugins, func(p Plugin) bool { return slices.Contains(p.Grants, abi.CapWeb) }) {
-		// A plugin granted web fetches through an egress gateway of the host's, within its
-		// own web scope: the gateway resolves every name itself and refuses loopback,
-		// private, link-local and metadata addresses and the host's own.
-		f, err := webfetch.New(webfetch.Config{Gateway: egress.New(egress.Config{Logger: o.log})})
+		// A plugin granted web fetches through the sandboxes' egress gateway (one resolver,
+		// one trust store, one audit trail and one count per project), within its own web
+		// scope: the operator names what the plugin may reach, apart from what sandboxes
+		// may. The gateway resolves every name itself and refuses loopback, private,
+		// link-local and metadata addresses and the host's own.
+		gs, err := t.gateway()
+		if err != nil {
+			t.Close(ctx)
+			return nil, err
+		}
+		f, err := webfetch.New(webfetch.Config{Gateway: gs.g, RootCAs: gs.roots})
 		if err != nil {
 			t.Close(ctx)
 			return nil, err

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -122,9 +123,23 @@ func (w *Writer) prepare(n int) error {
 	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
 		return err
 	}
-	defer syscall.Flock(fd, syscall.LOCK_UN)
+	err := w.rotateLocked()
+	// Unlocked here, before reopen closes the file: never by a deferred unlock of the fd's
+	// number after the close, which could unlock whatever file another open (another
+	// Writer's reopen) was given that number meanwhile, and let two rotations run at once
+	// (each renaming over the other's files: lines lost).
+	syscall.Flock(fd, syscall.LOCK_UN)
+	if err != nil {
+		return err
+	}
+	return w.reopen()
+}
+
+// rotateLocked moves PATH.N to PATH.N+1 (dropping what passes Keep) and PATH to PATH.1,
+// unless another Writer already rotated the file w holds. The caller holds its flock.
+func (w *Writer) rotateLocked() error {
 	if !isPath(w.file, w.path) { // rotated by another process meanwhile
-		return w.reopen()
+		return nil
 	}
 	for i := w.opts.Keep - 1; i >= 1; i-- {
 		if err := os.Rename(fmt.Sprintf("%s.%d", w.path, i), fmt.Sprintf("%s.%d", w.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -134,7 +149,7 @@ func (w *Writer) prepare(n int) error {
 	if err := os.Rename(w.path, w.path+".1"); err != nil {
 		return fmt.Errorf("rotating the audit: %w", err)
 	}
-	return w.reopen()
+	return nil
 }
 
 // reopen opens the file at the path again and writes there from now on.
@@ -213,10 +228,7 @@ func (w *Writer) flush() {
 		w.mu.Unlock()
 		return
 	}
-	err := w.prepare(len(b))
-	if err == nil {
-		_, err = w.w.Write(b)
-	}
+	err := w.write(b)
 	w.mu.Lock()
 	if err != nil && w.err == nil {
 		w.err = fmt.Errorf("writing the audit: %w", err)
@@ -225,6 +237,32 @@ func (w *Writer) flush() {
 		w.spare = b[:0]
 	}
 	w.mu.Unlock()
+}
+
+// write writes a batch of whole lines. To a file with a size bound it writes them in
+// pieces of whole lines no larger than the bound (each rotating first if it would not fit),
+// so a batch gathered while the machine was busy never takes a file past its bound; only a
+// single line longer than the bound stands alone in a file of its own.
+func (w *Writer) write(b []byte) error {
+	for len(b) > 0 {
+		n := len(b)
+		if max := w.opts.MaxBytes; w.path != "" && max > 0 && int64(n) > max {
+			n = bytes.LastIndexByte(b[:max], '\n') + 1
+			if n == 0 { // the first line alone is longer than the bound
+				if n = bytes.IndexByte(b, '\n') + 1; n == 0 {
+					n = len(b)
+				}
+			}
+		}
+		if err := w.prepare(n); err != nil {
+			return err
+		}
+		if _, err := w.w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // Close writes the lines still waiting, stops the Writer and closes the file Create

@@ -55,7 +55,9 @@ type Dispatcher interface {
 // Messages API request: each a ToolParam with the tool's name, description and JSON
 // Schema, the schema's members other than properties and required kept as they are. It
 // fails on a schema that is not a JSON object of type "object" (the API takes no other).
-func Tools(tools []abi.Tool) ([]anthropic.ToolUnionParam, error) {
+// WithBuiltinTools presents bash and the file tools as Anthropic's built-in tool types
+// instead.
+func Tools(tools []abi.Tool, opts ...Option) ([]anthropic.ToolUnionParam, error) {
 	out := make([]anthropic.ToolUnionParam, 0, len(tools))
 	for _, t := range tools {
 		p, err := Tool(t)
@@ -63,6 +65,9 @@ func Tools(tools []abi.Tool) ([]anthropic.ToolUnionParam, error) {
 			return nil, err
 		}
 		out = append(out, anthropic.ToolUnionParam{OfTool: p})
+	}
+	if o := collect(opts); o.builtin {
+		out = builtinTools(tools, out, o)
 	}
 	return out, nil
 }
@@ -189,7 +194,11 @@ func resultContent(c abi.Content) (anthropic.ToolResultBlockParamContentUnion, b
 // (it is not run), whose errors are also joined into err, wrapped with the tool's name and
 // block id, for the program's log.
 // The message is complete and ready to send even when err is not nil.
-func ToolResults(ctx context.Context, d Dispatcher, content []anthropic.ContentBlockUnion) (anthropic.MessageParam, int, error) {
+//
+// Calls of Anthropic's built-in tools (see WithBuiltinTools) run as calls of the tools
+// they are made of, with or without the option; give it the options given to Tools.
+func ToolResults(ctx context.Context, d Dispatcher, content []anthropic.ContentBlockUnion, opts ...Option) (anthropic.MessageParam, int, error) {
+	o := collect(opts)
 	var blocks []anthropic.ContentBlockParamUnion
 	var errs []error
 	for _, blk := range content {
@@ -207,7 +216,10 @@ func ToolResults(ctx context.Context, d Dispatcher, content []anthropic.ContentB
 			blocks = append(blocks, ToolResult(use.ID, abi.ErrorText(fmt.Sprintf("The tool %s was not run: the agent was stopped.", use.Name))))
 			continue
 		}
-		res, err := d.Dispatch(ctx, use.Name, input)
+		res, builtin, err := builtinCall(ctx, d, use.Name, input, o)
+		if !builtin {
+			res, err = d.Dispatch(ctx, use.Name, input)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tool %s (tool_use %s): %w", use.Name, use.ID, err))
 			if len(res.Content) == 0 {

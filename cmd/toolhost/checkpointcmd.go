@@ -19,9 +19,29 @@ import (
 // gc. A snapshot is named by its key (from snapshot list), by the part after the last
 // "/" with or without its suffix, or as PROJECT:KEY for another project's.
 
-// snapRef resolves a reference to (project, key) within project by default.
-func snapRef(ctx context.Context, m *toolhost.Storage, project, ref string) (string, string, error) {
-	return m.ResolveSnapshot(ctx, project, ref)
+// argRef resolves the snapshot reference args[i] names, or the project's newest when
+// there is no args[i], to (project, key).
+func (c *cli) argRef(ctx context.Context, st *toolhost.Storage, args []string, i int) (string, string, error) {
+	ref := ""
+	if len(args) > i {
+		ref = args[i]
+	}
+	return st.ResolveSnapshot(ctx, c.cfg.Project, ref)
+}
+
+// changeJSON is a Change in --format json.
+type changeJSON struct {
+	Kind string   `json:"kind"`
+	Path string   `json:"path"`
+	What []string `json:"what,omitempty"`
+}
+
+func changesJSON(cs []toolhost.Change) []changeJSON {
+	out := make([]changeJSON, len(cs))
+	for i, ch := range cs {
+		out[i] = changeJSON{ch.Kind, ch.Path, ch.What}
+	}
+	return out
 }
 
 func snapshotVerifyCommand() *command {
@@ -42,7 +62,8 @@ Examples:
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("workspace", "w", "", "compare this directory with the snapshot")
 		},
-		nargs: [2]int{0, 1},
+		nargs:  [2]int{0, 1},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, args []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -50,12 +71,7 @@ Examples:
 			return err
 		}
 		defer st.Close()
-		m := st
-		ref := ""
-		if len(args) > 0 {
-			ref = args[0]
-		}
-		project, key, err := snapRef(ctx, m, c.cfg.Project, ref)
+		project, key, err := c.argRef(ctx, st, args, 0)
 		if err != nil {
 			return err
 		}
@@ -64,9 +80,17 @@ Examples:
 			if err != nil {
 				return usagef(cmd, "--workspace: %v", err)
 			}
-			changes, err := m.VerifyDir(ctx, project, key, abs)
+			changes, err := st.VerifyDir(ctx, project, key, abs)
 			if err != nil {
 				return err
+			}
+			if c.json() {
+				return writeJSON(c.stdout, struct {
+					Key       string       `json:"key"`
+					Workspace string       `json:"workspace"`
+					Same      bool         `json:"same"`
+					Changes   []changeJSON `json:"changes"`
+				}{key, abs, len(changes) == 0, changesJSON(changes)}, true)
 			}
 			printChanges(c.stdout, changes)
 			if len(changes) == 0 {
@@ -74,9 +98,20 @@ Examples:
 			}
 			return nil
 		}
-		vs, err := m.VerifySnapshot(ctx, project, key)
+		vs, err := st.VerifySnapshot(ctx, project, key)
 		if err != nil {
 			return fmt.Errorf("snapshot %s does not verify: %w", key, err)
+		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Key      string `json:"key"`
+				Verified bool   `json:"verified"`
+				Files    int    `json:"files"`
+				Dirs     int    `json:"dirs"`
+				Symlinks int    `json:"symlinks"`
+				Bytes    int64  `json:"bytes"`
+				Packs    int    `json:"packs"`
+			}{key, true, vs.Files, vs.Dirs, vs.Symlinks, vs.Bytes, vs.Packs}, true)
 		}
 		fmt.Fprintf(c.stdout, "verified %s: %d files, %d dirs, %d links, %s in %d packs\n", key, vs.Files, vs.Dirs, vs.Symlinks,
 			humanBytes(vs.Bytes), vs.Packs)
@@ -108,7 +143,8 @@ fork can be compared with its origin.
 Examples:
   toolhost snapshot diff --project shop 20261121T093000Z-042-7f3a9c
   toolhost snapshot diff shop: shop-experiment:`,
-		nargs: [2]int{1, 2},
+		nargs:  [2]int{1, 2},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, args []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -116,21 +152,29 @@ Examples:
 			return err
 		}
 		defer st.Close()
-		m := st
-		pa, ka, err := snapRef(ctx, m, c.cfg.Project, args[0])
+		pa, ka, err := c.argRef(ctx, st, args, 0)
 		if err != nil {
 			return err
 		}
-		refB := ""
-		if len(args) > 1 {
-			refB = args[1]
-		}
-		pb, kb, err := snapRef(ctx, m, c.cfg.Project, refB)
+		pb, kb, err := c.argRef(ctx, st, args, 1)
 		if err != nil {
 			return err
+		}
+		if c.json() {
+			var diff strings.Builder
+			changes, err := st.DiffSnapshots(ctx, &diff, pa, ka, pb, kb)
+			if err != nil {
+				return err
+			}
+			return writeJSON(c.stdout, struct {
+				A       string       `json:"a"`
+				B       string       `json:"b"`
+				Changes []changeJSON `json:"changes"`
+				Diff    string       `json:"diff"`
+			}{ka, kb, changesJSON(changes), diff.String()}, true)
 		}
 		fmt.Fprintf(c.stdout, "a: %s\nb: %s\n", ka, kb)
-		changes, err := m.DiffSnapshots(ctx, c.stdout, pa, ka, pb, kb)
+		changes, err := st.DiffSnapshots(ctx, c.stdout, pa, ka, pb, kb)
 		if err != nil {
 			return err
 		}
@@ -167,12 +211,7 @@ Example:
 			return err
 		}
 		defer st.Close()
-		m := st
-		ref := ""
-		if len(args) > 0 {
-			ref = args[0]
-		}
-		project, key, err := snapRef(ctx, m, c.cfg.Project, ref)
+		project, key, err := c.argRef(ctx, st, args, 0)
 		if err != nil {
 			return err
 		}
@@ -184,7 +223,7 @@ Example:
 			}
 			w = f
 		}
-		err = m.ExportSnapshot(ctx, w, project, key)
+		err = st.ExportSnapshot(ctx, w, project, key)
 		if f != nil {
 			if cerr := f.Close(); err == nil {
 				err = cerr
@@ -220,7 +259,8 @@ Example:
 			fs.String("to", "", "the new project (required)")
 			fs.String("key", "", "fork this snapshot, not the newest")
 		},
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		to, _ := c.flags.GetString("to")
@@ -240,6 +280,13 @@ Example:
 		if err != nil {
 			return err
 		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Origin  string `json:"origin"`
+				Project string `json:"project"`
+				Key     string `json:"key"`
+			}{origin, to, info.Key}, true)
+		}
 		fmt.Fprintf(c.stdout, "forked %s into project %s: %s\n", origin, to, info.Key)
 		return nil
 	}
@@ -258,7 +305,8 @@ the key printed as "undo" brings the present back. Save a live workspace first
 
 Example:
   toolhost snapshot rewind --project shop 20261121T093000Z-042-7f3a9c`,
-		nargs: [2]int{1, 1},
+		nargs:  [2]int{1, 1},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, args []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -272,6 +320,14 @@ Example:
 		}
 		if err != nil {
 			return err
+		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Project string `json:"project"`
+				Origin  string `json:"origin"`
+				Key     string `json:"key"`
+				Undo    string `json:"undo"`
+			}{c.cfg.Project, origin, info.Key, undo}, true)
 		}
 		fmt.Fprintf(c.stdout, "rewound project %s to %s: %s\nundo: toolhost snapshot rewind --project %s %s\n",
 			c.cfg.Project, origin, info.Key, c.cfg.Project, strings.TrimSuffix(filepath.Base(undo), ".snap"))
@@ -292,7 +348,8 @@ merged are listed as conflicts and nothing is written (exit status 1).
 
 Example:
   toolhost snapshot merge --project shop-experiment`,
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -305,12 +362,40 @@ Example:
 		if err != nil {
 			return err
 		}
+		if c.json() {
+			type conflict struct {
+				Path string `json:"path"`
+				Why  string `json:"why"`
+			}
+			out := struct {
+				Project   string     `json:"project"`
+				Into      string     `json:"into,omitempty"`
+				Key       string     `json:"key,omitempty"`
+				Taken     []string   `json:"taken"`
+				Merged    []string   `json:"merged"`
+				Conflicts []conflict `json:"conflicts"`
+			}{Project: c.cfg.Project, Taken: nonNil(res.Taken), Merged: nonNil(res.Merged), Conflicts: []conflict{}}
+			for _, cf := range res.Conflicts {
+				out.Conflicts = append(out.Conflicts, conflict{cf.Path, cf.Why})
+			}
+			if len(res.Conflicts) == 0 {
+				out.Into, out.Key = info.Project, info.Key
+			}
+			if err := writeJSON(c.stdout, out, true); err != nil {
+				return err
+			}
+		}
 		if len(res.Conflicts) > 0 {
 			for _, cf := range res.Conflicts {
-				fmt.Fprintf(c.stdout, "conflict %s: %s\n", cf.Path, cf.Why)
+				if !c.json() {
+					fmt.Fprintf(c.stdout, "conflict %s: %s\n", cf.Path, cf.Why)
+				}
 			}
 			return fmt.Errorf("%d %s; nothing was written: resolve them in one project and merge again",
 				len(res.Conflicts), plural(len(res.Conflicts), "conflict", "conflicts"))
+		}
+		if c.json() {
+			return nil
 		}
 		for _, p := range res.Taken {
 			fmt.Fprintf(c.stdout, "took     %s\n", p)
@@ -334,7 +419,8 @@ collection, in two passes at least snapshot.grace apart (so a host saving meanwh
 loses a chunk it is about to reference): each run deletes what an earlier run found
 unreferenced and is still unreferenced, then marks what is unreferenced now. One host
 collects at a time.`,
-		nargs: [2]int{0, 0},
+		nargs:  [2]int{0, 0},
+		report: true,
 	}
 	cmd.run = func(ctx context.Context, c *cli, _ []string) error {
 		st, err := c.newStorage(ctx, nil)
@@ -346,9 +432,27 @@ collects at a time.`,
 		if err != nil {
 			return err
 		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Manifests int   `json:"manifests"`
+				Packs     int   `json:"packs"`
+				Deleted   int   `json:"deleted"`
+				Freed     int64 `json:"freed_bytes"`
+				Marked    int   `json:"marked"`
+				Kept      int   `json:"kept"`
+			}{cs.Manifests, cs.Packs, cs.Deleted, cs.Freed, cs.Marked, cs.Kept}, true)
+		}
 		fmt.Fprintf(c.stdout, "read %d manifests over %d packs: deleted %d packs (%s), marked %d for a later run, kept %d referenced again\n",
 			cs.Manifests, cs.Packs, cs.Deleted, humanBytes(cs.Freed), cs.Marked, cs.Kept)
 		return nil
 	}
 	return cmd
+}
+
+// nonNil is s, or an empty slice for nil (a JSON list, never null).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

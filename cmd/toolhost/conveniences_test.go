@@ -53,10 +53,42 @@ func TestJSONReports(t *testing.T) {
 	if d := decode("doctor", "--screenshots=false"); d["checks"] == nil {
 		t.Errorf("doctor: %v", d)
 	}
+	// The commands content addressing makes cheap report too.
+	if v := decode("snapshot", "verify", "--project", "j"); v["key"] != key || v["verified"] != true || v["files"] != float64(1) {
+		t.Errorf("snapshot verify: %v", v)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "b.txt"), []byte("b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := decode("snapshot", "verify", "--project", "j", "--workspace", ws)
+	if chs, _ := v["changes"].([]any); v["same"] != false || len(chs) != 1 || chs[0].(map[string]any)["path"] != "b.txt" || chs[0].(map[string]any)["kind"] != "added" {
+		t.Errorf("snapshot verify --workspace: %v", v)
+	}
+	save2 := decode("snapshot", "save", "--project", "j", "--workspace", ws)
+	key2, _ := save2["key"].(string)
+	if d := decode("snapshot", "diff", "--project", "j", key, key2); d["a"] != key || d["b"] != key2 || len(d["changes"].([]any)) != 1 {
+		t.Errorf("snapshot diff: %v", d)
+	}
+	if f := decode("snapshot", "fork", "--project", "j", "--to", "j-fork"); f["project"] != "j-fork" || f["origin"] != key2 || f["key"] == nil {
+		t.Errorf("snapshot fork: %v", f)
+	}
+	if m := decode("snapshot", "merge", "--project", "j-fork"); m["into"] != "j" || m["conflicts"] == nil {
+		t.Errorf("snapshot merge: %v", m)
+	}
+	if r := decode("snapshot", "rewind", "--project", "j", key); r["origin"] != key || r["undo"] == nil || r["key"] == nil {
+		t.Errorf("snapshot rewind: %v", r)
+	}
+	if g := decode("snapshot", "gc"); g["manifests"] == nil || g["freed_bytes"] == nil {
+		t.Errorf("snapshot gc: %v", g)
+	}
 	if p := decode("snapshot", "prune", "--project", "j", "--keep", "1"); p["kept"] != float64(1) {
 		t.Errorf("snapshot prune: %v", p)
 	}
-	if del := decode("snapshot", "delete", "--project", "j", key); len(del["deleted"].([]any)) != 1 {
+	left, _ := decode("snapshot", "list", "--project", "j")["snapshots"].([]any)
+	if len(left) != 1 {
+		t.Fatalf("after prune --keep 1: %v", left)
+	}
+	if del := decode("snapshot", "delete", "--project", "j", left[0].(map[string]any)["key"].(string)); len(del["deleted"].([]any)) != 1 {
 		t.Errorf("snapshot delete: %v", del)
 	}
 	oneLineError(t, runCLI(t, nil, "snapshot", "list", "--format", "yaml"), 2, "--format must be text or json")

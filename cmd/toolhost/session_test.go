@@ -143,7 +143,9 @@ func TestSessionSeedFlow(t *testing.T) {
 	e := newSessionEnv(t)
 	project := "seed"
 
-	r := e.run("session", "start", "--project", project, "--daemon-exit-idle", "2s")
+	// The idle bound is short enough to see the daemon go, long enough that a loaded machine
+	// still finds it up for the call right after the stop.
+	r := e.run("session", "start", "--project", project, "--daemon-exit-idle", "15s")
 	if r.code != 0 {
 		t.Fatalf("session start: %s", r)
 	}
@@ -204,6 +206,8 @@ func TestSessionSeedFlow(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "stopped "+id) {
 		t.Fatalf("session stop: %s", r)
 	}
+	// A call to the ended session says what became of it (exit 2).
+	oneLineError(t, e.run("call", "--session", id, "bash", `{"command":"true"}`), 2, "has ended (it was stopped)")
 	// The work outlives the session: the project's newest snapshot has the blue page.
 	ws := t.TempDir()
 	if r := e.run("snapshot", "restore", "--project", project, "--workspace", ws); r.code != 0 {
@@ -212,9 +216,7 @@ func TestSessionSeedFlow(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(ws, "site", "index.html")); err != nil || !strings.Contains(string(b), "#0000ff") {
 		t.Errorf("the committed page: %q, %v", b, err)
 	}
-	// A call to the ended session says what became of it (exit 2).
-	oneLineError(t, e.run("call", "--session", id, "bash", `{"command":"true"}`), 2, "has ended (it was stopped)")
-	// With nothing held, the daemon exits after its idle bound (2s here).
+	// With nothing held, the daemon exits after its idle bound (15s here).
 	waitGone(t, info.PID, e.dir)
 	// Then no session runs, and a call to one says so.
 	oneLineError(t, e.run("call", "--session", id, "bash", `{"command":"true"}`), 2, "session daemon is not running")

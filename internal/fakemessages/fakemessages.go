@@ -33,11 +33,14 @@ type Request struct {
 	Messages  []Message `json:"messages"`
 }
 
-// Tool is a tool definition of a request.
+// Tool is a tool definition of a request: a function tool (no type, or "custom"), or one
+// of Anthropic's built-in types (bash_20250124, text_editor_20250728...) without a schema.
 type Tool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Type          string          `json:"type,omitempty"`
+	MaxCharacters *int            `json:"max_characters,omitempty"`
+	Name          string          `json:"name"`
+	Description   string          `json:"description"`
+	InputSchema   json.RawMessage `json:"input_schema"`
 }
 
 // Message is one turn of a request's history.

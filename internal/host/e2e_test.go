@@ -265,7 +265,7 @@ func TestBash(t *testing.T) {
 	if !strings.Contains(ps, "\n0\n") {
 		t.Errorf("sleep processes survived the timeout: %q", ps)
 	}
-	e.expect("bash", `{"command":"true","timeout":100000}`, true, "maximum of 600")
+	e.expect("bash", `{"command":"true","timeout":100000}`, true, "timeout: must be at most 600") // the schema's maximum
 
 	// Background processes outlive the call and keep logging.
 	got := e.expect("bash", `{"command":"for i in 1 2 3; do echo tick $i; sleep 0.1; done; sleep 600","background":true}`, false,
@@ -432,7 +432,7 @@ func TestBashTimeoutsAsConfigured(t *testing.T) {
 			if !strings.Contains(tool.Description, "default 1.5, at most 2)") || strings.Contains(tool.Description, "600") {
 				t.Errorf("bash's description does not say the configured timeouts: %s", tool.Description)
 			}
-			if !strings.Contains(string(tool.InputSchema), `"default": 1,`) {
+			if !strings.Contains(string(tool.InputSchema), `"default": 1,`) || !strings.Contains(string(tool.InputSchema), `"maximum": 2,`) {
 				t.Errorf("schema: %s", tool.InputSchema)
 			}
 		}
@@ -440,7 +440,7 @@ func TestBashTimeoutsAsConfigured(t *testing.T) {
 	sb, _ := newSandbox(t, newProvider(t))
 	e := &env{t: t, s: h.OpenSession(sb)}
 	e.expect("bash", `{"command":"echo started; sleep 30"}`, true, "started\n", "[timed out after 1.5 s]")
-	e.expect("bash", `{"command":"sleep 30","timeout":10}`, true, "above the maximum of 2 s")
+	e.expect("bash", `{"command":"sleep 30","timeout":10}`, true, "timeout: must be at most 2")
 	e.expect("bash", `{"command":"sleep 30","timeout":2}`, true, "[timed out after 2 s]")
 }
 

@@ -206,7 +206,7 @@ func TestExecAllowlist(t *testing.T) {
 			s.Scope.Exec = &policy.Exec{MaxTimeout: 2 * time.Second}
 		}, nil)
 		e.expect("bash", `{"command":"sleep 30","timeout":2}`, true, "timed out after 2 s")
-		e.expect("bash", `{"command":"sleep 30","timeout":600}`, true, "above the maximum of 2 s") // the plugin was told
+		e.expect("bash", `{"command":"sleep 30","timeout":600}`, true, "timeout: must be at most 2") // the plugin was told: its schema says so
 		e.expect("bash", `{"command":"sleep 30","background":true}`, true,
 			"policy: plugin bash may not start background commands: its commands may run at most 2s")
 	})

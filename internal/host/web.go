@@ -31,7 +31,10 @@ var ErrRefused = errors.New("refused by the egress gateway")
 // default).
 type FetchTarget struct {
 	Plugin string
-	Scope  *policy.Web
+	// Project is the session's project ("" outside a session): the gateway counts and
+	// audits the fetch under it.
+	Project string
+	Scope   *policy.Web
 }
 
 // FetchResponse is what a fetch got.
@@ -91,7 +94,11 @@ func (h *Host) fetch(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(req.TimeoutMS)*time.Millisecond)
 	defer cancel()
-	res, err := h.cfg.Fetcher.Fetch(ctx, FetchTarget{Plugin: inst.p.name, Scope: inst.p.spec.Scope.Web}, req)
+	target := FetchTarget{Plugin: inst.p.name, Scope: inst.p.spec.Scope.Web}
+	if inst.session != nil {
+		target.Project = inst.session.project
+	}
+	res, err := h.cfg.Fetcher.Fetch(ctx, target, req)
 	switch {
 	case errors.Is(err, ErrRefused):
 		return inst.status(abi.StatusPermission, "%s", err.Error())

@@ -83,7 +83,15 @@ func TestNPMClient(t *testing.T) {
 		ProtocolVersion string
 		Tools           []string
 		BashSchemaType  string
-		Bash, Missing   struct {
+		BashTimeout     map[string]any
+		Annotations     map[string]struct {
+			Title           string
+			ReadOnlyHint    *bool
+			DestructiveHint *bool
+			IdempotentHint  *bool
+			OpenWorldHint   *bool
+		}
+		Bash, Missing struct {
 			IsError bool
 			Text    string
 		}
@@ -108,6 +116,45 @@ func TestNPMClient(t *testing.T) {
 	}
 	if got.BashSchemaType != "object" {
 		t.Errorf("bash's schema type: %q", got.BashSchemaType)
+	}
+	if got.BashTimeout["maximum"] == nil || got.BashTimeout["default"] == nil {
+		t.Errorf("bash's timeout schema has no maximum or default: %v", got.BashTimeout)
+	}
+	// Titles and hints as a client that knows nothing of toolhost reads them: derived from
+	// the plugins' grants (exec: destructive, open world; capture only: read-only).
+	type hints struct {
+		title                                    string
+		readOnly, destructive, idempotent, world bool
+	}
+	flag := func(p *bool, def bool) bool {
+		if p == nil {
+			return def // the spec's defaults: destructive and open world when unsaid
+		}
+		return *p
+	}
+	for name, want := range map[string]hints{
+		"bash":            {"Bash", false, true, false, true},
+		"read_file":       {"Read file", false, true, false, true},
+		"write_file":      {"Write file", false, true, false, true},
+		"grep":            {"Grep", false, true, false, true},
+		"take_screenshot": {"Take screenshot", true, false, true, false},
+		CommitTool:        {"Commit the workspace", false, false, false, false},
+		CheckpointsTool:   {"List checkpoints", true, false, false, false},
+		RewindTool:        {"Rewind the workspace", false, true, false, false},
+	} {
+		a, ok := got.Annotations[name]
+		if !ok {
+			t.Errorf("the npm client sees no %s", name)
+			continue
+		}
+		var ro bool
+		if a.ReadOnlyHint != nil {
+			ro = *a.ReadOnlyHint
+		}
+		have := hints{a.Title, ro, flag(a.DestructiveHint, true), flag(a.IdempotentHint, false), flag(a.OpenWorldHint, true)}
+		if have != want {
+			t.Errorf("%s as the npm client sees it: %+v, want %+v", name, have, want)
+		}
 	}
 	if got.Bash.IsError || !strings.Contains(got.Bash.Text, "hello from node") {
 		t.Errorf("bash: %+v", got.Bash)

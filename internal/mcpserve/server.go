@@ -155,6 +155,8 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
 	s.held.init()
+	grants := toolGrants(th)
+	no, yes := false, true
 	for _, t := range th.Tools() {
 		if t.Name == CommitTool {
 			s.pluginCommit = true
@@ -168,7 +170,8 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 			log.Warn("tool left out of MCP: its input schema is not an object schema", "tool", t.Name)
 			continue
 		}
-		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Title: title(t.Name), Description: t.Description,
+			InputSchema: schema, Annotations: annotations(t.Name, grants[t.Name])})
 	}
 	if !s.hasTool(CommitTool) {
 		s.tools = append(s.tools, &mcp.Tool{
@@ -177,16 +180,17 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 				"(it is also saved when the session ends). Give a short label saying what was done.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"label":{"type":"string",` +
 				`"description":"what the snapshot holds, e.g. \"login page done\""}},"additionalProperties":false}`),
+			// A snapshot is added, nothing is overwritten: not destructive, not read-only.
+			Annotations: &mcp.ToolAnnotations{Title: "Commit the workspace", DestructiveHint: &no, OpenWorldHint: &no},
 		})
 	}
-	no, yes := false, true
 	if !s.hasTool(CheckpointsTool) {
 		s.tools = append(s.tools, &mcp.Tool{
 			Name: CheckpointsTool,
 			Description: "List the workspace's checkpoints (saved snapshots), newest first, with their times and labels. " +
 				"Any of them can be gone back to with rewind.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
-			Annotations: &mcp.ToolAnnotations{Title: "List checkpoints", ReadOnlyHint: true, OpenWorldHint: &no},
+			Annotations: &mcp.ToolAnnotations{Title: "List checkpoints", ReadOnlyHint: true, DestructiveHint: &no, OpenWorldHint: &no},
 		})
 	}
 	if !s.hasTool(RewindTool) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,13 +160,41 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 			t.Errorf("tools/list lacks %s (has %d tools)", want, len(lt.Tools))
 		}
 	}
+	// The hints follow the plugins' grants: bash (exec) and read_file (editfile: files
+	// and exec) are neither read-only nor closed-world; take_screenshot (capture) is both.
+	for name, readOnly := range map[string]bool{"bash": false, "read_file": false, "grep": false, "take_screenshot": true} {
+		tl := got[name]
+		if tl == nil {
+			continue
+		}
+		a := tl.Annotations
+		if a == nil || a.Title == "" || tl.Title == "" {
+			t.Errorf("%s has no title or annotations: %+v", name, tl)
+			continue
+		}
+		destructive := a.DestructiveHint == nil || *a.DestructiveHint
+		openWorld := a.OpenWorldHint == nil || *a.OpenWorldHint
+		if a.ReadOnlyHint != readOnly || destructive == readOnly || openWorld == readOnly {
+			t.Errorf("%s: readOnly %v destructive %v openWorld %v; want readOnly %v", name, a.ReadOnlyHint, destructive, openWorld, readOnly)
+		}
+	}
+	if tl := got["take_screenshot"]; tl != nil && tl.Title != "Take screenshot" {
+		t.Errorf("take_screenshot's title is %q", tl.Title)
+	}
 	if b := got["bash"]; b != nil {
 		schema, _ := b.InputSchema.(map[string]any)
 		props, _ := schema["properties"].(map[string]any)
 		if schema["type"] != "object" || props["command"] == nil {
 			t.Errorf("bash's input schema is not the plugin's: %v", b.InputSchema)
 		}
+		// The bounds the description states are the schema's: "(default 60, at most 600)".
+		timeout, _ := props["timeout"].(map[string]any)
+		m := regexp.MustCompile(`timeout is in seconds \(default ([0-9]+), at most ([0-9]+)\)`).FindStringSubmatch(b.Description)
+		if m == nil || fmt.Sprint(timeout["default"]) != m[1] || fmt.Sprint(timeout["maximum"]) != m[2] {
+			t.Errorf("bash's description states %q, its timeout schema is %v", m, timeout)
+		}
 	}
+	checkStatedDefaults(t, lt.Tools)
 
 	res := call(t, cs, "bash", map[string]any{"command": "echo hello from $(whoami)"})
 	if res.IsError || !strings.Contains(text(res), "hello from") {
@@ -186,6 +215,25 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	res = call(t, cs, CommitTool, map[string]any{"label": "notes written"})
 	if res.IsError || !strings.Contains(text(res), "saved snapshot") {
 		t.Errorf("commit: error %v, %q", res.IsError, text(res))
+	}
+}
+
+// checkStatedDefaults: a property whose description says "default N" (a number) has
+// "default": N in its schema, so a client that fills in defaults and a model that reads
+// the words agree.
+func checkStatedDefaults(t *testing.T, tools []*mcp.Tool) {
+	t.Helper()
+	re := regexp.MustCompile(`default:? ([0-9]+)\b`)
+	for _, tl := range tools {
+		schema, _ := tl.InputSchema.(map[string]any)
+		props, _ := schema["properties"].(map[string]any)
+		for name, p := range props {
+			p, _ := p.(map[string]any)
+			desc, _ := p["description"].(string)
+			if m := re.FindStringSubmatch(desc); m != nil && fmt.Sprint(p["default"]) != m[1] {
+				t.Errorf("%s.%s: the description says %q, the schema's default is %v", tl.Name, name, m[0], p["default"])
+			}
+		}
 	}
 }
 

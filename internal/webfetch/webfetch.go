@@ -127,6 +127,7 @@ func (f *Fetcher) Fetch(ctx context.Context, target host.FetchTarget, req abi.Fe
 	// refusals), closed when the fetch ends, which ends every connection it still has.
 	gc, err := f.cfg.Gateway.NewClient(egress.ClientConfig{
 		Sandbox: "plugin " + target.Plugin,
+		Project: target.Project,
 		Policy:  pol,
 		Limits:  egress.Limits{MaxConns: maxConns},
 	})

@@ -19,13 +19,14 @@ const descriptionText = `Runs a bash command in the sandbox and returns its outp
 - background: true starts a long-running process (a dev server, a watcher) in the current directory and returns at once with its id, pid and a log file holding its output; it runs until the sandbox closes, and if the sandbox is replaced it is started again (same id and log file, a new pid). Read its new output with bash_output, stop it with bash_kill.
 - Prefer the dedicated tools for files: read_file, write_file and edit_file to read and change files, grep and glob to search.`
 
-// schemaText is the input schema; %d is the default timeout in whole seconds, %s the
-// default and the maximum as said in words.
+// schemaText is the input schema; the %ds are the maximum and the default timeout in whole
+// seconds (the largest timeout run accepts), the %ss the default and the maximum as said in
+// words.
 const schemaText = `{
   "type": "object",
   "properties": {
     "command": {"type": "string", "minLength": 1, "description": "The bash command to run."},
-    "timeout": {"type": "integer", "minimum": 1, "default": %d, "description": "Timeout in seconds (default %s, at most %s); ignored with background."},
+    "timeout": {"type": "integer", "minimum": 1, "maximum": %d, "default": %d, "description": "Timeout in seconds (default %s, at most %s); ignored with background."},
     "background": {"type": "boolean", "default": false, "description": "Start the command in the background and return at once with its id, pid and log file."}
   },
   "required": ["command"],
@@ -96,7 +97,8 @@ func description(l limits) string {
 }
 
 func schema(l limits) string {
-	return fill(schemaText, strconv.FormatInt(max(1, l.defaultMS/1000), 10), seconds(l.defaultMS), seconds(l.maxMS))
+	return fill(schemaText, strconv.FormatInt(l.maxMS/1000, 10), strconv.FormatInt(max(1, l.defaultMS/1000), 10),
+		seconds(l.defaultMS), seconds(l.maxMS))
 }
 
 func run(in pdk.Input) abi.Result {

@@ -27,7 +27,7 @@ const description = `Fetches a web page (GET) and returns it as Markdown: docume
 
 - url: an http or https URL. Only the domains this tool's policy allows can be fetched; a refused one is answered with the reason (the domain is not allowed, or it resolves to a private address). Redirects are followed (each is checked again).
 - HTML comes back as Markdown (scripts, styles and navigation chrome dropped, links made absolute); plain text, Markdown, JSON and XML as they are. Binary files (images, archives, PDFs) are refused: download those with bash in the sandbox instead.
-- max_length: how many characters to return (default 20000). A longer page is cut, and the result says which start_index gives the next part.
+- max_length: how many characters to return (default 20000, from 100 to 200000). A longer page is cut, and the result says which start_index gives the next part.
 - start_index: where to start, for the next part of a long page.
 - raw: true returns the HTML itself instead of Markdown.
 - The page is fetched from outside the sandbox: files in the sandbox are not reachable, and what you fetch is not saved in the workspace.`
@@ -36,9 +36,9 @@ const schema = `{
   "type": "object",
   "properties": {
     "url": {"type": "string", "maxLength": 8192, "description": "The http or https URL to fetch."},
-    "max_length": {"type": "integer", "minimum": 100, "maximum": 200000, "description": "Characters to return; default 20000."},
-    "start_index": {"type": "integer", "minimum": 0, "description": "Character to start at (the next part of a long page); default 0."},
-    "raw": {"type": "boolean", "description": "Return the HTML as it is instead of Markdown."}
+    "max_length": {"type": "integer", "minimum": 100, "maximum": 200000, "default": 20000, "description": "Characters to return; default 20000."},
+    "start_index": {"type": "integer", "minimum": 0, "default": 0, "description": "Character to start at (the next part of a long page); default 0."},
+    "raw": {"type": "boolean", "default": false, "description": "Return the HTML as it is instead of Markdown."}
   },
   "required": ["url"],
   "additionalProperties": false

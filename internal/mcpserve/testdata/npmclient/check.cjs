@@ -1,6 +1,6 @@
 // check.cjs drives toolhost's MCP server with the official MCP TypeScript SDK's client
 // (npm @modelcontextprotocol/sdk, pinned in package.json) over streamable HTTP: it lists
-// the tools, calls bash, serves a page from the sandbox and takes its screenshot, and
+// the tools (with their titles and annotations), calls bash, serves a page from the sandbox and takes its screenshot, and
 // prints what it got as one JSON object on stdout. Run by mcpserve's TestNPMClient with
 //   TOOLHOST_MCP_CLIENT_DIR  where scripts/setup-mcp-client.sh installed the SDK
 //   MCP_URL                  the server's /mcp endpoint
@@ -29,6 +29,10 @@ async function main() {
   const { tools } = await client.listTools();
   out.tools = tools.map((t) => t.name);
   out.bashSchemaType = (tools.find((t) => t.name === "bash") || {}).inputSchema?.type || null;
+  out.bashTimeout = (tools.find((t) => t.name === "bash") || {}).inputSchema?.properties?.timeout || null;
+  // Titles and annotations as the SDK parsed them (its ToolSchema validates their types).
+  out.annotations = {};
+  for (const t of tools) out.annotations[t.name] = { title: t.title ?? null, ...(t.annotations || {}) };
 
   const bash = await client.callTool({ name: "bash", arguments: { command: "echo hello from node" } });
   out.bash = { isError: !!bash.isError, text: text(bash) };
