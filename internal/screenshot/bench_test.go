@@ -207,3 +207,43 @@ button{background:#2d7ff9;color:#fff;border:0;border-radius:4px;padding:8px 14px
 const m=document.getElementById('m');
 for(let i=1;i<=9;i++)m.insertAdjacentHTML('beforeend','<div class=card><h3>Project '+i+'</h3><p>'+(i*137%1000)+' visitors this week, '+(i*7%30)+' open issues. Last deploy '+i+' hours ago.</p><button>Open</button></div>');
 </script></body></html>`
+
+// BenchmarkPairVsOne is issue 18's "screenshot warm pair / one viewport warm": each
+// iteration captures the pair and then the desktop viewport alone, browser running and
+// pages warm, interleaved, so the ratio of the medians is of one run.
+//
+//	go test -run '^$' -bench PairVsOne -benchtime 20x -count 1 ./internal/screenshot
+func BenchmarkPairVsOne(b *testing.B) {
+	c := newCapturer(b, benchConfig(b))
+	base := serve(b, appHandler())
+	if _, err := c.CapturePair(b.Context(), base, "/"); err != nil { // start the browser
+		b.Fatal(err)
+	}
+	var pair, one []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		p, err := c.CapturePair(b.Context(), base, "/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !p.Desktop.Idle || !p.Mobile.Idle {
+			b.Fatal("not idle")
+		}
+		pair = append(pair, time.Since(t0))
+		t1 := time.Now()
+		s, err := c.Capture(b.Context(), base, "/", Desktop)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !s.Idle {
+			b.Fatal("not idle")
+		}
+		one = append(one, time.Since(t1))
+	}
+	slices.Sort(pair)
+	slices.Sort(one)
+	pm, om := pair[len(pair)/2], one[len(one)/2]
+	b.ReportMetric(float64(pm.Milliseconds()), "pair-ms")
+	b.ReportMetric(float64(om.Milliseconds()), "one-ms")
+	b.ReportMetric(float64(pm)/float64(om), "pair/one")
+}

@@ -120,15 +120,15 @@ func (c *Capturer) capture(ctx context.Context, base *url.URL, path string, vps 
 		if err == nil || attempt > 0 || expired || !errors.Is(err, ErrBrowser) || slices.Contains(navigated, true) {
 			return shots, err
 		}
-		// No shot got as far as navigating: the browser died under us (a crash, or killed).
-		// Nothing reached the page yet, so start a new browser and try once more.
+		// No shot's request left the browser: it died under us (a crash, or killed) before
+		// anything reached the origin, so start a new browser and try once more.
 		c.log.Warn("screenshot: browser failed before navigation; restarting it", "err", err)
 		rt.dead.Store(true)
 	}
 }
 
-// runShots shoots each viewport concurrently; navigated[i] reports whether shot i got as far
-// as navigating.
+// runShots shoots each viewport concurrently; navigated[i] reports whether shot i's origin
+// may have seen a request (its pin was asked for something).
 func (c *Capturer) runShots(ctx context.Context, rt *runtime, target *url.URL, vps []Viewport) (shots []Shot, errs []error, navigated []bool) {
 	shots = make([]Shot, len(vps))
 	errs = make([]error, len(vps))
@@ -250,46 +250,54 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 		s.Elapsed = time.Since(t0)
 		return s, fmt.Errorf("%w: %s (%s): %s: %w", kind, target.Redacted(), vp.Name, what, err)
 	}
-	ln, err := rt.router.listen()
-	if err != nil {
-		return fail(ErrBrowser, "starting the origin pin", err)
-	}
-	px := newPinProxy(originOf(target), hostPort(target), c.log, ln, ln.proxyURL())
-	defer px.close() // after the browser context is closed (defers run last-in first-out)
-	opts := playwright.BrowserNewContextOptions{
-		Viewport:          &playwright.Size{Width: vp.Width, Height: vp.Height},
-		DeviceScaleFactor: playwright.Float(1),
-		IsMobile:          playwright.Bool(vp.Mobile),
-		HasTouch:          playwright.Bool(vp.Mobile),
-		ServiceWorkers:    playwright.ServiceWorkerPolicyBlock,
-		AcceptDownloads:   playwright.Bool(false),
-		Proxy: &playwright.Proxy{
-			Server: px.addr(),
-			// Chromium never proxies loopback unless told; the pin must see everything.
-			Bypass: playwright.String("<-loopback>"),
-		},
-	}
-	if vp.Mobile {
-		opts.UserAgent = playwright.String(mobileUA(rt.version))
-	}
 	var marks []any // phase timings for the debug log
 	mark := func(name string) { marks = append(marks, name, time.Since(t0).Round(time.Millisecond)) }
-	bc, err := rt.browser.NewContext(opts)
-	if err != nil {
-		return fail(browserKind(ctx, err), "new browser context", err)
-	}
-	if !slot.set(bc) {
-		_ = bc.Close()
-		return fail(ErrTimeout, "capture cancelled", context.Cause(ctx))
-	}
-	defer slot.close()
-	bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
+	defer c.warmUp(rt, vp) // the next capture's page, once this one's context is closed
+	var (
+		px   *pinProxy
+		bc   playwright.BrowserContext
+		page playwright.Page
+	)
+	if w := c.takeWarm(ctx, rt, vp); w != nil {
+		// Made ahead, behind a pin with no target yet: it is given this capture's.
+		px, bc, page = w.px, w.bc, w.page
+		px.retarget(originOf(target), hostPort(target))
+		defer px.close() // after the browser context is closed (defers run last-in first-out)
+		if !slot.set(bc) {
+			_ = bc.Close()
+			return fail(ErrTimeout, "capture cancelled", context.Cause(ctx))
+		}
+		defer slot.close()
+		bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
+		mark("warm")
+	} else {
+		ln, err := rt.router.listen()
+		if err != nil {
+			return fail(ErrBrowser, "starting the origin pin", err)
+		}
+		px = newPinProxy(originOf(target), hostPort(target), c.log, ln, ln.proxyURL())
+		defer px.close() // after the browser context is closed (defers run last-in first-out)
+		bc, err = rt.browser.NewContext(c.contextOptions(rt, vp, px))
+		if err != nil {
+			return fail(browserKind(ctx, err), "new browser context", err)
+		}
+		if !slot.set(bc) {
+			_ = bc.Close()
+			return fail(ErrTimeout, "capture cancelled", context.Cause(ctx))
+		}
+		defer slot.close()
+		bc.SetDefaultTimeout(msUntil(ctx, c.cfg.NavigationTimeout))
 
-	mark("context")
-	page, err := bc.NewPage()
-	if err != nil {
-		return fail(browserKind(ctx, err), "new page", err)
+		mark("context")
+		page, err = bc.NewPage()
+		if err != nil {
+			return fail(browserKind(ctx, err), "new page", err)
+		}
 	}
+	// Whether a retry could repeat a request the origin saw: only the pin knows (a page
+	// made ahead on a browser that has died since fails its navigation before anything
+	// leaves it, and is worth one retry on a new browser).
+	defer func() { *navigated = px.asked.Load() }()
 	page.OnPageError(func(e error) { // called on playwright-go's dispatch goroutine
 		pmu.Lock()
 		defer pmu.Unlock()
@@ -299,7 +307,6 @@ func (c *Capturer) shoot(ctx context.Context, rt *runtime, target *url.URL, vp V
 	})
 
 	mark("page")
-	*navigated = true
 	resp, err := page.Goto(target.String(), playwright.PageGotoOptions{
 		WaitUntil: playwright.WaitUntilStateCommit,
 		Timeout:   playwright.Float(msUntil(ctx, c.cfg.NavigationTimeout)),

@@ -80,6 +80,11 @@ type runtime struct {
 	browserPID int // bubblewrap, the driver's child; the browser runs inside
 	version    string
 	dead       atomic.Bool // set when a capture saw the browser fail; acquire replaces it
+
+	// Pages made ahead, one per viewport of the pair (warm.go).
+	warmMu     sync.Mutex
+	warm       map[string]*warmSlot
+	warmClosed bool
 }
 
 // New returns a Capturer. Nothing starts until the first capture.
@@ -232,6 +237,11 @@ func (c *Capturer) start(done chan struct{}, old *runtime) {
 	}
 	t0 := time.Now()
 	rt, err := c.launch()
+	if err == nil {
+		// Its pages start now, before anyone can take it: the capture waiting for this
+		// start takes them instead of making its own beside them (warm.go).
+		c.warmUp(rt, warmViewports...)
+	}
 	c.mu.Lock()
 	closed := c.closed
 	if err == nil && !closed {
@@ -378,6 +388,7 @@ func (c *Capturer) stopRuntime(rt *runtime, bound time.Duration) {
 			watch = append(watch, p.pid)
 		}
 	}
+	rt.closeWarm()
 	done := make(chan struct{})
 	go func() { // owned by stopRuntime, which waits for it below
 		defer close(done)

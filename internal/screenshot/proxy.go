@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -27,8 +28,12 @@ const (
 // browser's router hands it (the browser has no other way out of its sandbox). close stops
 // its listener, its connections and its tunnels and waits for its handlers.
 type pinProxy struct {
-	origin   string // scheme://host:port
-	hostPort string // host:port to dial
+	// target is the origin it lets through and where to dial it; nil refuses everything
+	// (a warm page's pin, made before anyone asked for a capture: retarget sets it once).
+	target atomic.Pointer[pinTarget]
+	// asked is set once the browser sent the pin anything after it had a target: from
+	// then on the origin may have seen a request of this capture.
+	asked    atomic.Bool
 	log      *slog.Logger
 	ln       net.Listener
 	url      string // the proxy server the browser context is given
@@ -53,16 +58,23 @@ type pinProxy struct {
 func newPinProxy(origin, hostPort string, log *slog.Logger, ln net.Listener, url string) *pinProxy {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pinProxy{
-		origin: origin, hostPort: hostPort, log: log, ln: ln, url: url,
+		log: log, ln: ln, url: url,
 		ctx: ctx, cancel: cancel,
 		tunnels:   map[net.Conn]struct{}{},
 		serveDone: make(chan struct{}),
+	}
+	if origin != "" {
+		p.retarget(origin, hostPort)
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second}
 	p.tr = &http.Transport{
 		Proxy: nil, // never chain to an environment proxy
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialer.DialContext(ctx, network, p.hostPort) // only ever the origin
+			t := p.target.Load()
+			if t == nil {
+				return nil, errNoTarget
+			}
+			return dialer.DialContext(ctx, network, t.hostPort) // only ever the origin
 		},
 		ForceAttemptHTTP2:     false,
 		MaxIdleConnsPerHost:   8,
@@ -102,14 +114,39 @@ func newPinProxy(origin, hostPort string, log *slog.Logger, ln net.Listener, url
 
 func (p *pinProxy) addr() string { return p.url }
 
+// pinTarget is what a pin lets through: one origin, dialled at one address.
+type pinTarget struct {
+	origin   string // scheme://host:port
+	hostPort string // host:port to dial
+}
+
+var errNoTarget = errors.New("the pin has no target yet")
+
+// retarget gives a pin made without a target (a warm page's) its origin; it must be
+// called before the page is sent anywhere, and only once.
+func (p *pinProxy) retarget(origin, hostPort string) {
+	p.target.Store(&pinTarget{origin: origin, hostPort: hostPort})
+}
+
+// origin is the pin's origin, for messages.
+func (p *pinProxy) origin() string {
+	if t := p.target.Load(); t != nil {
+		return t.origin
+	}
+	return "(none yet)"
+}
+
 func (p *pinProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handlers.Add(1)
 	defer p.handlers.Done()
+	if p.target.Load() != nil {
+		p.asked.Store(true)
+	}
 	if r.Method == http.MethodConnect {
 		p.connect(w, r)
 		return
 	}
-	if !r.URL.IsAbs() || !sameOrigin(r.URL.String(), p.origin) {
+	if t := p.target.Load(); t == nil || !r.URL.IsAbs() || !sameOrigin(r.URL.String(), t.origin) {
 		p.block(w, r.URL.String())
 		return
 	}
@@ -117,13 +154,13 @@ func (p *pinProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *pinProxy) connect(w http.ResponseWriter, r *http.Request) {
-	target := strings.ToLower(r.Host)
-	if target != p.hostPort {
+	t := p.target.Load()
+	if t == nil || strings.ToLower(r.Host) != t.hostPort {
 		p.block(w, "CONNECT "+r.Host)
 		return
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
-	up, err := d.DialContext(r.Context(), "tcp", p.hostPort)
+	up, err := d.DialContext(r.Context(), "tcp", t.hostPort)
 	if err != nil {
 		p.noteUpErr(err)
 		w.Header().Set(proxyErrHeader, "upstream")
@@ -201,9 +238,9 @@ func (p *pinProxy) block(w http.ResponseWriter, what string) {
 		p.blocked = append(p.blocked, what)
 	}
 	p.mu.Unlock()
-	p.log.Debug("screenshot: blocked off-origin request", "request", what, "origin", p.origin)
+	p.log.Debug("screenshot: blocked off-origin request", "request", what, "origin", p.origin())
 	w.Header().Set(proxyErrHeader, "blocked")
-	http.Error(w, "toolhost: blocked; a preview may load only "+p.origin, http.StatusForbidden)
+	http.Error(w, "toolhost: blocked; a preview may load only "+p.origin(), http.StatusForbidden)
 }
 
 func (p *pinProxy) noteUpErr(err error) {
@@ -247,7 +284,7 @@ func (p *pinProxy) close() {
 	select {
 	case <-waited:
 	case <-time.After(5 * time.Second):
-		p.log.Warn("screenshot: proxy handlers still running after close", "origin", p.origin)
+		p.log.Warn("screenshot: proxy handlers still running after close", "origin", p.origin())
 	}
 }
 
