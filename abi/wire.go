@@ -37,6 +37,11 @@ type Tool struct {
 	Name        string  `json:"name"`
 	Description string  `json:"description"`
 	InputSchema RawJSON `json:"input_schema"`
+	// OutputSchema, optional, is the JSON Schema (an object schema, the input schema's
+	// keywords) of the tool's structured results (ABI.md section 4.1): a tool that has one
+	// returns Result.Structured with every result that is not an error, and the host
+	// checks it against this schema before anyone sees it.
+	OutputSchema RawJSON `json:"output_schema,omitempty"`
 }
 
 // Request is what the host writes into the input buffer before calling the call export.
@@ -50,6 +55,11 @@ type Request struct {
 type Result struct {
 	Content []Content `json:"content"`
 	IsError bool      `json:"is_error"`
+	// Structured is the result as a JSON object following the tool's OutputSchema (an
+	// exit code, the matches of a search), beside the content, which still says all of it
+	// in words; nil for tools without an output schema and for errors. MCP serves it as
+	// structuredContent. Not part of an Anthropic tool_result block: adapters leave it out.
+	Structured RawJSON `json:"structured_content,omitempty"`
 }
 
 // Content block types.

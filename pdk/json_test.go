@@ -263,3 +263,26 @@ func FuzzParseInput(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONObject: the structured-result builder writes valid JSON, escaping what needs it,
+// and a framed result carries it in its 's' block after the content.
+func TestJSONObject(t *testing.T) {
+	var inner JSONObject
+	inner.Str("id", "bg-1").Int("pid", 42)
+	var o JSONObject
+	o.Str("s", "a\"b\n\x00\xff").Int("n", -3).Bool("ok", true).Raw("bg", inner.Bytes()).Raw("l", JSONArray([][]byte{JSONString("x"), JSONString("y")}))
+	got := o.Bytes()
+	want := `{"s":"a\"b\n\u0000\ufffd","n":-3,"ok":true,"bg":{"id":"bg-1","pid":42},"l":["x","y"]}`
+	if string(got) != want || !json.Valid(got) {
+		t.Errorf("got %s\nwant %s", got, want)
+	}
+	var empty JSONObject
+	if string(empty.Bytes()) != "{}" {
+		t.Errorf("an empty object: %s", empty.Bytes())
+	}
+	b := appendFramed(nil, abi.Result{Content: []abi.Content{{Type: abi.ContentText, Text: "hi"}}, Structured: got})
+	tail := append([]byte{'s', byte(len(got)), 0, 0, 0}, got...)
+	if !strings.HasSuffix(string(b), string(tail)) {
+		t.Errorf("framed: %q does not end with the structured block", b)
+	}
+}

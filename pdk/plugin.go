@@ -18,6 +18,10 @@ type Tool struct {
 	// Schema is the JSON Schema of the input: an object schema using only the keywords
 	// ABI.md section 4 allows. The host validates every input against it before Run.
 	Schema string
+	// OutputSchema, optional, is the JSON Schema (an object schema, the same keywords) of
+	// the tool's structured results: with one, every result that is not an error carries
+	// Structured (see Structured), which the host checks against it (ABI.md section 4.1).
+	OutputSchema string
 	// Run does the work. Failures of the tool are results with IsError set (see Errorf),
 	// never panics; a panic is still caught and becomes an error result.
 	Run func(in Input) abi.Result
@@ -110,6 +114,10 @@ func Manifest() []byte {
 		b = appendString(b, t.Description)
 		b = append(b, `,"input_schema":`...)
 		b = append(b, t.Schema...)
+		if t.OutputSchema != "" {
+			b = append(b, `,"output_schema":`...)
+			b = append(b, t.OutputSchema...)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `],"input_forms":["`...)
@@ -239,5 +247,69 @@ func appendFramed(b []byte, r abi.Result) []byte {
 			b = append(b, c.Text...)
 		}
 	}
+	if len(r.Structured) > 0 {
+		b = append(b, 's')
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Structured)))
+		b = append(b, r.Structured...)
+	}
 	return b
 }
+
+// JSONObject builds the JSON object of a structured result (Tool.OutputSchema) without
+// encoding/json, which the kit does not link: Str, Int, Bool and Raw add members in order,
+// Bytes returns the object. Keys are written as given (plain names need no escaping).
+type JSONObject struct{ b []byte }
+
+func (o *JSONObject) key(k string) {
+	if len(o.b) == 0 {
+		o.b = append(o.b, '{')
+	} else {
+		o.b = append(o.b, ',')
+	}
+	o.b = appendString(o.b, k)
+	o.b = append(o.b, ':')
+}
+
+// Str adds a string member (escaped as JSON, invalid UTF-8 as U+FFFD).
+func (o *JSONObject) Str(k, v string) *JSONObject { o.key(k); o.b = appendString(o.b, v); return o }
+
+// Int adds an integer member.
+func (o *JSONObject) Int(k string, v int64) *JSONObject {
+	o.key(k)
+	o.b = strconv.AppendInt(o.b, v, 10)
+	return o
+}
+
+// Bool adds a boolean member.
+func (o *JSONObject) Bool(k string, v bool) *JSONObject {
+	o.key(k)
+	o.b = strconv.AppendBool(o.b, v)
+	return o
+}
+
+// Raw adds a member whose value is JSON already (an array built with JSONArray, an
+// object's Bytes).
+func (o *JSONObject) Raw(k string, v []byte) *JSONObject { o.key(k); o.b = append(o.b, v...); return o }
+
+// Bytes is the object's JSON ("{}" when empty).
+func (o *JSONObject) Bytes() abi.RawJSON {
+	if len(o.b) == 0 {
+		return abi.RawJSON("{}")
+	}
+	return abi.RawJSON(append(o.b, '}'))
+}
+
+// JSONArray joins JSON values (objects' Bytes, JSONString's) into an array.
+func JSONArray(items [][]byte) []byte {
+	b := []byte{'['}
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	return append(b, ']')
+}
+
+// JSONString is s as a JSON string.
+func JSONString(s string) []byte { return appendString(nil, s) }

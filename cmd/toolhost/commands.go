@@ -43,7 +43,7 @@ func toolsCommand() *command {
 "input_schema"}, ready for the "tools" of an Anthropic Messages API request.
 --format openai prints a JSON array of {"type": "function", "function": {"name",
 "description", "parameters"}}, the "tools" of an OpenAI Chat Completions request.
---format mcp prints {"tools": [{"name", "description", "inputSchema"}]}, the result of
+--format mcp prints {"tools": [{"name", "description", "inputSchema", "outputSchema"?}]}, the result of
 an MCP tools/list request.
 --format json prints the plugins with their versions, grants, imports and tools.
 --warm compiles every plugin into the compilation cache first (make build does it), so
@@ -81,9 +81,25 @@ that no first call runs a plugin in its slower interpreted form.`,
 		case "json":
 			return writeJSON(c.stdout, pluginsJSON(th), true)
 		}
-		return writeJSON(c.stdout, tools, true)
+		return writeJSON(c.stdout, anthropicTools(tools), true)
 	}
 	return cmd
+}
+
+// anthropicTool is a tool of an Anthropic Messages request: exactly name, description
+// and input_schema (the API refuses other members, such as a tool's output_schema).
+type anthropicTool struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description"`
+	InputSchema abi.RawJSON `json:"input_schema"`
+}
+
+func anthropicTools(tools []abi.Tool) []anthropicTool {
+	out := make([]anthropicTool, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, anthropicTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return out
 }
 
 // openAITool is a function tool of an OpenAI Chat Completions request.
@@ -113,15 +129,16 @@ type mcpToolList struct {
 }
 
 type mcpTool struct {
-	Name        string      `json:"name"`
-	Description string      `json:"description"`
-	InputSchema abi.RawJSON `json:"inputSchema"`
+	Name         string      `json:"name"`
+	Description  string      `json:"description"`
+	InputSchema  abi.RawJSON `json:"inputSchema"`
+	OutputSchema abi.RawJSON `json:"outputSchema,omitempty"`
 }
 
 func mcpTools(tools []abi.Tool) mcpToolList {
 	out := mcpToolList{Tools: make([]mcpTool, 0, len(tools))}
 	for _, t := range tools {
-		out.Tools = append(out.Tools, mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		out.Tools = append(out.Tools, mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
 	}
 	return out
 }

@@ -345,8 +345,13 @@ func TestToolsOpenAIAndMCP(t *testing.T) {
 			InputSchema json.RawMessage `json:"inputSchema"`
 		}
 		json.Unmarshal(raw, &tool)
-		if k := keysOf(raw); !slices.Equal(k, []string{"description", "inputSchema", "name"}) {
+		// A tool with an output schema (bash, grep, glob) has it as outputSchema.
+		if k := keysOf(raw); !slices.Equal(k, []string{"description", "inputSchema", "name"}) &&
+			!slices.Equal(k, []string{"description", "inputSchema", "name", "outputSchema"}) {
 			t.Errorf("--format mcp: tool %d has keys %v", i, k)
+		}
+		if k := keysOf(raw); slices.Contains(k, "outputSchema") != slices.Contains([]string{"bash", "grep", "glob"}, tool.Name) {
+			t.Errorf("--format mcp: %s has keys %v", tool.Name, k)
 		}
 		if tool.Name != anthropic[i].Name || tool.Description != anthropic[i].Description {
 			t.Errorf("--format mcp: tool %d is %s, want %s with its description", i, tool.Name, anthropic[i].Name)

@@ -62,6 +62,16 @@ func parseFramed(raw []byte) (abi.Result, error) {
 				Type: "base64", MediaType: mt, Data: base64.StdEncoding.EncodeToString(b[:n]),
 			}})
 			b = b[n:]
+		case 's': // the structured result (JSON), once; checked against the output schema later
+			n, err := u32("structured result")
+			if err != nil {
+				return res, err
+			}
+			if res.Structured != nil {
+				return res, errors.New("framed result: two structured results")
+			}
+			res.Structured = abi.RawJSON(append([]byte{}, b[:n]...))
+			b = b[n:]
 		default:
 			return res, fmt.Errorf("framed result: block %d: unknown kind %q", len(res.Content), kind)
 		}

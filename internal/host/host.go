@@ -239,6 +239,7 @@ type tool struct {
 	def    abi.Tool
 	plugin *plugin
 	schema *schema
+	output *schema // the output schema, or nil: structured results are then dropped
 }
 
 // New creates a host and loads cfg.Plugins. It fails, naming the plugin, when a plugin

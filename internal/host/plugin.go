@@ -465,7 +465,13 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 		if err != nil {
 			return fmt.Errorf("manifest: tool %q: %w", t.Name, err)
 		}
-		p.tools = append(p.tools, &tool{def: t, plugin: p, schema: s})
+		var out *schema
+		if len(t.OutputSchema) > 0 {
+			if out, err = compileOutputSchema(json.RawMessage(t.OutputSchema)); err != nil {
+				return fmt.Errorf("manifest: tool %q: %w", t.Name, err)
+			}
+		}
+		p.tools = append(p.tools, &tool{def: t, plugin: p, schema: s, output: out})
 	}
 	p.name = m.Name
 	p.manifest = m

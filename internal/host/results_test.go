@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
@@ -45,5 +46,57 @@ func TestResultForms(t *testing.T) {
 	// The instance that gave a bad result still serves.
 	if got, _, err := call(`{"content":[{"type":"text","text":"still here"}]}`); err != nil || !strings.Contains(got, "still here") {
 		t.Errorf("after bad results: %q, %v", got, err)
+	}
+}
+
+// TestStructuredResults: a plugin's structured result is untrusted. It reaches the caller
+// only from a tool that declares an output schema, only on a result that is not an error,
+// and only when it matches the schema; a tool with a schema that gives none, or one that
+// does not match, gets an error result that keeps its text and says why. Secrets are
+// taken out of it as out of the text, whatever escapes the plugin wrote them with.
+func TestStructuredResults(t *testing.T) {
+	const secret = "s3cr3t-value-123"
+	h := newProbeHost(t, func(c *Config) { c.Plugins[0].Secrets = map[string]string{"API_TOKEN": secret} })
+	s := h.OpenSession(memsandbox.New())
+	call := func(tool, raw string) abi.Result {
+		t.Helper()
+		res, err := dispatch(t, s, tool, `{"b64":"`+base64.StdEncoding.EncodeToString([]byte(raw))+`"}`)
+		if err != nil {
+			t.Fatalf("%s %q: %v", tool, raw, err)
+		}
+		return res
+	}
+	text := `{"type":"text","text":"the answer"}`
+	for _, c := range []struct {
+		tool, raw, want string // want: the structured result passed on, "" for none
+		isErr           bool
+	}{
+		{"shaped", `{"content":[` + text + `],"structured_content":{"n":3,"s":"x"}}`, `{"n":3,"s":"x"}`, false},
+		{"shaped", "\x00thr1\x00t\x0a\x00\x00\x00the answers\x07\x00\x00\x00{\"n\":4}", `{"n":4}`, false},
+		// No schema: nothing says what it means, so it is dropped.
+		{"raw", `{"content":[` + text + `],"structured_content":{"n":3}}`, "", false},
+		// An error carries none.
+		{"shaped", `{"content":[` + text + `],"is_error":true,"structured_content":{"n":3}}`, "", true},
+		// Refused: over the maximum, a required member missing, a member the schema does
+		// not have, not an object, not JSON, none at all.
+		{"shaped", `{"content":[` + text + `],"structured_content":{"n":11}}`, "", true},
+		{"shaped", `{"content":[` + text + `],"structured_content":{"s":"x"}}`, "", true},
+		{"shaped", `{"content":[` + text + `],"structured_content":{"n":1,"cmd":"rm -rf /"}}`, "", true},
+		{"shaped", `{"content":[` + text + `],"structured_content":[1]}`, "", true},
+		{"shaped", "\x00thr1\x00t\x0a\x00\x00\x00the answers\x05\x00\x00\x00{\"n\":", "", true},
+		{"shaped", `{"content":[` + text + `]}`, "", true},
+	} {
+		res := call(c.tool, c.raw)
+		got := testenv.ResultText(res)
+		if string(res.Structured) != c.want || res.IsError != c.isErr || !strings.Contains(got, "the answer") {
+			t.Errorf("%s %q: structured %s, is_error %v, text %q; want %s, %v", c.tool, c.raw, res.Structured, res.IsError, got, c.want, c.isErr)
+		}
+		if c.isErr && !strings.Contains(c.raw, "is_error") && !strings.Contains(got, "structured result was left out") {
+			t.Errorf("%s %q: the text does not say why the structure was left out: %q", c.tool, c.raw, got)
+		}
+	}
+	res := call("shaped", `{"content":[`+text+`],"structured_content":{"n":1,"s":"token s3cr3t\u002dvalue-123 and `+secret+`"}}`)
+	if strings.Contains(string(res.Structured), "value-123") || !strings.Contains(string(res.Structured), "[secret API_TOKEN] and [secret API_TOKEN]") {
+		t.Errorf("the secret is in the structured result: %s", res.Structured)
 	}
 }

@@ -48,6 +48,19 @@ func compileToolSchema(raw json.RawMessage) (*schema, error) {
 	return s, nil
 }
 
+// compileOutputSchema compiles a tool's output schema (the keywords of input schemas),
+// which must describe an object: MCP's structuredContent is one.
+func compileOutputSchema(raw json.RawMessage) (*schema, error) {
+	s, err := compileSchema(raw, "")
+	if err != nil {
+		return nil, fmt.Errorf("output_schema: %w", err)
+	}
+	if !slices.Equal(s.types, []string{"object"}) {
+		return nil, errors.New(`output_schema must have "type": "object"`)
+	}
+	return s, nil
+}
+
 func compileSchema(raw json.RawMessage, at string) (*schema, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
@@ -120,6 +121,44 @@ func (s *secrets) redactResult(r *abi.Result) {
 			r.Content[i].Text = s.r.Replace(r.Content[i].Text)
 		}
 	}
+	if len(r.Structured) > 0 {
+		r.Structured = s.redactJSON(r.Structured)
+	}
+}
+
+// redactJSON cleans every string (keys included) of a JSON value: a secret is replaced in
+// its decoded form, whatever escapes the plugin wrote it with. A value that does not
+// decode is dropped (checkStructured has refused it already).
+func (s *secrets) redactJSON(raw abi.RawJSON) abi.RawJSON {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil
+	}
+	var walk func(any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return s.r.Replace(x)
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			for k, e := range x {
+				out[s.r.Replace(k)] = walk(e)
+			}
+			return out
+		}
+		return v
+	}
+	b, err := json.Marshal(walk(v))
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // redactedError is an error whose message had secrets taken out; errors.Is and As still

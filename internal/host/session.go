@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -95,6 +96,14 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	if err := checkResult(&res); err != nil {
 		return hostFailure(name, fmt.Errorf("%w: plugin %s returned an invalid result: %v", ErrPluginFailed, t.plugin, err))
 	}
+	if err := t.checkStructured(&res); err != nil {
+		// The words stay (they are the tool's answer); the structure the plugin broke is
+		// not passed on, and the result says why, as an error, so no client trusts it.
+		s.h.log.Warn("a plugin's structured result was refused", "tool", name, "plugin", t.plugin.name, "err", err)
+		res.Structured, res.IsError = nil, true
+		res.Content = append(res.Content, abi.Content{Type: abi.ContentText,
+			Text: fmt.Sprintf("[%s: the tool's structured result was left out: %v; the text above is its answer]", name, err)})
+	}
 	if note := egress.NoteOf(refused); note != "" {
 		res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: note})
 	}
@@ -108,6 +117,35 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 
 func hostFailure(tool string, err error) (abi.Result, error) {
 	return abi.ErrorText(fmt.Sprintf("[%s: the tool could not run: %v]", tool, err)), err
+}
+
+// maxStructuredBytes bounds a structured result: it repeats what the text says, which is
+// capped too.
+const maxStructuredBytes = 1 << 20
+
+// checkStructured checks a result's structured part against the tool's output schema: a
+// plugin's output is untrusted, and a client may act on the structure without reading the
+// text. A tool without an output schema has its structured part dropped (nothing says
+// what it means); an error result carries none; a tool with one must give one with every
+// other result, within maxStructuredBytes, valid against the schema.
+func (t *tool) checkStructured(r *abi.Result) error {
+	if t.output == nil || r.IsError {
+		r.Structured = nil
+		return nil
+	}
+	if len(r.Structured) == 0 {
+		return errors.New("the plugin returned none, though its output schema promises one")
+	}
+	if len(r.Structured) > maxStructuredBytes {
+		return fmt.Errorf("it is %d bytes, over the %d-byte limit", len(r.Structured), maxStructuredBytes)
+	}
+	if err := checkText(r.Structured); err != nil {
+		return err
+	}
+	if _, err := t.output.validateInput(r.Structured); err != nil {
+		return fmt.Errorf("it does not match the tool's output schema: %w", err)
+	}
+	return nil
 }
 
 // checkResult validates a plugin's result and post-processes its text: ANSI escapes out,

@@ -3,6 +3,7 @@ package mcpserve
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -91,9 +92,16 @@ func TestNPMClient(t *testing.T) {
 			IdempotentHint  *bool
 			OpenWorldHint   *bool
 		}
+		OutputSchemas []string
 		Bash, Missing struct {
-			IsError bool
-			Text    string
+			IsError    bool
+			Text       string
+			Structured map[string]any
+		}
+		Grep, GrepFiles, Glob, GlobNone struct {
+			IsError    bool
+			Text       string
+			Structured map[string]any
 		}
 		Screenshot *struct {
 			IsError bool
@@ -158,6 +166,30 @@ func TestNPMClient(t *testing.T) {
 	}
 	if got.Bash.IsError || !strings.Contains(got.Bash.Text, "hello from node") {
 		t.Errorf("bash: %+v", got.Bash)
+	}
+	// Structured results beside the text, validated by the client against the schemas.
+	for _, want := range []string{"bash", "grep", "glob"} {
+		if !slices.Contains(got.OutputSchemas, want) {
+			t.Errorf("%s has no outputSchema: %v", want, got.OutputSchemas)
+		}
+	}
+	if b := got.Bash.Structured; fmt.Sprint(b["exit_code"]) != "3" || b["stdout"] != "hello from node\n" || b["stderr"] != "oops\n" {
+		t.Errorf("bash's structured result: %v", b)
+	}
+	matches, _ := got.Grep.Structured["matches"].([]any)
+	if got.Grep.Structured["mode"] != "content" || len(matches) != 2 || fmt.Sprint(got.Grep.Structured["total"]) != "2" {
+		t.Errorf("grep's structured result: %v", got.Grep.Structured)
+	} else if m, _ := matches[0].(map[string]any); m["path"] != "g/one.txt" || fmt.Sprint(m["line"]) != "2" || m["text"] != "needle here" || m["context"] != false {
+		t.Errorf("grep's first match: %v", m)
+	}
+	if f, _ := got.GrepFiles.Structured["files"].([]any); len(f) != 2 || f[0] != "g/one.txt" || f[1] != "g/two.md" {
+		t.Errorf("grep files_with_matches' structured result: %v", got.GrepFiles.Structured)
+	}
+	if p, _ := got.Glob.Structured["paths"].([]any); len(p) != 1 || p[0] != "g/one.txt" || got.Glob.Structured["truncated"] != false {
+		t.Errorf("glob's structured result: %v", got.Glob.Structured)
+	}
+	if p, ok := got.GlobNone.Structured["paths"].([]any); !ok || len(p) != 0 || got.GlobNone.IsError {
+		t.Errorf("glob without matches: %+v", got.GlobNone)
 	}
 	if !got.Missing.IsError || got.Missing.Text == "" {
 		t.Errorf("read_file of a missing file: %+v", got.Missing)

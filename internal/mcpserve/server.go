@@ -170,8 +170,12 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 			log.Warn("tool left out of MCP: its input schema is not an object schema", "tool", t.Name)
 			continue
 		}
-		s.tools = append(s.tools, &mcp.Tool{Name: t.Name, Title: title(t.Name), Description: t.Description,
-			InputSchema: schema, Annotations: annotations(t.Name, grants[t.Name])})
+		mt := &mcp.Tool{Name: t.Name, Title: title(t.Name), Description: t.Description,
+			InputSchema: schema, Annotations: annotations(t.Name, grants[t.Name])}
+		if len(t.OutputSchema) > 0 { // the host compiled it at load: an object schema
+			mt.OutputSchema = json.RawMessage(t.OutputSchema)
+		}
+		s.tools = append(s.tools, mt)
 	}
 	if !s.hasTool(CommitTool) {
 		s.tools = append(s.tools, &mcp.Tool{
@@ -589,7 +593,8 @@ func (s *Server) reportProgress(ctx context.Context, req *mcp.CallToolRequest, t
 }
 
 // toMCP converts a tool_result's content: text stays text, a base64 image becomes image
-// content (the SDK encodes the bytes on the wire).
+// content (the SDK encodes the bytes on the wire), the structured result (a tool with an
+// output schema) is structuredContent beside them.
 func toMCP(r abi.Result) *mcp.CallToolResult {
 	out := &mcp.CallToolResult{IsError: r.IsError, Content: make([]mcp.Content, 0, len(r.Content))}
 	for _, c := range r.Content {
@@ -611,6 +616,10 @@ func toMCP(r abi.Result) *mcp.CallToolResult {
 	}
 	if r.IsError && len(out.Content) == 0 {
 		out.Content = append(out.Content, &mcp.TextContent{Text: "the tool failed without saying why"})
+	}
+	if len(r.Structured) > 0 && !r.IsError {
+		// Checked by the host against the tool's output schema before it got here.
+		out.StructuredContent = json.RawMessage(r.Structured)
 	}
 	return out
 }

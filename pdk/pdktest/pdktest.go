@@ -197,6 +197,18 @@ func DecodeResult(raw []byte) (abi.Result, error) {
 			}
 			res.Content = append(res.Content, abi.Content{Type: abi.ContentImage, Source: &abi.ImageSource{
 				Type: "base64", MediaType: mt, Data: base64.StdEncoding.EncodeToString(d)}})
+		case 's':
+			d, err := data()
+			if err != nil {
+				return res, err
+			}
+			if res.Structured != nil {
+				return res, errors.New("framed result: two structured results")
+			}
+			if !json.Valid(d) {
+				return res, fmt.Errorf("framed result: the structured result is not valid JSON: %s", d)
+			}
+			res.Structured = abi.RawJSON(append([]byte{}, d...))
 		default:
 			return res, fmt.Errorf("framed result: block %d: unknown kind %q", len(res.Content), kind)
 		}

@@ -141,8 +141,36 @@ func run(in pdk.Input) abi.Result {
 	if ok {
 		note = saveShell(st, start, cwd, base, final, gone)
 	}
-	return formatNote(command, seconds(ms), res, note)
+	r := formatNote(command, seconds(ms), res, note)
+	if !r.IsError {
+		var o pdk.JSONObject
+		o.Int("exit_code", int64(res.ExitCode)).Str("stdout", res.Stdout).Str("stderr", res.Stderr)
+		if ok && cwd != "" {
+			o.Str("cwd", cwd)
+		}
+		r.Structured = o.Bytes()
+	}
+	return r
 }
+
+// resultSchema is bash's output schema: what its structured result holds beside the text.
+const resultSchema = `{
+  "type": "object",
+  "properties": {
+    "exit_code": {"type": "integer", "description": "The command's exit code; -1 when a signal killed it."},
+    "stdout": {"type": "string", "description": "Its standard output (the middle cut when long, as in the text)."},
+    "stderr": {"type": "string", "description": "Its standard error (the middle cut when long, as in the text)."},
+    "cwd": {"type": "string", "description": "The directory the shell is in after the command; the next call starts there."},
+    "background": {
+      "type": "object",
+      "description": "A background command that started: its id (for bash_output and bash_kill), pid and log file.",
+      "properties": {"id": {"type": "string"}, "pid": {"type": "integer"}, "log": {"type": "string"}},
+      "required": ["id", "pid", "log"],
+      "additionalProperties": false
+    }
+  },
+  "additionalProperties": false
+}`
 
 // backgroundScript starts a background command where the shell is, with its variables.
 func backgroundScript(command string, st shellState) string {
@@ -162,12 +190,22 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 func background(res abi.ExecResult) abi.Result {
 	if res.ID == "" && res.LogPath == "" { // it did not start: the reply is a normal exit
-		return format("", "", res)
+		r := format("", "", res)
+		if !r.IsError {
+			var o pdk.JSONObject
+			r.Structured = o.Int("exit_code", int64(res.ExitCode)).Str("stdout", res.Stdout).Str("stderr", res.Stderr).Bytes()
+		}
+		return r
 	}
 	pid := strconv.Itoa(res.PID)
-	return abi.Text("Started in background: id " + res.ID + ", pid " + pid + ", log " + res.LogPath +
+	r := abi.Text("Started in background: id " + res.ID + ", pid " + pid + ", log " + res.LogPath +
 		"\nIt runs until the sandbox closes (if the sandbox is replaced, it is started again under the same id and log). Read its new output with bash_output (id " +
 		res.ID + "); stop it with bash_kill.")
+	var bg pdk.JSONObject
+	bg.Str("id", res.ID).Int("pid", int64(res.PID)).Str("log", res.LogPath)
+	var o pdk.JSONObject
+	r.Structured = o.Raw("background", bg.Bytes()).Bytes()
+	return r
 }
 
 // format renders a finished command: "$ COMMAND", stdout, "[stderr]" and stderr when there

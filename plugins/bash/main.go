@@ -15,7 +15,7 @@ import "github.com/toolhost/toolhost/pdk"
 func init() {
 	pdk.Plugin("bash", "1.0.0")
 	l := currentLimits()
-	pdk.Register(pdk.Tool{Name: "bash", Description: description(l), Schema: schema(l), Run: run})
+	pdk.Register(pdk.Tool{Name: "bash", Description: description(l), Schema: schema(l), OutputSchema: resultSchema, Run: run})
 	pdk.Register(pdk.Tool{Name: "bash_output", Description: outputDescription, Schema: outputSchema, Run: bashOutput})
 	pdk.Register(pdk.Tool{Name: "bash_kill", Description: killDescription, Schema: killSchema, Run: bashKill})
 	pdk.Register(pdk.Tool{Name: "exec_command", Description: execCommandDescription, Schema: execCommandSchema, Run: execCommand})

@@ -96,9 +96,9 @@ func glob(in pdk.Input) abi.Result {
 			if _, serr := pdk.Stat(base); serr != nil {
 				return listError(base, serr)
 			}
-			return abi.Text("[glob: no files matched]")
+			return formatGlob(nil, false)
 		case errors.Is(err, pdk.ErrNotDir) && prefix != "":
-			return abi.Text("[glob: no files matched]")
+			return formatGlob(nil, false)
 		}
 		return listError(base, err)
 	}
@@ -135,9 +135,32 @@ func listError(base string, err error) abi.Result {
 	return abi.ErrorText("Error: could not list " + base + ": " + msg)
 }
 
+// globOutputSchema is glob's output schema.
+const globOutputSchema = `{
+  "type": "object",
+  "properties": {
+    "paths": {"type": "array", "items": {"type": "string"}, "description": "The paths shown, relative to the workspace root."},
+    "total": {"type": "integer", "minimum": 0, "description": "Files that matched."},
+    "truncated": {"type": "boolean", "description": "Some paths are not shown, or the listing stopped early."}
+  },
+  "required": ["paths", "total", "truncated"],
+  "additionalProperties": false
+}`
+
 func formatGlob(files []string, truncated bool) abi.Result {
+	r, shown := formatGlobText(files, truncated)
+	items := make([][]byte, len(shown))
+	for i, f := range shown {
+		items[i] = pdk.JSONString(f)
+	}
+	var o pdk.JSONObject
+	r.Structured = o.Raw("paths", pdk.JSONArray(items)).Int("total", int64(len(files))).Bool("truncated", truncated || len(shown) < len(files)).Bytes()
+	return r
+}
+
+func formatGlobText(files []string, truncated bool) (abi.Result, []string) {
 	if len(files) == 0 && !truncated {
-		return abi.Text("[glob: no files matched]")
+		return abi.Text("[glob: no files matched]"), nil
 	}
 	var b strings.Builder
 	shown := files[:min(len(files), maxGlobFiles)]
@@ -157,5 +180,5 @@ func formatGlob(files []string, truncated bool) abi.Result {
 		b.WriteString("[the directory listing stopped at " + strconv.Itoa(maxListEntries) +
 			" entries, so some files may be missing; search a narrower path]\n")
 	}
-	return abi.Text(b.String())
+	return abi.Text(b.String()), shown
 }

@@ -215,7 +215,7 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 	case res.TimedOut:
 		return abi.ErrorText("Error: grep timed out after " + strconv.Itoa(grepTimeoutMS/1000) + " s; search a narrower path or use a simpler pattern")
 	case res.ExitCode == 1 && res.Stdout == "":
-		return abi.Text("[grep: no matches found]")
+		return a.structured(abi.Text("[grep: no matches found]"), nil, 0, false)
 	case res.ExitCode != 0 && res.ExitCode != 2 && res.ExitCode != 1:
 		return abi.ErrorText("Error: grep failed (exit " + strconv.Itoa(res.ExitCode) + "): " + strings.TrimSpace(res.Stderr))
 	case res.ExitCode == 2 && res.Stdout == "":
@@ -223,7 +223,7 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 	}
 	entries := a.parse(res.Stdout)
 	if len(entries) == 0 {
-		return abi.Text("[grep: no matches found]")
+		return a.structured(abi.Text("[grep: no matches found]"), nil, 0, false)
 	}
 	var b strings.Builder
 	n := len(entries)
@@ -272,8 +272,58 @@ func (a *grepArgs) format(res abi.ExecResult) abi.Result {
 	if res.ExitCode == 2 {
 		b.WriteString("[grep reported errors for some files: " + firstLines(res.Stderr, 5) + "]\n")
 	}
-	return abi.Text(b.String())
+	return a.structured(abi.Text(b.String()), entries, n, len(entries) < n || res.StdoutCut > 0)
 }
+
+// structured adds grep's structured result (grepOutputSchema) to r: the entries shown, in
+// the mode's shape, how many were found, and whether some are not shown.
+func (a *grepArgs) structured(r abi.Result, entries []entry, total int, truncated bool) abi.Result {
+	items := make([][]byte, 0, len(entries))
+	key := "matches"
+	for _, e := range entries {
+		var o pdk.JSONObject
+		switch a.mode {
+		case "files_with_matches":
+			items = append(items, pdk.JSONString(e.file))
+			continue
+		case "count":
+			o.Str("path", e.file).Int("count", int64(e.count))
+		default:
+			o.Str("path", e.file).Int("line", int64(e.line)).Str("text", cutLine(e.text)).Bool("context", e.sep != ':')
+		}
+		items = append(items, o.Bytes())
+	}
+	switch a.mode {
+	case "files_with_matches":
+		key = "files"
+	case "count":
+		key = "counts"
+	}
+	var o pdk.JSONObject
+	r.Structured = o.Str("mode", a.mode).Raw(key, pdk.JSONArray(items)).Int("total", int64(total)).Bool("truncated", truncated).Bytes()
+	return r
+}
+
+// grepOutputSchema is grep's output schema. content mode fills matches (context lines
+// marked), files_with_matches fills files, count fills counts.
+const grepOutputSchema = `{
+  "type": "object",
+  "properties": {
+    "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
+    "matches": {"type": "array", "items": {"type": "object", "properties": {
+      "path": {"type": "string"}, "line": {"type": "integer", "minimum": 1}, "text": {"type": "string"},
+      "context": {"type": "boolean", "description": "a context line around a match, not a match"}},
+      "required": ["path", "line", "text", "context"], "additionalProperties": false}},
+    "files": {"type": "array", "items": {"type": "string"}},
+    "counts": {"type": "array", "items": {"type": "object", "properties": {
+      "path": {"type": "string"}, "count": {"type": "integer", "minimum": 0}},
+      "required": ["path", "count"], "additionalProperties": false}},
+    "total": {"type": "integer", "minimum": 0, "description": "Entries found, before head_limit and the size limit."},
+    "truncated": {"type": "boolean", "description": "Some entries are not shown."}
+  },
+  "required": ["mode", "total", "truncated"],
+  "additionalProperties": false
+}`
 
 // parse reads grep -Z output: NUL ends every file name, so names with ':' or spaces are
 // unambiguous. Entries come back sorted by path, each file's lines in file order. grep

@@ -7,8 +7,8 @@ import "github.com/toolhost/toolhost/pdk"
 
 func init() {
 	pdk.Plugin("grepglob", "1.0.0")
-	pdk.Register(pdk.Tool{Name: "grep", Description: grepDescription, Schema: grepSchema, Run: grep})
-	pdk.Register(pdk.Tool{Name: "glob", Description: globDescription, Schema: globSchema, Run: glob})
+	pdk.Register(pdk.Tool{Name: "grep", Description: grepDescription, Schema: grepSchema, OutputSchema: grepOutputSchema, Run: grep})
+	pdk.Register(pdk.Tool{Name: "glob", Description: globDescription, Schema: globSchema, OutputSchema: globOutputSchema, Run: glob})
 }
 
 func main() {}

@@ -78,6 +78,7 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"garbage","description":"Allocates and drops mb MiB.","input_schema":{"type":"object","properties":{"mb":{"type":"integer"}}}},
 {"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}},
 {"name":"raw","description":"Returns the base64-decoded b64 as its result, byte for byte.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]}},
+{"name":"shaped","description":"Returns the base64-decoded b64 as its result; its structured results must follow the output schema.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]},"output_schema":{"type":"object","properties":{"n":{"type":"integer","maximum":10},"s":{"type":"string"}},"required":["n"],"additionalProperties":false}},
 {"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both; or dies saying it.","input_schema":{"type":"object","properties":{"path":{"type":"string"},"panic":{"type":"boolean"}},"required":["path"]}}
 ]}`
 
@@ -206,7 +207,7 @@ func call(n uint32) uint64 {
 			return text(err.Error(), true)
 		}
 		return text(s, false)
-	case "raw":
+	case "raw", "shaped":
 		b, err := base64.StdEncoding.DecodeString(req.Input.B64)
 		if err != nil {
 			return text(err.Error(), true)

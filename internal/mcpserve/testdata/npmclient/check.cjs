@@ -34,8 +34,22 @@ async function main() {
   out.annotations = {};
   for (const t of tools) out.annotations[t.name] = { title: t.title ?? null, ...(t.annotations || {}) };
 
-  const bash = await client.callTool({ name: "bash", arguments: { command: "echo hello from node" } });
-  out.bash = { isError: !!bash.isError, text: text(bash) };
+  out.outputSchemas = tools.filter((t) => t.outputSchema).map((t) => t.name);
+
+  // callTool validates structuredContent against the tool's outputSchema (it throws when
+  // a tool with one answers without it, or with content that does not match).
+  const bash = await client.callTool({ name: "bash", arguments: { command: "echo hello from node; echo oops >&2; exit 3" } });
+  out.bash = { isError: !!bash.isError, text: text(bash), structured: bash.structuredContent ?? null };
+  await client.callTool({ name: "write_file", arguments: { path: "g/one.txt", content: "alpha\nneedle here\n" } });
+  await client.callTool({ name: "write_file", arguments: { path: "g/two.md", content: "needle again\n" } });
+  const grep = await client.callTool({ name: "grep", arguments: { pattern: "needle", path: "g" } });
+  out.grep = { isError: !!grep.isError, text: text(grep), structured: grep.structuredContent ?? null };
+  const files = await client.callTool({ name: "grep", arguments: { pattern: "needle", path: "g", output_mode: "files_with_matches" } });
+  out.grepFiles = { isError: !!files.isError, text: text(files), structured: files.structuredContent ?? null };
+  const glob = await client.callTool({ name: "glob", arguments: { pattern: "g/**/*.txt" } });
+  out.glob = { isError: !!glob.isError, text: text(glob), structured: glob.structuredContent ?? null };
+  const none = await client.callTool({ name: "glob", arguments: { pattern: "nothing/*.zz" } });
+  out.globNone = { isError: !!none.isError, text: text(none), structured: none.structuredContent ?? null };
 
   const missing = await client.callTool({ name: "read_file", arguments: { path: "no/such/file" } });
   out.missing = { isError: !!missing.isError, text: text(missing) };
