@@ -19,7 +19,7 @@ DUEL_ROUNDS  ?= 10
 # The targets the CLI is built for (make cross; make test runs it). The local sandbox
 # provider is Linux's; elsewhere the CLI serves E2B sandboxes, snapshots, screenshots of
 # E2B previews and MCP.
-CROSS_TARGETS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+CROSS_TARGETS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
 
 # The test-only S3 server, a module of its own (see internal/store/s3/s3test).
 GATEWAY      := internal/store/s3/s3test/gateway

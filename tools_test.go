@@ -1,3 +1,5 @@
+//go:build linux
+
 package toolhost
 
 // The agent tools of issue 20 end to end: the embedded plugins, the real host, real

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -85,24 +84,6 @@ func CreateFile(path string, opts FileOptions) (*Writer, error) {
 	return w, nil
 }
 
-func openAudit(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening the audit file: %w", err)
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("the audit file %s is not a regular file", path)
-	}
-	return f, nil
-}
-
-// isPath reports whether f is still the file at path.
-func isPath(f *os.File, path string) bool {
-	var a, b syscall.Stat_t
-	return syscall.Fstat(int(f.Fd()), &a) == nil && syscall.Lstat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev
-}
-
 // prepare makes the file ready for n more bytes: it follows a rotation another process
 // made, and rotates when the file would grow past MaxBytes. Only the flusher calls it.
 func (w *Writer) prepare(n int) error {
@@ -112,23 +93,23 @@ func (w *Writer) prepare(n int) error {
 	if !isPath(w.file, w.path) {
 		return w.reopen()
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(w.file.Fd()), &st); err != nil {
+	fi, err := w.file.Stat()
+	if err != nil {
 		return err
 	}
-	if w.opts.MaxBytes < 0 || st.Size == 0 || st.Size+int64(n) <= w.opts.MaxBytes {
+	if size := fi.Size(); w.opts.MaxBytes < 0 || size == 0 || size+int64(n) <= w.opts.MaxBytes {
 		return nil
 	}
-	fd := int(w.file.Fd())
-	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+	unlock, err := lockFile(w.file)
+	if err != nil {
 		return err
 	}
-	err := w.rotateLocked()
+	err = w.rotateLocked()
 	// Unlocked here, before reopen closes the file: never by a deferred unlock of the fd's
 	// number after the close, which could unlock whatever file another open (another
 	// Writer's reopen) was given that number meanwhile, and let two rotations run at once
 	// (each renaming over the other's files: lines lost).
-	syscall.Flock(fd, syscall.LOCK_UN)
+	unlock()
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/pgzip"
@@ -100,9 +99,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 	defer root.Close()
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
-		var fs syscall.Statfs_t
-		if err := syscall.Statfs(dir, &fs); err == nil {
-			free := int64(fs.Bavail) * int64(fs.Bsize)
+		if free, ok := freeBytes(dir); ok {
 			opts.MaxBytes = min(opts.MaxBytes, max(free-freeReserve, 0))
 		}
 	}
@@ -330,6 +327,11 @@ func (x *extractor) checkName(name string) (string, error) {
 	if !filepath.IsLocal(clean) {
 		return "", fmt.Errorf("entry %q: name is not local: %w", name, ErrUnsafe)
 	}
+	if clean != "." {
+		if err := platformName(clean); err != nil {
+			return "", fmt.Errorf("entry %q: %w: %w", name, err, ErrUnsafe)
+		}
+	}
 	return clean, nil
 }
 
@@ -466,7 +468,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.clearSpot(hdr.Name, name); err != nil {
 			return err
 		}
-		if err := x.root.Symlink(hdr.Linkname, name); err != nil {
+		if err := x.root.Symlink(linkTarget(hdr.Linkname), name); err != nil {
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 		x.st.Symlinks++
@@ -536,6 +538,9 @@ func (x *extractor) checkLinkTarget(hdr *tar.Header, name string) error {
 	}
 	if !filepath.IsLocal(path.Join(path.Dir(name), t)) {
 		return fmt.Errorf("entry %q: symbolic link to %q points outside the destination: %w", hdr.Name, t, ErrUnsafe)
+	}
+	if err := platformTarget(t); err != nil {
+		return fmt.Errorf("entry %q: %w: %w", hdr.Name, err, ErrUnsafe)
 	}
 	return nil
 }
@@ -689,44 +694,12 @@ func (x *extractor) copy(f *os.File, r io.Reader, hdr *tar.Header) error {
 	}
 }
 
-// futimes sets a file's access and modification times through its descriptor, so a
-// swapped link cannot redirect it.
-func futimes(f *os.File, mtime time.Time) error {
-	tv := syscall.NsecToTimeval(mtime.UnixNano())
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := sc.Control(func(fd uintptr) {
-		serr = syscall.Futimes(int(fd), []syscall.Timeval{tv, tv})
-	}); err != nil {
-		return err
-	}
-	return serr
-}
-
 // finishDirs applies directory modes and times, deepest first, so that setting a parent's
 // time is not undone by creating its children.
 func (x *extractor) finishDirs() error {
 	slices.SortStableFunc(x.dirs, func(a, b dirMeta) int { return strings.Compare(b.name, a.name) })
 	for _, d := range x.dirs {
-		f, err := x.root.Open(d.name)
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", d.name, err)
-		}
-		fi, err := f.Stat()
-		if err == nil && !fi.IsDir() {
-			err = fmt.Errorf("no longer a directory: %w", ErrUnsafe)
-		}
-		if err == nil {
-			err = f.Chmod(d.mode)
-		}
-		if err == nil && !d.mtime.IsZero() {
-			err = futimes(f, d.mtime)
-		}
-		f.Close()
-		if err != nil {
+		if err := x.finishDir(d); err != nil {
 			return fmt.Errorf("entry %q: %w", d.name, err)
 		}
 	}

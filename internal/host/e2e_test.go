@@ -1,3 +1,5 @@
+//go:build linux
+
 package host_test
 
 // End-to-end tests: the built-in plugins, built from plugins/ for wasip1, run by the real

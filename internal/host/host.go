@@ -25,7 +25,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -35,6 +34,7 @@ import (
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/owner"
 	"github.com/toolhost/toolhost/internal/policy"
 )
 
@@ -270,12 +270,11 @@ func privateDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
+	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory: refusing to use it", dir)
-	case ok && int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to uid %d, not to this user: refusing to use it", dir, st.Uid)
+	}
+	if who, other := owner.Other(dir, fi); other {
+		return fmt.Errorf("%s belongs to %s, not to this user: refusing to use it", dir, who)
 	}
 	return os.Chmod(dir, 0o700)
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package host_test
 
 // Scoped grants against the built-in plugins, in real bubblewrap sandboxes: each scope

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"runtime"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // WriterOptions configure a Writer. The zero value is ready to use.
@@ -70,7 +69,7 @@ type Writer struct {
 
 type dirHandle struct {
 	path string
-	fd   int // -1 when closed (reopened on demand)
+	fd   dirFD // noDir when closed (reopened on demand)
 	refs int
 }
 
@@ -112,13 +111,13 @@ func NewWriter(ctx context.Context, dir string, opts WriterOptions) (*Writer, er
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("restore into %s: %w", dir, err)
 	}
-	fd, err := openDir(unix.AT_FDCWD, dir, false)
+	fd, err := openRootDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("restore into %s: %w", dir, err)
 	}
-	names, err := readNames(fd)
+	names, err := dirNames(fd)
 	if err != nil || len(names) > 0 {
-		unix.Close(fd)
+		closeDir(fd)
 		if err == nil {
 			err = ErrNotEmpty
 		}
@@ -126,9 +125,8 @@ func NewWriter(ctx context.Context, dir string, opts WriterOptions) (*Writer, er
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
-		var fs unix.Statfs_t
-		if err := unix.Fstatfs(fd, &fs); err == nil {
-			opts.MaxBytes = min(opts.MaxBytes, max(int64(fs.Bavail)*int64(fs.Bsize)-freeReserve, 0))
+		if free, ok := freeBytes(fd); ok {
+			opts.MaxBytes = min(opts.MaxBytes, max(free-freeReserve, 0))
 		}
 	}
 	w := &Writer{ctx: ctx, opts: opts, start: time.Now(),
@@ -205,7 +203,7 @@ func (w *Writer) dir(d, entry string) (*dirHandle, error) {
 // acquire references h, reopening its descriptor if it was closed.
 func (w *Writer) acquire(h *dirHandle) error {
 	w.mu.Lock()
-	if h.fd >= 0 {
+	if h.fd != noDir {
 		h.refs++
 		w.mu.Unlock()
 		return nil
@@ -215,15 +213,15 @@ func (w *Writer) acquire(h *dirHandle) error {
 	if err != nil {
 		return err
 	}
-	fd, err := openDir(ph.fd, name, true)
+	fd, err := openSubDir(ph.fd, name)
 	w.release(ph)
 	if err != nil {
 		return fmt.Errorf("reopen directory %q: %w", h.path, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h.fd >= 0 { // reopened meanwhile (never by workers, but be safe)
-		unix.Close(fd)
+	if h.fd != noDir { // reopened meanwhile (never by workers, but be safe)
+		closeDir(fd)
 	} else {
 		h.fd = fd
 		w.open++
@@ -246,22 +244,22 @@ func (w *Writer) trim() {
 		return
 	}
 	for _, h := range w.dirs {
-		if h.refs == 0 && h.path != "" && h.fd >= 0 {
-			unix.Close(h.fd)
-			h.fd = -1
+		if h.refs == 0 && h.path != "" && h.fd != noDir {
+			closeDir(h.fd)
+			h.fd = noDir
 			w.open--
 		}
 	}
 }
 
 func (w *Writer) mkdir(ph *dirHandle, name, p string, mode uint32, mtime int64) error {
-	if err := unix.Mkdirat(ph.fd, name, 0o700); err != nil {
-		if errors.Is(err, unix.EEXIST) {
+	if err := mkdirAt(ph.fd, name); err != nil {
+		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%s exists already (a file or link of that name came first): %w", p, ErrUnsafe)
 		}
 		return fmt.Errorf("create directory %s: %w", p, err)
 	}
-	fd, err := openDir(ph.fd, name, true)
+	fd, err := openSubDir(ph.fd, name)
 	if err != nil {
 		return fmt.Errorf("open directory %s: %w", p, err)
 	}
@@ -324,12 +322,8 @@ func (w *Writer) Symlink(e Entry) error {
 		return err
 	}
 	defer w.release(ph)
-	if err := unix.Symlinkat(e.Target, ph.fd, name); err != nil {
+	if err := symlinkAt(e.Target, ph.fd, name, e.MTime); err != nil {
 		return fmt.Errorf("entry %q: %w", e.Path, err)
-	}
-	if e.MTime != 0 {
-		ts := []unix.Timespec{unix.NsecToTimespec(e.MTime), unix.NsecToTimespec(e.MTime)}
-		_ = unix.UtimesNanoAt(ph.fd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	w.mu.Lock()
 	w.st.Symlinks++
@@ -439,11 +433,10 @@ var errDigest = errors.New("content differs from its digest")
 
 // write creates name in ph and fills it from r, or from data when r is nil.
 func (w *Writer) write(ph *dirHandle, name string, e Entry, r io.Reader, want *[32]byte, data ...byte) error {
-	fd, err := unix.Openat(ph.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := createAt(ph.fd, name, e.Path)
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", e.Path, err)
 	}
-	f := os.NewFile(uintptr(fd), e.Path)
 	defer f.Close()
 	var n int64
 	var sum [32]byte
@@ -475,13 +468,8 @@ func (w *Writer) write(ph *dirHandle, name string, e Entry, r io.Reader, want *[
 	if want != nil && sum != *want {
 		return fmt.Errorf("%w: %s", errDigest, e.Path)
 	}
-	if err := unix.Fchmod(fd, uint32(e.Mode)); err != nil {
+	if err := setFileMeta(f, uint32(e.Mode), e.MTime); err != nil {
 		return fmt.Errorf("entry %q: %w", e.Path, err)
-	}
-	if e.MTime != 0 {
-		if err := futimens(fd, e.MTime); err != nil {
-			return fmt.Errorf("entry %q: %w", e.Path, err)
-		}
 	}
 	w.mu.Lock()
 	w.st.Files++
@@ -535,9 +523,9 @@ func (w *Writer) Close() (WriteStats, error) {
 		}
 	}
 	for _, h := range w.dirs {
-		if h.fd >= 0 {
-			unix.Close(h.fd)
-			h.fd = -1
+		if h.fd != noDir {
+			closeDir(h.fd)
+			h.fd = noDir
 		}
 	}
 	w.st.Duration = time.Since(w.start)
@@ -550,13 +538,8 @@ func (w *Writer) finishDir(m dirMeta) error {
 		return err
 	}
 	defer w.release(h)
-	if err := unix.Fchmod(h.fd, m.mode&0o777); err != nil {
+	if err := setDirMeta(h.fd, m.mode&0o777, m.mtime); err != nil {
 		return fmt.Errorf("entry %q: %w", m.path, err)
-	}
-	if m.mtime != 0 {
-		if err := futimens(h.fd, m.mtime); err != nil {
-			return fmt.Errorf("entry %q: %w", m.path, err)
-		}
 	}
 	return nil
 }

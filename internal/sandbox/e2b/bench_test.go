@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2b_test
 
 // Figures of the e2b provider against the fake on loopback, next to the local provider

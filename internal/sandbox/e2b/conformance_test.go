@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2b_test
 
 // The behaviours every sandbox.Sandbox owes its callers, on the e2b provider against the

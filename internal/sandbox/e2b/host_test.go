@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2b_test
 
 // Every tool through the host on an E2B sandbox: the built-in plugins (real wasm, built

@@ -26,10 +26,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/owner"
 )
 
 const (
@@ -63,12 +63,11 @@ func private(dir string) error {
 	if err != nil {
 		return err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
+	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory: refusing to use it", dir)
-	case ok && int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to uid %d, not to this user: refusing to use it", dir, st.Uid)
+	}
+	if who, other := owner.Other(dir, fi); other {
+		return fmt.Errorf("%s belongs to %s, not to this user: refusing to use it", dir, who)
 	}
 	return os.Chmod(dir, 0o700)
 }
@@ -128,6 +127,9 @@ func checkKey(key string) error {
 		if len(seg) > maxSeg {
 			return fmt.Errorf("%w %q: a segment is longer than %d bytes", store.ErrInvalidKey, key, maxSeg)
 		}
+	}
+	if err := platformKey(key); err != nil {
+		return fmt.Errorf("%w %q: %w", store.ErrInvalidKey, key, err)
 	}
 	return nil
 }
@@ -222,7 +224,7 @@ func (s *Store) commit(tmpData, tmpMeta, dataPath, metaPath string, exclusive bo
 func (s *Store) mkParents(paths ...string) error {
 	for _, p := range paths {
 		if err := s.root.MkdirAll(path.Dir(p), 0o700); err != nil {
-			if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
+			if notDir(err) || errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("%w: a parent of the key is itself an object", store.ErrInvalidKey)
 			}
 			return err
@@ -278,7 +280,7 @@ func (s *Store) commitReplace(tmpData, tmpMeta, dataPath, metaPath string) error
 		return err
 	}
 	if err := s.root.Rename(tmpData, dataPath); err != nil {
-		if errors.Is(err, syscall.EISDIR) || errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
+		if isDirInTheWay(err) {
 			return fmt.Errorf("%w: the key is the folder of other objects", store.ErrInvalidKey)
 		}
 		return err
@@ -365,7 +367,7 @@ func (s *Store) Head(ctx context.Context, key string) (store.ObjectInfo, error) 
 }
 
 func notFound(key string, err error) error {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+	if errors.Is(err, fs.ErrNotExist) || notDir(err) {
 		return fmt.Errorf("%s: %w", key, store.ErrNotFound)
 	}
 	return fmt.Errorf("%s: %w", key, err)
@@ -425,7 +427,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 		return nil
 	})
 	s.mu.RUnlock()
-	if err != nil && !errors.Is(err, syscall.ENOTDIR) {
+	if err != nil && !notDir(err) {
 		return store.ListPage{}, fmt.Errorf("list %q: %w", opts.Prefix, err)
 	}
 	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.key, b.key) })
@@ -460,7 +462,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 			if fi, err := s.root.Lstat(p); err == nil && fi.IsDir() {
 				continue // a folder of other keys, not an object
 			}
-			if err := s.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			if err := s.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !notDir(err) {
 				return fmt.Errorf("delete %s: %w", k, err)
 			}
 			for d := path.Dir(p); d != dataDir && d != metaDir && d != "."; d = path.Dir(d) {
