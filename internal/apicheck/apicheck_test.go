@@ -29,7 +29,7 @@ var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
 // the policy and audit types, the adapters, and the experimental corner. Everything else
 // is internal (or a command).
 var public = []string{
-	".", "abi", "adapters/anthropic", "audit", "core/sandbox", "core/sandbox/sandboxtest",
+	".", "abi", "adapters/anthropic", "adapters/openai", "audit", "core/sandbox", "core/sandbox/sandboxtest",
 	"core/store", "core/store/storetest", "experimental", "pdk", "pdk/pdktest", "pdk/policytest",
 	"policy",
 }
