@@ -172,7 +172,9 @@ func (t *Toolhost) takeLease(ctx context.Context, project string, log *slog.Logg
 	}
 	t.leaseMu.Lock()
 	if !t.leaseOK && !t.leaseOff {
-		probe := fmt.Sprintf("lease-probe/%s-%d-%d", hostName(), os.Getpid(), time.Now().UnixNano())
+		// Unique to host, process and call: two processes in two pid namespaces of one
+		// host name can share a pid, so a nonce too (as the doctor's probes).
+		probe := fmt.Sprintf("lease-probe/%s-%d-%d-%s", hostName(), os.Getpid(), time.Now().UnixNano(), storekeys.NewNonce())
 		err := lease.Check(ctx, t.storage.store, probe)
 		switch {
 		case errors.Is(err, lease.ErrUnsupported):

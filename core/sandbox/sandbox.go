@@ -45,6 +45,12 @@ var (
 	// such a bound; a provider ends a sandbox that missed one, so the error also wraps
 	// ErrClosed once the provider has done so.
 	ErrUnresponsive = errors.New("the sandbox stopped answering")
+	// ErrCannotStart: a command could not be started for want of a resource of the
+	// sandbox (processes, file descriptors, memory: EAGAIN, EMFILE, ENFILE, ENOMEM): what
+	// runs in it has taken them all. It did not run, so running it again is safe. A
+	// session that finds a trivial command cannot start either replaces the sandbox as it
+	// does a dead one.
+	ErrCannotStart = errors.New("the sandbox cannot start commands: its processes, files or memory are used up")
 	// ErrUnsupported: the provider or sandbox cannot do what was asked (mount a host
 	// directory, list its ports). It is errors.ErrUnsupported.
 	ErrUnsupported = errors.ErrUnsupported

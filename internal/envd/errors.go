@@ -24,6 +24,9 @@ var kinds = []struct {
 	{"closed", sandbox.ErrClosed},
 	{"port_closed", sandbox.ErrPortClosed},
 	{"not_regular", sandbox.ErrNotRegular},
+	{"changed", sandbox.ErrChanged},
+	{"link", sandbox.ErrLink},
+	{"cannot_start", sandbox.ErrCannotStart},
 }
 
 func KindError(name string) error {
@@ -83,6 +86,12 @@ func Classify(err error) (code, kind string) {
 		return CodePermissionDenied, "outside"
 	}
 	switch {
+	case errors.Is(err, sandbox.ErrCannotStart):
+		return CodeResourceExhaust, "cannot_start"
+	case errors.Is(err, sandbox.ErrLink):
+		return CodePermissionDenied, "link"
+	case errors.Is(err, sandbox.ErrChanged):
+		return CodeFailedPrecond, "changed"
 	case errors.Is(err, sandbox.ErrOutside):
 		return CodePermissionDenied, "outside"
 	case errors.Is(err, sandbox.ErrPortClosed):

@@ -67,8 +67,14 @@ const (
 	HeaderBackground     = "Toolhost-Background"
 	HeaderKillOnClose    = "Toolhost-Kill-On-Disconnect"
 	QueryMaxBytes        = "toolhost_max_bytes"
-	QueryPort            = "port"         // of PathDial
-	UpgradeTCP           = "toolhost-tcp" // the Upgrade protocol of PathDial
+	// Guarded /files (sandbox.FileGuard), toolhost extensions a real envd ignores, so a
+	// client sends them only to this agent: no link at any part of the path; a write only
+	// if the file's version (hex SHA-256 of its contents) is this, or only if it is absent.
+	QueryNoLinks   = "toolhost_no_links"
+	QueryIfVersion = "toolhost_if_version"
+	QueryIfAbsent  = "toolhost_if_absent"
+	QueryPort      = "port"         // of PathDial
+	UpgradeTCP     = "toolhost-tcp" // the Upgrade protocol of PathDial
 
 	ContentJSON       = "application/json"
 	ContentStreamJSON = "application/connect+json"

@@ -36,7 +36,8 @@ func (h *Host) decide(ctx context.Context, inst *instance, c *hostCall) (d polic
 	// take a write allowed by docs/** to src/main.go. A scoped path goes through none.
 	// A path found whole and free of links once in a tool call (edit_file reads, then
 	// writes) is not looked at again in that call: a process of the sandbox could swap a
-	// link in after the look either way (see docs/POLICY.md).
+	// link in after the look either way; the sandbox's own check as it uses the path
+	// (hostCall.noLinks, sandbox.GuardedFiles) is what closes that (see docs/POLICY.md).
 	cs, _ := ctx.Value(callStateKey{}).(*callState)
 	if cs != nil && cs.linkFree == c.abs {
 		return d, 0, true

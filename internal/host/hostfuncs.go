@@ -93,6 +93,7 @@ type hostFn struct {
 type hostCall struct {
 	req            policy.Request
 	abs            string // the resolved path inside the sandbox (a file's, or a command's cwd)
+	noLinks        bool   // the path is scoped: no part of it may be a link (sandbox.FileGuard)
 	raw            string // the path as the plugin gave it (stat echoes it)
 	outPtr, outCap uint32
 	data           []byte // write, write_versioned, put: the bytes to store
@@ -184,6 +185,7 @@ func (h *Host) acting(fn *hostFn) api.GoModuleFunc {
 			h.auditCall(ctx, inst, c, start, audit.Deny, d.Rule, stack[0])
 			return
 		default:
+			c.noLinks = d.CheckLinks // the sandbox checks again as it uses the path
 			stack[0] = fn.run(h, ctx, inst, c)
 		}
 		h.auditCall(ctx, inst, c, start, audit.Allow, d.Rule, stack[0])
@@ -504,10 +506,40 @@ var fileErrors = []struct {
 	{sandbox.ErrTooLarge, abi.StatusTooLarge},
 	{sandbox.ErrNotRegular, abi.StatusInvalid},
 	{fs.ErrPermission, abi.StatusPermission},
+	{sandbox.ErrLink, abi.StatusPermission},
+	{sandbox.ErrChanged, abi.StatusChanged},
+}
+
+// sbRead reads the call's file. A scoped path is read by a sandbox that can refuse links
+// as it opens it (sandbox.GuardedFiles), so a link swapped in after decide's look cannot
+// take the read out of the scope.
+func (inst *instance) sbRead(ctx context.Context, c *hostCall, maxBytes int64) ([]byte, error) {
+	if c.noLinks {
+		if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+			data, err := gf.ReadFileGuarded(ctx, c.abs, maxBytes, sandbox.FileGuard{NoLinks: true})
+			if !errors.Is(err, sandbox.ErrUnsupported) {
+				return data, err
+			}
+		}
+	}
+	return inst.sb.ReadFile(ctx, c.abs, maxBytes)
+}
+
+// sbWrite writes the call's file (see sbRead).
+func (inst *instance) sbWrite(ctx context.Context, c *hostCall, data []byte) error {
+	if c.noLinks {
+		if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+			err := gf.WriteFileGuarded(ctx, c.abs, data, sandbox.FileGuard{NoLinks: true})
+			if !errors.Is(err, sandbox.ErrUnsupported) {
+				return err
+			}
+		}
+	}
+	return inst.sb.WriteFile(ctx, c.abs, data)
 }
 
 func (h *Host) readFile(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
+	data, err := inst.sbRead(ctx, c, h.cfg.MaxReadBytes)
 	if err != nil {
 		return inst.fileStatus("read "+c.req.Path, err)
 	}
@@ -515,7 +547,7 @@ func (h *Host) readFile(ctx context.Context, inst *instance, c *hostCall) uint64
 }
 
 func (h *Host) writeFile(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	if err := inst.sb.WriteFile(ctx, c.abs, c.data); err != nil {
+	if err := inst.sbWrite(ctx, c, c.data); err != nil {
 		return inst.fileStatus("write "+c.req.Path, err)
 	}
 	return uint64(len(c.data))

@@ -21,7 +21,7 @@ func (h *Host) decodeReadText(_ context.Context, inst *instance, stack []uint64,
 }
 
 func (h *Host) readText(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
+	data, err := inst.sbRead(ctx, c, h.cfg.MaxReadBytes)
 	if err != nil {
 		return inst.fileStatus("read "+c.req.Path, err)
 	}

@@ -2,8 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"sync"
 
@@ -16,17 +14,23 @@ import (
 // SHA-256), and write_versioned writes only if the file still has that version, else it
 // answers StatusChanged and the plugin reads again and redoes its change. The check and the
 // write run under a lock per session and path, so two edits of one file through this host
-// can never both pass the check on the same version. (A command run by bash that changes
-// the file between the check and the write is not covered: it is not an edit.)
+// can never both pass the check on the same version. A sandbox that can check the version
+// itself (sandbox.GuardedFiles: the local one's agent) does the check and the write as one
+// step under a lock on the file's directory, which every sandbox sharing the directory
+// takes: so two host processes, or two hosts, sharing a host directory lose no edit
+// either. (A command run by bash that changes the file between the check and the write is
+// not covered: it is not an edit.)
 
 // fileVersion is the version of a file's contents.
-func fileVersion(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+func fileVersion(data []byte) string { return sandbox.FileVersion(data) }
+
+// changedStatus is the answer to the loser of a versioned write.
+func (inst *instance) changedStatus(rel string) uint64 {
+	return inst.status(abi.StatusChanged, "write %s: the file changed since it was read; read it again", rel)
 }
 
 func (h *Host) readVersioned(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	data, err := inst.sb.ReadFile(ctx, c.abs, h.cfg.MaxReadBytes)
+	data, err := inst.sbRead(ctx, c, h.cfg.MaxReadBytes)
 	if err != nil {
 		return inst.fileStatus("read "+c.req.Path, err)
 	}
@@ -59,15 +63,28 @@ func (h *Host) writeVersioned(ctx context.Context, inst *instance, c *hostCall) 
 	rel, abs := c.req.Path, c.abs
 	unlock := h.edits.lock(inst.sb.ID() + "\x00" + abs)
 	defer unlock()
+	if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+		err := gf.WriteFileGuarded(ctx, abs, c.data, sandbox.FileGuard{NoLinks: c.noLinks, Versioned: true, Version: string(c.version)})
+		switch {
+		case errors.Is(err, sandbox.ErrChanged):
+			return inst.changedStatus(rel)
+		case errors.Is(err, sandbox.ErrUnsupported):
+			// Checked here, within this host process only.
+		case err != nil:
+			return inst.fileStatus("write "+rel, err)
+		default:
+			return uint64(len(c.data))
+		}
+	}
 	cur, err := inst.sb.ReadFile(ctx, abs, h.cfg.MaxReadBytes)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound) && len(c.version) == 0:
 	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 		return inst.fileStatus("write "+rel, err)
 	case err != nil || fileVersion(cur) != string(c.version):
-		return inst.status(abi.StatusChanged, "write %s: the file changed since it was read; read it again", rel)
+		return inst.changedStatus(rel)
 	}
-	if err := inst.sb.WriteFile(ctx, abs, c.data); err != nil {
+	if err := inst.sbWrite(ctx, c, c.data); err != nil {
 		return inst.fileStatus("write "+rel, err)
 	}
 	return uint64(len(c.data))

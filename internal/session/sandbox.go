@@ -13,6 +13,8 @@ import (
 var (
 	_ sandbox.Sandbox = (*Session)(nil)
 	_ sandbox.Wrapper = (*Session)(nil)
+
+	_ sandbox.GuardedFiles = (*Session)(nil)
 )
 
 // Unwrap is the sandbox under the session now: its abilities (sandbox.As) are the
@@ -48,9 +50,39 @@ func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandb
 			}
 			return v, fmt.Errorf("%w; %w", err, ErrReplaced)
 		}
+		if attempt == 0 && errors.Is(err, sandbox.ErrCannotStart) && ctx.Err() == nil && s.replaceIfStuck(ctx, sb, err) {
+			continue // it never started: run it on the new sandbox
+		}
 		return v, err
 	}
 }
+
+// replaceIfStuck is called after a command of sb could not start for want of processes,
+// descriptors or memory. If a trivial command cannot start either, what runs in sb has
+// taken them for good (a fork bomb, limits lowered under the agent): the sandbox is as
+// good as dead, and it is replaced as one would be, its workspace saved or handed over
+// (rotate at its last call). It reports whether sb is no longer the session's sandbox.
+func (s *Session) replaceIfStuck(ctx context.Context, sb sandbox.Sandbox, cause error) bool {
+	pctx, cancel := context.WithTimeout(ctx, stuckProbeBound)
+	_, err := sb.Exec(pctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: stuckProbeBound})
+	cancel()
+	if !errors.Is(err, sandbox.ErrCannotStart) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.sb == sb {
+		s.log.Warn("session: the sandbox can no longer start commands; replacing it", "sandbox", sb.ID(), "err", cause)
+		s.rotate(context.WithoutCancel(ctx), true)
+	}
+	return s.sb != sb
+}
+
+// stuckProbeBound bounds the trivial command that tells a stuck sandbox from a busy one.
+const stuckProbeBound = 30 * time.Second
 
 // ErrReplaced: the sandbox ended during a command (it stopped answering, or something in
 // it killed its agent) and the session replaced it. The command did not finish and was
@@ -78,6 +110,30 @@ func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]
 
 func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.WriteFile(ctx, path, data) })
+	return err
+}
+
+// ReadFileGuarded and WriteFileGuarded run on the current sandbox's GuardedFiles; under
+// one without it they fail with an error wrapping sandbox.ErrUnsupported (the caller then
+// checks on its own).
+func (s *Session) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) ([]byte, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return nil, fmt.Errorf("guarded read of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return gf.ReadFileGuarded(ctx, path, maxBytes, g)
+	})
+}
+
+func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return struct{}{}, fmt.Errorf("guarded write of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return struct{}{}, gf.WriteFileGuarded(ctx, path, data, g)
+	})
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,10 @@ func agent(t *testing.T, wrap func(http.Handler) http.Handler) (ws string, c *cl
 
 func agentWith(t *testing.T, cfg Config, wrap func(http.Handler) http.Handler) (ws string, c *client.Client, sock string) {
 	t.Helper()
-	ws = t.TempDir()
+	ws = cfg.Workspace
+	if ws == "" {
+		ws = t.TempDir()
+	}
 	cfg.Workspace, cfg.LogDir = ws, filepath.Join(t.TempDir(), "logs")
 	srv, err := New(cfg)
 	if err != nil {
@@ -285,5 +289,41 @@ func TestDrainKeepsBufferedOutput(t *testing.T) {
 		if err != nil || len(res.Stdout) != 23893 || len(res.Stderr) != 13893 {
 			t.Fatalf("run %d: %d/%d bytes, %v", i, len(res.Stdout), len(res.Stderr), err)
 		}
+	}
+}
+
+// A listing whose reply would pass the client's frame bound (the glob over 120,000
+// entries) comes back truncated and says so; it never fails to decode. The bound is
+// scaled down (a 16 MiB reply is 120,000 entries, which a loaded machine under -race lists
+// slower than the client's progress bound): 12,000 entries against a 1 MiB budget.
+func TestListPastTheFrameBoundIsTruncated(t *testing.T) {
+	old := listReplyBudget
+	t.Cleanup(func() { listReplyBudget = old }) // after the agent's own cleanup stopped it
+	listReplyBudget = 1 << 20
+	ws, c, _ := agent(t, nil)
+	const dirs, files = 30, 400 // 12,000 entries, ~200 bytes each encoded: past 1 MiB
+	name := strings.Repeat("n", 40)
+	for d := range dirs {
+		dir := filepath.Join(ws, "d"+strconv.Itoa(d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f := range files {
+			fh, err := os.Create(filepath.Join(dir, name+strconv.Itoa(f)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fh.Close()
+		}
+	}
+	res, err := c.List(t.Context(), sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true})
+	if err != nil {
+		t.Fatalf("List of %d entries: %v (want a truncated listing)", dirs*files+dirs, err)
+	}
+	if !res.Truncated {
+		t.Fatalf("List returned %d entries and did not say it was truncated", len(res.Entries))
+	}
+	if n := len(res.Entries); n < 1000 || n >= dirs*files {
+		t.Fatalf("List returned %d entries; want some, and fewer than all", n)
 	}
 }

@@ -295,8 +295,11 @@ func (s *Server) filesError(w http.ResponseWriter, status int, err error) {
 	if kind == "not_found" {
 		status = http.StatusNotFound
 	}
-	if kind == "outside" {
+	if kind == "outside" || kind == "link" {
 		status = http.StatusForbidden
+	}
+	if kind == "changed" {
+		status = http.StatusConflict
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
@@ -308,6 +311,21 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	wh, err := s.resolve(q.Get("path"))
 	if err != nil {
 		s.filesError(w, http.StatusBadRequest, err)
+		return
+	}
+	if g, ok := guardOf(q); ok {
+		var max int64
+		if m := q.Get(envd.QueryMaxBytes); m != "" {
+			max, _ = strconv.ParseInt(m, 10, 64)
+		}
+		data, err := s.readGuarded(wh, g, max)
+		if err != nil {
+			s.filesError(w, http.StatusBadRequest, err)
+			return
+		}
+		w.Header().Set("Content-Type", envd.ContentOctet)
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		_, _ = w.Write(data)
 		return
 	}
 	// Stat first so a FIFO or device is refused instead of blocking the open.
@@ -515,6 +533,10 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 	}
 	limit := int(req.ToolhostLimit)
 	out := &envd.ListDirResponse{}
+	// The reply must fit the client's frame bound (envd.MaxEnvelope): past it the client
+	// could not decode it at all. Entries stop being added before the encoded reply would
+	// pass listReplyBudget, and the listing says it was truncated, as with a limit.
+	used := 64 // the response's own braces and fields
 	var walk func(dir where, level uint32) error
 	walk = func(dir where, level uint32) error {
 		if err := ctx.Err(); err != nil {
@@ -540,7 +562,12 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 				continue // vanished meanwhile
 			}
 			child := dir.join(de.Name())
-			out.Entries = append(out.Entries, s.entry(child, info))
+			e := s.entry(child, info)
+			if used += entrySize(e); used > listReplyBudget {
+				out.ToolhostTruncated = true
+				return nil
+			}
+			out.Entries = append(out.Entries, e)
 			if de.IsDir() && level < depth && !slices.Contains(req.ToolhostSkip, de.Name()) {
 				if err := walk(child, level+1); err != nil {
 					return err
@@ -557,6 +584,19 @@ func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.L
 	}
 	slices.SortFunc(out.Entries, func(a, b envd.EntryInfo) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// listReplyBudget is how many bytes of encoded entries one listing may carry: the
+// client's frame bound less room for the rest of the reply.
+var listReplyBudget = envd.MaxEnvelope - 64<<10
+
+// entrySize is the length of e encoded in a listing (its comma included).
+func entrySize(e envd.EntryInfo) int {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return listReplyBudget // cannot be sent: stop here
+	}
+	return len(b) + 1
 }
 
 // ---- processes
@@ -646,6 +686,18 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.runForeground(r.Context(), sw, cmd, req, timeout, maxOut, killOnClose)
+}
+
+// startFailure is the end of a stream whose process could not start. A want of
+// processes, descriptors or memory says so (sandbox.ErrCannotStart): the command did not
+// run, and a sandbox where nothing can start any more is replaced by its session.
+func startFailure(code, what string, err error) *envd.ConnectError {
+	for _, e := range []error{syscall.EAGAIN, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return &envd.ConnectError{Code: envd.CodeResourceExhaust, Message: what + ": " + err.Error() + ": " + sandbox.ErrCannotStart.Error(), ToolhostKind: "cannot_start"}
+		}
+	}
+	return &envd.ConnectError{Code: code, Message: what + ": " + err.Error()}
 }
 
 // command builds the process from its config: argv as given (no shell added), the base
@@ -770,7 +822,7 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 	logPath := filepath.Join(s.cfg.LogDir, req.Tag+".log")
 	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "open process log: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "open process log", err))
 		return
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
@@ -781,7 +833,7 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 		return
 	}
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(startFailure(envd.CodeInvalidArgument, "start process", err))
 		return
 	}
 	s.wg.Add(1)
@@ -798,14 +850,14 @@ func (s *Server) startBackground(sw *streamWriter, cmd *exec.Cmd, req envd.Start
 func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *exec.Cmd, req envd.StartRequest, timeout time.Duration, maxOut int, killOnClose bool) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "create pipe", err))
 		return
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		sw.end(&envd.ConnectError{Code: envd.CodeInternal, Message: "create pipe: " + err.Error()})
+		sw.end(startFailure(envd.CodeInternal, "create pipe", err))
 		return
 	}
 	defer outR.Close()
@@ -819,7 +871,7 @@ func (s *Server) runForeground(reqCtx context.Context, sw *streamWriter, cmd *ex
 		return
 	}
 	if err != nil {
-		sw.end(&envd.ConnectError{Code: envd.CodeInvalidArgument, Message: "start process: " + err.Error()})
+		sw.end(startFailure(envd.CodeInvalidArgument, "start process", err))
 		return
 	}
 	defer s.untrack(pid)

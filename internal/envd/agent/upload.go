@@ -46,6 +46,15 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	// this keeps their temporary files from piling up.
 	unlock := s.writes.lock(wh.abs)
 	defer unlock()
+	if g, ok := guardOf(r.URL.Query()); ok {
+		if err := s.writeGuarded(r.Context(), wh, g, r.Body); err != nil {
+			s.filesError(w, http.StatusBadRequest, fmt.Errorf("write %s: %w", wh.abs, err))
+			return
+		}
+		w.Header().Set("Content-Type", envd.ContentJSON)
+		_ = json.NewEncoder(w).Encode([]map[string]string{{"path": wh.abs, "name": path.Base(wh.abs), "type": "file"}})
+		return
+	}
 	target, mode, err := s.writeTarget(wh)
 	if err != nil {
 		s.filesError(w, http.StatusBadRequest, fmt.Errorf("write %s: %w", wh.abs, err))

@@ -327,9 +327,12 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 	if resp.StatusCode != http.StatusOK {
 		return readError(resp)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, envd.MaxEnvelope))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, envd.MaxEnvelope+1))
 	if err != nil {
 		return fmt.Errorf("read response: %w", err)
+	}
+	if len(body) > envd.MaxEnvelope {
+		return fmt.Errorf("the reply is larger than %d bytes: %w", envd.MaxEnvelope, sandbox.ErrTooLarge)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("decode response: %w", err)
@@ -341,11 +344,41 @@ func (c *Client) unary(ctx context.Context, proc string, in, out any) error {
 
 // ReadFile reads a workspace file; over maxBytes (when > 0) it gives ErrTooLarge.
 func (c *Client) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte, error) {
+	return c.readFile(ctx, p, maxBytes, nil)
+}
+
+// ReadFileGuarded is ReadFile with the guard g checked by the agent as it opens the path
+// (sandbox.GuardedFiles). Only this project's agent knows the guard: a real envd would
+// ignore it, so callers send it only to the agent.
+func (c *Client) ReadFileGuarded(ctx context.Context, p string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
+	return c.readFile(ctx, p, maxBytes, guardQuery(g))
+}
+
+// guardQuery is g as /files query parameters.
+func guardQuery(g sandbox.FileGuard) url.Values {
+	q := url.Values{}
+	if g.NoLinks {
+		q.Set(envd.QueryNoLinks, "1")
+	}
+	if g.Versioned {
+		if g.Version == "" {
+			q.Set(envd.QueryIfAbsent, "1")
+		} else {
+			q.Set(envd.QueryIfVersion, g.Version)
+		}
+	}
+	return q
+}
+
+func (c *Client) readFile(ctx context.Context, p string, maxBytes int64, q url.Values) ([]byte, error) {
 	abs, err := sandbox.Resolve(p)
 	if err != nil {
 		return nil, fmt.Errorf("read file: %w", err)
 	}
-	q := url.Values{"path": {abs}}
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("path", abs)
 	if maxBytes > 0 {
 		q.Set(envd.QueryMaxBytes, strconv.FormatInt(maxBytes, 10))
 	}
@@ -384,11 +417,25 @@ func (c *Client) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte
 
 // WriteFile creates or replaces a workspace file, creating parent directories.
 func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
+	return c.writeFile(ctx, p, data, nil)
+}
+
+// WriteFileGuarded is WriteFile with the guard g checked by the agent in the same step
+// (sandbox.GuardedFiles); see ReadFileGuarded.
+func (c *Client) WriteFileGuarded(ctx context.Context, p string, data []byte, g sandbox.FileGuard) error {
+	return c.writeFile(ctx, p, data, guardQuery(g))
+}
+
+func (c *Client) writeFile(ctx context.Context, p string, data []byte, q url.Values) error {
 	abs, err := sandbox.Resolve(p)
 	if err != nil {
 		return fmt.Errorf("write file: %w", err)
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, envd.PathFiles, url.Values{"path": {abs}}, bytes.NewReader(data))
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("path", abs)
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathFiles, q, bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("write file %s: %w", abs, err)
 	}

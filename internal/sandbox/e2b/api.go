@@ -59,7 +59,16 @@ type api struct {
 	key     string
 	hc      *http.Client
 	timeout time.Duration // per request, including 429 waits
+	// answer bounds how long the requests that decide the service's availability (create,
+	// the template listing) wait for the answer to begin (e2b.connect_timeout): a service
+	// that accepts the connection and never answers gives way in a chain within it, not
+	// only after timeout.
+	answer time.Duration
 }
+
+// errNoAnswer is the cause of a request given up because its answer did not begin within
+// api.answer.
+var errNoAnswer = errors.New("no answer")
 
 // errUnreachable marks a request that never reached the service.
 type unreachableError struct {
@@ -76,6 +85,11 @@ func (e *unreachableError) Unwrap() []error { return []error{sandbox.ErrUnavaila
 // retried after its Retry-After, as long as the wait ends within the request's deadline
 // (ctx's, or the client's own timeout); any other failure is returned at once.
 func (a *api) do(ctx context.Context, op, id, method, path string, q url.Values, in, out any) (int, error) {
+	return a.send(ctx, 0, op, id, method, path, q, in, out)
+}
+
+// send is do with the answer's beginning (the response header) bounded by within when > 0.
+func (a *api) send(ctx context.Context, within time.Duration, op, id, method, path string, q url.Values, in, out any) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	var body []byte
@@ -90,7 +104,14 @@ func (a *api) do(ctx context.Context, op, id, method, path string, q url.Values,
 		u += "?" + q.Encode()
 	}
 	for {
-		req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+		rctx, stopAnswer := ctx, func() bool { return true }
+		if within > 0 && within < a.timeout {
+			var cancelReq context.CancelCauseFunc
+			rctx, cancelReq = context.WithCancelCause(ctx)
+			defer cancelReq(nil)
+			stopAnswer = time.AfterFunc(within, func() { cancelReq(errNoAnswer) }).Stop
+		}
+		req, err := http.NewRequestWithContext(rctx, method, u, bytes.NewReader(body))
 		if err != nil {
 			return 0, fmt.Errorf("E2B API: %s: %w", op, err)
 		}
@@ -100,6 +121,17 @@ func (a *api) do(ctx context.Context, op, id, method, path string, q url.Values,
 			req.Header.Set("Content-Type", "application/json")
 		}
 		resp, err := a.hc.Do(req)
+		if answered := stopAnswer(); !answered || errors.Is(context.Cause(rctx), errNoAnswer) {
+			// The answer did not begin in time (a timer that fired as it began counts too:
+			// its body may be cut): the service cannot serve now.
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if err == nil {
+				err = errNoAnswer
+			}
+			return 0, fmt.Errorf("E2B API: %s: no answer within %s (e2b.connect_timeout): %w", op, within, errors.Join(sandbox.ErrUnavailable, err))
+		}
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
 				// Connected but got no answer in time (a hang): the service cannot serve.
@@ -234,7 +266,7 @@ type Template struct {
 
 func (a *api) create(ctx context.Context, in newSandbox) (sandboxCreated, error) {
 	var out sandboxCreated
-	_, err := a.do(ctx, "create sandbox from template "+strconv.Quote(in.TemplateID), "", http.MethodPost, "/v2/sandboxes", nil, in, &out)
+	_, err := a.send(ctx, a.answer, "create sandbox from template "+strconv.Quote(in.TemplateID), "", http.MethodPost, "/v2/sandboxes", nil, in, &out)
 	if err == nil && out.SandboxID == "" {
 		err = fmt.Errorf("E2B API: create sandbox: the answer names no sandbox")
 	}
@@ -263,7 +295,7 @@ func (a *api) kill(ctx context.Context, id string) error {
 
 func (a *api) templates(ctx context.Context) ([]Template, error) {
 	var out []Template
-	_, err := a.do(ctx, "list templates", "", http.MethodGet, "/templates", nil, nil, &out)
+	_, err := a.send(ctx, a.answer, "list templates", "", http.MethodGet, "/templates", nil, nil, &out)
 	return out, err
 }
 

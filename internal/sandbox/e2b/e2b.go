@@ -155,7 +155,9 @@ type Config struct {
 	DefaultTimeout time.Duration
 
 	// RequestTimeout bounds each control-plane request, 429 waits included;
-	// ConnectTimeout bounds reaching the service (an unreachable one gives way in a chain).
+	// ConnectTimeout bounds reaching the service and, for a create (and the template
+	// listing it may need), the wait for its answer to begin: an unreachable or hung
+	// service gives way in a chain within it.
 	RequestTimeout time.Duration
 	ConnectTimeout time.Duration
 	// IdleTimeout is the host's bound on an envd that makes no progress (client.Client's).
@@ -272,7 +274,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	hc := &http.Client{Transport: tr}
 	p := &Provider{cfg: cfg, log: cfg.Logger, hc: hc, tr: tr, project: cfg.Project,
-		api: &api{base: cfg.APIURL, key: cfg.APIKey, hc: hc, timeout: cfg.RequestTimeout}}
+		api: &api{base: cfg.APIURL, key: cfg.APIKey, hc: hc, timeout: cfg.RequestTimeout, answer: cfg.ConnectTimeout}}
 	return p, nil
 }
 

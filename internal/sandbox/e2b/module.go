@@ -137,7 +137,8 @@ toolhost: "1", host and project. No environment variable or flag; set it here.`}
 		Doc:   `The bound of each request to E2B's API, the waits a 429 asks for included.`},
 	{Name: "e2b.connect_timeout", Flag: "e2b-connect-timeout",
 		Usage: "bound of reaching E2B; past it the provider is unavailable",
-		Doc:   `The bound of reaching E2B; past it the provider is unavailable and a list goes on.`},
+		Doc: `The bound of reaching E2B, and of the wait for a create's answer to begin; past it
+the provider is unavailable and a list goes on (a hung API gives way within it).`},
 }
 
 // PlanOf is the plan e2b.plan names, with e2b.max_lifetime and e2b.monthly_cpu_minutes.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/egress"
+	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
@@ -373,5 +374,55 @@ func TestEgressPolicyOnE2B(t *testing.T) {
 	}
 	if _, d := apiGet(t, f, sb.ID()); d["allowInternetAccess"] != true {
 		t.Errorf("allowInternetAccess %v (allowOut needs it on)", d["allowInternetAccess"])
+	}
+}
+
+// A control plane that accepts connections and never answers gives way in a chain within
+// e2b.connect_timeout (default 10 s), not e2b.request_timeout: here the request timeout
+// is ten minutes, so a create that waited for it would run into the test's hang bound.
+func TestHungAPIGivesWayAtTheConnectTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	accepted := make(chan struct{})
+	go func() { // owned by the test: ends when the listener closes
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // read nothing, answer nothing
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-accepted
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	p := newProvider(t, e2b.Config{APIKey: "e2b_hung", APIURL: "http://" + l.Addr().String(),
+		RequestTimeout: 10 * time.Minute, Logger: testLogger(t)}) // ConnectTimeout: the default
+	next := &memsandbox.Provider{}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a hang bound
+	defer cancel()
+	sb, err := sandbox.NewChain(testLogger(t), sandbox.Named{Name: "e2b", Provider: p}, sandbox.Named{Name: "mem", Provider: next}).
+		Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatalf("e2b,mem with a hung E2B API: %v (want the next provider's sandbox)", err)
+	}
+	defer sb.Close(context.Background())
+	if _, ok := sb.(*e2b.Sandbox); ok {
+		t.Fatal("served by e2b")
+	}
+	// Alone, the hung service is unavailable, and says it did not answer.
+	short := newProvider(t, e2b.Config{APIKey: "e2b_hung", APIURL: "http://" + l.Addr().String(),
+		RequestTimeout: 10 * time.Minute, ConnectTimeout: 500 * time.Millisecond, Logger: testLogger(t)})
+	_, err = short.Create(ctx, sandbox.CreateOptions{})
+	if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 500ms") {
+		t.Fatalf("create against a hung API: %v (want unavailable, no answer within 500ms)", err)
 	}
 }

@@ -701,6 +701,7 @@ func (s *Sandbox) ID() string { return s.id }
 
 var (
 	_ sandbox.ProcessLister   = (*Sandbox)(nil)
+	_ sandbox.GuardedFiles    = (*Sandbox)(nil)
 	_ sandbox.ArchiveReporter = (*Sandbox)(nil)
 	_ sandbox.PortLister      = (*Sandbox)(nil)
 )
@@ -1003,6 +1004,26 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte) error
 		return err
 	}
 	return s.wrap(s.client.WriteFile(ctx, path, data))
+}
+
+// ReadFileGuarded reads a workspace file with the guard checked by the agent as it opens
+// the path (sandbox.GuardedFiles).
+func (s *Sandbox) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, err
+	}
+	b, err := s.client.ReadFileGuarded(ctx, path, maxBytes, g)
+	return b, s.wrap(err)
+}
+
+// WriteFileGuarded writes a workspace file with the guard checked by the agent in the same
+// step: a versioned write is decided under a lock on the file's directory that every
+// sandbox sharing the directory takes (sandbox.GuardedFiles).
+func (s *Sandbox) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
+	return s.wrap(s.client.WriteFileGuarded(ctx, path, data, g))
 }
 
 // Stat describes a workspace path.

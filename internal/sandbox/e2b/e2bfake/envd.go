@@ -803,7 +803,15 @@ func (e *emu) start(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := json.Marshal(sr)
 
+	// Real envd runs the command under context.WithTimeout(context.Background(), timeout):
+	// the deadline kills it whether or not the client stayed. So the call to the agent
+	// outlives the client when there is a deadline (the handler keeps watching until the
+	// command ends or the deadline passes), and without one it ends with the client, the
+	// command living on as in envd.
 	actx, cancel := context.WithCancel(r.Context())
+	if timeout > 0 {
+		actx, cancel = context.WithCancel(context.WithoutCancel(r.Context()))
+	}
 	defer cancel()
 	areq, err := http.NewRequestWithContext(actx, http.MethodPost, "http://sandbox"+envd.PathProcessStart, bytes.NewReader(envelope(0, b)))
 	if err != nil {
@@ -856,10 +864,17 @@ func (e *emu) start(w http.ResponseWriter, r *http.Request) {
 	ka := time.NewTicker(keepalive)
 	defer ka.Stop()
 	var pid uint32
+	clientGone := r.Context().Done()
 	for {
 		select {
-		case <-r.Context().Done():
-			return // the client went: the process lives on, its output is dropped
+		case <-clientGone:
+			if deadline == nil {
+				return // the client went: the process lives on, its output is dropped
+			}
+			// The client went before the deadline: the command still dies at it.
+			clientGone, send = nil, func(byte, []byte) {}
+		case <-e.s.closing:
+			return // the fake closes: it kills every sandbox
 		case <-ka.C:
 			send(0, []byte(`{"event":{"keepalive":{}}}`))
 		case <-deadline:
@@ -867,7 +882,7 @@ func (e *emu) start(w http.ResponseWriter, r *http.Request) {
 				pid, _ = e.findProcess(context.WithoutCancel(r.Context()), envd.ProcessSelector{Tag: sr.Tag})
 			}
 			if pid != 0 {
-				if err := e.kill(r.Context(), pid, "KILL"); err != nil {
+				if err := e.kill(context.WithoutCancel(r.Context()), pid, "KILL"); err != nil {
 					e.s.log.Debug("e2bfake: kill at the deadline", "pid", pid, "err", err)
 				}
 			}

@@ -94,6 +94,7 @@ func TestOfficialSDK(t *testing.T) {
 				ExitCode      int               `json:"exitCode"`
 				Failed        map[string]any    `json:"failed"`
 				CommandTO     string            `json:"commandTimeout"`
+				TimedOutEnded bool              `json:"timedOutCommandEnded"`
 				BackgroundPID int               `json:"backgroundPid"`
 				KilledBG      bool              `json:"killedBackground"`
 				WrittenPath   string            `json:"writtenPath"`
@@ -124,6 +125,7 @@ func TestOfficialSDK(t *testing.T) {
 				{got.Stdout == "hello from user in /home/user\n" && got.ExitCode == 0, "the command ran as user in /home/user with the sandbox's env"},
 				{got.Failed["error"] == "CommandExitError" && got.Failed["exitCode"] == float64(3) && got.Failed["stderr"] == "oops\n", "a failing command is a CommandExitError with its code and stderr"},
 				{got.CommandTO == "TimeoutError", "a command past its timeout is a TimeoutError"},
+				{got.TimedOutEnded, "the command the SDK left at its deadline was killed (envd kills at the deadline whether or not the client stayed)"},
 				{got.BackgroundPID > 0 && got.KilledBG, "a background command starts and is killed"},
 				{got.WrittenPath == "/home/user/dir/hello.txt", "the write reports its path"},
 				{got.Read == "written by the official SDK\n" && got.Catted == got.Read && got.Exists, "the file reads back, through the SDK and a command"},

@@ -37,10 +37,22 @@ async function main() {
     out.failed = { error: errName(e), exitCode: e.exitCode, stderr: e.stderr };
   }
   try {
-    await sbx.commands.run('sleep 30', { timeoutMs: 1000 });
+    await sbx.commands.run('sleep 299', { timeoutMs: 1000 });
     out.commandTimeout = 'no error';
   } catch (e) {
     out.commandTimeout = errName(e);
+  }
+  // The SDK gave up at the deadline and went; envd kills the command at its deadline
+  // whether or not the client stayed. Wait (a hang bound, far under the 299 s the command
+  // would otherwise live) for it to leave the process list.
+  out.timedOutCommandEnded = false;
+  for (const until = Date.now() + 60_000; Date.now() < until; ) {
+    const procs = await sbx.commands.list();
+    if (!procs.some((p) => [p.cmd, ...(p.args || [])].join(' ').includes('sleep 299'))) {
+      out.timedOutCommandEnded = true;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 200));
   }
   const bg = await sbx.commands.run('sleep 300', { background: true });
   out.backgroundPid = bg.pid;
