@@ -191,6 +191,7 @@ func TestHostDirectoryKeepsItsOwners(t *testing.T) {
 				t.Fatalf("Create: %v", err)
 			}
 			sb := sbi.(*Sandbox)
+			defer sb.Close(context.WithoutCancel(ctx)) // a second Close does nothing; this one is for a failure
 			stage := sb.ws.path
 			if !sb.ws.idmap || !mountedAt(t, stage) {
 				t.Fatalf("the workspace is not an idmapped mount (idmap %v, staged at a mount %v)", sb.ws.idmap, mountedAt(t, stage))
@@ -441,6 +442,7 @@ func TestUsernsKeptPerMapping(t *testing.T) {
 			t.Fatal(err)
 		}
 		ws = append(ws, w)
+		t.Cleanup(func() { _ = w.release() }) // for a failure below: a second release does nothing
 	}
 	for _, w := range ws {
 		if err := w.release(); err != nil {
