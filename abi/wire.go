@@ -60,6 +60,22 @@ type Result struct {
 	// in words; nil for tools without an output schema and for errors. MCP serves it as
 	// structuredContent. Not part of an Anthropic tool_result block: adapters leave it out.
 	Structured RawJSON `json:"structured_content,omitempty"`
+	// Stored lists what the call stored that a client may read back through the host (a
+	// screenshot's images), named by URI (StoreURIPrefix + the store's key). Set by the
+	// host, never by a plugin: it is not on the wire. MCP serves each as a resource_link
+	// that resources/read answers for the session's own project only.
+	Stored []StoredObject `json:"-"`
+}
+
+// StoreURIPrefix begins the URI of an object in the host's store (StoredObject.URI).
+const StoreURIPrefix = "toolhost://store/"
+
+// StoredObject is one object a call stored.
+type StoredObject struct {
+	URI      string // StoreURIPrefix + key
+	Name     string // a short name: the key's last part
+	MIMEType string
+	Size     int64
 }
 
 // Content block types.

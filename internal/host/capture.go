@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"strings"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -139,6 +140,12 @@ func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 
 		// reads what happened.
 		inst.p.h.log.Warn("screenshot not stored", "plugin", inst.p.name, "err", shot.StoreError)
 		reply.StoreError = "the store refused them (the host's log says why)"
+	}
+	for _, s := range []*CaptureShot{&shot.Desktop, &shot.Mobile} {
+		if s.Key != "" && shot.StoreError == nil {
+			inst.stored = append(inst.stored, abi.StoredObject{URI: abi.StoreURIPrefix + s.Key,
+				Name: s.Key[strings.LastIndexByte(s.Key, '/')+1:], MIMEType: "image/webp", Size: int64(len(s.WebP))})
+		}
 	}
 	header, _ := json.Marshal(reply)
 	out := make([]byte, 0, len(header)+1+len(shot.Desktop.WebP)+len(shot.Mobile.WebP))

@@ -118,6 +118,12 @@ func TestCaptureCapability(t *testing.T) {
 	if res.IsError || len(res.Content) != 3 || res.Content[0].Type != abi.ContentImage || res.Content[1].Type != abi.ContentImage {
 		t.Fatalf("take_screenshot: %+v", res)
 	}
+	// The host (never the plugin) names what the call stored, for a client to read back.
+	if len(res.Stored) != 2 || res.Stored[0].URI != "toolhost://store/screenshots/shop/agent/x_1280.webp" ||
+		res.Stored[1].URI != "toolhost://store/screenshots/shop/agent/x_390.webp" || res.Stored[0].MIMEType != "image/webp" ||
+		res.Stored[0].Size != int64(len("RIFF-webp-1280")) || res.Stored[0].Name != "x_1280.webp" {
+		t.Errorf("the result's stored objects: %+v", res.Stored)
+	}
 	note := res.Content[2].Text
 	for _, want := range []string{"on port 8000", "desktop 1280x800", "mobile 390x844", "stored at https://cdn.example/1280"} {
 		if !strings.Contains(note, want) {
@@ -224,5 +230,8 @@ func TestCaptureResultHasNoHostPath(t *testing.T) {
 	res = shoot(t, s, `{"port":8000}`)
 	if txt := testenv.ResultText(res); strings.Contains(txt, hostDir) {
 		t.Errorf("the result names a host path: %q", txt)
+	}
+	if len(res.Stored) != 0 {
+		t.Errorf("a store that failed, and the result links what it stored: %+v", res.Stored)
 	}
 }

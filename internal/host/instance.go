@@ -41,6 +41,9 @@ type instance struct {
 	// refused is what the egress gateway refused to the call's commands (one sentence
 	// each, for the result's note); dispatch takes it after the call.
 	refused []string
+	// stored is what the call's host functions stored for a client to read back (a
+	// screenshot's images); dispatch takes it after the call.
+	stored []abi.StoredObject
 }
 
 // newCommandTag names one foreground command uniquely (sandbox.ExecRequest.Tag).
@@ -48,6 +51,13 @@ func newCommandTag() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "cmd-" + hex.EncodeToString(b[:])
+}
+
+// takeStored returns and forgets what the last call stored.
+func (inst *instance) takeStored() []abi.StoredObject {
+	s := inst.stored
+	inst.stored = nil
+	return s
 }
 
 // takeRefused returns and forgets what the last call's commands were refused.

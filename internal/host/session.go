@@ -78,6 +78,7 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
 	refused := inst.takeRefused()
+	stored := inst.takeStored()
 	if err != nil {
 		pool.discard(ctx, inst)
 		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
@@ -103,6 +104,9 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 		res.Structured, res.IsError = nil, true
 		res.Content = append(res.Content, abi.Content{Type: abi.ContentText,
 			Text: fmt.Sprintf("[%s: the tool's structured result was left out: %v; the text above is its answer]", name, err)})
+	}
+	if !res.IsError {
+		res.Stored = stored
 	}
 	if note := egress.NoteOf(refused); note != "" {
 		res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: note})

@@ -248,7 +248,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	b := newBinding(s, project, owner, s.opts.Workspaces[project])
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
-			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 			// Watched from the handshake's end, so a session that never calls a tool is
 			// counted against MaxSessions and forgotten when it ends.
 			InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { b.watch(req.Session) },
@@ -267,6 +267,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
+	ms.AddResourceTemplate(storedTemplate, b.readStored)
 	return ms
 }
 
@@ -613,6 +614,10 @@ func toMCP(r abi.Result) *mcp.CallToolResult {
 		default:
 			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
 		}
+	}
+	for _, st := range r.Stored {
+		size := st.Size
+		out.Content = append(out.Content, &mcp.ResourceLink{URI: st.URI, Name: st.Name, MIMEType: st.MIMEType, Size: &size})
 	}
 	if r.IsError && len(out.Content) == 0 {
 		out.Content = append(out.Content, &mcp.TextContent{Text: "the tool failed without saying why"})

@@ -1,6 +1,7 @@
 package mcpserve
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"image"
@@ -572,12 +573,18 @@ func TestScreenshot(t *testing.T) {
 		t.Fatal(text(res))
 	}
 	var images int
+	var datas [][]byte
+	var links []*mcp.ResourceLink
 	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok {
+			links = append(links, l)
+		}
 		ic, ok := c.(*mcp.ImageContent)
 		if !ok {
 			continue
 		}
 		images++
+		datas = append(datas, ic.Data)
 		if ic.MIMEType != "image/webp" {
 			t.Errorf("image content of type %s", ic.MIMEType)
 		}
@@ -588,6 +595,73 @@ func TestScreenshot(t *testing.T) {
 	}
 	if images == 0 || text(res) == "" {
 		t.Errorf("take_screenshot: %d images, text %q", images, text(res))
+	}
+	// Each stored image is linked beside it (a URI of the host's store, never a host
+	// path), and resources/read gives back the bytes of the image it links.
+	if len(links) != 2 || len(datas) != 2 {
+		t.Fatalf("take_screenshot: %d resource links for %d images, want 2 and 2", len(links), len(datas))
+	}
+	ctx := context.Background()
+	for i, l := range links {
+		if !strings.HasPrefix(l.URI, "toolhost://store/screenshots/mcptest/agent/") || l.MIMEType != "image/webp" || l.Size == nil || *l.Size != int64(len(datas[i])) {
+			t.Errorf("resource link %d: %+v", i, l)
+		}
+		rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: l.URI})
+		if err != nil || len(rr.Contents) != 1 || !bytes.Equal(rr.Contents[0].Blob, datas[i]) || rr.Contents[0].MIMEType != "image/webp" {
+			t.Errorf("resources/read %s: %v (%d contents)", l.URI, err, len(rrContents(rr)))
+		}
+	}
+	// The template is listed, so a client can tell what the links are.
+	if lt, err := cs.ListResourceTemplates(ctx, nil); err != nil || len(lt.ResourceTemplates) != 1 || lt.ResourceTemplates[0].URITemplate != "toolhost://store/{+key}" {
+		t.Errorf("resources/templates/list: %+v %v", lt, err)
+	}
+	// A session of another project cannot read them.
+	cs2, err := connectHTTP(ctx, srv.URL+"/mcp", "", "other", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close()
+	if rr, err := cs2.ReadResource(ctx, &mcp.ReadResourceParams{URI: links[0].URI}); err == nil {
+		t.Errorf("a session of project other read %s (%d contents)", links[0].URI, len(rrContents(rr)))
+	}
+	// Nothing else of the store is read this way: another project's images, a path that
+	// climbs out, a key outside the screenshots.
+	other := strings.Replace(links[0].URI, "/screenshots/mcptest/", "/screenshots/other/", 1)
+	for _, uri := range []string{other, links[0].URI + "/../../../other/agent/x.webp", "toolhost://store/screenshots/mcptest/agent/../../other/agent/x.webp",
+		"toolhost://store/projects/mcptest/snapshots/x.snap", "toolhost://store/screenshots/mcptest/agent/%2e%2e/x.webp", "file:///etc/passwd"} {
+		if rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil {
+			t.Errorf("resources/read %s answered %d contents", uri, len(rrContents(rr)))
+		}
+	}
+}
+
+func rrContents(rr *mcp.ReadResourceResult) []*mcp.ResourceContents {
+	if rr == nil {
+		return nil
+	}
+	return rr.Contents
+}
+
+func TestStoredKey(t *testing.T) {
+	for uri, want := range map[string]string{
+		"toolhost://store/screenshots/shop/agent/20261126T040000Z_desktop.webp": "screenshots/shop/agent/20261126T040000Z_desktop.webp",
+		"toolhost://store/screenshots/shop/auto/20261126T040000Z_mobile.webp":   "screenshots/shop/auto/20261126T040000Z_mobile.webp",
+		"toolhost://store/screenshots/shopx/agent/a.webp":                       "",
+		"toolhost://store/screenshots/other/agent/a.webp":                       "",
+		"toolhost://store/screenshots/shop/agent/../../other/agent/a.webp":      "",
+		"toolhost://store/screenshots/shop/agent/sub/a.webp":                    "",
+		"toolhost://store/screenshots/shop/agent/":                              "",
+		"toolhost://store/screenshots/shop/agent//a.webp":                       "",
+		"toolhost://store/screenshots/shop/agent/%2e%2e":                        "",
+		"toolhost://store/screenshots/shop/other/a.webp":                        "",
+		"toolhost://store/projects/shop/snapshots/a.snap":                       "",
+		"toolhost://store/":                     "",
+		"file:///screenshots/shop/agent/a.webp": "",
+	} {
+		got, ok := storedKey(uri, "shop")
+		if got != want || ok != (want != "") {
+			t.Errorf("storedKey(%q) = %q, %v; want %q", uri, got, ok, want)
+		}
 	}
 }
 
