@@ -126,11 +126,14 @@ func TestMCPWorkspaceNPM(t *testing.T) {
 	if b, _ := os.ReadFile(existing); string(b) != "was here\nappended\n" {
 		t.Errorf("existing.txt: %q", b)
 	}
-	// Owners: issue 21 (idmapped mounts, no silent chown) makes the local provider keep
-	// them; until it lands the provider hands the tree to the sandbox user, so this is
-	// logged, and becomes an assertion with it (ISSUE-17 notes).
+	// Owners kept (the local provider attaches the directory through an idmapped mount):
+	// the file that was there keeps its owner, and what the sandbox made belongs to the
+	// directory's owner, not to the sandbox user.
 	if after := owner(t, existing); after != before {
-		t.Logf("existing.txt changed owner: %v -> %v (issue 21)", before, after)
+		t.Errorf("existing.txt changed owner: %v -> %v", before, after)
+	}
+	if made, dir := owner(t, filepath.Join(ws, "from-mcp", "new.txt")), owner(t, ws); made != dir {
+		t.Errorf("the file written over MCP is owned by %v, the directory by %v", made, dir)
 	}
 	if n := snapshots(t, store, "repo"); n != 1 {
 		t.Errorf("%d snapshots of the project after the session, want 1 (the commit at its end)", n)
