@@ -41,8 +41,19 @@ var errIdmapDisabled = errors.New("idmapped mounts disabled for this test")
 // the copy shows. The caller attaches it with move_mount, or closes it, which drops it.
 // The user namespace that carries the map comes from maps; the mount keeps a reference of
 // its own, so it may be closed once the mount is made.
-func (id identity) idmappedTree(ctx context.Context, maps *usernsCache, dir string) (tree *os.File, uid, gid int, err error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+//
+// recursive copies the mounts below dir too (a workspace, whose submounts the sandbox must
+// see); without it, only dir's own mount is copied (the doctor's probe of a filesystem:
+// the workspace dir holds other sandboxes' mounts, some idmapped already, which the kernel
+// refuses to idmap again, EPERM).
+func (id identity) idmappedTree(ctx context.Context, maps *usernsCache, dir string, recursive bool) (tree *os.File, uid, gid int, err error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_SYMLINK_NOFOLLOW
+	setFlags := unix.AT_EMPTY_PATH
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, uint(flags))
 	if err != nil {
 		return nil, -1, -1, fmt.Errorf("open_tree: %w", err)
 	}
@@ -62,7 +73,7 @@ func (id identity) idmappedTree(ctx context.Context, maps *usernsCache, dir stri
 			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 			Userns_fd: uint64(userns.Fd()),
 		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		if err := unix.MountSetattr(fd, "", uint(setFlags), &attr); err != nil {
 			return fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP: %w", err)
 		}
 		return nil
@@ -139,7 +150,7 @@ func (c *usernsCache) close() error {
 // returns the owner and group it mapped onto the sandbox user (-1 when it could not read
 // them).
 func (id identity) idmapMount(ctx context.Context, maps *usernsCache, dir, target string) (uid, gid int, err error) {
-	tree, uid, gid, err := id.idmappedTree(ctx, maps, dir)
+	tree, uid, gid, err := id.idmappedTree(ctx, maps, dir, true)
 	if err != nil {
 		return uid, gid, err
 	}
@@ -156,7 +167,7 @@ func (id identity) probeIdmap(ctx context.Context, dir string) error {
 	if !id.root {
 		return errors.New("not running as root")
 	}
-	tree, _, _, err := id.idmappedTree(ctx, nil, dir)
+	tree, _, _, err := id.idmappedTree(ctx, nil, dir, false)
 	if err != nil {
 		return err
 	}
