@@ -40,9 +40,21 @@ type FileGuard struct {
 }
 
 // GuardedFiles is a sandbox that checks a FileGuard in the same step as the operation.
+// Versioned applies to WriteFileGuarded only; the others check NoLinks.
 type GuardedFiles interface {
 	ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g FileGuard) ([]byte, error)
 	WriteFileGuarded(ctx context.Context, path string, data []byte, g FileGuard) error
+	// StatGuarded is Stat of the path opened with the guard: with NoLinks a link as the
+	// last part is refused too (ErrLink), not described.
+	StatGuarded(ctx context.Context, path string, g FileGuard) (FileInfo, error)
+	// ListGuarded is List of the directory opened with the guard; below it, as in List,
+	// no link is followed, and a directory swapped for a link during the listing is not
+	// entered.
+	ListGuarded(ctx context.Context, req ListRequest, g FileGuard) (ListResult, error)
+	// RemoveFileGuarded removes one entry that is not a directory, never recursively, the
+	// check and the removal one step: a directory gives ErrIsDir (whatever was there when
+	// the caller looked), a missing entry ErrNotFound or fs.ErrNotExist.
+	RemoveFileGuarded(ctx context.Context, path string, g FileGuard) error
 }
 
 // FileVersion is the version of a file's contents: the hex SHA-256 of them.

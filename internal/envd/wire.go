@@ -240,6 +240,12 @@ type EntryInfo struct {
 // PathRequest is the request of Stat, MakeDir and Remove.
 type PathRequest struct {
 	Path string `json:"path"`
+	// ToolhostNoLinks: refuse a symbolic link at any part of the path, the last included
+	// (sandbox.FileGuard.NoLinks; extension, only this project's agent knows it).
+	ToolhostNoLinks bool `json:"toolhostNoLinks,omitempty"`
+	// ToolhostFileOnly (Remove): remove one entry that is not a directory, never
+	// recursively; a directory is refused (extension).
+	ToolhostFileOnly bool `json:"toolhostFileOnly,omitempty"`
 }
 
 // EntryResponse is the response of Stat and MakeDir.
@@ -255,12 +261,18 @@ type ListDirRequest struct {
 	ToolhostSkip []string `json:"toolhostSkip,omitempty"`
 	// ToolhostLimit: stop after this many entries (extension).
 	ToolhostLimit uint32 `json:"toolhostLimit,omitempty"`
+	// ToolhostNoLinks: as in PathRequest; below the listed directory no link is
+	// followed anyway (extension).
+	ToolhostNoLinks bool `json:"toolhostNoLinks,omitempty"`
 }
 
-// ListDirResponse holds the entries.
+// ListDirResponse holds the entries. This project's agent streams it: entries are written
+// as they are found (in walk order, not sorted), so a long listing keeps the client's
+// progress bound fed; a failure after the first entry ends it with ToolhostError.
 type ListDirResponse struct {
-	Entries           []EntryInfo `json:"entries,omitempty"`
-	ToolhostTruncated bool        `json:"toolhostTruncated,omitempty"`
+	Entries           []EntryInfo   `json:"entries,omitempty"`
+	ToolhostTruncated bool          `json:"toolhostTruncated,omitempty"`
+	ToolhostError     *ConnectError `json:"toolhostError,omitempty"`
 }
 
 // Empty is a message without fields; it encodes as {}.

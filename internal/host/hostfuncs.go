@@ -553,8 +553,34 @@ func (h *Host) writeFile(ctx context.Context, inst *instance, c *hostCall) uint6
 	return uint64(len(c.data))
 }
 
+// sbStat describes the call's path (see sbRead).
+func (inst *instance) sbStat(ctx context.Context, c *hostCall) (sandbox.FileInfo, error) {
+	if c.noLinks {
+		if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+			fi, err := gf.StatGuarded(ctx, c.abs, sandbox.FileGuard{NoLinks: true})
+			if !errors.Is(err, sandbox.ErrUnsupported) {
+				return fi, err
+			}
+		}
+	}
+	return inst.sb.Stat(ctx, c.abs)
+}
+
+// sbList lists the call's directory (see sbRead).
+func (inst *instance) sbList(ctx context.Context, c *hostCall, req sandbox.ListRequest) (sandbox.ListResult, error) {
+	if c.noLinks {
+		if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+			res, err := gf.ListGuarded(ctx, req, sandbox.FileGuard{NoLinks: true})
+			if !errors.Is(err, sandbox.ErrUnsupported) {
+				return res, err
+			}
+		}
+	}
+	return inst.sb.List(ctx, req)
+}
+
 func (h *Host) stat(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	fi, err := inst.sb.Stat(ctx, c.abs)
+	fi, err := inst.sbStat(ctx, c)
 	if err != nil {
 		return inst.fileStatus("stat "+c.req.Path, err)
 	}
@@ -581,7 +607,7 @@ func (h *Host) decodeList(_ context.Context, inst *instance, stack []uint64, c *
 
 func (h *Host) list(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	req := c.list
-	res, err := inst.sb.List(ctx, sandbox.ListRequest{Path: c.abs, Recursive: req.Recursive, Skip: req.Skip, Limit: req.Limit})
+	res, err := inst.sbList(ctx, c, sandbox.ListRequest{Path: c.abs, Recursive: req.Recursive, Skip: req.Skip, Limit: req.Limit})
 	if err != nil {
 		return inst.fileStatus("list "+c.req.Path, err)
 	}

@@ -69,6 +69,19 @@ func (h *Host) remove(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	if c.abs == sandbox.WorkspaceRoot {
 		return inst.status(abi.StatusInvalid, "%s: the workspace root cannot be removed", what)
 	}
+	// A sandbox that can check and remove in one step does (sandbox.GuardedFiles): a
+	// directory or link swapped in after a look can then not be removed in its place.
+	if gf, ok := sandbox.As[sandbox.GuardedFiles](inst.sb); ok {
+		err := gf.RemoveFileGuarded(ctx, c.abs, sandbox.FileGuard{NoLinks: c.noLinks})
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, sandbox.ErrIsDir):
+			return inst.status(abi.StatusIsDir, "%s: is a directory; remove removes files only", what)
+		case !errors.Is(err, sandbox.ErrUnsupported):
+			return inst.fileStatus(what, err)
+		}
+	}
 	fi, err := inst.sb.Stat(ctx, c.abs)
 	if err != nil {
 		return inst.fileStatus(what, err)

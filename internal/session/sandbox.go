@@ -137,6 +137,37 @@ func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte
 	return err
 }
 
+func (s *Session) StatGuarded(ctx context.Context, path string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.FileInfo, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return sandbox.FileInfo{}, fmt.Errorf("guarded stat of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return gf.StatGuarded(ctx, path, g)
+	})
+}
+
+func (s *Session) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ListResult, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return sandbox.ListResult{}, fmt.Errorf("guarded list of %s: %w", req.Path, sandbox.ErrUnsupported)
+		}
+		return gf.ListGuarded(ctx, req, g)
+	})
+}
+
+func (s *Session) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
+		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
+		if !ok {
+			return struct{}{}, fmt.Errorf("guarded remove of %s: %w", path, sandbox.ErrUnsupported)
+		}
+		return struct{}{}, gf.RemoveFileGuarded(ctx, path, g)
+	})
+	return err
+}
+
 func (s *Session) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.FileInfo, error) { return sb.Stat(ctx, path) })
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
@@ -293,15 +295,12 @@ func TestDrainKeepsBufferedOutput(t *testing.T) {
 }
 
 // A listing whose reply would pass the client's frame bound (the glob over 120,000
-// entries) comes back truncated and says so; it never fails to decode. The bound is
-// scaled down (a 16 MiB reply is 120,000 entries, which a loaded machine under -race lists
-// slower than the client's progress bound): 12,000 entries against a 1 MiB budget.
+// entries) comes back truncated and says so; it never fails to decode, and on a loaded
+// machine under -race it keeps the client's progress bound (DefaultIdleTimeout) fed: the
+// agent streams it as it walks.
 func TestListPastTheFrameBoundIsTruncated(t *testing.T) {
-	old := listReplyBudget
-	t.Cleanup(func() { listReplyBudget = old }) // after the agent's own cleanup stopped it
-	listReplyBudget = 1 << 20
 	ws, c, _ := agent(t, nil)
-	const dirs, files = 30, 400 // 12,000 entries, ~200 bytes each encoded: past 1 MiB
+	const dirs, files = 120, 1000 // 120,120 entries, ~200 bytes each encoded: past 16 MiB
 	name := strings.Repeat("n", 40)
 	for d := range dirs {
 		dir := filepath.Join(ws, "d"+strconv.Itoa(d))
@@ -309,21 +308,24 @@ func TestListPastTheFrameBoundIsTruncated(t *testing.T) {
 			t.Fatal(err)
 		}
 		for f := range files {
-			fh, err := os.Create(filepath.Join(dir, name+strconv.Itoa(f)))
+			fd, err := unix.Open(filepath.Join(dir, name+strconv.Itoa(f)), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 			if err != nil {
 				t.Fatal(err)
 			}
-			fh.Close()
+			unix.Close(fd)
 		}
 	}
-	res, err := c.List(t.Context(), sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true})
-	if err != nil {
-		t.Fatalf("List of %d entries: %v (want a truncated listing)", dirs*files+dirs, err)
-	}
-	if !res.Truncated {
-		t.Fatalf("List returned %d entries and did not say it was truncated", len(res.Entries))
-	}
-	if n := len(res.Entries); n < 1000 || n >= dirs*files {
-		t.Fatalf("List returned %d entries; want some, and fewer than all", n)
+	{
+		res, err := c.List(t.Context(), sandbox.ListRequest{Path: sandbox.WorkspaceRoot, Recursive: true})
+		if err != nil {
+			t.Fatalf("List of %d entries: %v (want a truncated listing)", dirs*files+dirs, err)
+		}
+		if !res.Truncated {
+			t.Fatalf("List returned %d entries and did not say it was truncated", len(res.Entries))
+		}
+		if n := len(res.Entries); n < 10000 || n >= dirs*files {
+			t.Fatalf("List returned %d entries; want many, and fewer than all", n)
+		}
+		t.Logf("%d of %d entries, truncated", len(res.Entries), dirs*files+dirs)
 	}
 }

@@ -248,3 +248,159 @@ func TestNoLinksRaceWithASwap(t *testing.T) {
 	}
 	t.Logf("400 writes against %d swaps: %d written inside, %d refused, none outside", swaps.Load(), written, refused)
 }
+
+// Stat, list and remove of a scoped path are decided as they are used, like the guarded
+// writes: while a process exchanges scope/sub between a real directory and a link to
+// ../outside, none of them ever sees or touches what lies outside. A list of scope
+// without the guard enters no link either (the walk opens each directory with
+// O_NOFOLLOW relative to its parent).
+func TestNoLinksStatListRemoveRaceWithASwap(t *testing.T) {
+	ws, c, _ := agent(t, nil)
+	scope, outside := filepath.Join(ws, "scope"), filepath.Join(ws, "outside")
+	for _, d := range []string{scope, outside, filepath.Join(scope, "sub")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../outside", filepath.Join(scope, "sublink")); err != nil {
+		t.Fatal(err)
+	}
+	const victims = 300
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range victims {
+		// The same names on both sides: only the ones inside may go.
+		for _, d := range []string{outside, filepath.Join(scope, "sub")} {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("v%d", i)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var swaps atomic.Int64
+	done := make(chan struct{})
+	go func() { // owned by the test: ends with ctx
+		defer close(done)
+		sub, link := filepath.Join(scope, "sub"), filepath.Join(scope, "sublink")
+		for ctx.Err() == nil {
+			if unix.Renameat2(unix.AT_FDCWD, sub, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE) != nil {
+				return
+			}
+			swaps.Add(1)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	g := sandbox.FileGuard{NoLinks: true}
+	refusedOr := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, sandbox.ErrLink) {
+			t.Fatalf("%s: %v (want done or refused as a link)", what, err)
+		}
+	}
+	var done_, refused int
+	for i := range victims {
+		// Stat of a name only outside has: never found.
+		if fi, err := c.StatGuarded(t.Context(), "scope/sub/secret", g); err == nil {
+			t.Fatalf("stat %d of scope/sub/secret found %+v: it exists only outside the scope", i, fi)
+		} else if !errors.Is(err, sandbox.ErrLink) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("stat %d: %v", i, err)
+		}
+		// Stat of scope/sub: a directory or a refusal, never a link described.
+		if fi, err := c.StatGuarded(t.Context(), "scope/sub", g); err == nil {
+			if !fi.IsDir() {
+				t.Fatalf("stat %d of scope/sub: %v, want a directory or a refusal", i, fi.Mode)
+			}
+		} else {
+			refusedOr("stat scope/sub", err)
+		}
+		// Lists: never an entry of outside.
+		for _, lr := range []struct {
+			req   sandbox.ListRequest
+			guard bool
+		}{
+			{sandbox.ListRequest{Path: "scope/sub"}, true},
+			{sandbox.ListRequest{Path: "scope", Recursive: true}, true},
+			{sandbox.ListRequest{Path: "scope", Recursive: true}, false},
+		} {
+			var res sandbox.ListResult
+			var err error
+			if lr.guard {
+				res, err = c.ListGuarded(t.Context(), lr.req, g)
+			} else {
+				res, err = c.List(t.Context(), lr.req)
+			}
+			if err != nil {
+				refusedOr("list "+lr.req.Path, err)
+				continue
+			}
+			for _, e := range res.Entries {
+				if strings.HasSuffix(e.Path, "secret") {
+					t.Fatalf("list %d of %s (guarded %v) shows %s: it exists only outside the scope", i, lr.req.Path, lr.guard, e.Path)
+				}
+			}
+		}
+		// Remove: only the one inside may go.
+		err := c.RemoveFileGuarded(t.Context(), fmt.Sprintf("scope/sub/v%d", i), g)
+		switch {
+		case err == nil:
+			done_++
+		case errors.Is(err, sandbox.ErrLink):
+			refused++
+		default:
+			t.Fatalf("remove %d: %v (want done or refused as a link)", i, err)
+		}
+	}
+	cancel()
+	<-done
+	ents, _ := os.ReadDir(outside)
+	if len(ents) != victims+1 {
+		t.Fatalf("outside holds %d entries, want %d: a remove went through the link (%d swaps)", len(ents), victims+1, swaps.Load())
+	}
+	t.Logf("%d rounds against %d swaps: %d removed inside, %d refused, nothing outside touched", victims, swaps.Load(), done_, refused)
+}
+
+// A guarded remove removes one file, never a directory, and never what a link points to.
+func TestRemoveFileGuarded(t *testing.T) {
+	ws, c, _ := agent(t, nil)
+	ctx := t.Context()
+	for _, d := range []string{"dir/inner", "out"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"dir/f", "dir/inner/g", "out/h"} {
+		if err := os.WriteFile(filepath.Join(ws, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../out", filepath.Join(ws, "dir/l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveFileGuarded(ctx, "dir/inner", sandbox.FileGuard{}); !errors.Is(err, sandbox.ErrIsDir) {
+		t.Fatalf("remove of a directory: %v, want ErrIsDir", err)
+	}
+	if err := c.RemoveFileGuarded(ctx, "dir/l/h", sandbox.FileGuard{NoLinks: true}); !errors.Is(err, sandbox.ErrLink) {
+		t.Fatalf("remove through a link with NoLinks: %v, want ErrLink", err)
+	}
+	if err := c.RemoveFileGuarded(ctx, "dir/l", sandbox.FileGuard{NoLinks: true}); !errors.Is(err, sandbox.ErrLink) {
+		t.Fatalf("remove of a link with NoLinks: %v, want ErrLink", err)
+	}
+	if err := c.RemoveFileGuarded(ctx, "dir/missing", sandbox.FileGuard{NoLinks: true}); !errors.Is(err, os.ErrNotExist) && !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("remove of a missing file: %v, want not found", err)
+	}
+	if err := c.RemoveFileGuarded(ctx, "dir/f", sandbox.FileGuard{NoLinks: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveFileGuarded(ctx, ".", sandbox.FileGuard{}); err == nil {
+		t.Fatal("the workspace root was removed")
+	}
+	for _, f := range []string{"dir/inner/g", "out/h", "dir/l"} {
+		if _, err := os.Lstat(filepath.Join(ws, f)); err != nil {
+			t.Fatalf("%s: %v (want kept)", f, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "dir/f")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dir/f still there: %v", err)
+	}
+}

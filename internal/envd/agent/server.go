@@ -124,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 	m.Handle("POST "+envd.PathProcessSignal, unary(s.sendSignal))
 	m.Handle("POST "+envd.PathProcessList, unary(s.list))
 	m.Handle("POST "+envd.PathFilesystemStat, unary(s.stat))
-	m.Handle("POST "+envd.PathFilesystemList, unary(s.listDir))
+	m.HandleFunc("POST "+envd.PathFilesystemList, s.handleListDir)
 	m.Handle("POST "+envd.PathFilesystemMkd, unary(s.makeDir))
 	m.Handle("POST "+envd.PathFilesystemRm, unary(s.remove))
 	m.HandleFunc("GET "+envd.PathPorts, s.handlePorts)
@@ -362,19 +362,8 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 
 func unary[Req, Resp any](fn func(context.Context, *Req) (*Resp, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if ct != envd.ContentJSON {
-			writeUnaryError(w, envd.CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, envd.ContentJSON), "")
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil || len(body) == 0 {
-			writeUnaryError(w, envd.CodeInvalidArgument, "empty or unreadable request body", "")
-			return
-		}
 		req := new(Req)
-		if err := json.Unmarshal(body, req); err != nil {
-			writeUnaryError(w, envd.CodeInvalidArgument, "decode request: "+err.Error(), "")
+		if !decodeUnary(w, r, req) {
 			return
 		}
 		resp, err := fn(r.Context(), req)
@@ -391,6 +380,25 @@ func unary[Req, Resp any](fn func(context.Context, *Req) (*Resp, error)) http.Ha
 		w.Header().Set("Content-Type", envd.ContentJSON)
 		_, _ = w.Write(out)
 	})
+}
+
+// decodeUnary reads a Connect unary request body into req, or answers the error itself.
+func decodeUnary(w http.ResponseWriter, r *http.Request, req any) bool {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != envd.ContentJSON {
+		writeUnaryError(w, envd.CodeInvalidArgument, fmt.Sprintf("content type %q is not %s", ct, envd.ContentJSON), "")
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || len(body) == 0 {
+		writeUnaryError(w, envd.CodeInvalidArgument, "empty or unreadable request body", "")
+		return false
+	}
+	if err := json.Unmarshal(body, req); err != nil {
+		writeUnaryError(w, envd.CodeInvalidArgument, "decode request: "+err.Error(), "")
+		return false
+	}
+	return true
 }
 
 func writeUnaryError(w http.ResponseWriter, code, msg, kind string) {
@@ -471,6 +479,13 @@ func (s *Server) stat(_ context.Context, req *envd.PathRequest) (*envd.EntryResp
 	if err != nil {
 		return nil, err
 	}
+	if req.ToolhostNoLinks {
+		fi, err := s.statNoLinks(w)
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", w.abs, err)
+		}
+		return &envd.EntryResponse{Entry: s.entry(w, fi)}, nil
+	}
 	fi, err := s.lstat(w)
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", w.abs, err)
@@ -507,96 +522,19 @@ func (s *Server) remove(_ context.Context, req *envd.PathRequest) (*envd.Empty, 
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case req.ToolhostFileOnly:
+		if err := s.removeOne(w, req.ToolhostNoLinks); err != nil {
+			return nil, fmt.Errorf("remove %s: %w", w.abs, err)
+		}
+		return &envd.Empty{}, nil
+	case req.ToolhostNoLinks:
+		return nil, envd.BadArg("toolhostNoLinks on a remove needs toolhostFileOnly")
+	}
 	if err := s.removeAll(w); err != nil {
 		return nil, fmt.Errorf("remove %s: %w", w.abs, err)
 	}
 	return &envd.Empty{}, nil
-}
-
-// listDir walks depth-first without following symbolic links, sorts each directory by
-// name, and stops at the limit; the collected entries are then sorted by path.
-func (s *Server) listDir(ctx context.Context, req *envd.ListDirRequest) (*envd.ListDirResponse, error) {
-	w, err := s.resolve(req.Path)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := s.statFollow(w)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", w.abs, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("list %s: %w", w.abs, sandbox.ErrNotDir)
-	}
-	depth := req.Depth
-	if depth == 0 {
-		depth = 1
-	}
-	limit := int(req.ToolhostLimit)
-	out := &envd.ListDirResponse{}
-	// The reply must fit the client's frame bound (envd.MaxEnvelope): past it the client
-	// could not decode it at all. Entries stop being added before the encoded reply would
-	// pass listReplyBudget, and the listing says it was truncated, as with a limit.
-	used := 64 // the response's own braces and fields
-	var walk func(dir where, level uint32) error
-	walk = func(dir where, level uint32) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		f, err := s.openFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			return fmt.Errorf("open directory %s: %w", dir.abs, err)
-		}
-		ents, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("read directory %s: %w", dir.abs, err)
-		}
-		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-		for _, de := range ents {
-			if limit > 0 && len(out.Entries) >= limit {
-				out.ToolhostTruncated = true
-				return nil
-			}
-			info, err := de.Info()
-			if err != nil {
-				continue // vanished meanwhile
-			}
-			child := dir.join(de.Name())
-			e := s.entry(child, info)
-			if used += entrySize(e); used > listReplyBudget {
-				out.ToolhostTruncated = true
-				return nil
-			}
-			out.Entries = append(out.Entries, e)
-			if de.IsDir() && level < depth && !slices.Contains(req.ToolhostSkip, de.Name()) {
-				if err := walk(child, level+1); err != nil {
-					return err
-				}
-				if out.ToolhostTruncated {
-					return nil
-				}
-			}
-		}
-		return nil
-	}
-	if err := walk(w, 1); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out.Entries, func(a, b envd.EntryInfo) int { return strings.Compare(a.Path, b.Path) })
-	return out, nil
-}
-
-// listReplyBudget is how many bytes of encoded entries one listing may carry: the
-// client's frame bound less room for the rest of the reply.
-var listReplyBudget = envd.MaxEnvelope - 64<<10
-
-// entrySize is the length of e encoded in a listing (its comma included).
-func entrySize(e envd.EntryInfo) int {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return listReplyBudget // cannot be sent: stop here
-	}
-	return len(b) + 1
 }
 
 // ---- processes

@@ -454,12 +454,22 @@ func (c *Client) writeFile(ctx context.Context, p string, data []byte, q url.Val
 
 // Stat describes a workspace path without following a final symbolic link.
 func (c *Client) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
+	return c.stat(ctx, p, false)
+}
+
+// StatGuarded is Stat with g.NoLinks checked by the agent as it opens the path
+// (sandbox.GuardedFiles); see ReadFileGuarded.
+func (c *Client) StatGuarded(ctx context.Context, p string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
+	return c.stat(ctx, p, g.NoLinks)
+}
+
+func (c *Client) stat(ctx context.Context, p string, noLinks bool) (sandbox.FileInfo, error) {
 	abs, err := sandbox.Resolve(p)
 	if err != nil {
 		return sandbox.FileInfo{}, fmt.Errorf("stat: %w", err)
 	}
 	var out envd.EntryResponse
-	if err := c.unary(ctx, envd.PathFilesystemStat, envd.PathRequest{Path: abs}, &out); err != nil {
+	if err := c.unary(ctx, envd.PathFilesystemStat, envd.PathRequest{Path: abs, ToolhostNoLinks: noLinks}, &out); err != nil {
 		return sandbox.FileInfo{}, fmt.Errorf("stat %s: %w", abs, err)
 	}
 	return envd.FileInfo(out.Entry, p), nil
@@ -494,17 +504,46 @@ func (c *Client) Remove(ctx context.Context, p string) error {
 	return nil
 }
 
+// RemoveFileGuarded removes one entry that is not a directory, never recursively, with
+// g.NoLinks checked by the agent as it opens the path (sandbox.GuardedFiles): a directory
+// is ErrIsDir, a missing entry ErrNotFound. See ReadFileGuarded.
+func (c *Client) RemoveFileGuarded(ctx context.Context, p string, g sandbox.FileGuard) error {
+	abs, err := sandbox.Resolve(p)
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if abs == sandbox.WorkspaceRoot {
+		return fmt.Errorf("remove: refusing to remove the workspace root: %w", sandbox.ErrOutside)
+	}
+	var out envd.Empty
+	in := envd.PathRequest{Path: abs, ToolhostNoLinks: g.NoLinks, ToolhostFileOnly: true}
+	if err := c.unary(ctx, envd.PathFilesystemRm, in, &out); err != nil {
+		return fmt.Errorf("remove %s: %w", abs, err)
+	}
+	return nil
+}
+
 // listDepth stands for "unbounded" in ListDir.
 const listDepth = 1 << 16
 
 // List returns the entries below a workspace directory, sorted by path, never following
 // symbolic links. Skip and Limit are applied here as well, for agents that ignore them.
 func (c *Client) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.ListResult, error) {
+	return c.list(ctx, lr, false)
+}
+
+// ListGuarded is List with g.NoLinks checked by the agent as it opens the listed
+// directory's path (sandbox.GuardedFiles); see ReadFileGuarded.
+func (c *Client) ListGuarded(ctx context.Context, lr sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
+	return c.list(ctx, lr, g.NoLinks)
+}
+
+func (c *Client) list(ctx context.Context, lr sandbox.ListRequest, noLinks bool) (sandbox.ListResult, error) {
 	abs, err := sandbox.Resolve(lr.Path)
 	if err != nil {
 		return sandbox.ListResult{}, fmt.Errorf("list: %w", err)
 	}
-	in := envd.ListDirRequest{Path: abs, Depth: 1, ToolhostSkip: lr.Skip}
+	in := envd.ListDirRequest{Path: abs, Depth: 1, ToolhostSkip: lr.Skip, ToolhostNoLinks: noLinks}
 	if lr.Recursive {
 		in.Depth = listDepth
 	}
@@ -513,6 +552,13 @@ func (c *Client) List(ctx context.Context, lr sandbox.ListRequest) (sandbox.List
 	}
 	var out envd.ListDirResponse
 	if err := c.unary(ctx, envd.PathFilesystemList, in, &out); err != nil {
+		return sandbox.ListResult{}, fmt.Errorf("list %s: %w", abs, err)
+	}
+	if e := out.ToolhostError; e != nil { // the agent's walk failed after it began to answer
+		err := &envd.Error{Status: envd.HTTPStatus(e.Code), Code: e.Code, Message: e.Message, Kind: envd.KindError(e.ToolhostKind)}
+		if err.Kind == nil {
+			err.Kind = envd.GuessKind(err.Status, err.Code, err.Message)
+		}
 		return sandbox.ListResult{}, fmt.Errorf("list %s: %w", abs, err)
 	}
 	res := sandbox.ListResult{Truncated: out.ToolhostTruncated}

@@ -1026,6 +1026,31 @@ func (s *Sandbox) WriteFileGuarded(ctx context.Context, path string, data []byte
 	return s.wrap(s.client.WriteFileGuarded(ctx, path, data, g))
 }
 
+// StatGuarded, ListGuarded and RemoveFileGuarded are Stat, List and a file's removal with
+// the guard checked by the agent as it opens the path (sandbox.GuardedFiles).
+func (s *Sandbox) StatGuarded(ctx context.Context, path string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
+	if err := s.closedErr(); err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	fi, err := s.client.StatGuarded(ctx, path, g)
+	return fi, s.wrap(err)
+}
+
+func (s *Sandbox) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
+	if err := s.closedErr(); err != nil {
+		return sandbox.ListResult{}, err
+	}
+	res, err := s.client.ListGuarded(ctx, req, g)
+	return res, s.wrap(err)
+}
+
+func (s *Sandbox) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
+	return s.wrap(s.client.RemoveFileGuarded(ctx, path, g))
+}
+
 // Stat describes a workspace path.
 func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	if err := s.closedErr(); err != nil {

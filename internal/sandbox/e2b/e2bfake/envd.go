@@ -440,6 +440,9 @@ func (e *emu) listDir(ctx context.Context, body []byte) (int, any) {
 	if err := json.Unmarshal(out, &lr); err != nil {
 		return 0, &envd.ConnectError{Code: "internal", Message: err.Error()}
 	}
+	if lr.ToolhostError != nil { // the agent's walk failed after it began to answer
+		return 0, &envd.ConnectError{Code: lr.ToolhostError.Code, Message: lr.ToolhostError.Message}
+	}
 	entries := []any{}
 	for i := range lr.Entries {
 		a := lr.Entries[i]
