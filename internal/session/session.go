@@ -347,13 +347,32 @@ func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
 // and tries again later; at the last call (force) it rotates all the same with the best
 // snapshot it has: the workspace itself by handoff, or the archive the store would not
 // take, restored from a local file.
-func (s *Session) rotate(ctx context.Context, force bool) {
+func (s *Session) rotate(ctx context.Context, force bool) { s.rotateFor(ctx, force, false) }
+
+// rotateFor is rotate; stuck says the old sandbox could no longer start commands
+// (replaceIfStuck): what it ran then is not started again on the new one, since a
+// background process is the likeliest thing to have used its processes up, and the
+// agent is told which were left behind.
+func (s *Session) rotateFor(ctx context.Context, force, stuck bool) {
 	start := time.Now()
 	old := s.sb
 	// The rotation belongs to the session, not to the call that ran into it.
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
 	terms := s.runningTerms(ctx, old)
+	var left []string
+	if stuck {
+		for _, p := range running {
+			left = append(left, fmt.Sprintf("- %s: %s", p.tag, display(p.argv)))
+		}
+		for _, t := range terms {
+			left = append(left, fmt.Sprintf("- %s (interactive): %s", t.req.Tag, display(t.req.Argv)))
+		}
+		s.bg.mu.Lock()
+		s.bg.procs, s.bg.terms = nil, nil
+		s.bg.mu.Unlock()
+		running, terms = nil, nil
+	}
 	ports, _ := s.listeningOn(ctx, old)
 	handoff := s.canHandoff(old)
 
@@ -411,7 +430,20 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	if saveErr != nil && how == "restore" {
 		files = filesLost
 	}
-	restarted := s.restartProcs(ctx, next, running, terms, ports, "a scheduled rotation", files)
+	why := "a scheduled rotation"
+	if stuck {
+		why = "its commands could no longer start: it had run out of processes, open files or memory"
+	}
+	restarted := s.restartProcs(ctx, next, running, terms, ports, why, files)
+	if stuck {
+		notice := fmt.Sprintf("[Note: the sandbox was replaced (%s); %s.", why, files)
+		if len(left) > 0 {
+			notice += " These background processes of the old sandbox were NOT restarted (one of them likely used its processes up); start again only what you need:\n" + strings.Join(left, "\n")
+		}
+		s.bg.mu.Lock()
+		s.bg.notice = notice + "]"
+		s.bg.mu.Unlock()
+	}
 	s.log.Info("session: rotated", "from", old.ID(), "to", next.ID(), "how", how, "snapshot", info.Key,
 		"save", saved, "pause", time.Since(start), "restarted", restarted, "rotations", s.rotations)
 }
