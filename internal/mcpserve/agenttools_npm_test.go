@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // toolReply is one tool result as agenttools.cjs reports it.
@@ -38,10 +37,10 @@ func TestNPMClientAgentTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), npmScriptBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir,
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir, npmRequestEnv,
 		"MCP_URL=" + srv.URL + "/mcp", "MCP_TOKEN=" + tokenA}
 	pdf := false
 	if _, err := exec.LookPath("pdftotext"); err == nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,15 @@ import (
 
 // npmClient finds node and the official MCP TypeScript SDK installed by
 // scripts/setup-mcp-client.sh; without them the test skips, saying so (on CI it fails).
+// npmRequestBound bounds one request of the JS client (MCP_REQUEST_TIMEOUT_MS, read by the
+// scripts) and npmScriptBound a whole script: hang bounds, not timings.
+const (
+	npmRequestBound = 5 * time.Minute
+	npmScriptBound  = 15 * time.Minute
+)
+
+var npmRequestEnv = "MCP_REQUEST_TIMEOUT_MS=" + strconv.FormatInt(npmRequestBound.Milliseconds(), 10)
+
 func npmClient(t *testing.T) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
@@ -66,10 +76,10 @@ func TestNPMClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), npmScriptBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir,
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir, npmRequestEnv,
 		"MCP_URL=" + srv.URL + "/mcp", "MCP_TOKEN=" + tokenA}
 	if shoot {
 		cmd.Env = append(cmd.Env, "MCP_SCREENSHOT=1")

@@ -77,10 +77,10 @@ func TestNPMClientWebFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), npmScriptBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir,
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_MCP_CLIENT_DIR=" + dir, npmRequestEnv,
 		"MCP_URL=" + srv.URL + "/mcp", "MCP_TOKEN=" + tokenA,
 		"WEB_URL=http://docs.test/notes", "WEB_REFUSED_URL=http://evil.test/"}
 	var stderr strings.Builder

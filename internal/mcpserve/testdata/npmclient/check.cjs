@@ -23,6 +23,13 @@ async function main() {
     requestInit: { headers: { Authorization: `Bearer ${process.env.MCP_TOKEN}` } },
   });
   const client = new Client({ name: "toolhost-npm-check", version: "1.0.0" });
+  // Each request's bound is the test's (a hang bound): the SDK's own 60 s default is a
+  // timing a loaded machine misses (a browser start alone took 87 s at load 30).
+  const bound = Number(process.env.MCP_REQUEST_TIMEOUT_MS) || undefined;
+  if (bound) {
+    const request = client.request.bind(client);
+    client.request = (req, schema, options) => request(req, schema, { timeout: bound, ...options });
+  }
   await client.connect(transport);
   const out = { protocolVersion: transport.protocolVersion || null };
 
