@@ -288,6 +288,16 @@ func (p *Provider) Unwarm(opts sandbox.CreateOptions) {
 	}
 }
 
+// Spares reports how many started sandboxes of opts' configuration are ready to be taken.
+func (p *Provider) Spares(opts sandbox.CreateOptions) int {
+	if p.pool == nil {
+		return 0
+	}
+	p.pool.mu.Lock()
+	defer p.pool.mu.Unlock()
+	return len(p.pool.spares[keyOf(template(opts))])
+}
+
 // startSpare starts a sandbox on a slot, with no workspace yet.
 func (p *Provider) startSpare(ctx context.Context, opts sandbox.CreateOptions) (*Sandbox, error) {
 	id := newID()
