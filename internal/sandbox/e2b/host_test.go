@@ -86,7 +86,8 @@ type toolEnv struct {
 
 func (e *toolEnv) call(tool, input string) abi.Result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// A hang bound: a capture alone took 87 s at load 30, past the 90 s this once was.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.HangBound)
 	defer cancel()
 	res, err := e.s.Dispatch(ctx, tool, json.RawMessage(input))
 	if err != nil {

@@ -40,7 +40,12 @@ import (
 // after one, have about 18 s before the next. Shorter plans (12 s with a 5 s margin) were
 // not enough under -race on a machine that runs other suites at once: a pack of the
 // workspace took 2 s, a capture 11 s, a sandbox ended before its save and a capture
-// straddled the next rotation. Slow, but what it proves does not depend on the load.
+// straddled the next rotation. Under a heavier load still (32 and more on 2 cores) one call
+// can outlast a sandbox's whole remaining life (a capture took 87 s): the sandbox ends
+// under that call, nothing can rotate it meanwhile, and the session recovers from the
+// last snapshot and says that later changes are lost. That is the honest outcome, and the
+// test accepts it only when the session said so (and counts it); a file lost without that
+// note fails.
 func TestSessionRotatesOnE2B(t *testing.T) {
 	needPython(t)
 	capt := capturer(t)
@@ -90,7 +95,8 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 	shots := 0
 	seen := s.Rotations()
 	sandboxes := map[string]bool{s.SandboxID(): true}
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(3 * testenv.HangBound)
+	announced := 0 // sandboxes that ended under a call, with the loss said
 	for i := 0; shots < 3; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d rotations (%d screenshots) after %d calls", s.Rotations(), shots, i)
@@ -98,10 +104,37 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 		name := fmt.Sprintf("work/file-%03d.txt", i)
 		content := fmt.Sprintf("call %d in sandbox %s\n", i, s.SandboxID())
 		in, _ := json.Marshal(map[string]string{"path": name, "content": content})
-		e.expect("write_file", string(in), false)
+		said := e.expect("write_file", string(in), false)
+		res := e.call("bash", `{"command":"ls work"}`)
+		got := testenv.ResultText(res)
+		if res.IsError && strings.Contains(got, "was replaced") { // it ended under this very call
+			said += got
+			res = e.call("bash", `{"command":"ls work"}`)
+			got = testenv.ResultText(res)
+		}
+		if res.IsError {
+			t.Fatalf("call %d: bash ls: %s", i, got)
+		}
+		said += got
+		if strings.Contains(said, "changes made since it are lost") {
+			// The sandbox ended under a call longer than its remaining life, and the
+			// session said so: what the snapshot had is what there is.
+			announced++
+			t.Logf("call %d: a sandbox ended under a call and the session said changes were lost", i)
+			for n := range want {
+				if !strings.Contains(got, strings.TrimPrefix(n, "work/")+"\n") {
+					delete(want, n)
+				}
+			}
+		}
 		want[name] = content
-		if got := e.expect("bash", `{"command":"ls work | wc -l"}`, false); !strings.Contains(got, fmt.Sprintf("\n%d\n", len(want))) {
-			t.Fatalf("call %d (rotation %d): bash sees the wrong files: %q", i, s.Rotations(), got)
+		for n := range want {
+			if !strings.Contains(got, strings.TrimPrefix(n, "work/")+"\n") {
+				t.Fatalf("call %d (rotation %d): bash does not see %s, and no loss was said: %q", i, s.Rotations(), n, got)
+			}
+		}
+		if c := strings.Count(got, "file-"); c != len(want) {
+			t.Fatalf("call %d (rotation %d): bash sees %d files, want %d: %q", i, s.Rotations(), c, len(want), got)
 		}
 		if r := s.Rotations(); r != seen {
 			seen = r
@@ -126,7 +159,7 @@ func TestSessionRotatesOnE2B(t *testing.T) {
 	if len(sandboxes) < 4 {
 		t.Errorf("%d sandboxes over %d rotations", len(sandboxes), s.Rotations())
 	}
-	t.Logf("%d files across %d rotations and %d sandboxes, %d screenshots", len(want), s.Rotations(), len(sandboxes), shots)
+	t.Logf("%d files across %d rotations and %d sandboxes, %d screenshots; %d sandboxes ended under a call, the loss said", len(want), s.Rotations(), len(sandboxes), shots, announced)
 }
 
 func mustDir(t testing.TB) *dir.Store {
