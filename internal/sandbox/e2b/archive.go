@@ -25,10 +25,11 @@ import (
 // workspace, FIFOs, ...) and reports it: every snapshot saved restores, as with the
 // local provider. The filter rebuilds and compresses the archive anyway (pgzip, every
 // core of the host), so the sandbox does not compress: its single-threaded gzip -1 was
-// the whole cost (50 MB: 29x the local archive through gzip -1, 3x without; on a
-// 100 Mbit/s link the uncompressed transfer was faster too, or even for a tree that
-// compresses 4x; docs/BENCHMARKS.md, issue 18). The price is the sandbox's /tmp holding
-// the workspace's size uncompressed while it is sent.
+// the whole cost (50 MB on the fake: 13-15x the local archive with gzip -1 in the
+// sandbox, 1.1-1.7x without; on a 100 Mbit/s link the uncompressed transfer was faster
+// for a tree that hardly compresses and about even for one that compresses 4.5x;
+// docs/BENCHMARKS.md, issue 18). The price is the sandbox's /tmp holding the workspace's
+// size uncompressed while it is sent.
 //
 // Unpack: the archive is hostile input (a snapshot store is not a trusted party, and the
 // snapshot was packed from an earlier sandbox). archive.Filter judges it on the host by
