@@ -4,6 +4,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/testenv"
@@ -31,7 +33,7 @@ func TestEditFileFromFourHostsNoneLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	barrier := t.TempDir() // each host says here it is ready; all edit at once
-	ctx, cancel := context.WithTimeout(t.Context(), 3*testenv.HangBound)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*testenv.HangBound)
 	defer cancel()
 	var wg sync.WaitGroup
 	outs := make([]string, 4)
@@ -98,8 +100,25 @@ func TestHelperEditHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close(context.Background()) })
-	e := &env{t: t, s: h.OpenSession(sb), ws: shared}
-	if res := e.call("read_file", `{"path":"notes.txt"}`); res.IsError { // warm: plugins loaded
+	// Four hosts compile the plugins at once on a loaded machine (under -race that took
+	// more than a minute): wait for them with a hang bound before the first call.
+	rctx, cancel := context.WithTimeout(context.Background(), 3*testenv.HangBound)
+	defer cancel()
+	if err := h.Ready(rctx); err != nil {
+		t.Fatal(err)
+	}
+	s := h.OpenSession(sb)
+	call := func(tool, input string) abi.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+		defer cancel()
+		res, err := s.Dispatch(ctx, tool, json.RawMessage(input))
+		if err != nil {
+			t.Fatalf("%s %s: host error %v", tool, input, err)
+		}
+		return res
+	}
+	if res := call("read_file", `{"path":"notes.txt"}`); res.IsError {
 		t.Fatalf("read_file: %s", testenv.ResultText(res))
 	}
 	barrier := os.Getenv("TOOLHOST_TEST_EDITHOST_BARRIER")
@@ -116,10 +135,10 @@ func TestHelperEditHost(t *testing.T) {
 			if attempt == 50 {
 				t.Fatalf("edit %d: still stale after 50 reads", n)
 			}
-			if res := e.call("read_file", `{"path":"notes.txt"}`); res.IsError {
+			if res := call("read_file", `{"path":"notes.txt"}`); res.IsError {
 				t.Fatalf("read_file: %s", testenv.ResultText(res))
 			}
-			res := e.call("edit_file", edit)
+			res := call("edit_file", edit)
 			text := testenv.ResultText(res)
 			if !res.IsError {
 				break
