@@ -89,9 +89,13 @@ func BenchmarkReadFile4K(b *testing.B) {
 // during Create and Exec plus every process of the sandbox (bwrap, the agent, true),
 // counted once the sandbox is closed and they are reaped (getrusage of children).
 //
+// BENCH_AGENT_BIN runs another binary of this module as the agent (the CLI's, see
+// BenchmarkAgentStart) instead of this test binary.
+//
 //	go test -run '^$' -bench CreateVsBwrap -benchtime 20x -count 6 ./internal/sandbox/local
 func BenchmarkCreateVsBwrap(b *testing.B) {
 	p := newProvider(b, Config{})
+	benchAgent(b, p)
 	ctx := context.Background()
 	ws := b.TempDir()
 	var bare, create, bareCPU, createCPU time.Duration
@@ -223,6 +227,20 @@ func (h *phaseLog) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	return nil
+}
+
+// benchAgent makes p run BENCH_AGENT_BIN as the agent when it is set.
+func benchAgent(b *testing.B, p *Provider) {
+	bin := os.Getenv("BENCH_AGENT_BIN")
+	if bin == "" {
+		return
+	}
+	f, err := openAgent(bin, p.id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.exe.Close()
+	p.exe = f // the provider's Close closes it
 }
 
 // BenchmarkAgentStart: what starting the agent's process costs before its first own
