@@ -159,6 +159,7 @@ func cpuTime(b *testing.B, who int) time.Duration {
 //	go test -run '^$' -bench CreatePhases -benchtime 30x ./internal/sandbox/local
 func BenchmarkCreatePhases(b *testing.B) {
 	p := newProvider(b, Config{})
+	benchAgent(b, p)
 	ph := &phaseLog{}
 	p.log = slog.New(ph)
 	ctx := context.Background()
@@ -227,6 +228,90 @@ func (h *phaseLog) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	return nil
+}
+
+// BenchmarkPlannedBwrap: the CPU of bubblewrap started with the provider's own plan (every
+// mount, /etc's files, the second user namespace that --disable-userns needs, the seccomp
+// filter) but running /bin/true instead of the agent, beside the bare start of
+// BenchmarkCreateVsBwrap: what the walls cost bwrap itself, apart from the agent.
+//
+//	go test -run '^$' -bench PlannedBwrap -benchtime 40x ./internal/sandbox/local
+func BenchmarkPlannedBwrap(b *testing.B) {
+	p := newProvider(b, Config{})
+	ws, err := p.newWorkspace(context.Background(), "bench-planned", b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ws.release() })
+	b.Run("bare", func(b *testing.B) {
+		var cpu time.Duration
+		for b.Loop() {
+			cmd := exec.Command(BwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+				"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+				"--proc", "/proc", "--dev", "/dev", "/bin/true")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+			c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("bare bwrap: %v %s", err, out)
+			}
+			cpu += cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms")
+	})
+	b.Run("planned", func(b *testing.B) {
+		var cpu time.Duration
+		for b.Loop() {
+			cpu += runPlanned(b, p, ws)
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms")
+	})
+}
+
+// runPlanned runs bwrap with p's plan over ws, /bin/true in place of the agent, and returns
+// the CPU its processes used.
+func runPlanned(b *testing.B, p *Provider, ws *workspace) time.Duration {
+	null, err := os.Open(os.DevNull) // stands for the agent's listening socket
+	if err != nil {
+		b.Fatal(err)
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer infoR.Close()
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer blockW.Close()
+	plan, err := p.plan(ws, null, infoW, blockR, sandbox.CreateOptions{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	argsFD, err := plan.data("args", plan.argsData())
+	if err != nil {
+		plan.close()
+		b.Fatal(err)
+	}
+	cmd := exec.Command(BwrapPath, "--args", argsFD, "--", "/bin/true")
+	cmd.ExtraFiles = plan.files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
+	err = cmd.Start()
+	plan.close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := readChildPID(infoR); err != nil {
+		b.Errorf("bwrap's info: %v", err)
+	}
+	_, _ = blockW.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("planned bwrap: %v: %s", err, stderr.String())
+	}
+	return cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
 }
 
 // benchAgent makes p run BENCH_AGENT_BIN as the agent when it is set.
