@@ -39,6 +39,9 @@ const poolKeys = 4
 // sandbox's maximum lifetime counts from its start.
 func (p *Provider) spareMaxAge() time.Duration { return min(p.cfg.MaxLifetime/4, time.Hour) }
 
+// spareWarmBound bounds the command a new spare runs before it waits (a hang bound).
+const spareWarmBound = time.Minute
+
 // poolKey is a configuration.
 type poolKey string
 
@@ -320,6 +323,19 @@ func (p *Provider) startSpare(ctx context.Context, opts sandbox.CreateOptions) (
 		<-s.closeDone
 		_ = sl.release() // once only, whoever comes first
 		return nil, fmt.Errorf("spare sandbox %s ended as it started", id)
+	}
+	// One command before it waits: the first command of a new sandbox costs about twice a
+	// later one (the agent's first launch, the connection to it), and that belongs to the
+	// making of a spare, not to the one who takes it. It runs in the empty slot.
+	wctx, cancel := context.WithTimeout(ctx, spareWarmBound)
+	res, err := s.Exec(wctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: spareWarmBound})
+	cancel()
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit code %d", res.ExitCode)
+	}
+	if err != nil {
+		s.shutdown("was a spare whose first command failed")
+		return nil, fmt.Errorf("spare sandbox %s: its first command: %w", id, err)
 	}
 	return s, nil
 }
