@@ -25,6 +25,10 @@ type FilterOptions struct {
 	MaxBytes   int64
 	MaxEntries int
 	MaxNameLen int
+	// Plain says r is an uncompressed tar stream (a remote sandbox's tar, sent as is so
+	// that the host compresses it); otherwise r is gzip-compressed. The output is
+	// gzip-compressed either way.
+	Plain bool
 	// Links names symbolic links already in the destination (clean, relative), for an
 	// extraction into a directory that is not empty: an entry below one is judged as
 	// Extract judges an entry below a link the archive made.
@@ -46,7 +50,7 @@ type FilterStats struct {
 	Duration time.Duration
 }
 
-// Filter reads a gzip-compressed tar stream from r, one that no one vouches for (a
+// Filter reads a gzip-compressed tar stream (or, with Plain, an uncompressed one) from r, one that no one vouches for (a
 // sandbox's own tar, a snapshot from a store), and writes to w a new gzip-compressed tar
 // stream that Extract accepts whole into an empty directory, without touching any file
 // system. Each entry is judged by Extract's rules (names, link targets, hard links,
@@ -84,11 +88,15 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 		}
 	}
 
-	zr, err := pgzip.NewReader(r)
-	if err != nil {
-		return f.st, fmt.Errorf("archive: filter: read gzip header: %w", err)
+	in := r
+	if !opts.Plain {
+		zr, err := pgzip.NewReader(r)
+		if err != nil {
+			return f.st, fmt.Errorf("archive: filter: read gzip header: %w", err)
+		}
+		defer zr.Close() // stops pgzip's read-ahead goroutine
+		in = zr
 	}
-	defer zr.Close() // stops pgzip's read-ahead goroutine
 	cw := &countWriter{w: w}
 	zw, err := pgzip.NewWriterLevel(cw, level)
 	if err != nil {
@@ -98,9 +106,9 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 		return f.st, fmt.Errorf("archive: filter: %w", err)
 	}
 	f.tw = tar.NewWriter(zw)
-	err = f.run(tar.NewReader(zr))
+	err = f.run(tar.NewReader(in))
 	if err == nil {
-		err = f.trailer(zr)
+		err = f.trailer(in)
 	}
 	if err == nil {
 		err = f.tw.Close()

@@ -5,9 +5,11 @@ package archive
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -73,12 +75,12 @@ func TestFilterStrictAgreesWithExtract(t *testing.T) {
 	ctx := context.Background()
 	limits := ExtractOptions{MaxEntries: 20}
 	for name, entries := range filterCorpus() {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, eachInput(func(t *testing.T, plain bool) {
 			data := craft(t, entries...)
 			direct := filepath.Join(t.TempDir(), "direct")
 			_, xerr := Extract(ctx, bytes.NewReader(data), direct, limits)
 			var out bytes.Buffer
-			_, ferr := Filter(ctx, &out, bytes.NewReader(data), FilterOptions{Strict: true, MaxEntries: limits.MaxEntries})
+			_, ferr := Filter(ctx, &out, bytes.NewReader(filterInput(t, data, plain)), FilterOptions{Strict: true, MaxEntries: limits.MaxEntries, Plain: plain})
 			if (xerr == nil) != (ferr == nil) {
 				t.Fatalf("Extract: %v; Filter: %v", xerr, ferr)
 			}
@@ -97,8 +99,34 @@ func TestFilterStrictAgreesWithExtract(t *testing.T) {
 			if d := diffStates(namedTimes(treeState(t, direct, true), entries), namedTimes(treeState(t, filtered, true), entries)); d != "" {
 				t.Errorf("the filtered archive extracts differently:\n%s", d)
 			}
-		})
+		}))
 	}
+}
+
+// eachInput runs fn on the gzip-compressed archive and on the same archive uncompressed
+// (FilterOptions.Plain): the rules are the same whatever the input's encoding.
+func eachInput(fn func(t *testing.T, plain bool)) func(t *testing.T) {
+	return func(t *testing.T) {
+		t.Run("gzip", func(t *testing.T) { fn(t, false) })
+		t.Run("plain", func(t *testing.T) { fn(t, true) })
+	}
+}
+
+// filterInput is data (a tar.gz) as Filter reads it: uncompressed when plain.
+func filterInput(t *testing.T, data []byte, plain bool) []byte {
+	t.Helper()
+	if !plain {
+		return data
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // Without Strict, Filter keeps what Extract accepts and skips the rest, so its output
@@ -109,10 +137,10 @@ func TestFilterSkipsWhatExtractRefuses(t *testing.T) {
 	}
 	ctx := context.Background()
 	for name, entries := range filterCorpus() {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, eachInput(func(t *testing.T, plain bool) {
 			data := craft(t, entries...)
 			var out bytes.Buffer
-			st, err := Filter(ctx, &out, bytes.NewReader(data), FilterOptions{MaxEntries: 20})
+			st, err := Filter(ctx, &out, bytes.NewReader(filterInput(t, data, plain)), FilterOptions{MaxEntries: 20, Plain: plain})
 			if err != nil {
 				t.Fatalf("Filter: %v", err)
 			}
@@ -139,7 +167,7 @@ func TestFilterSkipsWhatExtractRefuses(t *testing.T) {
 			if d := diffStates(namedTimes(treeState(t, ours, true), entries), namedTimes(treeState(t, byTar, true), entries)); d != "" {
 				t.Errorf("GNU tar and Extract disagree on the filtered archive:\n%s", d)
 			}
-		})
+		}))
 	}
 }
 
@@ -221,4 +249,38 @@ func namedTimes(state map[string]string, entries []entry) map[string]string {
 		out[rel] = desc
 	}
 	return out
+}
+
+// An uncompressed input has no gzip trailer to end it: what follows the tar end marker is
+// read up to 1 MiB, and more is refused with Strict (a sandbox that keeps writing after
+// its archive cannot hold the filter), dropped without.
+func TestFilterPlainTrailer(t *testing.T) {
+	raw := filterInput(t, craft(t, entry{name: "a.txt", typ: tar.TypeReg, body: "x"}), true)
+	junk := io.MultiReader(bytes.NewReader(raw), io.LimitReader(neverEnding('x'), 64<<20))
+	_, err := Filter(context.Background(), io.Discard, junk, FilterOptions{Strict: true, Plain: true})
+	if !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("64 MiB after the end marker, strict: %v", err)
+	}
+	junk = io.MultiReader(bytes.NewReader(raw), io.LimitReader(neverEnding('x'), 64<<20))
+	var out bytes.Buffer
+	st, err := Filter(context.Background(), &out, junk, FilterOptions{Plain: true})
+	if err != nil || st.Files != 1 {
+		t.Fatalf("64 MiB after the end marker: %+v %v", st, err)
+	}
+	// A plain stream is not taken for gzip, nor gzip for plain.
+	if _, err := Filter(context.Background(), io.Discard, bytes.NewReader(raw), FilterOptions{}); err == nil {
+		t.Error("a plain tar was read as gzip")
+	}
+	if _, err := Filter(context.Background(), io.Discard, bytes.NewReader(craft(t, entry{name: "a", typ: tar.TypeReg, body: "x"})), FilterOptions{Plain: true}); err == nil {
+		t.Error("a tar.gz was read as a plain tar")
+	}
+}
+
+type neverEnding byte
+
+func (b neverEnding) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
 }

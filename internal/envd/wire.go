@@ -55,8 +55,9 @@ const (
 	PathFilesystemRm   = "/filesystem.Filesystem/Remove"
 
 	// Toolhost extensions (no envd counterpart).
-	PathPorts = "/toolhost/ports"
-	PathDial  = "/toolhost/dial"
+	PathPorts     = "/toolhost/ports"
+	PathDial      = "/toolhost/dial"
+	PathWorkspace = "/toolhost/workspace" // POST: open the workspace again (a pooled sandbox's, just attached)
 )
 
 // Headers and query parameters.

@@ -6,6 +6,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,22 +15,33 @@ import (
 	"github.com/toolhost/toolhost/internal/session"
 )
 
-// BenchmarkRotationPause: a call that lands on a rotation waits for it; this measures a
-// forced rotation (save, new sandbox, move the work, restart the background server, swap)
-// plus the call, for a 50 MB workspace of 2,000 text files with one background HTTP
-// server. BenchmarkCallNoRotation is the same call without one. ms/server_back is the
-// time from the start of the rotation until the restarted server answers again through
-// the session's preview (what a take_screenshot right after a rotation waits for).
+// BenchmarkRotationPause: how long a rotation holds up the agent. A caller runs `true` in
+// the session back to back while the session rotates (save, move the work, restart the
+// background server, swap); pause-ms is the longest of its calls that overlapped the
+// rotation, call-ms the median of the calls around it (a warm `bash true`, the floor),
+// pause/call their ratio, all from the same run. The workspace is 50 MB of 2,000 text
+// files with one background HTTP server. handoff: the local provider hands the workspace
+// over (the save runs ahead, while calls go on); with spares, the next sandbox is taken
+// from the provider's pool; restore (RestoreOnRotate, what a remote provider does): the
+// new sandbox is restored from the snapshot. ms/server_back is the time from the start of
+// the rotation until the restarted server answers again through the session's preview
+// (what a take_screenshot right after a rotation waits for).
+//
+//	go test -run '^$' -bench RotationPause -benchtime 5x -count 3 ./internal/session
 func BenchmarkRotationPause(b *testing.B) {
-	for _, restore := range []bool{false, true} {
-		b.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(b *testing.B) {
-			benchRotation(b, restore)
-		})
+	for _, c := range []struct {
+		name    string
+		restore bool
+		pool    int
+	}{{"handoff", false, 0}, {"handoff_spare", false, 1}, {"restore", true, 0}} {
+		b.Run(c.name, func(b *testing.B) { benchRotation(b, c.restore, c.pool) })
 	}
 }
 
-func benchRotation(b *testing.B, restore bool) {
-	s := open(b, session.Config{Provider: provider(b), ProjectID: "pause", Snapshots: snapshots(b), TTL: time.Hour,
+func benchRotation(b *testing.B, restore bool, pool int) {
+	p := provider(b, pool)
+	p.Warm(sandbox.CreateOptions{})
+	s := open(b, session.Config{Provider: p, ProjectID: "pause", Snapshots: snapshots(b), TTL: time.Hour,
 		RestoreOnRotate: restore, Logger: slog.New(slog.DiscardHandler)})
 	ctx := context.Background()
 	// 37 MiB of random bytes as base64 lines: 50 MB of text that compresses like source.
@@ -63,32 +76,71 @@ func benchRotation(b *testing.B, restore bool) {
 		}
 	}
 	answers()
-	call := func() {
-		if _, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Run("call", func(b *testing.B) {
-		for b.Loop() {
-			call()
-		}
-	})
 	b.Run("call_on_rotation", func(b *testing.B) {
 		var back time.Duration
-		n := 0
+		var pauses, calls []time.Duration
 		for b.Loop() {
+			b.StopTimer()
+			answers()
+			s.Notice()
+			b.StartTimer()
+			stop := make(chan struct{})
+			var during, around []time.Duration
+			var rotating atomic.Bool
+			var callErr error
+			done := make(chan struct{})
+			go func() { // owned by this iteration: ends when stop is closed
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					overlapped := rotating.Load()
+					t0 := time.Now()
+					if _, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
+						callErr = err
+						return
+					}
+					d := time.Since(t0)
+					if overlapped || rotating.Load() {
+						during = append(during, d)
+					} else {
+						around = append(around, d)
+					}
+				}
+			}()
+			time.Sleep(20 * time.Millisecond) // calls before the rotation
 			start := time.Now()
+			rotating.Store(true)
 			if err := s.Rotate(ctx); err != nil {
 				b.Fatal(err)
 			}
-			call()
+			rotating.Store(false)
+			time.Sleep(20 * time.Millisecond) // calls after it
+			close(stop)
+			<-done
+			if callErr != nil {
+				b.Fatal(callErr)
+			}
 			b.StopTimer()
 			answers()
 			back += time.Since(start)
-			n++
-			s.Notice()
 			b.StartTimer()
+			if len(during) > 0 {
+				pauses = append(pauses, slices.Max(during))
+			}
+			calls = append(calls, around...)
 		}
-		b.ReportMetric(float64(back.Milliseconds())/float64(n), "ms/server_back")
+		slices.Sort(pauses)
+		slices.Sort(calls)
+		if len(pauses) > 0 && len(calls) > 0 {
+			pause, call := pauses[len(pauses)/2], calls[len(calls)/2]
+			b.ReportMetric(float64(pause.Microseconds())/1000, "pause-ms")
+			b.ReportMetric(float64(call.Microseconds())/1000, "call-ms")
+			b.ReportMetric(float64(pause)/float64(call), "pause/call")
+		}
+		b.ReportMetric(float64(back.Milliseconds())/float64(b.N), "ms/server_back")
 	})
 }

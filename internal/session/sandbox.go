@@ -76,7 +76,7 @@ func (s *Session) replaceIfStuck(ctx context.Context, sb sandbox.Sandbox, cause 
 	}
 	if s.sb == sb {
 		s.log.Warn("session: the sandbox can no longer start commands; replacing it", "sandbox", sb.ID(), "err", cause)
-		s.rotate(context.WithoutCancel(ctx), true)
+		s.rotate(context.WithoutCancel(ctx), true, nil)
 	}
 	return s.sb != sb
 }

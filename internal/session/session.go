@@ -134,7 +134,13 @@ type Session struct {
 	retryAt     time.Time // after a failed rotation, when to try again
 	rotations   int
 	closed      bool
-	devPort     int // the dev server last seen listening
+	// rotating: a rotation is saving ahead of its handoff (saveAhead) with mu released;
+	// calls go on meanwhile instead of waiting for the save.
+	rotating bool
+	// rotMu is held for a whole rotation, the save ahead included, so that two never
+	// overlap (Rotate takes it before mu; maintain, holding mu, only tries it).
+	rotMu   sync.Mutex
+	devPort int // the dev server last seen listening
 
 	bg bgState // background processes to carry over (processes.go)
 
@@ -275,6 +281,9 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 }
 
 func (s *Session) needsCare(now time.Time) bool {
+	if s.rotating && now.Before(s.endsAt) {
+		return false // the rotation under way cares; the sandbox serves until it is handed over
+	}
 	if now.Sub(s.refreshedAt) > s.cfg.RefreshInterval {
 		return true
 	}
@@ -289,7 +298,7 @@ func (s *Session) needsCare(now time.Time) bool {
 func (s *Session) maintain(ctx context.Context, trouble bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.rotating {
 		return
 	}
 	now := s.clock.Now()
@@ -329,7 +338,54 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 	if now.Before(s.retryAt) && !force {
 		return
 	}
-	s.rotate(ctx, force)
+	if !s.rotMu.TryLock() {
+		return // a Rotate is under way
+	}
+	defer s.rotMu.Unlock()
+	s.rotate(ctx, force, s.saveAhead(ctx, force))
+}
+
+// warmer is a provider that keeps sandboxes started ahead of need per configuration (the
+// local provider's pool): Unwarm ends those of a configuration no one will ask for again.
+type warmer interface {
+	Unwarm(sandbox.CreateOptions)
+}
+
+// ahead is a snapshot saved ahead of a handoff, while calls went on.
+type ahead struct {
+	sb    sandbox.Sandbox // the sandbox it was taken of
+	info  snapshot.Info
+	err   error
+	ports []int // the ports its servers listened on, for the restarted ones to be awaited
+}
+
+// saveAhead saves the workspace for a rotation that will hand the workspace itself over,
+// with mu released for the save: the snapshot is then a checkpoint, not what carries the
+// work (the workspace moves as it is, with whatever the calls made meanwhile), so the calls
+// need not wait for it; the pause they see is the handoff (with a provider's spare, the
+// attach of the workspace) and the restart of background processes. Called with mu held
+// for writing, which it holds again when it returns; nil when the rotation will not hand
+// over (it restores, so it must save what the calls left last) or it is the last call.
+func (s *Session) saveAhead(ctx context.Context, force bool) *ahead {
+	old := s.sb
+	if force || !s.canHandoff(old) {
+		return nil
+	}
+	s.rotating = true
+	s.mu.Unlock()
+	a := &ahead{sb: old}
+	func() {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		// The save gets the time until the last call; what is left over is the move's.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.lastCall().Sub(s.clock.Now()), time.Second))
+		defer cancel()
+		a.info, _, a.err = s.save(sctx, "rotation", false)
+		a.ports, _ = s.listeningOn(ctx, old)
+	}()
+	s.mu.Lock()
+	s.rotating = false
+	return a
 }
 
 // lastCall is when the session rotates whatever its saves do.
@@ -347,15 +403,24 @@ func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
 // and tries again later; at the last call (force) it rotates all the same with the best
 // snapshot it has: the workspace itself by handoff, or the archive the store would not
 // take, restored from a local file.
-func (s *Session) rotate(ctx context.Context, force bool) {
+func (s *Session) rotate(ctx context.Context, force bool, pre *ahead) {
+	if s.closed { // closed while a save ahead ran
+		return
+	}
 	start := time.Now()
 	old := s.sb
 	// The rotation belongs to the session, not to the call that ran into it.
 	ctx = context.WithoutCancel(ctx)
 	running := s.runningProcs(ctx, old)
 	terms := s.runningTerms(ctx, old)
-	ports, _ := s.listeningOn(ctx, old)
 	handoff := s.canHandoff(old)
+	fresh := pre != nil && pre.sb == old && handoff // saved ahead, of this very sandbox
+	var ports []int
+	if fresh {
+		ports = pre.ports
+	} else {
+		ports, _ = s.listeningOn(ctx, old)
+	}
 
 	// Leave the save time to finish before the last call, or (at the last call) half of
 	// what remains, so the move itself still fits before the end.
@@ -363,10 +428,20 @@ func (s *Session) rotate(ctx context.Context, force bool) {
 	if force {
 		budget = max(s.endsAt.Sub(s.clock.Now())/2, time.Second)
 	}
-	sctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
-	info, local, err := s.save(sctx, "rotation", !handoff)
-	cancel()
-	saved := time.Since(start)
+	var (
+		info  snapshot.Info
+		local *localArchive
+		err   error
+		saved time.Duration
+	)
+	if fresh {
+		info, err = pre.info, pre.err // saved while the calls went on
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
+		info, local, err = s.save(sctx, "rotation", !handoff)
+		cancel()
+		saved = time.Since(start)
+	}
 	if err != nil {
 		if !force {
 			s.retryAt = minTime(s.clock.Now().Add(s.cfg.RetryInterval), s.lastCall())
@@ -459,16 +534,23 @@ func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *local
 }
 
 // Rotate moves the workspace to a fresh sandbox now: save, replace, restart. Calls made
-// meanwhile wait and then run on the new sandbox. If the save fails, the old sandbox
+// meanwhile wait and then run on the new sandbox; when the workspace is handed over, they
+// go on during the save and wait only for the move. If the save fails, the old sandbox
 // stays and the error says why.
 func (s *Session) Rotate(ctx context.Context) error {
+	s.rotMu.Lock()
+	defer s.rotMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
 	before := s.rotations
-	s.rotate(ctx, false)
+	pre := s.saveAhead(ctx, false)
+	if s.closed { // closed while the save ran
+		return ErrClosed
+	}
+	s.rotate(ctx, false, pre)
 	if s.rotations == before {
 		return errors.New("session: rotation failed; the current sandbox stays (see the log)")
 	}
@@ -643,6 +725,11 @@ func (s *Session) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.stop()
 	err := sb.Close(ctx)
+	// A provider that keeps sandboxes started ahead (the local pool) keeps them per
+	// configuration; one with the session's own egress serves no other session.
+	if w, ok := sandbox.ProviderAs[warmer](s.cfg.Provider); ok && s.cfg.Sandbox.Egress != nil {
+		w.Unwarm(s.cfg.Sandbox)
+	}
 	s.wg.Wait()
 	if local := s.takeLocal(); local != nil {
 		// The newest snapshot exists only here: one more try, and else keep the file.

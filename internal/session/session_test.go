@@ -33,10 +33,15 @@ import (
 	"github.com/toolhost/toolhost/internal/testplugins"
 )
 
-func provider(t testing.TB) *local.Provider {
+// provider is a local provider; a pool of n keeps n spares per configuration.
+func provider(t testing.TB, pool ...int) *local.Provider {
 	t.Helper()
 	testenv.NeedBwrap(t)
-	p, err := local.New(local.Config{RunDir: t.TempDir(), MaxLifetime: time.Hour})
+	n := 0
+	if len(pool) > 0 {
+		n = pool[0]
+	}
+	p, err := local.New(local.Config{RunDir: t.TempDir(), MaxLifetime: time.Hour, Pool: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,5 +612,39 @@ func TestLostWorkIsToldToTheAgent(t *testing.T) {
 	res, err = hs.Dispatch(ctx, "bash", json.RawMessage(`{"command":"ls"}`))
 	if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), "a.txt") || strings.Contains(testenv.ResultText(res), "b.txt") || len(res.Content) != 1 {
 		t.Fatalf("after the death: %+v %v", res.Content, err)
+	}
+}
+
+// A rotation with a provider that keeps spares takes one: the workspace is attached to a
+// sandbox started before the rotation, every file is kept, the background process is
+// restarted there, and the old sandbox is gone.
+func TestRotationTakesASpare(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skipf(t, "spare sandboxes need root (the host mounts each workspace for its sandbox)")
+	}
+	p := provider(t, 1)
+	s := open(t, session.Config{Provider: p, ProjectID: "spare", Snapshots: snapshots(t), TTL: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	if res, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "echo kept > kept.txt"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := s.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "a spare sandbox", func() bool { return p.Spares(sandbox.CreateOptions{}) > 0 })
+	before := s.SandboxID()
+	rotated := time.Now()
+	if err := s.Rotate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.SandboxID() == before {
+		t.Fatal("the rotation kept the sandbox")
+	}
+	if !s.StartedAt().Before(rotated) {
+		t.Errorf("the sandbox after the rotation started at %s, after the rotation began (%s): it was not a spare", s.StartedAt(), rotated)
+	}
+	res, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "cat kept.txt; pgrep -xc sleep"}})
+	if err != nil || string(res.Stdout) != "kept\n1\n" {
+		t.Fatalf("after the rotation: %q %q %v", res.Stdout, res.Stderr, err)
 	}
 }

@@ -98,11 +98,14 @@ func (n *netns) do(f func()) error {
 }
 
 // ip runs ip(8) in the namespace: forked from a thread that is in it, the child is too.
-func (n *netns) ip(args ...string) error {
+func (n *netns) ip(args ...string) error { return n.run("ip", args...) }
+
+// run runs prog (ip or tc) in the namespace.
+func (n *netns) run(prog string, args ...string) error {
 	var out []byte
 	var err error
 	if derr := n.do(func() {
-		cmd := exec.Command("ip", args...)
+		cmd := exec.Command(prog, args...)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		cmd.WaitDelay = 5 * time.Second
 		out, err = cmd.CombinedOutput()
@@ -110,7 +113,7 @@ func (n *netns) ip(args ...string) error {
 		return derr
 	}
 	if err != nil {
-		return fmt.Errorf("ip %s in %s: %w: %s", strings.Join(args, " "), n.name, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s in %s: %w: %s", prog, strings.Join(args, " "), n.name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -225,6 +225,26 @@ func (n *Net) AddHost(name string) (netip.Addr, error) {
 	return a, nil
 }
 
+// Shape limits the link between the two sides to rate bits per second in each
+// direction (a token bucket filter, tc-tbf, on both ends of the veth pair), as a slow
+// link to a remote service: a test that measures a transfer on, say, 100 Mbit/s. It
+// needs tc(8) (iproute2); the filters go with the namespaces.
+func (n *Net) Shape(rate int64) error {
+	if _, err := exec.LookPath("tc"); err != nil {
+		return fmt.Errorf("testnet: shaping needs tc(8) (Debian package iproute2): %w", err)
+	}
+	// The bucket holds 10 ms of traffic (tbf needs at least rate/HZ) and the queue 50 ms.
+	burst := max(rate/8/100, 16<<10)
+	args := func(dev string) []string {
+		return []string{"qdisc", "replace", "dev", dev, "root", "tbf", "rate", fmt.Sprintf("%dbit", rate),
+			"burst", fmt.Sprint(burst), "latency", "50ms"}
+	}
+	if err := n.gw.run("tc", args("th0")...); err != nil {
+		return err
+	}
+	return n.inet.run("tc", args("th1")...)
+}
+
 // Listen listens on the internet side.
 func (n *Net) Listen(network, addr string) (net.Listener, error) { return n.inet.listen(network, addr) }
 

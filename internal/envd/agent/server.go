@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,8 +62,10 @@ const readChunk = 32 << 10
 
 // Server is the in-sandbox agent.
 type Server struct {
-	cfg    Config
-	root   *os.Root // the workspace; paths inside it are opened through it
+	cfg Config
+	// root is the workspace; paths inside it are opened through it. A pooled sandbox's
+	// agent starts before its workspace is attached, and opens it again then (PathWorkspace).
+	root   atomic.Pointer[os.Root]
 	mux    *http.ServeMux
 	log    *slog.Logger
 	launch launcher
@@ -108,7 +111,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
-	s := &Server{cfg: cfg, root: root, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
+	s.root.Store(root)
 	if cfg.Init {
 		s.reaper = newReaper()
 		s.launch = s.reaper
@@ -129,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 	m.Handle("POST "+envd.PathFilesystemRm, unary(s.remove))
 	m.HandleFunc("GET "+envd.PathPorts, s.handlePorts)
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
+	m.HandleFunc("POST "+envd.PathWorkspace, s.handleWorkspace)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)
@@ -136,6 +141,23 @@ func New(cfg Config) (*Server, error) {
 	s.handleTerminals(m)
 	s.mux = m
 	return s, nil
+}
+
+// handleWorkspace opens the workspace again: the host has just attached a workspace over
+// the empty slot a pooled sandbox started on (mount propagation puts it at WorkspaceRoot in
+// here). The host calls it before the sandbox runs anything else; the sandbox cannot reach
+// this endpoint (the agent's socket is outside it).
+func (s *Server) handleWorkspace(w http.ResponseWriter, _ *http.Request) {
+	root, err := os.OpenRoot(s.cfg.Workspace)
+	if err != nil {
+		http.Error(w, "open the workspace: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_ = os.Chdir(s.cfg.Workspace) // off the slot underneath, for good measure
+	if old := s.root.Swap(root); old != nil {
+		_ = old.Close()
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // ServeHTTP implements http.Handler.
@@ -187,7 +209,7 @@ func (s *Server) Close() {
 	s.closeTerminals()
 	s.closeEgress()
 	s.wg.Wait()
-	_ = s.root.Close()
+	_ = s.root.Load().Close()
 }
 
 // ---- paths
@@ -229,35 +251,35 @@ func (s *Server) real(w where) string {
 
 func (s *Server) openFile(w where, flag int, perm fs.FileMode) (*os.File, error) {
 	if w.rel != "" {
-		return s.root.OpenFile(w.rel, flag, perm)
+		return s.root.Load().OpenFile(w.rel, flag, perm)
 	}
 	return os.OpenFile(w.abs, flag, perm)
 }
 
 func (s *Server) lstat(w where) (fs.FileInfo, error) {
 	if w.rel != "" {
-		return s.root.Lstat(w.rel)
+		return s.root.Load().Lstat(w.rel)
 	}
 	return os.Lstat(w.abs)
 }
 
 func (s *Server) statFollow(w where) (fs.FileInfo, error) {
 	if w.rel != "" {
-		return s.root.Stat(w.rel)
+		return s.root.Load().Stat(w.rel)
 	}
 	return os.Stat(w.abs)
 }
 
 func (s *Server) readlink(w where) (string, error) {
 	if w.rel != "" {
-		return s.root.Readlink(w.rel)
+		return s.root.Load().Readlink(w.rel)
 	}
 	return os.Readlink(w.abs)
 }
 
 func (s *Server) mkdirAll(w where) error {
 	if w.rel != "" {
-		return s.root.MkdirAll(w.rel, 0o755)
+		return s.root.Load().MkdirAll(w.rel, 0o755)
 	}
 	return os.MkdirAll(w.abs, 0o755)
 }
@@ -267,7 +289,7 @@ func (s *Server) removeAll(w where) error {
 		if w.rel == "." {
 			return envd.BadArg("refusing to remove the workspace root")
 		}
-		return s.root.RemoveAll(w.rel)
+		return s.root.Load().RemoveAll(w.rel)
 	}
 	return os.RemoveAll(w.abs)
 }

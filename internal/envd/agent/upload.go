@@ -155,14 +155,14 @@ func (s *Server) replaceFile(target where, mode fs.FileMode, body io.Reader) err
 
 func (s *Server) rename(from, to where) error {
 	if from.rel != "" && to.rel != "" {
-		return s.root.Rename(from.rel, to.rel)
+		return s.root.Load().Rename(from.rel, to.rel)
 	}
 	return os.Rename(s.real(from), s.real(to))
 }
 
 func (s *Server) removeFile(w where) error {
 	if w.rel != "" {
-		return s.root.Remove(w.rel)
+		return s.root.Load().Remove(w.rel)
 	}
 	return os.Remove(w.abs)
 }

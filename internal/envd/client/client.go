@@ -276,6 +276,25 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
+// OpenWorkspace asks the agent to open its workspace again (POST /toolhost/workspace):
+// the local provider calls it once it has attached a workspace to a pooled sandbox.
+func (c *Client) OpenWorkspace(ctx context.Context) error {
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathWorkspace, nil, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.call(req)
+	if err != nil {
+		return fmt.Errorf("open the workspace: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return readError(resp)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	return nil
+}
+
 // readError turns a non-success response into *Error.
 func readError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -19,10 +19,17 @@ import (
 // envd has no archive endpoint), with the archive's file in the sandbox's /tmp and moved
 // through envd's /files as a stream.
 //
-// Pack: tar reads the workspace from the sandbox's own view and stores links as links.
-// What it wrote is the sandbox's word, so on its way to w it goes through archive.Filter,
-// which leaves out what a restore would refuse (links out of the workspace, FIFOs, ...)
-// and reports it: every snapshot saved restores, as with the local provider.
+// Pack: tar reads the workspace from the sandbox's own view and stores links as links,
+// uncompressed. What it wrote is the sandbox's word, so on its way to w it goes through
+// archive.Filter, which leaves out what a restore would refuse (links out of the
+// workspace, FIFOs, ...) and reports it: every snapshot saved restores, as with the
+// local provider. The filter rebuilds and compresses the archive anyway (pgzip, every
+// core of the host), so the sandbox does not compress: its single-threaded gzip -1 was
+// the whole cost (50 MB on the fake: 13-15x the local archive with gzip -1 in the
+// sandbox, 1.1-1.7x without; on a 100 Mbit/s link the uncompressed transfer was faster
+// for a tree that hardly compresses and about even for one that compresses 4.5x;
+// docs/BENCHMARKS.md, issue 18). The price is the sandbox's /tmp holding the workspace's
+// size uncompressed while it is sent.
 //
 // Unpack: the archive is hostile input (a snapshot store is not a trusted party, and the
 // snapshot was packed from an earlier sandbox). archive.Filter judges it on the host by
@@ -36,18 +43,31 @@ import (
 // --no-overwrite-dir (the workspace root keeps its own mode, as with Extract).
 
 // tmpName names a file of the provider's in the sandbox's /tmp.
-func tmpName(kind string) string {
+func tmpName(kind, ext string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return "/tmp/toolhost-" + kind + "-" + hex.EncodeToString(b[:]) + ".tar.gz"
+	return "/tmp/toolhost-" + kind + "-" + hex.EncodeToString(b[:]) + ext
 }
 
-// packScript archives the workspace into $1 with gzip -1 (the sandbox's CPU is the
-// bottleneck; the host recompresses), leaving out the names after it. GNU tar exits 1
-// when a file changed while it was read: the archive is still whole.
+// packScript archives the workspace into $1 uncompressed, leaving out the names after
+// it; the host compresses (see packInSandbox). GNU tar exits 1 when a file changed while
+// it was read: the archive is still whole.
 const packScript = `f=$1; shift; umask 077
+tar -C ` + sandbox.WorkspaceRoot + ` -c -f "$f" --no-wildcards "$@" .
+rc=$?; [ $rc -le 1 ] || exit $rc`
+
+// packGzipScript is packScript compressing with gzip -1 in the sandbox.
+const packGzipScript = `f=$1; shift; umask 077
 tar -C ` + sandbox.WorkspaceRoot + ` -c -f "$f" -I 'gzip -1' --no-wildcards "$@" .
 rc=$?; [ $rc -le 1 ] || exit $rc`
+
+// packInSandbox makes Archive compress in the sandbox (gzip -1, the former way) instead
+// of on the host; only the benchmarks that compare the two set it (export_test.go).
+var packInSandbox = false
+
+// maxPlainArchive bounds an uncompressed archive's download: the filter's own bound on
+// file contents plus a KiB of headers and padding for each entry it allows.
+const maxPlainArchive = envd.MaxArchiveBytes + archive.DefaultMaxEntries<<10
 
 // Archive writes the workspace to w as one tar.gz, leaving out excludes (nil: the
 // archive defaults).
@@ -59,9 +79,13 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 		excludes = archive.DefaultExcludes
 	}
 	began := time.Now()
-	tmp := tmpName("archive")
+	tmp := tmpName("archive", ".tar")
 	defer s.removeTmp(ctx, tmp)
-	argv := []string{"/bin/sh", "-c", packScript, "sh", tmp}
+	script, limit := packScript, int64(maxPlainArchive)
+	if packInSandbox {
+		script, limit = packGzipScript, envd.MaxArchiveBytes
+	}
+	argv := []string{"/bin/sh", "-c", script, "sh", tmp}
 	for _, x := range excludes {
 		argv = append(argv, "--exclude="+x)
 	}
@@ -78,11 +102,11 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() { // owned by Archive, which waits for it below
-		_, err := s.client.Download(ctx, tmp, pw, envd.MaxArchiveBytes)
+		_, err := s.client.Download(ctx, tmp, pw, limit)
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	st, ferr := archive.Filter(ctx, w, pr, archive.FilterOptions{})
+	st, ferr := archive.Filter(ctx, w, pr, archive.FilterOptions{Plain: !packInSandbox})
 	pr.CloseWithError(errors.New("archive filter stopped"))
 	derr := <-done
 	if derr != nil && (ferr == nil || !errors.Is(ferr, derr)) {
@@ -131,7 +155,7 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 			links = append(links, string(l))
 		}
 	}
-	tmp := tmpName("extract")
+	tmp := tmpName("extract", ".tar.gz")
 	defer s.removeTmp(ctx, tmp)
 
 	pr, pw := io.Pipe()

@@ -11,10 +11,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/sandbox/e2b"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
+	"github.com/toolhost/toolhost/internal/testnet"
 )
 
 // benchProviders are the e2b provider on a fake (by header: plain http) and a local
@@ -99,25 +104,62 @@ func BenchmarkReadFile4K(b *testing.B) {
 // fill50MB makes a 50 MB workspace of 100 files: half random bytes, half text.
 const fill50MB = `mkdir -p bin text && for i in $(seq 1 50); do head -c 524288 /dev/urandom > bin/$i; head -c 393216 /dev/urandom | base64 -w 76 > text/$i.txt; done; du -sb . | cut -f1`
 
-// BenchmarkArchive50MB: Archive of a 50 MB workspace to memory (snapshot pack).
+// BenchmarkArchive50MB: Archive of a 50 MB workspace to memory (snapshot pack), in each
+// iteration one after the other (interleaved, so that a loaded machine weighs on all
+// alike): the local provider (the floor), the e2b provider as it is (tar in the sandbox,
+// compressed on the host), and the e2b provider compressing in the sandbox (gzip -1, the
+// former way). Reported per archive: ms-local, ms-e2b, ms-e2b-gzip-in-sandbox, and
+// e2b/local. tree=src is a tree of the same size that gzip -1 compresses 4.5x (text, as
+// a source tree), where compressing before the wire could pay on a slow link.
 func BenchmarkArchive50MB(b *testing.B) {
-	benchEach(b, func(b *testing.B, p sandbox.Provider) {
-		sb := benchSandbox(b, p)
-		ctx := context.Background()
-		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", fill50MB}}); err != nil || res.ExitCode != 0 {
-			b.Fatalf("%+v %v", res, err)
-		}
-		b.SetBytes(50 << 20)
-		var n int64
-		for b.Loop() {
-			cw := &countWriter{}
-			if err := sb.Archive(ctx, cw, nil); err != nil {
-				b.Fatal(err)
+	benchArchiveTrees(b, benchProviders(b))
+}
+
+// fill50MBText makes a 50 MB workspace of 200 text files that gzip -1 compresses about
+// 4.5x, as a source tree.
+const fill50MBText = `mkdir -p src && for i in $(seq 1 200); do head -c 49152 /dev/urandom | base64 -w 16 | sed 's/.*/\tv := call(&, "a constant string in the code")/' > src/$i.go; done; du -sb . | cut -f1`
+
+func benchArchiveTrees(b *testing.B, ps map[string]sandbox.Provider) {
+	for _, tree := range []struct{ name, fill string }{{"mixed", fill50MB}, {"src", fill50MBText}} {
+		b.Run("tree="+tree.name, func(b *testing.B) {
+			ctx := context.Background()
+			sbs := map[string]sandbox.Sandbox{}
+			for _, name := range []string{"local", "e2b"} {
+				sb := benchSandbox(b, ps[name])
+				if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", tree.fill}}); err != nil || res.ExitCode != 0 {
+					b.Fatalf("%+v %v", res, err)
+				}
+				sbs[name] = sb
 			}
-			n = cw.n
-		}
-		b.ReportMetric(float64(n)/(1<<20), "MB-archive")
-	})
+			cases := []struct {
+				metric  string
+				sb      sandbox.Sandbox
+				gzipped bool
+			}{{"local", sbs["local"], false}, {"e2b", sbs["e2b"], false}, {"e2b-gzip-in-sandbox", sbs["e2b"], true}}
+			took := make([]time.Duration, len(cases))
+			var n int64
+			for b.Loop() {
+				for i, c := range cases {
+					restore := e2b.SetPackInSandbox(c.gzipped)
+					cw := &countWriter{}
+					began := time.Now()
+					err := c.sb.Archive(ctx, cw, nil)
+					took[i] += time.Since(began)
+					restore()
+					if err != nil {
+						b.Fatalf("%s: %v", c.metric, err)
+					}
+					n = cw.n
+				}
+			}
+			for i, c := range cases {
+				b.ReportMetric(float64(took[i].Milliseconds())/float64(b.N), "ms-"+c.metric)
+			}
+			b.ReportMetric(float64(took[1])/float64(took[0]), "e2b/local")
+			b.ReportMetric(float64(took[2])/float64(took[0]), "gzip-in-sandbox/local")
+			b.ReportMetric(float64(n)/(1<<20), "MB-archive")
+		})
+	}
 }
 
 // BenchmarkExtract50MB: Extract of that archive into a fresh sandbox (snapshot restore);
@@ -156,3 +198,35 @@ type countWriter struct{ n int64 }
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 var _ io.Writer = (*countWriter)(nil)
+
+// BenchmarkArchive50MBShaped: as BenchmarkArchive50MB, with the fake on the far side of
+// a 100 Mbit/s link (testnet: two network namespaces of the test's own joined by a veth
+// pair, tc-tbf on both ends; nothing leaves the machine), so the e2b provider pays the
+// wire as against E2B's cloud. The local provider's figure has no wire: it is the floor.
+func BenchmarkArchive50MBShaped(b *testing.B) {
+	n := testnet.New(b)
+	if err := n.Shape(100_000_000); err != nil {
+		b.Fatal(err)
+	}
+	addr, err := n.AddHost("api.e2b.test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := n.Listen("tcp", netip.AddrPortFrom(addr, 80).String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := e2bfake.New(e2bfake.Config{Local: e2bfake.NewLocal(b), MaxConcurrent: 100, Logger: testLogger(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.Serve(ln)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = f.Close(ctx)
+	})
+	cfg := providerConfig(b, f, byHeader)
+	cfg.Transport = &http.Transport{DialContext: n.DialContext, MaxIdleConns: 64, DisableCompression: true}
+	benchArchiveTrees(b, map[string]sandbox.Provider{"local": e2bfake.NewLocal(b), "e2b": newProvider(b, cfg)})
+}

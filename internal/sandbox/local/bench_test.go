@@ -207,3 +207,43 @@ func BenchmarkAttachHostDir(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTakeSpare is issue 18's "take a pooled sandbox -> first command / warm bash
+// true": each iteration waits (untimed) for the pool's spare, then times Create -> Exec
+// true -> result (the spare taken, a private workspace attached), then one more Exec true
+// in the same sandbox (the floor); the ratio is of one run. Needs root (the pool does).
+//
+//	go test -run '^$' -bench TakeSpare -benchtime 20x -count 6 ./internal/sandbox/local
+func BenchmarkTakeSpare(b *testing.B) {
+	p := newPooled(b, Config{})
+	ctx := context.Background()
+	var take, warm time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		spareIDs(b, p, sandbox.CreateOptions{}, 1)
+		b.StartTimer()
+		t0 := time.Now()
+		sb, err := p.Create(ctx, sandbox.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		take += time.Since(t0)
+		t1 := time.Now()
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		warm += time.Since(t1)
+		b.StopTimer()
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(take.Microseconds())/n/1000, "take-ms")
+	b.ReportMetric(float64(warm.Microseconds())/n/1000, "exec-ms")
+	b.ReportMetric(float64(take)/float64(warm), "take/exec")
+}

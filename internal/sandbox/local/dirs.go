@@ -164,6 +164,7 @@ func (p *Provider) prune() {
 			p.log.Warn("stale workspace not removed", "kind", kind, "dir", dir, "err", err)
 		}
 	}
+	p.pruneSlots() // before the volumes: a stale slot may hold a stale volume's mount
 	if p.volumes != nil {
 		if err := p.volumes.Prune(); err != nil {
 			p.log.Warn("pruning stale workspace volumes", "err", err)
@@ -183,4 +184,43 @@ func isMountPoint(dir string) bool {
 		return false
 	}
 	return a.Dev != b.Dev
+}
+
+// pruneSlots unmounts and removes the slots (slot.go) of spares a dead process left. Like
+// prune, it touches only a slot whose lock file it can lock: a live process's spare (this
+// host's or another toolhost's sharing the directory) holds its lock for the slot's life.
+func (p *Provider) pruneSlots() {
+	dir := filepath.Join(p.wsDir, slotsDir)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		name, isLock := strings.CutSuffix(e.Name(), lockSuffix)
+		if !isLock || !strings.HasPrefix(name, slotPrefix) {
+			continue
+		}
+		lock, _, err := lockfile.Stale(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // alive, or not (yet) locked: nothing proves it dead
+		}
+		path := filepath.Join(dir, name)
+		for range 2 { // a workspace attached, then the slot's tmpfs
+			if uerr := unix.Unmount(path, unix.MNT_DETACH); uerr != nil {
+				if !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
+					err = uerr
+				}
+				break
+			}
+		}
+		if err == nil {
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = rerr
+			}
+		}
+		if err == nil {
+			_ = lock.Remove()
+			p.log.Info("removed a stale spare's slot", "dir", path)
+		} else {
+			_ = lock.Release()
+			p.log.Warn("stale slot not removed", "dir", path, "err", err)
+		}
+	}
 }

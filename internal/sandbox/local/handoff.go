@@ -38,11 +38,34 @@ func (p *Provider) Handoff(ctx context.Context, old sandbox.Sandbox, opts sandbo
 	if err != nil {
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
+	// A spare takes the workspace when there is one: the pause is then ending old and
+	// attaching the workspace, not starting a sandbox (pool.go).
+	var spare *Sandbox
+	if p.pool != nil {
+		p.pool.want(opts)
+		spare = p.pool.take(opts)
+	}
 	id := newID()
+	if spare != nil {
+		id = spare.id
+	}
 	o.shutdown("was handed off to " + id)
 	ws := o.takeWorkspace()
 	if ws == nil {
+		if spare != nil {
+			spare.shutdown("was a spare for a handoff that had no workspace")
+		}
 		return nil, fmt.Errorf("handoff from %s: its workspace was released already: %w", o.id, errors.Join(sandbox.ErrClosed, sandbox.ErrNotFound))
+	}
+	if spare != nil {
+		err := spare.takeOver(ctx, ws, timeout)
+		if err == nil {
+			p.log.Info("sandbox handed off", "from", o.id, "to", id, "spare", true)
+			return spare, nil
+		}
+		// takeOver ended the spare, so ws is attached nowhere now: start one over it.
+		p.log.Warn("a spare sandbox could not take the workspace; starting one", "err", err)
+		id = newID()
 	}
 	s, err := p.start(ctx, id, ws, timeout, opts)
 	if err != nil {

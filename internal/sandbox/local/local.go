@@ -84,7 +84,12 @@ type Config struct {
 	// refusing the directory. Where idmapped mounts work it changes nothing: no owner on
 	// disk changes. Not as root it changes nothing either (the sandbox user is the host
 	// user).
-	Adopt  bool
+	Adopt bool
+	// Pool is how many started sandboxes the provider keeps ready for each configuration
+	// it is asked for (see Warm and pool.go), at most MaxPool: Create and Handoff take one
+	// and attach the workspace to it. 0 (the default) keeps none. It needs root (the host
+	// mounts the workspace for the sandbox); without it the provider keeps none and says so.
+	Pool   int
 	Logger *slog.Logger
 }
 
@@ -103,6 +108,7 @@ type Provider struct {
 	cgSup    cgroup.Support
 	volumes  *volume.Pool // nil when volumes are unavailable
 	spare    *spareVolume // with volumes: the next private workspace, made ahead
+	pool     *sparePool   // with Config.Pool: sandboxes made ahead (pool.go)
 	enforced []Enforcement
 	userns   usernsCache // the mappings of idmapped host workspaces (idmap.go)
 	noIdmap  bool        // tests: act as if idmapped mounts were refused
@@ -119,6 +125,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.MaxLifetime <= 0 {
 		cfg.MaxLifetime = 24 * time.Hour
+	}
+	if cfg.Pool < 0 || cfg.Pool > MaxPool {
+		return nil, fmt.Errorf("local provider: pool %d: must be between 0 and %d", cfg.Pool, MaxPool)
 	}
 	if cfg.DefaultTimeout > cfg.MaxLifetime {
 		return nil, fmt.Errorf("local provider: default timeout %s exceeds max lifetime %s", cfg.DefaultTimeout, cfg.MaxLifetime)
@@ -182,6 +191,12 @@ func New(cfg Config) (*Provider, error) {
 	if p.volumes != nil {
 		p.spare = newSpareVolume(p.volumes)
 	}
+	switch {
+	case cfg.Pool > 0 && id.root:
+		p.pool = newSparePool(p, cfg.Pool)
+	case cfg.Pool > 0:
+		p.log.Info("no spare sandboxes: keeping them needs root (the host mounts each workspace for its sandbox)")
+	}
 	p.enforced = p.enforcement(p.cgSup, volumesErr, seccompErr)
 	p.log.Info("sandbox limits", "limits", limitsLine(p.enforced), "user", p.userLine())
 	for _, e := range p.enforced {
@@ -219,6 +234,9 @@ func (p *Provider) Enforcement() []Enforcement { return slices.Clone(p.enforced)
 // Close releases what the provider holds, after waiting (within ctx) for the deletion
 // of closed workspaces' volumes. Sandboxes still open keep working until they are closed.
 func (p *Provider) Close(ctx context.Context) error {
+	if p.pool != nil {
+		p.pool.close() // before the agent's executable and the volumes: spares use both
+	}
 	err := errors.Join(p.exe.Close(), p.userns.close())
 	if p.spare != nil {
 		err = errors.Join(err, p.spare.close())
@@ -381,6 +399,19 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if err != nil {
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
+	if p.pool != nil {
+		p.pool.want(opts)
+		if spare := p.pool.take(opts); spare != nil {
+			s, err := p.createFrom(ctx, spare, timeout, opts)
+			if err == nil {
+				return s, nil
+			}
+			if errors.Is(err, ErrOwnersKept) {
+				return nil, fmt.Errorf("create local sandbox %s: %w", spare.id, err)
+			}
+			p.log.Warn("a spare sandbox could not be taken; starting one", "err", err)
+		}
+	}
 	id := newID()
 	ws, err := p.newWorkspace(ctx, id, opts.Workspace)
 	if err != nil {
@@ -394,6 +425,25 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 		return nil, fmt.Errorf("create local sandbox %s: %w", id, err)
 	}
 	return s, nil
+}
+
+// createFrom gives a spare sandbox its workspace: a host directory is staged exactly as for
+// a sandbox started on it (as root through an idmapped mount, owners kept), and the staged
+// mount is what the slot shows.
+func (p *Provider) createFrom(ctx context.Context, spare *Sandbox, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
+	ws, err := p.newWorkspace(ctx, spare.id, opts.Workspace)
+	if err != nil {
+		spare.shutdown("was a spare whose workspace could not be made")
+		return nil, err
+	}
+	if err := spare.takeOver(ctx, ws, timeout); err != nil {
+		if rerr := ws.release(); rerr != nil {
+			p.log.Warn("release the workspace of a spare that could not be taken", "sandbox", spare.id, "err", rerr)
+		}
+		return nil, err
+	}
+	spare.log.Debug("sandbox taken from the pool", "workspace", ws.path, "kind", ws.kind)
+	return spare, nil
 }
 
 // check validates options and returns the lifetime to give the sandbox.
@@ -680,6 +730,7 @@ type Sandbox struct {
 	egress    *egressLink   // nil unless the network is egress
 	initPID   int           // host pid of the sandbox's pid 1 (the agent)
 	initFD    int           // pidfd of initPID, or -1: kill signals the very process, never a reused pid
+	slot      *slot         // a spare's (pool.go): what bwrap bound at /home/user; nil otherwise
 	previews  previews      // host listeners of PreviewURL
 	startedAt time.Time
 
@@ -843,11 +894,19 @@ func (s *Sandbox) shutdown(reason string) {
 		if s.egress != nil {
 			s.egress.close() // after the kill: no agent is left to send more
 		}
+		s.mu.Lock()
+		sl := s.slot
+		s.mu.Unlock()
+		if sl != nil { // the workspace is free for a handoff once this is done
+			if err := sl.release(); err != nil {
+				s.log.Warn("release the sandbox's slot", "err", err)
+			}
+		}
 		if err := os.RemoveAll(s.runDir); err != nil {
 			s.log.Warn("remove sandbox run dir", "dir", s.runDir, "err", err)
 		}
 		_ = s.lock.Release() // its file went with the run dir
-		if reason != "was closed" && !strings.HasPrefix(reason, "was handed off") {
+		if reason != "was closed" && !strings.HasPrefix(reason, "was handed off") && !strings.HasPrefix(reason, "was a spare") {
 			s.log.Warn("sandbox ended", "reason", reason)
 		}
 	})

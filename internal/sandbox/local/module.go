@@ -21,8 +21,12 @@ func init() {
 		Keys:   keys,
 		Config: func() any { return DefaultSection() },
 		Validate: func(cfg any, _ module.Settings) error {
-			if s := cfg.(*Section); s.HostUID <= 0 {
+			s := cfg.(*Section)
+			if s.HostUID <= 0 {
 				return fmt.Errorf("config: sandbox.host_uid: must be an unprivileged uid (not 0), got %d", s.HostUID)
+			}
+			if s.Pool < 0 || s.Pool > MaxPool {
+				return fmt.Errorf("config: sandbox.pool: must be between 0 and %d, got %d", MaxPool, s.Pool)
 			}
 			return nil
 		},
@@ -41,7 +45,12 @@ type Section struct {
 	RunDir       string `key:"run_dir"`
 	WorkspaceDir string `key:"workspace_dir"`
 	Adopt        bool   `key:"adopt"`
+	Pool         int    `key:"pool"`
 }
+
+// MaxPool bounds sandbox.pool (Config.Pool): each spare is a live sandbox (an agent, a
+// cgroup, a tmpfs) that costs memory while it waits.
+const MaxPool = 8
 
 // DefaultSection is their defaults.
 func DefaultSection() *Section { return &Section{HostUID: defaultHostID} }
@@ -69,6 +78,17 @@ this is true: then every entry in it that root owns is handed to the sandbox use
 (sandbox.host_uid) for good, the directory itself gains that user's group with group rwx,
 and entries of other users stay as they are. It changes nothing where idmapped mounts work,
 or when toolhost does not run as root. (local)`},
+	{Name: "sandbox.pool", Flag: "sandbox-pool",
+		Usage: "started sandboxes kept ready per configuration (0: none)",
+		Doc: `How many local sandboxes are kept started ahead of need, for each configuration
+sessions use (network mode, egress policy, environment): opening a session or rotating
+one then takes a running sandbox, its limits and seccomp filter already in force, and
+attaches the workspace to it (a host directory through the same idmapped mount, owners
+kept), instead of waiting for bubblewrap and the agent. A sandbox is taken once and never
+given to another session; a spare made for one egress policy is never given to a sandbox
+with another. Each kept sandbox costs its agent's memory (about 20 MB) while it waits.
+Needs root (the host mounts the workspace for the sandbox); otherwise none are kept. At
+most 8. 0 (the default): none. (local)`},
 }
 
 // DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.

@@ -40,6 +40,7 @@ func NewFromSection(s *Section, env module.Env) (*Provider, error) {
 		},
 		HostUID: s.HostUID,
 		Adopt:   s.Adopt,
+		Pool:    s.Pool,
 		Logger:  env.Logger,
 	})
 	if err != nil {

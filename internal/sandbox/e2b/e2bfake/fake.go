@@ -159,6 +159,13 @@ func (s *Server) Listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("e2bfake: listen: %w", err)
 	}
+	s.Serve(ln)
+	return nil
+}
+
+// Serve serves on ln (a listener in a test's network namespace, say) until Close, which
+// closes ln. Its goroutine is owned by Close.
+func (s *Server) Serve(ln net.Listener) {
 	s.ln = ln
 	s.wg.Go(func() {
 		var err error
@@ -171,7 +178,6 @@ func (s *Server) Listen(addr string) error {
 			s.log.Error("e2bfake: serve", "err", err)
 		}
 	})
-	return nil
 }
 
 // Addr is the listener's host:port.
