@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,9 +61,12 @@ type plugin struct {
 	called   atomic.Bool // a call has asked for an instance
 }
 
+// The name patterns are compiled at first use, not at package init: a counted repetition
+// compiles into that many copies of its class, and every process that links this package
+// pays its init, the sandbox agent (the same binary, re-executed) at every sandbox start.
 var (
-	pluginNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	toolNameRE   = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	pluginNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_-]{1,64}$`) })
+	toolNameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`) })
 )
 
 // hostFunctions lists what the host provides, by import module.
@@ -437,16 +441,16 @@ func (p *plugin) setManifest(m abi.Manifest) error {
 	if m.ABIVersion != abi.Version {
 		return fmt.Errorf("manifest: abi_version %d, this host speaks %d", m.ABIVersion, abi.Version)
 	}
-	if !pluginNameRE.MatchString(m.Name) {
-		return fmt.Errorf("manifest: plugin name %q must match %s", m.Name, pluginNameRE)
+	if !pluginNameRE().MatchString(m.Name) {
+		return fmt.Errorf("manifest: plugin name %q must match %s", m.Name, pluginNameRE())
 	}
 	if len(m.Tools) == 0 {
 		return errors.New("manifest: no tools")
 	}
 	seen := map[string]bool{}
 	for _, t := range m.Tools {
-		if !toolNameRE.MatchString(t.Name) {
-			return fmt.Errorf("manifest: tool name %q must match %s", t.Name, toolNameRE)
+		if !toolNameRE().MatchString(t.Name) {
+			return fmt.Errorf("manifest: tool name %q must match %s", t.Name, toolNameRE())
 		}
 		if seen[t.Name] {
 			return fmt.Errorf("manifest: tool %q listed twice", t.Name)

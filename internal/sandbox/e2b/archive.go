@@ -28,8 +28,8 @@ import (
 // the whole cost (50 MB on the fake: 13-15x the local archive with gzip -1 in the
 // sandbox, 1.1-1.7x without; on a 100 Mbit/s link the uncompressed transfer was faster
 // for a tree that hardly compresses and about even for one that compresses 4.5x;
-// docs/BENCHMARKS.md, issue 18). The price is the sandbox's /tmp holding the workspace's
-// size uncompressed while it is sent.
+// docs/BENCHMARKS.md, issue 18). Where the sandbox's /tmp cannot hold the workspace
+// uncompressed, the sandbox compresses after all (packScript).
 //
 // Unpack: the archive is hostile input (a snapshot store is not a trusted party, and the
 // snapshot was packed from an earlier sandbox). archive.Filter judges it on the host by
@@ -50,11 +50,19 @@ func tmpName(kind, ext string) string {
 }
 
 // packScript archives the workspace into $1 uncompressed, leaving out the names after
-// it; the host compresses (see packInSandbox). GNU tar exits 1 when a file changed while
-// it was read: the archive is still whole.
+// it; the host compresses (see packInSandbox). When /tmp has no room for the workspace
+// uncompressed (GNU tar says "Wrote only N of M bytes" on a full tmpfs, or ENOSPC's own
+// message), it tries again with gzip -1 and says so ("gzip" on stdout): a sandbox
+// that lies about it only makes the host's filter fail. GNU tar exits 1 when a file
+// changed while it was read: the archive is still whole.
 const packScript = `f=$1; shift; umask 077
-tar -C ` + sandbox.WorkspaceRoot + ` -c -f "$f" --no-wildcards "$@" .
-rc=$?; [ $rc -le 1 ] || exit $rc`
+err=$(tar -C ` + sandbox.WorkspaceRoot + ` -c -f "$f" --no-wildcards "$@" . 2>&1); rc=$?
+case $rc:$err in [2-9]:*"No space left on device"* | [2-9]:*"Wrote only "*)
+	rm -f "$f"; echo gzip
+	err=$(tar -C ` + sandbox.WorkspaceRoot + ` -c -f "$f" -I 'gzip -1' --no-wildcards "$@" . 2>&1); rc=$?;;
+esac
+printf '%s' "$err" >&2
+[ $rc -le 1 ] || exit $rc`
 
 // packGzipScript is packScript compressing with gzip -1 in the sandbox.
 const packGzipScript = `f=$1; shift; umask 077
@@ -97,6 +105,11 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 		return fmt.Errorf("archive E2B sandbox %s: tar exited %d: %s", s.id, res.ExitCode, bytes.TrimSpace(res.Stderr))
 	}
 	packed := time.Since(began)
+	gzipped := packInSandbox
+	if !gzipped && string(bytes.TrimSpace(res.Stdout)) == "gzip" {
+		s.log.Debug("the sandbox's /tmp had no room for the workspace uncompressed: it compressed", "sandbox", s.id)
+		gzipped, limit = true, envd.MaxArchiveBytes
+	}
 
 	// Download into the filter, which writes the cleaned archive to w.
 	pr, pw := io.Pipe()
@@ -106,7 +119,7 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	st, ferr := archive.Filter(ctx, w, pr, archive.FilterOptions{Plain: !packInSandbox})
+	st, ferr := archive.Filter(ctx, w, pr, archive.FilterOptions{Plain: !gzipped})
 	pr.CloseWithError(errors.New("archive filter stopped"))
 	derr := <-done
 	if derr != nil && (ferr == nil || !errors.Is(ferr, derr)) {

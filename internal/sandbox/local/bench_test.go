@@ -5,10 +5,12 @@ package local
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,22 +83,35 @@ func BenchmarkReadFile4K(b *testing.B) {
 // of a sandbox with every limit, the seccomp filter and the cgroup on, on a host directory
 // (Close is not timed); the ratio is of one run.
 //
+// A loaded machine stretches both walls by its run queue, which pulls the ratio toward 1,
+// so the CPU each side used is reported too, which load does not distort as much: the
+// bare start's is its processes' (bwrap, /bin/true); a create's is the host process's own
+// during Create and Exec plus every process of the sandbox (bwrap, the agent, true),
+// counted once the sandbox is closed and they are reaped (getrusage of children).
+//
+// BENCH_AGENT_BIN runs another binary of this module as the agent (the CLI's, see
+// BenchmarkAgentStart) instead of this test binary.
+//
 //	go test -run '^$' -bench CreateVsBwrap -benchtime 20x -count 6 ./internal/sandbox/local
 func BenchmarkCreateVsBwrap(b *testing.B) {
 	p := newProvider(b, Config{})
+	benchAgent(b, p)
 	ctx := context.Background()
 	ws := b.TempDir()
-	var bare, create time.Duration
+	var bare, create, bareCPU, createCPU time.Duration
 	for b.Loop() {
 		cmd := exec.Command(BwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
 			"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
 			"--proc", "/proc", "--dev", "/dev", "/bin/true")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+		c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
 		t0 := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("bare bwrap: %v %s", err, out)
 		}
 		bare += time.Since(t0)
+		bareCPU += cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
+		c1, s1 := cpuTime(b, syscall.RUSAGE_CHILDREN), cpuTime(b, syscall.RUSAGE_SELF)
 		t1 := time.Now()
 		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws})
 		if err != nil {
@@ -106,16 +121,248 @@ func BenchmarkCreateVsBwrap(b *testing.B) {
 			b.Fatalf("%+v %v", res, err)
 		}
 		create += time.Since(t1)
+		createCPU += cpuTime(b, syscall.RUSAGE_SELF) - s1
 		b.StopTimer()
 		if err := sb.Close(ctx); err != nil {
 			b.Fatal(err)
 		}
+		createCPU += cpuTime(b, syscall.RUSAGE_CHILDREN) - c1
 		b.StartTimer()
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(create.Microseconds())/n/1000, "create-ms")
 	b.ReportMetric(float64(bare.Microseconds())/n/1000, "bwrap-ms")
 	b.ReportMetric(float64(create)/float64(bare), "create/bwrap")
+	b.ReportMetric(float64(createCPU.Microseconds())/n/1000, "create-cpu-ms")
+	b.ReportMetric(float64(bareCPU.Microseconds())/n/1000, "bwrap-cpu-ms")
+	b.ReportMetric(float64(createCPU)/float64(bareCPU), "cpu-create/bwrap")
+}
+
+// cpuTime is the user and system CPU time getrusage reports for who.
+func cpuTime(b *testing.B, who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCreatePhases: where a create's time goes, from the provider's "sandbox ready"
+// debug line (its phases) and the benchmark's own clock around Create and the first Exec.
+// workspace is everything before the run dir (the checks and the workspace's attach: as
+// root an idmapped mount of the host directory); prepare the run dir, the agent's socket,
+// the cgroup with its limits and bwrap's plan; fork bwrap's start in its cgroups; admit
+// bwrap's start until it names the sandbox's first process; agent the rest of bwrap's
+// setup (namespaces, mounts, seccomp), the agent's start and its first answer; exec the
+// first command's round trip. Wall times: under load each phase waits in the run queue.
+//
+//	go test -run '^$' -bench CreatePhases -benchtime 30x ./internal/sandbox/local
+func BenchmarkCreatePhases(b *testing.B) {
+	p := newProvider(b, Config{})
+	benchAgent(b, p)
+	ph := &phaseLog{}
+	p.log = slog.New(ph)
+	ctx := context.Background()
+	ws := b.TempDir()
+	var create, first time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		sb, err := p.Create(ctx, sandbox.CreateOptions{Workspace: ws})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		first += time.Since(t1)
+		create += t1.Sub(t0)
+		b.StopTimer()
+		if err := sb.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	if ph.n != b.N {
+		b.Fatalf("%d creates logged their phases, want %d", ph.n, b.N)
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / n / 1000 }
+	var phases time.Duration
+	for _, k := range []string{"prepare", "fork", "admit", "agent"} {
+		phases += ph.sum[k]
+		b.ReportMetric(ms(ph.sum[k]), k+"-ms")
+	}
+	b.ReportMetric(ms(create-phases), "workspace-ms")
+	b.ReportMetric(ms(first), "exec-ms")
+}
+
+// phaseLog sums the phases of every "sandbox ready" record.
+type phaseLog struct {
+	mu  sync.Mutex
+	n   int
+	sum map[string]time.Duration
+}
+
+func (h *phaseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *phaseLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *phaseLog) WithGroup(string) slog.Handler            { return h }
+func (h *phaseLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "sandbox ready" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sum == nil {
+		h.sum = map[string]time.Duration{}
+	}
+	h.n++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "phases" {
+			for _, g := range a.Value.Group() {
+				h.sum[g.Key] += g.Value.Duration()
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// BenchmarkPlannedBwrap: the CPU of bubblewrap started with the provider's own plan (every
+// mount, /etc's files, the second user namespace that --disable-userns needs, the seccomp
+// filter) but running /bin/true instead of the agent, beside the bare start of
+// BenchmarkCreateVsBwrap: what the walls cost bwrap itself, apart from the agent.
+//
+//	go test -run '^$' -bench PlannedBwrap -benchtime 40x ./internal/sandbox/local
+func BenchmarkPlannedBwrap(b *testing.B) {
+	p := newProvider(b, Config{})
+	ws, err := p.newWorkspace(context.Background(), "bench-planned", b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ws.release() })
+	b.Run("bare", func(b *testing.B) {
+		var cpu time.Duration
+		for b.Loop() {
+			cmd := exec.Command(BwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+				"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+				"--proc", "/proc", "--dev", "/dev", "/bin/true")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+			c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("bare bwrap: %v %s", err, out)
+			}
+			cpu += cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms")
+	})
+	b.Run("planned", func(b *testing.B) {
+		var cpu time.Duration
+		for b.Loop() {
+			cpu += runPlanned(b, p, ws)
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms")
+	})
+}
+
+// runPlanned runs bwrap with p's plan over ws, /bin/true in place of the agent, and returns
+// the CPU its processes used.
+func runPlanned(b *testing.B, p *Provider, ws *workspace) time.Duration {
+	null, err := os.Open(os.DevNull) // stands for the agent's listening socket
+	if err != nil {
+		b.Fatal(err)
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer infoR.Close()
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer blockW.Close()
+	plan, err := p.plan(ws, null, infoW, blockR, sandbox.CreateOptions{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	argsFD, err := plan.data("args", plan.argsData())
+	if err != nil {
+		plan.close()
+		b.Fatal(err)
+	}
+	cmd := exec.Command(BwrapPath, "--args", argsFD, "--", "/bin/true")
+	cmd.ExtraFiles = plan.files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.id.credential()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
+	err = cmd.Start()
+	plan.close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := readChildPID(infoR); err != nil {
+		b.Errorf("bwrap's info: %v", err)
+	}
+	_, _ = blockW.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("planned bwrap: %v: %s", err, stderr.String())
+	}
+	return cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
+}
+
+// benchAgent makes p run BENCH_AGENT_BIN as the agent when it is set.
+func benchAgent(b *testing.B, p *Provider) {
+	bin := os.Getenv("BENCH_AGENT_BIN")
+	if bin == "" {
+		return
+	}
+	f, err := openAgent(bin, p.id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.exe.Close()
+	p.exe = f // the provider's Close closes it
+}
+
+// BenchmarkAgentStart: what starting the agent's process costs before its first own
+// instruction (exec, the Go runtime, every linked package's init), in CPU time (getrusage
+// of children) and wall, beside /bin/true's exec. The agent is this test binary unless
+// BENCH_AGENT_BIN names another built from this module (the CLI, whose agent links
+// everything the CLI does):
+//
+//	go build -o /tmp/toolhost ./cmd/toolhost
+//	BENCH_AGENT_BIN=/tmp/toolhost go test -run '^$' -bench AgentStart -benchtime 40x ./internal/sandbox/local
+//
+// It is started the way the provider starts it but with an invalid listening descriptor,
+// so it exits right after its inits, at its first check.
+func BenchmarkAgentStart(b *testing.B) {
+	agent := os.Getenv("BENCH_AGENT_BIN")
+	if agent == "" {
+		var err error
+		if agent, err = os.Executable(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bin := range []string{agent, "/bin/true"} {
+		b.Run(filepath.Base(bin), func(b *testing.B) {
+			var cpu time.Duration
+			for b.Loop() {
+				cmd := exec.Command(bin)
+				cmd.Env = []string{envAgent + "=1", envAgentFD + "=none"}
+				c0 := cpuTime(b, syscall.RUSAGE_CHILDREN)
+				out, err := cmd.CombinedOutput()
+				if bin != "/bin/true" && !bytes.Contains(out, []byte(envAgentFD)) {
+					b.Fatalf("%s did not start as the agent (%v): %s", bin, err, out)
+				}
+				cpu += cpuTime(b, syscall.RUSAGE_CHILDREN) - c0
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms")
+		})
+	}
 }
 
 // BenchmarkCreateToFirstCommandNetwork: the same with network none and with egress (the

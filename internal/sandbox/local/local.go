@@ -493,6 +493,7 @@ func (p *Provider) start(ctx context.Context, id string, ws *workspace, timeout 
 }
 
 func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfile.Lock, ws *workspace, timeout time.Duration, opts sandbox.CreateOptions) (*Sandbox, error) {
+	begin := time.Now()
 	// The host creates the listening socket and hands it over as a descriptor: the agent
 	// needs no writable mount outside the workspace, and connections queue until it
 	// accepts.
@@ -621,6 +622,7 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 		s.shutdown(fmt.Sprintf("exited unexpectedly (%v; last output: %s)", err, out))
 	}()
 	err = <-started
+	forked := time.Now()
 	plan.close() // the child has its copies
 	if err != nil {
 		if egress != nil {
@@ -632,6 +634,7 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 		s.shutdown("failed to start") // closes the cgroup too
 		return nil, err
 	}
+	admitted := time.Now()
 	if err := s.waitReady(ctx); err != nil {
 		s.shutdown("failed to start")
 		return nil, err
@@ -639,7 +642,15 @@ func (p *Provider) startIn(ctx context.Context, id, runDir string, lock *lockfil
 	s.mu.Lock()
 	s.timer = time.AfterFunc(time.Until(s.endsAt), s.expire)
 	s.mu.Unlock()
-	log.Debug("sandbox ready", "workspace", ws.path, "network", opts.Network, "took", time.Since(s.startedAt))
+	// Where the start's time went (docs/BENCHMARKS.md, issue 18): the host's preparation
+	// (run dir, socket, cgroup and its limits, bwrap's plan), forking bwrap into its
+	// cgroups, bwrap's own start until it names the sandbox's first process, and the rest
+	// of bwrap's setup (namespaces, mounts, seccomp) with the agent's start and its first
+	// answer.
+	now := time.Now()
+	log.Debug("sandbox ready", "workspace", ws.path, "network", opts.Network, "took", now.Sub(s.startedAt),
+		slog.Group("phases", "prepare", s.startedAt.Sub(begin), "fork", forked.Sub(s.startedAt),
+			"admit", admitted.Sub(forked), "agent", now.Sub(admitted)))
 	return s, nil
 }
 
