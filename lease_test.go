@@ -134,9 +134,13 @@ func TestLeaseExpiredTakenOver(t *testing.T) {
 		s := open(t, th, SessionOptions{Project: "dead"})
 		expect(t, s, "bash", `{"command": "echo taken"}`, false, "taken")
 		// Generation 4 took over; a loaded machine may have renewed it since (5, 6...),
-		// each renewal removing the one before: one object, past 3.
-		objs, err := store.ListAll(ctx, st, lease.Prefix("dead"))
-		if err != nil || len(objs) != 1 {
+		// each renewal writing the next before it removes the one before, so a listing
+		// between the two sees both: one object, past 3, once the renewal settled.
+		var objs []store.ObjectInfo
+		if !testenv.Eventually(func() bool {
+			objs, err = store.ListAll(ctx, st, lease.Prefix("dead"))
+			return err == nil && len(objs) == 1
+		}) {
 			t.Fatalf("lease objects after the takeover: %v %v, want one", objs, err)
 		}
 		gen, err := strconv.ParseUint(objs[0].Key[strings.LastIndexByte(objs[0].Key, '/')+1:], 10, 64)

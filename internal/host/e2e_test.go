@@ -110,7 +110,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) call(tool, input string) abi.Result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound) // a hang bound: a first call may load its plugin
 	defer cancel()
 	res, err := e.s.Dispatch(ctx, tool, json.RawMessage(input))
 	if err != nil {
@@ -388,7 +388,7 @@ func TestConcurrentEditsLoseNothing(t *testing.T) {
 	errs := make(chan string, 16)
 	for i := range 16 {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
 			defer cancel()
 			in := fmt.Sprintf(`{"path":"shared.txt","old_string":"slot-%02d","new_string":"done-%02d"}`, i, i)
 			res, err := e.s.Dispatch(ctx, "edit_file", json.RawMessage(in))
