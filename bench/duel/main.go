@@ -14,9 +14,13 @@
 // The rounds are interleaved, the order of the two hosts alternating from round to round,
 // so the machine's noise falls on both alike; the table gives the medians and the ratio of
 // the medians, and -out writes every batch in the format of go test -bench for benchstat
-// (make duel does both). A load is a new host (a new wazero runtime, the compilation cache
-// warm on disk) given the module's bytes, until its first call has answered; "in a fresh
-// process" runs each load in a new process, timed from inside it.
+// (make duel does both). A load is a new host given the module's bytes, until its first
+// call has answered, with the compilation cache warm on disk (the module was compiled
+// before the rounds began). In a running process, Extism's load compiles anew from its
+// cache (NewCompiledPlugin: a new runtime that decodes the module); toolhost's is a new
+// host.New, whose hosts share the process's runtime and the modules compiled in it, so it
+// instantiates the module an earlier host compiled. "In a fresh process" runs each load in
+// a new process, timed from inside it: there both decode the module from their disk cache.
 //
 //	go run . [-rounds 10] [-out duel.txt]
 package main
@@ -174,6 +178,12 @@ func run(ctx context.Context, rounds int, outPath string) error {
 		rts[name] = rt
 	}
 	if err := sameAnswers(ctx, rts["toolhost"], rts["extism"]); err != nil {
+		return err
+	}
+	// A warm cache: Extism's compile filled its cache before newExtism returned; toolhost
+	// answered its first calls while compiling in the background, so wait for that to be
+	// in its cache (and its record to say so) before a load is timed.
+	if err := rts["toolhost"].(*toolhostRT).h.Settle(ctx); err != nil {
 		return err
 	}
 	self, err := os.Executable()

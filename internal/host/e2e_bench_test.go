@@ -5,6 +5,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,6 +93,73 @@ func BenchmarkReadFile4K(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkReadFile4KRatio is issue 18's "read_file 4 KB plugin / native" in one run:
+// each iteration reads the same 4 KiB file of a local sandbox once through read_file
+// (Dispatch: schema, pool, the plugin, its read_text host call through acting, the
+// result) and once natively (Sandbox.ReadFile with a deadline, as the plugin's read has),
+// the order alternating, so load falls on both alike. It reports the medians of each and
+// their ratio.
+//
+//	go test -run '^$' -bench ReadFile4KRatio -benchtime 2000x -count 3 ./internal/host
+func BenchmarkReadFile4KRatio(b *testing.B) {
+	sb, _ := newSandbox(b, newProvider(b))
+	ctx := context.Background()
+	if err := sb.WriteFile(ctx, "/home/user/f.txt", []byte(fourK)); err != nil {
+		b.Fatal(err)
+	}
+	s := newHost(b).OpenSession(sb)
+	in := json.RawMessage(`{"path":"f.txt"}`)
+	plugin := func() {
+		res, err := s.Dispatch(ctx, "read_file", in)
+		if err != nil || res.IsError {
+			b.Fatal(res, err)
+		}
+	}
+	native := func() {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		abs, err := sandbox.Resolve("f.txt")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if data, err := sb.ReadFile(ctx, abs, 16<<20); err != nil || len(data) != len(fourK) {
+			b.Fatal(err)
+		}
+	}
+	for range 50 { // warm both paths: instances, connections
+		plugin()
+		native()
+	}
+	var pt, nt []float64
+	i := 0
+	for b.Loop() {
+		first, second, ft, st := plugin, native, &pt, &nt
+		if i%2 == 1 {
+			first, second, ft, st = native, plugin, &nt, &pt
+		}
+		i++
+		t0 := time.Now()
+		first()
+		t1 := time.Now()
+		second()
+		*ft = append(*ft, float64(t1.Sub(t0).Nanoseconds()))
+		*st = append(*st, float64(time.Since(t1).Nanoseconds()))
+	}
+	mp, mn := medianOf(pt), medianOf(nt)
+	b.ReportMetric(mp/1e3, "plugin-µs")
+	b.ReportMetric(mn/1e3, "native-µs")
+	b.ReportMetric(mp/mn, "ratio")
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // sixtyFourK is 64 KiB of Go-like source in 1,024 lines, each with a tab, quotes and a

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/audit"
@@ -207,12 +206,17 @@ type Host struct {
 	// runtimeMiB is the runtime's memory cap per instance: the largest of the host's and
 	// the plugins' limits (memlimit.go).
 	runtimeMiB int
-	rt         wazero.Runtime
-	plugins    []*plugin
-	tools      map[string]*tool
-	order      []*tool  // load order, for Tools
-	edits      keyLocks // write_versioned's check-and-write, per session and path
-	records    string   // the directory of the plugins' records (records.go)
+	// eng is the runtime the host shares with the process's other hosts of its cache
+	// directory and memory cap (engine.go); nil for Inspect's.
+	eng *engine
+	// held are the compiled modules of eng the host uses, let go at Close.
+	heldMu  sync.Mutex
+	held    []*sharedModule
+	plugins []*plugin
+	tools   map[string]*tool
+	order   []*tool  // load order, for Tools
+	edits   keyLocks // write_versioned's check-and-write, per session and path
+	records string   // the directory of the plugins' records (records.go)
 
 	// The background work New starts (finishing the plugins loaded from their records,
 	// pruning the cache) runs under finishCtx; Close cancels it and waits for finishing.
@@ -251,8 +255,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	if err := h.load(ctx, cfg.Plugins); err != nil {
-		h.finishCancel()
-		h.rt.Close(ctx)
+		h.Close(ctx)
 		return nil, err
 	}
 	h.pruneInBackground()
@@ -279,8 +282,22 @@ func privateDir(dir string) error {
 	return os.Chmod(dir, 0o700)
 }
 
-// newRuntime creates the wazero runtime with the host modules, but no plugins.
+// newRuntime makes a host with its data dir checked and its engine (the runtime it shares
+// with the process's other hosts of the same configuration), but no plugins.
 func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
+	h, err := newBareHost(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cacheDir := filepath.Join(cfg.DataDir, "cache")
+	if h.eng, err = acquireEngine(ctx, engineKey{cacheDir: cacheDir, memPages: uint32(h.runtimeMiB) * 16}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// newBareHost makes a host with its data dir checked, without a runtime.
+func newBareHost(ctx context.Context, cfg Config) (*Host, error) {
 	if err := privateDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -288,31 +305,14 @@ func newRuntime(ctx context.Context, cfg Config) (*Host, error) {
 	if err := privateDir(cacheDir); err != nil {
 		return nil, fmt.Errorf("compilation cache dir: %w", err)
 	}
-	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
-	if err != nil {
-		return nil, fmt.Errorf("open compilation cache %s: %w", cacheDir, err)
-	}
-	rc := wazero.NewRuntimeConfig().
-		WithCompilationCache(cache).
-		WithCloseOnContextDone(true). // the only way to stop a runaway guest
-		WithMemoryLimitPages(uint32(runtimeMemoryMiB(cfg)) * 16)
-	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	h := &Host{cfg: cfg, log: cfg.Logger, rt: rt, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir),
+	h := &Host{cfg: cfg, log: cfg.Logger, tools: map[string]*tool{}, records: filepath.Join(cacheDir, recordsDir),
 		runtimeMiB: runtimeMemoryMiB(cfg), audit: cfg.Audit, secrets: newSecrets(cfg.Plugins), coldGo: make(chan struct{})}
 	h.finishCtx, h.finishCancel = context.WithCancel(context.WithoutCancel(ctx))
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-		rt.Close(ctx)
-		return nil, fmt.Errorf("instantiate WASI: %w", err)
-	}
-	if err := h.instantiateHostModules(ctx, rt); err != nil {
-		rt.Close(ctx)
-		return nil, err
-	}
 	return h, nil
 }
 
 // load compiles and validates plugins concurrently, then registers their tools in order.
-func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
+func (h *Host) load(ctx context.Context, specs []PluginSpec) (err error) {
 	start := time.Now()
 	policies := make([]*policy.Policy, len(specs))
 	for i, spec := range specs {
@@ -323,6 +323,15 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) error {
 		policies[i] = p
 	}
 	loaded := make([]*plugin, len(specs))
+	defer func() {
+		if err != nil { // the runtime outlives the host: end the instances of what loaded
+			for _, p := range loaded {
+				if p != nil {
+					p.pool.close(ctx)
+				}
+			}
+		}
+	}()
 	errs := make([]error, len(specs))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -516,7 +525,13 @@ func (h *Host) Close(ctx context.Context) error {
 		for _, p := range h.plugins {
 			p.pool.close(ctx)
 		}
-		err = h.rt.Close(ctx)
+		if h.eng != nil {
+			h.heldMu.Lock()
+			held := h.held
+			h.held = nil
+			h.heldMu.Unlock()
+			releaseEngine(ctx, h.eng, held)
+		}
 		if h.interp != nil { // made, if ever, by work finishing has waited for
 			err = errors.Join(err, h.interp.Close(ctx))
 		}

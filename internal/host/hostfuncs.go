@@ -33,7 +33,9 @@ var (
 	i64 = api.ValueTypeI64
 )
 
-func (h *Host) instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
+// instantiateHostModules gives rt the host functions. They serve every Host using rt
+// (engine.go): each finds its Host through the instance making the call.
+func instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
 	type fn struct {
 		name    string
 		f       api.GoModuleFunc
@@ -44,11 +46,11 @@ func (h *Host) instantiateHostModules(ctx context.Context, rt wazero.Runtime) er
 	r1 := []api.ValueType{i64}
 	modules := map[string][]fn{
 		abi.ModuleCore: {
-			{abi.FnTake, h.take, []api.ValueType{i32, i32}, r1},
-			{abi.FnLastError, h.lastError, []api.ValueType{i32, i32}, r1},
+			{abi.FnTake, take, []api.ValueType{i32, i32}, r1},
+			{abi.FnLastError, lastError, []api.ValueType{i32, i32}, r1},
 		},
 		abi.CapLog.Module(): {
-			{abi.FnLog, h.logWrite, []api.ValueType{i32, i32, i32}, nil},
+			{abi.FnLog, logWrite, []api.ValueType{i32, i32, i32}, nil},
 		},
 	}
 	for _, f := range hostFns {
@@ -60,7 +62,7 @@ func (h *Host) instantiateHostModules(ctx context.Context, rt wazero.Runtime) er
 			params = []api.ValueType{i32, i32}
 		}
 		m := f.cap.Module()
-		modules[m] = append(modules[m], fn{f.op, h.acting(f), params, r1})
+		modules[m] = append(modules[m], fn{f.op, acting(f), params, r1})
 	}
 	for module, fns := range modules {
 		b := rt.NewHostModuleBuilder(module)
@@ -157,7 +159,7 @@ func (inst *instance) reply(outPtr, outCap uint32, data []byte) uint64 {
 // path through resolvePath), asks the plugin's policy (decide), runs fn only when the
 // policy allowed it, and audits the call: the one decision point of every acting host
 // call.
-func (h *Host) acting(fn *hostFn) api.GoModuleFunc {
+func acting(fn *hostFn) api.GoModuleFunc {
 	return func(ctx context.Context, _ api.Module, stack []uint64) {
 		inst := enter(ctx)
 		if inst == nil {
@@ -165,6 +167,7 @@ func (h *Host) acting(fn *hostFn) api.GoModuleFunc {
 			return
 		}
 		defer inst.leave()
+		h := inst.p.h
 		var start time.Time
 		if h.audit != nil {
 			start = time.Now()
@@ -220,7 +223,7 @@ func noCall(stack []uint64) {
 // statusWord is a status as the i64 word a host function returns.
 func statusWord(s abi.Status) uint64 { return uint64(int64(s)) }
 
-func (h *Host) take(ctx context.Context, _ api.Module, stack []uint64) {
+func take(ctx context.Context, _ api.Module, stack []uint64) {
 	inst := instanceFrom(ctx)
 	if inst == nil {
 		noCall(stack)
@@ -240,7 +243,7 @@ func (h *Host) take(ctx context.Context, _ api.Module, stack []uint64) {
 	}
 }
 
-func (h *Host) lastError(ctx context.Context, _ api.Module, stack []uint64) {
+func lastError(ctx context.Context, _ api.Module, stack []uint64) {
 	inst := instanceFrom(ctx)
 	if inst == nil {
 		stack[0] = 0
@@ -255,15 +258,19 @@ func (h *Host) lastError(ctx context.Context, _ api.Module, stack []uint64) {
 	stack[0] = uint64(len(msg))
 }
 
-func (h *Host) logWrite(ctx context.Context, m api.Module, stack []uint64) {
+func logWrite(ctx context.Context, m api.Module, stack []uint64) {
 	level, ptr, n := int32(uint32(stack[0])), uint32(stack[1]), uint32(stack[2])
 	buf, ok := m.Memory().Read(ptr, min(n, maxLogBytes))
 	if !ok {
 		return
 	}
 	name := "(describing)"
+	h := hostFrom(ctx)
 	if inst := instanceFrom(ctx); inst != nil {
-		name = inst.p.name
+		name, h = inst.p.name, inst.p.h
+	}
+	if h == nil {
+		return
 	}
 	msg := h.secrets.redact(strings.ToValidUTF8(string(buf), "\uFFFD"))
 	h.log.Log(ctx, slog.Level(level), msg, "plugin", name)

@@ -69,6 +69,15 @@ func (inst *instance) takeRefused() []string {
 
 type instanceKey struct{}
 
+// hostKey carries the Host whose instance is starting or describing itself, outside any
+// call, for the log function (the only one that serves there).
+type hostKey struct{}
+
+func hostFrom(ctx context.Context) *Host {
+	h, _ := ctx.Value(hostKey{}).(*Host)
+	return h
+}
+
 // instanceFrom returns the instance whose call is running, as host functions see it.
 func instanceFrom(ctx context.Context) *instance {
 	inst, _ := ctx.Value(instanceKey{}).(*instance)
@@ -83,7 +92,7 @@ func instanceFrom(ctx context.Context) *instance {
 const loadTimeout = time.Minute
 
 func newInstance(ctx context.Context, p *plugin, t *tier) (*instance, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(p.h.cfg.CallTimeout, loadTimeout))
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, hostKey{}, p.h), max(p.h.cfg.CallTimeout, loadTimeout))
 	defer cancel()
 	stderr := &boundedBuffer{max: 8 << 10}
 	mod, err := t.rt.InstantiateModule(p.memoryContext(ctx), t.compiled, p.modCfg.WithStderr(stderr))
@@ -218,16 +227,20 @@ func (b *budget) resume() {
 
 func (b *budget) stop() { b.timer.Stop() }
 
-// pool is a bounded set of instances of one plugin. slots counts live instances.
+// pool is a bounded set of instances of one plugin. slots counts live instances, which
+// live lists: the runtime is shared (engine.go) and outlives the host, so close ends them
+// all itself, those serving calls too (their calls fail), as closing a runtime would.
 type pool struct {
 	p      *plugin
 	idle   chan *instance
 	slots  chan struct{}
 	closed atomic.Bool
+	mu     sync.Mutex
+	live   map[*instance]struct{}
 }
 
 func newPool(p *plugin, size int) *pool {
-	return &pool{p: p, idle: make(chan *instance, size), slots: make(chan struct{}, size)}
+	return &pool{p: p, idle: make(chan *instance, size), slots: make(chan struct{}, size), live: map[*instance]struct{}{}}
 }
 
 // acquire returns an idle instance, creates one of t while under the bound, or waits. An
@@ -249,6 +262,10 @@ func (pl *pool) acquire(ctx context.Context, t *tier) (*instance, error) {
 					<-pl.slots
 					return nil, err
 				}
+				if !pl.track(inst) {
+					pl.discard(ctx, inst)
+					return nil, ErrClosed
+				}
 				return inst, nil
 			case <-ctx.Done():
 				return nil, fmt.Errorf("waiting for an instance of plugin %s: %w", pl.p, ctx.Err())
@@ -260,6 +277,17 @@ func (pl *pool) acquire(ctx context.Context, t *tier) (*instance, error) {
 		}
 		return inst, nil
 	}
+}
+
+// track adds a new instance to live, unless the pool closed meanwhile.
+func (pl *pool) track(inst *instance) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.closed.Load() {
+		return false
+	}
+	pl.live[inst] = struct{}{}
+	return true
 }
 
 // retired: inst is of the quick form, and the compiled form is in.
@@ -280,16 +308,37 @@ func (pl *pool) release(ctx context.Context, inst *instance) {
 		return
 	}
 	pl.idle <- inst
+	if pl.closed.Load() { // close may have drained idle just before
+		pl.drain(ctx)
+	}
 }
 
 // discard closes an instance; after any error its state is undefined.
 func (pl *pool) discard(ctx context.Context, inst *instance) {
 	inst.mod.Close(context.WithoutCancel(ctx))
+	pl.mu.Lock()
+	delete(pl.live, inst)
+	pl.mu.Unlock()
 	<-pl.slots
 }
 
+// close ends every instance: the idle ones, and those serving calls (which then fail and
+// are discarded by their callers).
 func (pl *pool) close(ctx context.Context) {
+	pl.mu.Lock()
 	pl.closed.Store(true)
+	live := make([]*instance, 0, len(pl.live))
+	for inst := range pl.live {
+		live = append(live, inst)
+	}
+	pl.mu.Unlock()
+	for _, inst := range live {
+		inst.mod.Close(context.WithoutCancel(ctx))
+	}
+	pl.drain(ctx)
+}
+
+func (pl *pool) drain(ctx context.Context) {
 	for {
 		select {
 		case inst := <-pl.idle:

@@ -136,36 +136,33 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		}
 	}
 
-	compiled, err := h.rt.CompileModule(compileContext(ctx), wasm)
+	// The module is the engine's (engine.go): the host lets go of it at Close, failed or
+	// not, and never closes it itself.
+	compiled, err := h.compile(ctx, wasm)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: compile: %w", label, err)
 	}
-	p.opt = &tier{rt: h.rt, compiled: compiled}
+	p.opt = &tier{rt: h.eng.rt, compiled: compiled}
 	p.imports = importsOf(compiled)
 	if err := checkGrants(label, p.imports, spec.Grants); err != nil {
-		compiled.Close(ctx)
 		return nil, err
 	}
 	if err := checkExports(compiled); err != nil {
-		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 
 	// The first instance answers the manifest and then serves calls.
 	inst, err := p.pool.acquire(ctx, p.opt)
 	if err != nil {
-		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 	manifest, rawManifest, err := inst.describe(ctx)
 	if err != nil {
 		p.pool.discard(ctx, inst)
-		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 	if err := p.setManifest(manifest); err != nil {
 		p.pool.discard(ctx, inst)
-		compiled.Close(ctx)
 		return nil, fmt.Errorf("plugin %s: %w", label, err)
 	}
 	p.pool.release(ctx, inst) // the instance that answered the manifest serves the first call
@@ -248,7 +245,9 @@ func (p *plugin) finish(ctx context.Context) {
 		p.loadErr = fmt.Errorf("plugin %s: %w", p, ErrClosed)
 		return
 	}
-	compiled, err := p.h.rt.CompileModule(compileContext(ctx), p.wasm)
+	// A module this process compiled before from the same bytes is not decoded again
+	// (engine.go); the host lets go of it at Close, never closing it itself.
+	compiled, err := p.h.compile(ctx, p.wasm)
 	if err != nil {
 		if ctx.Err() != nil {
 			p.loadErr = fmt.Errorf("plugin %s: %w", p, ErrClosed)
@@ -258,32 +257,27 @@ func (p *plugin) finish(ctx context.Context) {
 		return
 	}
 	if !slices.Equal(importsOf(compiled), p.imports) {
-		compiled.Close(ctx)
 		p.loadErr = p.changed("imports")
 		return
 	}
 	if err := checkExports(compiled); err != nil {
-		compiled.Close(ctx)
 		p.loadErr = p.changed("exports")
 		return
 	}
-	t := &tier{rt: p.h.rt, compiled: compiled}
+	t := &tier{rt: p.h.eng.rt, compiled: compiled}
 	inst, err := p.pool.acquire(ctx, t)
 	if err != nil {
-		compiled.Close(ctx)
 		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
 		return
 	}
 	_, raw, err := inst.describe(ctx)
 	if err != nil {
 		p.pool.discard(ctx, inst)
-		compiled.Close(ctx)
 		p.loadErr = fmt.Errorf("%w: plugin %s: %w", ErrPluginFailed, p, err)
 		return
 	}
 	if string(raw) != p.rawManifest {
 		p.pool.discard(ctx, inst)
-		compiled.Close(ctx)
 		p.loadErr = p.changed("tools")
 		return
 	}
@@ -523,11 +517,11 @@ func (h *Host) pluginEnv(spec PluginSpec) map[string]string {
 // nothing: no sandbox is attached, so any host function it calls while describing itself
 // fails. The compilation cache under DefaultDataDir is used.
 func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
-	h, err := newRuntime(ctx, Config{}.withDefaults())
+	h, err := newBareHost(ctx, Config{}.withDefaults())
 	if err != nil {
 		return Inspection{}, err
 	}
-	defer h.rt.Close(ctx)
+	defer h.finishCancel()
 	// The interpreter reads a module's imports and manifest in a fraction of the
 	// optimizing compiler's time.
 	rt, err := h.interpreter()
@@ -559,7 +553,7 @@ func Inspect(ctx context.Context, wasm []byte) (Inspection, error) {
 
 // describe calls the describe export and decodes the manifest; raw is its text.
 func (inst *instance) describe(ctx context.Context) (m abi.Manifest, raw []byte, err error) {
-	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, hostKey{}, inst.p.h), loadTimeout)
 	defer cancel()
 	inst.stack[0] = 0
 	if err := inst.fnVersion.CallWithStack(ctx, inst.stack); err != nil {

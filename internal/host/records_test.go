@@ -132,8 +132,7 @@ func newWithRecords(ctx context.Context, cfg Config, dir string) (*Host, error) 
 	}
 	h.records = dir
 	if err := h.load(ctx, cfg.Plugins); err != nil {
-		h.finishCancel()
-		h.rt.Close(ctx)
+		h.Close(ctx)
 		return nil, err
 	}
 	return h, nil

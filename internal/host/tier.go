@@ -70,7 +70,7 @@ func (h *Host) interpreter() (wazero.Runtime, error) {
 			h.interpErr = fmt.Errorf("instantiate WASI in the interpreter: %w", err)
 			return
 		}
-		if err := h.instantiateHostModules(ctx, rt); err != nil {
+		if err := instantiateHostModules(ctx, rt); err != nil {
 			rt.Close(ctx)
 			h.interpErr = err
 			return
