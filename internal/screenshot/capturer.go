@@ -322,9 +322,7 @@ func (c *Capturer) launch() (*runtime, error) {
 
 	rt.router, err = c.newBrowserNet()
 	if err == nil {
-		var b playwright.Browser
-		b, err = pw.Chromium.Launch(c.launchOptions(exe, rt.router))
-		rt.browser = b
+		rt.browser, err = c.launchBrowser(pw, exe, rt.router)
 	}
 	wmu.Lock()
 	finished = true
@@ -344,6 +342,18 @@ func (c *Capturer) launch() (*runtime, error) {
 		c.log.Debug("screenshot: browser disconnected", "browser_pid", rt.browserPID)
 	})
 	return rt, nil
+}
+
+// launchBrowser launches the browser in its sandbox, once more if it died while it started
+// (Playwright says "target closed": a Chromium that crashed before its first page, seen on
+// a loaded machine), never more: a browser that cannot start twice is reported.
+func (c *Capturer) launchBrowser(pw *playwright.Playwright, exe string, router browserNet) (playwright.Browser, error) {
+	b, err := pw.Chromium.Launch(c.launchOptions(exe, router))
+	if err != nil && errors.Is(err, playwright.ErrTargetClosed) {
+		c.log.Warn("screenshot: the browser died while it started; launching it again", "err", err)
+		b, err = pw.Chromium.Launch(c.launchOptions(exe, router))
+	}
+	return b, err
 }
 
 // runDriver starts the driver with neither Stderr nor Logger set: setting Stderr alone
