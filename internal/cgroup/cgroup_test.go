@@ -380,6 +380,73 @@ func TestKillEmptiesGroup(t *testing.T) {
 	})
 }
 
+// TestFreezeStopsEveryProcess: once Freeze returns, no process of the group writes
+// again (two writers, one forked from the other), and Kill ends the frozen group without
+// letting any of them run: the files hold what they held at the freeze.
+func TestFreezeStopsEveryProcess(t *testing.T) {
+	run := func(t *testing.T, m *Manager) {
+		g := newGroup(t, m, Limits{Pids: 64})
+		dir := t.TempDir()
+		script := `w() { i=0; while :; do i=$((i+1)); echo $i > "$1.new"; mv "$1.new" "$1"; done; }
+w ` + dir + `/a & w ` + dir + `/b & echo ready; wait`
+		cmd, out := start(t, g, "sh", "-c", script)
+		read := func() string {
+			a, _ := os.ReadFile(dir + "/a")
+			b, _ := os.ReadFile(dir + "/b")
+			return string(a) + "|" + string(b)
+		}
+		if !testenv.Eventually(func() bool {
+			return strings.Contains(out.String(), "ready") && !strings.HasPrefix(read(), "|") && !strings.HasSuffix(read(), "|")
+		}) {
+			t.Fatalf("writers did not start: %q", out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+		defer cancel()
+		if err := g.Freeze(ctx); err != nil {
+			t.Fatalf("Freeze: %v", err)
+		}
+		at := read()
+		time.Sleep(100 * time.Millisecond)
+		if now := read(); now != at {
+			t.Fatalf("a frozen group went on writing: %q then %q", at, now)
+		}
+		if err := g.Kill(ctx); err != nil {
+			t.Fatalf("Kill of a frozen group: %v", err)
+		}
+		if left, err := g.Procs(); err != nil || len(left) != 0 {
+			t.Fatalf("after Kill: procs %v, %v", left, err)
+		}
+		_ = waitCmd(t, cmd, 10*time.Second)
+		if now := read(); now != at {
+			t.Fatalf("a process of the frozen group ran before it died: %q then %q", at, now)
+		}
+	}
+	t.Run("default", func(t *testing.T) {
+		run(t, newManager(t, hostEnv(t)))
+	})
+	t.Run("v1-freezer", func(t *testing.T) {
+		e := hostEnv(t)
+		e.noV2 = true
+		m := newManager(t, e)
+		if m.freez == nil {
+			skipf(t, "no v1 freezer hierarchy: %s", m.Support())
+		}
+		run(t, m)
+	})
+	t.Run("none", func(t *testing.T) {
+		e := hostEnv(t)
+		e.noV2, e.without = true, []string{"freezer"}
+		m := newManager(t, e)
+		if len(m.hier) == 0 {
+			skipf(t, "no v1 hierarchy: %s", m.Support())
+		}
+		g := newGroup(t, m, Limits{Pids: 64})
+		if err := g.Freeze(context.Background()); !errors.Is(err, ErrNoFreezer) {
+			t.Fatalf("Freeze without a freezer: %v, want ErrNoFreezer", err)
+		}
+	})
+}
+
 func TestCPUQuotaThrottles(t *testing.T) {
 	m := newManager(t, hostEnv(t))
 	need(t, m, m.Support().CPU, "cpu")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,12 @@ import (
 // from the provider's pool; restore (RestoreOnRotate, what a remote provider does): the
 // new sandbox is restored from the snapshot. ms/server_back is the time from the start of
 // the rotation until the restarted server answers again through the session's preview
-// (what a take_screenshot right after a rotation waits for).
+// (what a take_screenshot right after a rotation waits for). held-ms is the median of the
+// part of each rotation during which no call can run (the session's own "pause" in its
+// "session: rotated" log line: after a save ahead, the move and the restart), and
+// blocked/call is (held + call) / call: the most a call that arrives at the rotation's
+// start waits, over the floor. pause-ms is larger than held + call when calls during the
+// save ahead are slowed by the save's compression on the same cores.
 //
 //	go test -run '^$' -bench RotationPause -benchtime 5x -count 3 ./internal/session
 func BenchmarkRotationPause(b *testing.B) {
@@ -41,8 +47,9 @@ func BenchmarkRotationPause(b *testing.B) {
 func benchRotation(b *testing.B, restore bool, pool int) {
 	p := provider(b, pool)
 	p.Warm(sandbox.CreateOptions{})
+	held := &heldLog{}
 	s := open(b, session.Config{Provider: p, ProjectID: "pause", Snapshots: snapshots(b), TTL: time.Hour,
-		RestoreOnRotate: restore, Logger: slog.New(slog.DiscardHandler)})
+		RestoreOnRotate: restore, Logger: slog.New(held)})
 	ctx := context.Background()
 	// 37 MiB of random bytes as base64 lines: 50 MB of text that compresses like source.
 	res, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c",
@@ -140,7 +147,49 @@ func benchRotation(b *testing.B, restore bool, pool int) {
 			b.ReportMetric(float64(pause.Microseconds())/1000, "pause-ms")
 			b.ReportMetric(float64(call.Microseconds())/1000, "call-ms")
 			b.ReportMetric(float64(pause)/float64(call), "pause/call")
+			if h := held.median(); h > 0 {
+				b.ReportMetric(float64(h.Microseconds())/1000, "held-ms")
+				b.ReportMetric(float64(h+call)/float64(call), "blocked/call")
+			}
 		}
 		b.ReportMetric(float64(back.Milliseconds())/float64(b.N), "ms/server_back")
 	})
+}
+
+// heldLog keeps the "pause" of every "session: rotated" record: how long the rotation held
+// the session (the calls) itself.
+type heldLog struct {
+	mu   sync.Mutex
+	held []time.Duration
+}
+
+func (h *heldLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *heldLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *heldLog) WithGroup(string) slog.Handler            { return h }
+
+func (h *heldLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "session: rotated" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "pause" {
+			h.mu.Lock()
+			h.held = append(h.held, a.Value.Duration())
+			h.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+func (h *heldLog) median() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held) == 0 {
+		return 0
+	}
+	d := slices.Clone(h.held)
+	slices.Sort(d)
+	return d[len(d)/2]
 }

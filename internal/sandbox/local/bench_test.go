@@ -494,3 +494,64 @@ func BenchmarkTakeSpare(b *testing.B) {
 	b.ReportMetric(float64(warm.Microseconds())/n/1000, "exec-ms")
 	b.ReportMetric(float64(take)/float64(warm), "take/exec")
 }
+
+// BenchmarkHandoff: Handoff of a sandbox running a background server, then the first
+// command in the next one (rotation's pause on the provider's side, without the session's
+// restart of the server), interleaved per iteration: "kill" ends the old sandbox before
+// the next one gets the workspace (killOnHandoff), "freeze" freezes it and kills it on
+// the provider's time (retire); each with a spare taken (pool 1) and without (a start).
+// Metrics: ms-kill, ms-freeze, freeze/kill; and exec-ms, a warm `true`, for the floor.
+func BenchmarkHandoff(b *testing.B) {
+	for _, pool := range []int{0, 1} {
+		b.Run(map[int]string{0: "start", 1: "spare"}[pool], func(b *testing.B) {
+			var p *Provider
+			if pool > 0 {
+				p = newPooled(b, Config{})
+			} else {
+				p = newProvider(b, Config{})
+			}
+			ctx := context.Background()
+			sb := sandbox.Sandbox(newSandbox(b, p, sandbox.CreateOptions{}))
+			var took [2]time.Duration
+			var warm time.Duration
+			for b.Loop() {
+				for mode := range 2 {
+					b.StopTimer()
+					if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}}); err != nil {
+						b.Fatal(err)
+					}
+					if pool > 0 {
+						spareIDs(b, p, sandbox.CreateOptions{}, 1)
+					}
+					killOnHandoff = mode == 0
+					b.StartTimer()
+					t0 := time.Now()
+					next, err := p.Handoff(ctx, sb, sandbox.CreateOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res, err := next.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+						b.Fatalf("%+v %v", res, err)
+					}
+					took[mode] += time.Since(t0)
+					t1 := time.Now()
+					if res, err := next.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+						b.Fatalf("%+v %v", res, err)
+					}
+					warm += time.Since(t1)
+					b.StopTimer()
+					sb.Close(ctx) // waits for the old one's shutdown, outside the timer
+					sb = next
+					b.StartTimer()
+				}
+			}
+			killOnHandoff = false
+			sb.Close(ctx)
+			n := float64(b.N)
+			b.ReportMetric(float64(took[0].Microseconds())/n/1000, "ms-kill")
+			b.ReportMetric(float64(took[1].Microseconds())/n/1000, "ms-freeze")
+			b.ReportMetric(float64(warm.Microseconds())/n/2000, "exec-ms")
+			b.ReportMetric(float64(took[1])/float64(took[0]), "freeze/kill")
+		})
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,9 +107,10 @@ type Provider struct {
 	seccomp  []byte   // the filter; nil when this architecture has none
 	cgroups  *cgroup.Manager
 	cgSup    cgroup.Support
-	volumes  *volume.Pool // nil when volumes are unavailable
-	spare    *spareVolume // with volumes: the next private workspace, made ahead
-	pool     *sparePool   // with Config.Pool: sandboxes made ahead (pool.go)
+	volumes  *volume.Pool   // nil when volumes are unavailable
+	spare    *spareVolume   // with volumes: the next private workspace, made ahead
+	pool     *sparePool     // with Config.Pool: sandboxes made ahead (pool.go)
+	retired  sync.WaitGroup // shutdowns of sandboxes frozen by a handoff (handoff.go); Close waits
 	enforced []Enforcement
 	userns   usernsCache // the mappings of idmapped host workspaces (idmap.go)
 	noIdmap  bool        // tests: act as if idmapped mounts were refused
@@ -237,6 +239,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	if p.pool != nil {
 		p.pool.close() // before the agent's executable and the volumes: spares use both
 	}
+	p.retired.Wait() // bounded: each is a kill (kill bounds its waits) and a cleanup
 	err := errors.Join(p.exe.Close(), p.userns.close())
 	if p.spare != nil {
 		err = errors.Join(err, p.spare.close())
@@ -744,6 +747,7 @@ type Sandbox struct {
 	slot      *slot         // a spare's (pool.go): what bwrap bound at /home/user; nil otherwise
 	previews  previews      // host listeners of PreviewURL
 	startedAt time.Time
+	frozen    atomic.Bool // a handoff froze its cgroup (retire): it dies on the provider's time
 
 	mu     sync.Mutex
 	endsAt time.Time
@@ -1004,6 +1008,9 @@ func (s *Sandbox) kill() {
 			s.log.Warn("kill the sandbox's cgroup", "err", err)
 		}
 		cancel()
+	}
+	if s.frozen.Load() {
+		s.killFrozen(killGroup)
 	}
 	if s.initFD < 0 && s.initPID <= 0 {
 		killGroup()
