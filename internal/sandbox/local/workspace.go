@@ -157,8 +157,8 @@ func (w *workspace) release() error {
 	case w.kind == "volume":
 		err = w.vol.Close()
 		if errors.Is(err, volume.ErrMountedElsewhere) {
-			// Every process of the sandbox is dead or frozen to die (Close kills first, a
-			// handoff freezes first and kills on its own goroutine): what
+			// Every process of the sandbox is dead, or frozen and about to be killed (Close
+			// kills first; a handoff freezes the old sandbox and kills it after): what
 			// holds the filesystem is a mount namespace the kernel has not torn down yet,
 			// or another sandbox's being set up. The volume did its part (image unlinked,
 			// device cleared with the last mount); nothing is left for this host to do.
