@@ -72,8 +72,12 @@ examples: setup-test
 # toolhost version reports the module version and VCS revision the build records.
 # It then compiles the plugins into the data dir's compilation cache (once; later builds
 # find them there), so that no first call runs a plugin interpreted.
+# CGO_ENABLED=0: a static binary. Every sandbox starts this binary as its agent, and
+# without the dynamic loader and cgo's start it costs about 10 ms less CPU each time
+# (docs/BENCHMARKS.md, issue 18's create). Names resolve with Go's own resolver
+# (/etc/hosts, then the DNS servers of /etc/resolv.conf), not through nsswitch modules.
 build:
-	$(GO) build -buildvcs=auto -o $(BIN)/toolhost ./cmd/toolhost
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN)/toolhost ./cmd/toolhost
 	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
 		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
