@@ -350,29 +350,38 @@ wait`
 	}
 }
 
+// v1Manager is a Manager on the v1 hierarchies only, with or without the freezer; the
+// test skips when the host has no such hierarchy.
+func v1Manager(t *testing.T, freezer bool) *Manager {
+	t.Helper()
+	e := hostEnv(t)
+	e.noV2 = true
+	if !freezer {
+		e.without = []string{"freezer"}
+	}
+	m := newManager(t, e)
+	switch {
+	case freezer && m.freez == nil:
+		skipf(t, "no v1 freezer hierarchy: %s", m.Support())
+	case len(m.hier) == 0:
+		skipf(t, "no v1 hierarchy: %s", m.Support())
+	}
+	return m
+}
+
 func TestKillEmptiesGroup(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		killTree(t, newGroup(t, newManager(t, hostEnv(t)), Limits{Pids: 64}))
 	})
 	t.Run("v1-freezer", func(t *testing.T) {
-		e := hostEnv(t)
-		e.noV2 = true
-		m := newManager(t, e)
-		if m.freez == nil {
-			skipf(t, "no v1 freezer hierarchy: %s", m.Support())
-		}
+		m := v1Manager(t, true)
 		if m.Support().Kill.By != "cgroup v1 freezer and SIGKILL" {
 			t.Errorf("kill mechanism %q", m.Support().Kill)
 		}
 		killTree(t, newGroup(t, m, Limits{Pids: 64}))
 	})
 	t.Run("v1-signals", func(t *testing.T) {
-		e := hostEnv(t)
-		e.noV2, e.without = true, []string{"freezer"}
-		m := newManager(t, e)
-		if len(m.hier) == 0 {
-			skipf(t, "no v1 hierarchy: %s", m.Support())
-		}
+		m := v1Manager(t, false)
 		if m.Support().Kill.By != "SIGKILL to cgroup.procs" {
 			t.Errorf("kill mechanism %q", m.Support().Kill)
 		}
@@ -425,21 +434,11 @@ w ` + dir + `/a & w ` + dir + `/b & echo ready; wait`
 		run(t, newManager(t, hostEnv(t)))
 	})
 	t.Run("v1-freezer", func(t *testing.T) {
-		e := hostEnv(t)
-		e.noV2 = true
-		m := newManager(t, e)
-		if m.freez == nil {
-			skipf(t, "no v1 freezer hierarchy: %s", m.Support())
-		}
+		m := v1Manager(t, true)
 		run(t, m)
 	})
 	t.Run("none", func(t *testing.T) {
-		e := hostEnv(t)
-		e.noV2, e.without = true, []string{"freezer"}
-		m := newManager(t, e)
-		if len(m.hier) == 0 {
-			skipf(t, "no v1 hierarchy: %s", m.Support())
-		}
+		m := v1Manager(t, false)
 		g := newGroup(t, m, Limits{Pids: 64})
 		if err := g.Freeze(context.Background()); !errors.Is(err, ErrNoFreezer) {
 			t.Fatalf("Freeze without a freezer: %v, want ErrNoFreezer", err)
