@@ -248,7 +248,14 @@ func runDemo(ctx context.Context, c *cli, _ []string) error {
 	st.sess = sess
 	woke := "a new project: the workspace starts empty"
 	if in, ok := sess.Woke(); ok {
-		woke = "woke from snapshot " + in.Key
+		// The steps write files as an agent new to the project would, and write_file
+		// refuses to overwrite a file the session has not read: a second run would fail
+		// on the first run's files. So the demo starts from an empty workspace; the
+		// snapshot stays in the store.
+		if err := clearWorkspace(ctx, experimental.Sandbox(sess)); err != nil {
+			return err
+		}
+		woke = "woke from snapshot " + in.Key + "; the demo empties the workspace to start afresh (the snapshot stays in the store)"
 	}
 	fmt.Fprintf(out, "session ready in %s: sandbox %s (network: %s), %s\n", ms(time.Since(t0)), currentSandbox(sess), c.cfg.Sandbox.Network, woke)
 	if !c.cfg.Screenshot.Enabled {
@@ -417,4 +424,16 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// clearWorkspace removes everything in the sandbox's workspace.
+func clearWorkspace(ctx context.Context, sb sandbox.Sandbox) error {
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"find", sandbox.WorkspaceRoot, "-mindepth", "1", "-delete"}, Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("demo: empty the woken workspace: %w", err)
+	}
+	return nil
 }

@@ -661,6 +661,14 @@ func TestDemo(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stdout, "projects/"+project+"/snapshots/") != 1 {
 		t.Errorf("snapshot list after the demo:\n%s", r)
 	}
+
+	// `make run` a second time: the project wakes with the first run's files, which the
+	// demo's writes would be refused to overwrite unread; it starts from an empty
+	// workspace and passes again.
+	r = runCLI(t, nil, "demo", "--project", project)
+	if r.code != 0 || !strings.Contains(r.stdout, "the demo empties the workspace") || !strings.Contains(r.stdout, "every result as expected") {
+		t.Fatalf("the demo run a second time:\n%s", r)
+	}
 }
 
 // requireBrowser skips when Chromium or the Playwright driver is genuinely absent.

@@ -96,6 +96,10 @@ func (s *Session) autoCapture(ctx context.Context, port int, why string) {
 		return
 	}
 	keys, err := rec.CaptureAuto(ctx, base, s.cfg.ProjectID)
+	if err != nil && ctx.Err() != nil { // the session closed meanwhile (Close cancels ctx first)
+		s.log.Debug("session: auto-capture ended by the session's close", "why", why, "port", port, "err", err)
+		return
+	}
 	if err != nil {
 		s.log.Warn("session: auto-capture failed", "why", why, "port", port, "err", err)
 		return
