@@ -174,10 +174,14 @@ func (sp *sparePool) take(opts sandbox.CreateOptions) *Sandbox {
 	return nil
 }
 
-// next is the configuration that lacks a spare, the most recently asked for first.
+// next is the configuration that lacks a spare, the most recently asked for first; none
+// once the pool is closed (close takes the spares away while the maker may be here).
 func (sp *sparePool) next() (sandbox.CreateOptions, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	if sp.closed {
+		return sandbox.CreateOptions{}, false
+	}
 	for i := len(sp.configs) - 1; i >= 0; i-- {
 		k := keyOf(sp.configs[i])
 		live := sp.spares[k][:0]

@@ -336,3 +336,19 @@ func TestPoolPruneSlots(t *testing.T) {
 func TestConformancePooled(t *testing.T) {
 	sandboxtest.Run(t, newPooled(t, Config{}))
 }
+
+// The maker may ask for the next configuration after close took the spares away (seen
+// under make test at load 12: "assignment to entry in nil map"): it gets none and stops.
+func TestPoolNextAfterClose(t *testing.T) {
+	sp := &sparePool{size: 1, spares: map[poolKey][]*Sandbox{}}
+	sp.configs = append(sp.configs, template(sandbox.CreateOptions{}))
+	if _, ok := sp.next(); !ok {
+		t.Fatal("an open pool without spares has nothing to make")
+	}
+	sp.mu.Lock()
+	sp.closed, sp.spares = true, nil // what close does before it stops the maker
+	sp.mu.Unlock()
+	if opts, ok := sp.next(); ok {
+		t.Fatalf("a closed pool asks for a spare of %+v", opts)
+	}
+}
