@@ -449,8 +449,9 @@ var ErrNoFreezer = errors.New("no cgroup freezer for the group")
 // signal, never inside a system call, and runs no further instruction unless thawed: Kill
 // and Close end a frozen group, whose processes die without running again. A group is
 // frozen to be killed (a sandbox handing its workspace to the next one stops first and
-// dies after, outside the caller's wait); Thaw is for what the caller trusts. It fails with ErrNoFreezer when the group has
-// neither a v2 directory with cgroup.freeze nor a directory in the v1 freezer hierarchy.
+// dies after, outside the caller's wait); Thaw is for what the caller trusts. It fails
+// with ErrNoFreezer when the group has neither a v2 directory with cgroup.freeze nor a
+// directory in the v1 freezer hierarchy.
 func (g *Group) Freeze(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -102,9 +102,8 @@ var killOnHandoff = false
 // instruction again, so nothing of o touches the workspace once this returns, with one
 // exception the kill had not: a Linux AIO write (io_submit) issued before the freeze may
 // still land, since exit waits for it and a freeze does not (io_uring is refused by the
-// seccomp filter; AIO is allowed, as databases use it). Where
-// there is no freezer, or the freeze does not finish within freezeBound, o is shut down
-// here as before.
+// seccomp filter; AIO is allowed, as databases use it). Where there is no freezer, or the
+// freeze does not finish within freezeBound, o is shut down here as before.
 func (p *Provider) retire(o *Sandbox, reason string) *workspace {
 	if killOnHandoff || !o.freeze() {
 		o.shutdown(reason)
