@@ -105,7 +105,7 @@ var killOnHandoff = false
 // seccomp filter; AIO is allowed, as databases use it). Where there is no freezer, or the
 // freeze does not finish within freezeBound, o is shut down here as before.
 func (p *Provider) retire(o *Sandbox, reason string) *workspace {
-	if killOnHandoff || !o.freeze() {
+	if killOnHandoff || !o.freeze(p.freezeWait) {
 		o.shutdown(reason)
 		return o.takeWorkspace()
 	}
@@ -125,12 +125,12 @@ func (p *Provider) retire(o *Sandbox, reason string) *workspace {
 }
 
 // freeze stops every process of the sandbox through its cgroup's freezer, and reports
-// whether they all stopped within freezeBound. kill then calls killFrozen first.
-func (s *Sandbox) freeze() bool {
+// whether they all stopped within bound. kill then calls killFrozen first.
+func (s *Sandbox) freeze(bound time.Duration) bool {
 	if s.cg == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), freezeBound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	if err := s.cg.Freeze(ctx); err != nil {
 		if !errors.Is(err, cgroup.ErrNoFreezer) && !errors.Is(err, cgroup.ErrClosed) {
@@ -149,13 +149,13 @@ func (s *Sandbox) freeze() bool {
 // of its pid namespace and waits for them before the pidfd says it exited. Only bubblewrap
 // is left then, outside that namespace and the host's own: thawing lets it reap and
 // exit. Without a pidfd, or through the v1 freezer (where the signal waits for a thaw,
-// which would let the others run first), or past the bound, the cgroup is killed whole
+// which would let the others run first), or past 5 s, the cgroup is killed whole
 // (killGroup signals while frozen, then thaws) and kill goes on as for any sandbox.
 func (s *Sandbox) killFrozen(killGroup func()) {
 	if s.initFD >= 0 {
 		_ = unix.PidfdSendSignal(s.initFD, unix.SIGKILL, nil, 0)
 		fds := []unix.PollFd{{Fd: int32(s.initFD), Events: unix.POLLIN}}
-		deadline := time.Now().Add(2 * time.Second)
+		deadline := time.Now().Add(5 * time.Second) // a pid namespace's teardown: 190-270 ms at load 40
 		for {
 			n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1)
 			if n > 0 {

@@ -22,6 +22,7 @@ import (
 // all of it is gone once its shutdown ends.
 func TestHandoffStopsTheOldBeforeTheNew(t *testing.T) {
 	p := newProvider(t, Config{})
+	p.freezeWait = testenv.HangBound // the freeze path, however slow a loaded machine is
 	dir := t.TempDir()
 	old := newSandbox(t, p, sandbox.CreateOptions{Workspace: dir})
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)

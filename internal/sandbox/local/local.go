@@ -114,6 +114,8 @@ type Provider struct {
 	enforced []Enforcement
 	userns   usernsCache // the mappings of idmapped host workspaces (idmap.go)
 	noIdmap  bool        // tests: act as if idmapped mounts were refused
+
+	freezeWait time.Duration // a handoff's bound on freezing the old sandbox: freezeBound; tests raise it
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -156,7 +158,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
-	p := &Provider{cfg: cfg, log: cfg.Logger, id: id, limits: cfg.Limits.withDefaults()}
+	p := &Provider{cfg: cfg, log: cfg.Logger, id: id, limits: cfg.Limits.withDefaults(), freezeWait: freezeBound}
 	if l := p.limits; l.MemoryBytes > 0 && l.TmpBytes+l.ShmBytes >= l.MemoryBytes {
 		// Files alone would fill the memory limit, and the OOM killer would then pick the
 		// biggest process: the agent.
