@@ -347,9 +347,9 @@ func (t *Toolhost) pluginSpecs() ([]host.PluginSpec, error) {
 				return nil, fmt.Errorf("plugins[%d]: %w", i, err)
 			}
 			spec.Path, spec.Wasm = "builtin:"+p.Path, wasm
-			var seed host.Seed
-			if err := json.Unmarshal(builtins.Seed(p.Path), &seed); err == nil {
-				spec.Seed = &seed // used only under the environment it was made with
+			var seeds []host.Seed
+			if err := json.Unmarshal(builtins.Seeds(p.Path), &seeds); err == nil {
+				spec.Seeds = seeds // each used only under the environment it was made with
 			}
 		default:
 			spec.Path = path

@@ -17,6 +17,7 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/experimental"
+	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
 )
 
@@ -319,12 +320,12 @@ func oneShotGuard(cfg *toolhost.Config) {
 		if p.Path != "editfile.wasm" || cfg.PluginsDir != "" {
 			continue
 		}
-		if _, set := p.Env["TOOLHOST_EDITFILE_GUARD"]; !set {
+		if _, set := p.Env[builtins.EditfileGuard]; !set {
 			env := maps.Clone(p.Env)
 			if env == nil {
 				env = map[string]string{}
 			}
-			env["TOOLHOST_EDITFILE_GUARD"] = "off"
+			env[builtins.EditfileGuard] = "off"
 			p.Env = env
 		}
 	}

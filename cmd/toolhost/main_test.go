@@ -415,6 +415,26 @@ func TestCallWriteThenRead(t *testing.T) {
 }
 
 // TestCallToolError: a tool that ran and reported an error exits 0 with is_error.
+// TestCallFreshDataDirLoadsNothingInFull: a one-shot call on a fresh data dir registers
+// every built-in from its seed (internal/builtins' SeedEnvs cover the environment the call
+// gives each, such as editfile's guard off), so it compiles only the plugin it calls.
+// Without editfile's seed for its guard off, the call waited ~0.7 s for editfile.
+func TestCallFreshDataDirLoadsNothingInFull(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	r := runCLI(t, []string{"TOOLHOST_DATA_DIR=" + filepath.Join(t.TempDir(), "data"), "TOOLHOST_LOG_LEVEL=debug"},
+		"call", "bash", `{"command":"true"}`, "--workspace", t.TempDir())
+	if r.code != 0 || decodeResult(t, r).IsError {
+		t.Fatalf("call bash:\n%s", r)
+	}
+	if !strings.Contains(r.stderr, "plugins loaded") {
+		t.Fatalf("no debug log of the plugins' load:\n%s", r)
+	}
+	if strings.Contains(r.stderr, "loaded in full") {
+		t.Errorf("a built-in was loaded in full on a fresh data dir: a seed is missing (internal/builtins SeedEnvs, make plugins):\n%s", r)
+	}
+}
+
 func TestCallToolError(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/toolhost/toolhost/abi"
@@ -40,10 +41,15 @@ var (
 )
 
 // SeedsFile is the file in wasm/ that holds the built-ins' seeds: for each module, what the
-// host's first load of it records under the default configuration (its imports and
-// manifest), made by `make plugins`. The host registers a built-in from its seed without
-// compiling it, and checks the module against the seed before it serves a call.
+// host's first load of it records (its imports and manifest) under the default
+// configuration and under each of its SeedEnvs, made by `make plugins`. The host
+// registers a built-in from the seed made under its environment without compiling it, and
+// checks the module against the seed before it serves a call.
 const SeedsFile = "seeds.json"
+
+// EditfileGuard is editfile's switch for its guarded writes: "off" lets write_file and
+// edit_file change a file the session has not read (a one-shot call has read nothing).
+const EditfileGuard = "TOOLHOST_EDITFILE_GUARD"
 
 // Builtin is one built-in plugin.
 type Builtin struct {
@@ -57,16 +63,23 @@ type Builtin struct {
 	// OptIn: not among the default plugins; a configuration that wants it lists it.
 	// webfetch is: it reaches the web from the host, which the operator decides.
 	OptIn bool
+	// SeedEnvs are the environments, besides none, that a configuration of this
+	// repository gives the plugin and that it has seeds for: without a seed for its
+	// environment, a fresh data dir loads the plugin in full before the first call
+	// (editfile's ~0.7 s).
+	SeedEnvs []map[string]string
 }
 
 var builtins = []Builtin{
-	{"bash", "bash.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapLog}, false},
+	{Name: "bash", File: "bash.wasm", Grants: []abi.Capability{abi.CapSandboxExec, abi.CapLog}},
 	// editfile runs poppler (pdfinfo, pdftotext, pdftoppm) in the sandbox to read PDFs.
-	{"editfile", "editfile.wasm", []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog}, false},
-	{"grepglob", "grepglob.wasm", []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}, false},
-	{"screenshot", "screenshot.wasm", []abi.Capability{abi.CapCapture, abi.CapLog}, false},
+	// `toolhost call` turns its guard off.
+	{Name: "editfile", File: "editfile.wasm", Grants: []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog},
+		SeedEnvs: []map[string]string{{EditfileGuard: "off"}}},
+	{Name: "grepglob", File: "grepglob.wasm", Grants: []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
+	{Name: "screenshot", File: "screenshot.wasm", Grants: []abi.Capability{abi.CapCapture, abi.CapLog}},
 	// webfetch reaches the web through the host's egress gateway, within its web scope.
-	{"webfetch", "webfetch.wasm", []abi.Capability{abi.CapWeb, abi.CapLog}, true},
+	{Name: "webfetch", File: "webfetch.wasm", Grants: []abi.Capability{abi.CapWeb, abi.CapLog}, OptIn: true},
 }
 
 // wasm maps a built-in's File to its module.
@@ -82,6 +95,10 @@ func Builtins() []Builtin {
 	out := slices.Clone(builtins)
 	for i := range out {
 		out[i].Grants = slices.Clone(out[i].Grants)
+		out[i].SeedEnvs = slices.Clone(out[i].SeedEnvs)
+		for j, env := range out[i].SeedEnvs {
+			out[i].SeedEnvs[j] = maps.Clone(env)
+		}
 	}
 	return out
 }
@@ -105,9 +122,9 @@ func Wasm(file string) ([]byte, error) {
 	return b, nil
 }
 
-// Seed returns the seed of the built-in named by file ("bash.wasm") as JSON (the host's
-// Seed), or nil.
-func Seed(file string) []byte {
+// Seeds returns the seeds of the built-in named by file ("bash.wasm") as JSON (a list of
+// the host's Seed), or nil.
+func Seeds(file string) []byte {
 	var all map[string]json.RawMessage
 	if json.Unmarshal(seedsJSON, &all) != nil {
 		return nil

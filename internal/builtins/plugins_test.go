@@ -104,7 +104,8 @@ func TestLookup(t *testing.T) {
 }
 
 // TestSeedsAreCurrent fails when wasm/seeds.json is not what the host's first load of each
-// built-in records under the default configuration: run `make plugins`. A stale seed
+// built-in records under the default configuration and each of its SeedEnvs: run `make
+// plugins`. A stale seed
 // would not be unsafe (the host checks every module against its seed before it serves),
 // but the built-in would fail its calls.
 func TestSeedsAreCurrent(t *testing.T) {
@@ -114,12 +115,12 @@ func TestSeedsAreCurrent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := host.MakeSeed(context.Background(), host.Config{}, host.PluginSpec{Path: b.File, Wasm: wasm, Grants: b.Grants})
+			want, err := host.MakeSeeds(context.Background(), host.Config{}, host.PluginSpec{Path: b.File, Wasm: wasm, Grants: b.Grants}, b.SeedEnvs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got host.Seed
-			if err := json.Unmarshal(builtins.Seed(b.File), &got); err != nil {
+			var got []host.Seed
+			if err := json.Unmarshal(builtins.Seeds(b.File), &got); err != nil {
 				t.Fatalf("the seed of %s: %v (run make plugins)", b.File, err)
 			}
 			if !reflect.DeepEqual(got, want) {

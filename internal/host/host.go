@@ -111,11 +111,12 @@ type PluginSpec struct {
 	// least MinSecretLen bytes, never appear in the plugin's view of command output, in
 	// results, logs, last_error messages or the audit.
 	Secrets map[string]string
-	// Seed is what loading the module would learn, made ahead (the built-ins carry
-	// theirs): with it, a host whose data dir has no record of the plugin registers its
-	// tools without compiling anything. It is used only when its Env is the plugin's, and
-	// is checked like a record before the plugin serves a call.
-	Seed *Seed
+	// Seeds are what loading the module would learn, made ahead (the built-ins carry
+	// theirs), one per environment it was made under: with the one whose Env is the
+	// plugin's, a host whose data dir has no record of the plugin registers its tools
+	// without compiling anything. It is checked like a record before the plugin serves a
+	// call; with none that matches, the plugin is loaded in full.
+	Seeds []Seed
 }
 
 // Seed is a plugin's imports and manifest, as its first load would record them; see

@@ -105,7 +105,8 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 	rec, ok := h.readRecord(p.key)
 	if ok {
 		p.recorded = &rec
-	} else if sd := spec.Seed; sd != nil && maps.Equal(sd.Env, env) {
+	} else if i := slices.IndexFunc(spec.Seeds, func(sd Seed) bool { return maps.Equal(sd.Env, env) }); i >= 0 {
+		sd := spec.Seeds[i]
 		rec, ok = record{Imports: sd.Imports, Manifest: sd.Manifest}, true
 	}
 	if ok {
@@ -128,6 +129,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		}
 		p.tools, p.recorded = nil, nil
 	}
+	h.log.Debug("plugin loaded in full: no record or seed of it under its environment", "plugin", label)
 	if !h.cfg.noQuick {
 		if err := p.loadQuick(ctx); err == nil {
 			return p, nil

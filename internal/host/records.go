@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,7 +137,7 @@ func MakeSeed(ctx context.Context, cfg Config, spec PluginSpec) (Seed, error) {
 		return Seed{}, err
 	}
 	defer h.Close(ctx)
-	spec.Seed = nil
+	spec.Seeds = nil
 	p, err := h.loadPlugin(ctx, spec)
 	if err != nil {
 		return Seed{}, err
@@ -146,4 +147,26 @@ func MakeSeed(ctx context.Context, cfg Config, spec PluginSpec) (Seed, error) {
 		return Seed{}, fmt.Errorf("plugin %s: the interpreter could not load it", p)
 	}
 	return Seed{Env: h.pluginEnv(spec), Imports: p.imports, Manifest: p.rawManifest}, nil
+}
+
+// MakeSeeds makes the plugin's seed under spec's environment, then one under each of envs
+// (each added to spec's).
+func MakeSeeds(ctx context.Context, cfg Config, spec PluginSpec, envs []map[string]string) ([]Seed, error) {
+	seeds := make([]Seed, 0, 1+len(envs))
+	base := spec.Env
+	for i := -1; i < len(envs); i++ {
+		spec.Env = maps.Clone(base)
+		if i >= 0 {
+			if spec.Env == nil {
+				spec.Env = map[string]string{}
+			}
+			maps.Copy(spec.Env, envs[i])
+		}
+		seed, err := MakeSeed(ctx, cfg, spec)
+		if err != nil {
+			return nil, err
+		}
+		seeds = append(seeds, seed)
+	}
+	return seeds, nil
 }

@@ -116,7 +116,7 @@ func TestSeed(t *testing.T) {
 	}
 	open := func(sd Seed) *Host {
 		t.Helper()
-		spec.Seed = &sd
+		spec.Seeds = []Seed{sd}
 		h, err := newWithRecords(ctx, Config{DataDir: dataDir, Plugins: []PluginSpec{spec}}, filepath.Join(t.TempDir(), recordsDir))
 		if err != nil {
 			t.Fatal(err)

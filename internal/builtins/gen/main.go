@@ -34,7 +34,7 @@ func run() error {
 	dir := filepath.Join(wd, "wasm")
 	m := wasmbuild.Manifest{Go: wasmbuild.Toolchain(), Flags: strings.Join(wasmbuild.Flags, " "),
 		Plugins: map[string]wasmbuild.Record{}}
-	seeds := map[string]host.Seed{}
+	seeds := map[string][]host.Seed{}
 	for _, b := range builtins.Builtins() {
 		pkg := "plugins/" + b.Name
 		out := filepath.Join(dir, b.File)
@@ -54,13 +54,13 @@ func run() error {
 			return err
 		}
 		m.Plugins[b.Name] = wasmbuild.Record{Sources: src, Wasm: wasmbuild.Digest(wasm)}
-		// What the plugin's first load records under the default configuration: with it,
-		// a host on a fresh data dir registers the built-ins without compiling them.
-		seed, err := host.MakeSeed(context.Background(), host.Config{}, host.PluginSpec{Path: out, Wasm: wasm, Grants: b.Grants})
-		if err != nil {
+		// What the plugin's first load records under the default configuration and each
+		// of its SeedEnvs: with them, a host on a fresh data dir registers the built-ins
+		// without compiling them.
+		spec := host.PluginSpec{Path: out, Wasm: wasm, Grants: b.Grants}
+		if seeds[b.File], err = host.MakeSeeds(context.Background(), host.Config{}, spec, b.SeedEnvs); err != nil {
 			return err
 		}
-		seeds[b.File] = seed
 	}
 	if err := m.Write(dir); err != nil {
 		return err
@@ -68,7 +68,7 @@ func run() error {
 	return writeSeeds(filepath.Join(dir, builtins.SeedsFile), seeds)
 }
 
-func writeSeeds(path string, seeds map[string]host.Seed) error {
+func writeSeeds(path string, seeds map[string][]host.Seed) error {
 	b, err := json.MarshalIndent(seeds, "", "  ")
 	if err != nil {
 		return err
