@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -64,7 +66,21 @@ func testMain(m *testing.M) int {
 		}
 		return nil
 	}
-	if err := build(nil, "-o", toolBin, "./cmd/toolhost"); err != nil {
+	// As make build builds it: the agent-only executable beside the CLI, its digest linked
+	// into the CLI.
+	agentBin := filepath.Join(binDir, "toolhost-sandbox-agent")
+	if err := build(nil, "-o", agentBin, "./internal/sandbox/local/agentbin"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	agentBytes, err := os.ReadFile(agentBin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	digest := sha256.Sum256(agentBytes)
+	ldflags := "-X github.com/toolhost/toolhost/internal/sandbox/local.agentDigest=" + hex.EncodeToString(digest[:])
+	if err := build(nil, "-ldflags", ldflags, "-o", toolBin, "./cmd/toolhost"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -869,5 +885,68 @@ func TestGoInstall(t *testing.T) {
 	}
 	if r := run("--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "toolhost ") {
 		t.Errorf("--version:\n%s", r)
+	}
+}
+
+// TestAgentOnlyExecutable: the CLI built as make build builds it runs the agent-only
+// executable beside it as each sandbox's agent; a copy of the CLI alone, or beside an
+// agent that is not the one it was built with, runs itself as the agent (the latter says
+// so in a warning), and both still work.
+func TestAgentOnlyExecutable(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	call := func(bin string) runResult {
+		t.Helper()
+		cmd := exec.Command(bin, "call", "bash", `{"command":"echo hi"}`, "--workspace", t.TempDir())
+		cmd.Dir = t.TempDir()
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t),
+			"XDG_CONFIG_HOME="+t.TempDir(), "TOOLHOST_LOG_LEVEL=debug")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		code := 0
+		if err := cmd.Run(); err != nil {
+			code = -1
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+		}
+		r := runResult{code, stdout.String(), stderr.String()}
+		if r.code != 0 || !strings.Contains(decodeResult(t, r).Content[0].Text, "hi") {
+			t.Fatalf("call bash with %s:\n%s", bin, r)
+		}
+		return r
+	}
+	copyFile := func(src, dst string, extra []byte) {
+		t.Helper()
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, append(b, extra...), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if r := call(toolBin); !strings.Contains(r.stderr, "sandbox agent: the agent-only executable") {
+		t.Errorf("make build's CLI did not run the agent-only executable:\n%s", r)
+	}
+
+	alone := filepath.Join(t.TempDir(), "toolhost")
+	copyFile(toolBin, alone, nil)
+	if r := call(alone); !strings.Contains(r.stderr, "sandbox agent: this executable") || strings.Contains(r.stderr, "level=WARN msg=\"sandbox agent") {
+		t.Errorf("the CLI alone: want its own executable as the agent, quietly:\n%s", r)
+	}
+
+	dir := t.TempDir()
+	other := filepath.Join(dir, "toolhost")
+	copyFile(toolBin, other, nil)
+	copyFile(filepath.Join(binDir, "toolhost-sandbox-agent"), filepath.Join(dir, "toolhost-sandbox-agent"), []byte("changed"))
+	if r := call(other); !strings.Contains(r.stderr, "level=WARN msg=\"sandbox agent: this executable") || !strings.Contains(r.stderr, "is not the agent this binary was built with") {
+		t.Errorf("a CLI beside another agent: want a warning and its own executable as the agent:\n%s", r)
 	}
 }

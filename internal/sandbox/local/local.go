@@ -168,7 +168,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := p.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
-	if p.exe, err = agentExecutable(id); err != nil {
+	if p.exe, err = agentExecutable(id, p.log); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	seccompErr := error(nil)

@@ -6,9 +6,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // A snapshot is packed from the sandbox's own view: a background loop that swaps a
@@ -263,5 +267,71 @@ func TestAgentExecutableCopy(t *testing.T) {
 	defer g.Close()
 	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", g.Fd())); link != exe {
 		t.Fatalf("a 0755 agent was copied: %s", link)
+	}
+}
+
+// TestAgentOnlyIsCheckedAsCopied: the agent-only executable is used only as a sealed copy
+// whose SHA-256 is the digest linked into the host; another file, a file that is not
+// regular (a FIFO would block a plain read forever) or a missing one is refused, each
+// with its own error, and none hangs.
+func TestAgentOnlyIsCheckedAsCopied(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, agentFile)
+	b, err := os.ReadFile("/usr/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	digest := hex.EncodeToString(sum[:])
+
+	f, err := openAgentOnly(exe, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
+		t.Fatalf("the agent-only executable was not copied: %s", link)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Fatal("the copy is writable")
+	}
+	cmd := exec.Command("/proc/self/fd/3", "the copy ran")
+	cmd.ExtraFiles = []*os.File{f}
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "the copy ran\n" {
+		t.Fatalf("exec of the copy: %q %v", out, err)
+	}
+
+	if err := os.WriteFile(exe, append(b, 0), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openAgentOnly(exe, digest); err == nil || !strings.Contains(err.Error(), "not the agent this binary was built with") {
+		t.Errorf("a changed agent: %v", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { // owned by this test; a hang fails it at the bound below
+		_, err := openAgentOnly(fifo, digest)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a FIFO: %v", err)
+		}
+	case <-time.After(testenv.HangBound):
+		// Unblock the open so the goroutine ends, then fail.
+		w, _ := os.OpenFile(fifo, os.O_WRONLY, 0)
+		w.Close()
+		<-done
+		t.Fatal("a FIFO as the agent-only executable hung the provider")
+	}
+	if _, err := openAgentOnly(filepath.Join(dir, "missing"), digest); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing agent: %v", err)
 	}
 }
