@@ -159,7 +159,8 @@ const maxAgentBytes = 256 << 20
 // the sandbox user to have execute permission on the file; when it has not (a binary in a
 // 0700 build directory is fine, one with mode 0700 is not), the binary is copied once into
 // a sealed memfd, which it may execute and no one can change. The agent-only executable is
-// always copied so, and checked as it is copied: what runs is what was checked.
+// hashed through the descriptor that runs it (or as it is copied): what runs is what was
+// checked.
 func agentExecutable(id identity, log *slog.Logger) (*os.File, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -167,7 +168,7 @@ func agentExecutable(id identity, log *slog.Logger) (*os.File, error) {
 	}
 	if agentDigest != "" {
 		path := filepath.Join(filepath.Dir(exe), agentFile)
-		f, err := openAgentOnly(path, agentDigest)
+		f, err := openAgentOnly(path, agentDigest, id)
 		if err == nil {
 			log.Debug("sandbox agent: the agent-only executable", "file", path)
 			return f, nil
@@ -181,31 +182,45 @@ func agentExecutable(id identity, log *slog.Logger) (*os.File, error) {
 	return openAgent(exe, id)
 }
 
-// openAgentOnly copies the agent-only executable at path into a sealed memfd, hashing what
-// it copies, and returns the copy when its SHA-256 is digest. Only a regular file is read,
-// and no more than maxAgentBytes of it.
-func openAgentOnly(path, digest string) (*os.File, error) {
+// openAgentOnly opens the agent-only executable at path, hashes it, and returns it when its
+// SHA-256 is digest: the file itself when the sandbox user may execute it (like this
+// binary; an open file is the inode that was hashed, whatever is renamed over the path),
+// otherwise a sealed memfd copy, hashed as it is copied. Only a regular file is read, and
+// no more than maxAgentBytes of it.
+func openAgentOnly(path, digest string, id identity) (*os.File, error) {
 	// O_NONBLOCK: opening a FIFO would otherwise wait for a writer.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, err
-	} else if !st.Mode().IsRegular() || st.Size() > maxAgentBytes {
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > maxAgentBytes {
 		return nil, fmt.Errorf("%s is not the agent this binary was built with (not a regular file of at most %d bytes)", path, maxAgentBytes)
 	}
 	h := sha256.New()
-	m, err := sealedCopy(io.TeeReader(io.LimitReader(f, maxAgentBytes), h))
-	if err != nil {
+	src := io.LimitReader(f, maxAgentBytes)
+	var out *os.File
+	if id.canExec(&st) {
+		if _, err := io.Copy(h, src); err != nil {
+			return nil, err
+		}
+		out, f = f, nil // returned, not closed
+	} else if out, err = sealedCopy(io.TeeReader(src, h)); err != nil {
 		return nil, err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != digest {
-		m.Close()
+		out.Close()
 		return nil, fmt.Errorf("%s is not the agent this binary was built with (its SHA-256 is %s, not %s): build both again with make build", path, got, digest)
 	}
-	return m, nil
+	return out, nil
 }
 
 // openAgent opens exe for the sandbox user to execute: exe itself, or a sealed memfd copy.

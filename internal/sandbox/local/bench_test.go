@@ -324,8 +324,10 @@ func benchAgent(b *testing.B, p *Provider) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.exe.Close()
-	p.exe = f // the provider's Close closes it
+	if old, _ := p.agent(); old != nil {
+		old.Close()
+	}
+	p.agent = func() (*os.File, error) { return f, nil } // the provider's Close closes it
 }
 
 // BenchmarkAgentStart: what starting the agent's process costs before its first own

@@ -103,8 +103,14 @@ type Provider struct {
 	sbDir  string // RunDir/sandboxes
 	wsDir  string // WorkspaceDir
 
-	exe      *os.File // the agent's executable (this binary, or a sealed memfd copy)
-	seccomp  []byte   // the filter; nil when this architecture has none
+	// agent opens the agent's executable once (agent.go): this binary or the agent-only one
+	// beside it, or a sealed memfd copy of either. Checking the agent-only one (hashing 12
+	// MB) takes several milliseconds, so New starts it on a goroutine of its own rather than
+	// on its caller's path; whatever needs the executable (a start, Close) calls agent,
+	// which waits for that goroutine to end. The goroutine is thus the provider's, bounded
+	// by one read of a regular file of at most maxAgentBytes.
+	agent    func() (*os.File, error)
+	seccomp  []byte // the filter; nil when this architecture has none
 	cgroups  *cgroup.Manager
 	cgSup    cgroup.Support
 	volumes  *volume.Pool   // nil when volumes are unavailable
@@ -168,7 +174,10 @@ func New(cfg Config) (*Provider, error) {
 	if err := p.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
-	if p.exe, err = agentExecutable(id, p.log); err != nil {
+	p.agent = sync.OnceValues(func() (*os.File, error) { return agentExecutable(id, p.log) })
+	if agentDigest != "" {
+		go p.agent() // see Provider.agent
+	} else if _, err := p.agent(); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
 	seccompErr := error(nil)
@@ -177,7 +186,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	p.cgroups, err = cgroup.Open("toolhost", p.log)
 	if err != nil {
-		p.exe.Close()
+		if f, _ := p.agent(); f != nil {
+			f.Close()
+		}
 		return nil, fmt.Errorf("local provider: cgroups: %w", err)
 	}
 	p.cgSup = p.cgroups.Support()
@@ -242,7 +253,10 @@ func (p *Provider) Close(ctx context.Context) error {
 		p.pool.close() // before the agent's executable and the volumes: spares use both
 	}
 	p.retired.Wait() // bounded: each is a kill (kill bounds its waits) and a cleanup
-	err := errors.Join(p.exe.Close(), p.userns.close())
+	err := p.userns.close()
+	if f, _ := p.agent(); f != nil {
+		err = errors.Join(err, f.Close())
+	}
 	if p.spare != nil {
 		err = errors.Join(err, p.spare.close())
 	}
@@ -375,7 +389,12 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 	}
 	// The agent is this very binary, run through an inherited descriptor: no host path of
 	// it is mounted in the sandbox.
-	exe, err := dupFile(p.exe)
+	agent, err := p.agent()
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("the sandbox's agent: %w", err)
+	}
+	exe, err := dupFile(agent)
 	if err != nil {
 		l.close()
 		return nil, err

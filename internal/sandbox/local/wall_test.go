@@ -270,11 +270,16 @@ func TestAgentExecutableCopy(t *testing.T) {
 	}
 }
 
-// TestAgentOnlyIsCheckedAsCopied: the agent-only executable is used only as a sealed copy
-// whose SHA-256 is the digest linked into the host; another file, a file that is not
-// regular (a FIFO would block a plain read forever) or a missing one is refused, each
-// with its own error, and none hangs.
-func TestAgentOnlyIsCheckedAsCopied(t *testing.T) {
+// TestAgentOnlyIsChecked: the agent-only executable is used only when its SHA-256 is the
+// digest linked into the host: as it is when the sandbox user may execute it, else as a
+// sealed copy hashed as it is copied; another file, a file that is not regular (a FIFO
+// would block a plain open forever) or a missing one is refused, each with its own error,
+// and none hangs.
+func TestAgentOnlyIsChecked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a program as another uid")
+	}
+	id := identity{root: true, uid: DefaultHostID, gid: DefaultHostID}
 	dir := t.TempDir()
 	exe := filepath.Join(dir, agentFile)
 	b, err := os.ReadFile("/usr/bin/echo")
@@ -287,27 +292,40 @@ func TestAgentOnlyIsCheckedAsCopied(t *testing.T) {
 	sum := sha256.Sum256(b)
 	digest := hex.EncodeToString(sum[:])
 
-	f, err := openAgentOnly(exe, digest)
+	f, err := openAgentOnly(exe, digest, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
-		t.Fatalf("the agent-only executable was not copied: %s", link)
+		t.Fatalf("a 0700 agent-only executable was not copied: %s", link)
 	}
 	if _, err := f.Write([]byte("x")); err == nil {
 		t.Fatal("the copy is writable")
 	}
 	cmd := exec.Command("/proc/self/fd/3", "the copy ran")
 	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: id.credential()}
 	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "the copy ran\n" {
-		t.Fatalf("exec of the copy: %q %v", out, err)
+		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
+	}
+	// One the sandbox user may execute is used as it is.
+	if err := os.Chmod(exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, err := openAgentOnly(exe, digest, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", g.Fd())); link != exe {
+		t.Fatalf("a 0755 agent-only executable was copied: %s", link)
 	}
 
 	if err := os.WriteFile(exe, append(b, 0), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openAgentOnly(exe, digest); err == nil || !strings.Contains(err.Error(), "not the agent this binary was built with") {
+	if _, err := openAgentOnly(exe, digest, id); err == nil || !strings.Contains(err.Error(), "not the agent this binary was built with") {
 		t.Errorf("a changed agent: %v", err)
 	}
 	fifo := filepath.Join(dir, "fifo")
@@ -316,7 +334,7 @@ func TestAgentOnlyIsCheckedAsCopied(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { // owned by this test; a hang fails it at the bound below
-		_, err := openAgentOnly(fifo, digest)
+		_, err := openAgentOnly(fifo, digest, id)
 		done <- err
 	}()
 	select {
@@ -331,7 +349,7 @@ func TestAgentOnlyIsCheckedAsCopied(t *testing.T) {
 		<-done
 		t.Fatal("a FIFO as the agent-only executable hung the provider")
 	}
-	if _, err := openAgentOnly(filepath.Join(dir, "missing"), digest); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := openAgentOnly(filepath.Join(dir, "missing"), digest, id); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing agent: %v", err)
 	}
 }
