@@ -387,8 +387,8 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 		}
 		l.arg("--seccomp", fd)
 	}
-	// The agent is this very binary, run through an inherited descriptor: no host path of
-	// it is mounted in the sandbox.
+	// The agent (this very binary, or the agent-only one beside it) runs through an
+	// inherited descriptor: no host path of it is mounted in the sandbox.
 	agent, err := p.agent()
 	if err != nil {
 		l.close()

@@ -243,19 +243,7 @@ func TestAgentExecutableCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
-		t.Fatalf("a 0700 agent was not copied: %s", link)
-	}
-	if _, err := f.Write([]byte("x")); err == nil {
-		t.Fatal("the memfd copy is writable")
-	}
-	cmd := exec.Command("/proc/self/fd/3", "ran as the sandbox user")
-	cmd.ExtraFiles = []*os.File{f}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: id.credential()}
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "ran as the sandbox user\n" {
-		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
-	}
+	checkSealedCopy(t, f, id)
 	// An agent the sandbox user may execute is used as it is.
 	if err := os.Chmod(exe, 0o755); err != nil {
 		t.Fatal(err)
@@ -297,18 +285,7 @@ func TestAgentOnlyIsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
-		t.Fatalf("a 0700 agent-only executable was not copied: %s", link)
-	}
-	if _, err := f.Write([]byte("x")); err == nil {
-		t.Fatal("the copy is writable")
-	}
-	cmd := exec.Command("/proc/self/fd/3", "the copy ran")
-	cmd.ExtraFiles = []*os.File{f}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: id.credential()}
-	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "the copy ran\n" {
-		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
-	}
+	checkSealedCopy(t, f, id)
 	// One the sandbox user may execute is used as it is.
 	if err := os.Chmod(exe, 0o755); err != nil {
 		t.Fatal(err)
@@ -351,5 +328,23 @@ func TestAgentOnlyIsChecked(t *testing.T) {
 	}
 	if _, err := openAgentOnly(filepath.Join(dir, "missing"), digest, id); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing agent: %v", err)
+	}
+}
+
+// checkSealedCopy fails t unless f (a copy of /usr/bin/echo) is a memfd that cannot be
+// written and that the sandbox user id can execute.
+func checkSealedCopy(t *testing.T, f *os.File, id identity) {
+	t.Helper()
+	if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); !strings.HasPrefix(link, "/memfd:toolhost-agent") {
+		t.Fatalf("a 0700 agent was not copied: %s", link)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Fatal("the memfd copy is writable")
+	}
+	cmd := exec.Command("/proc/self/fd/3", "ran as the sandbox user")
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: id.credential()}
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "ran as the sandbox user\n" {
+		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
 	}
 }
