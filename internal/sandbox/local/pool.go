@@ -328,15 +328,19 @@ func (p *Provider) startSpare(ctx context.Context, opts sandbox.CreateOptions) (
 		_ = sl.release() // once only, whoever comes first
 		return nil, fmt.Errorf("spare sandbox %s ended as it started", id)
 	}
-	// One command before it waits: the first command of a new sandbox costs about twice a
-	// later one (the agent's first launch, the connection to it), and that belongs to the
-	// making of a spare, not to the one who takes it. It runs in the empty slot.
+	// One command and one opening of the workspace before it waits: the first of each in a
+	// new sandbox costs about twice a later one (the agent's first launch, the code of its
+	// handlers run for the first time, the connection to it), and that belongs to the
+	// making of a spare, not to the one who takes it. Both act on the empty slot.
 	wctx, cancel := context.WithTimeout(ctx, spareWarmBound)
 	res, err := s.Exec(wctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: spareWarmBound})
-	cancel()
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit code %d", res.ExitCode)
 	}
+	if err == nil {
+		err = s.client.OpenWorkspace(wctx)
+	}
+	cancel()
 	if err != nil {
 		s.shutdown("was a spare whose first command failed")
 		return nil, fmt.Errorf("spare sandbox %s: its first command: %w", id, err)
