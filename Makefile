@@ -76,12 +76,17 @@ examples: setup-test
 # without the dynamic loader and cgo's start it costs about 10 ms less CPU each time
 # (docs/BENCHMARKS.md, issue 18's create). Names resolve with Go's own resolver
 # (/etc/hosts, then the DNS servers of /etc/resolv.conf), not through nsswitch modules.
-# The CLI and, beside it, the sandbox's agent alone (internal/sandbox/local/agentbin),
-# whose SHA-256 is linked into the CLI: each local sandbox then runs that executable as
-# its agent, which starts in half the CPU of the CLI's (docs/LOCAL.md, "The agent").
+# On Linux, the CLI and, beside it, the sandbox's agent alone
+# (internal/sandbox/local/agentbin), whose SHA-256 is linked into the CLI: each local
+# sandbox then runs that executable as its agent, which starts in half the CPU of the
+# CLI's (docs/LOCAL.md, "The agent"). Elsewhere there is no local sandbox: the CLI alone.
 build:
+ifeq ($(shell uname -s),Linux)
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN)/toolhost-sandbox-agent ./internal/sandbox/local/agentbin
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -ldflags "-X github.com/toolhost/toolhost/internal/sandbox/local.agentDigest=$$(sha256sum $(BIN)/toolhost-sandbox-agent | cut -d' ' -f1)" -o $(BIN)/toolhost ./cmd/toolhost
+else
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN)/toolhost ./cmd/toolhost
+endif
 	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
 		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
