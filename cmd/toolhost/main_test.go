@@ -157,8 +157,14 @@ func runCLI(t *testing.T, env []string, args ...string) runResult {
 // runCLIIn runs the CLI with dir as its working directory.
 func runCLIIn(t *testing.T, dir string, env []string, args ...string) runResult {
 	t.Helper()
+	return runBinIn(t, toolBin, dir, env, args...)
+}
+
+// runBinIn runs bin, a build of the CLI, as runCLIIn runs the test's own.
+func runBinIn(t *testing.T, bin, dir string, env []string, args ...string) runResult {
+	t.Helper()
 	trackSources()
-	cmd := exec.Command(toolBin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
@@ -897,25 +903,7 @@ func TestAgentOnlyExecutable(t *testing.T) {
 	t.Parallel()
 	call := func(bin string) runResult {
 		t.Helper()
-		cmd := exec.Command(bin, "call", "bash", `{"command":"echo hi"}`, "--workspace", t.TempDir())
-		cmd.Dir = t.TempDir()
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
-		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t),
-			"XDG_CONFIG_HOME="+t.TempDir(), "TOOLHOST_LOG_LEVEL=debug")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		code := 0
-		if err := cmd.Run(); err != nil {
-			code = -1
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
-		}
-		r := runResult{code, stdout.String(), stderr.String()}
+		r := runBinIn(t, bin, t.TempDir(), []string{"TOOLHOST_LOG_LEVEL=debug"}, "call", "bash", `{"command":"echo hi"}`, "--workspace", t.TempDir())
 		if r.code != 0 || !strings.Contains(decodeResult(t, r).Content[0].Text, "hi") {
 			t.Fatalf("call bash with %s:\n%s", bin, r)
 		}

@@ -230,13 +230,7 @@ func TestAgentExecutableCopy(t *testing.T) {
 		t.Skip("needs root to run a program as another uid")
 	}
 	exe := filepath.Join(t.TempDir(), "agent")
-	b, err := os.ReadFile("/usr/bin/echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, b, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	echoAgent(t, exe)
 	id := identity{root: true, uid: DefaultHostID, gid: DefaultHostID}
 	f, err := openAgent(exe, id)
 	if err != nil {
@@ -265,18 +259,12 @@ func TestAgentExecutableCopy(t *testing.T) {
 // and none hangs.
 func TestAgentOnlyIsChecked(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a program as another uid")
+		testenv.Skipf(t, "needs root to run a program as another uid")
 	}
 	id := identity{root: true, uid: DefaultHostID, gid: DefaultHostID}
 	dir := t.TempDir()
 	exe := filepath.Join(dir, agentFile)
-	b, err := os.ReadFile("/usr/bin/echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(exe, b, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	b := echoAgent(t, exe)
 	sum := sha256.Sum256(b)
 	digest := hex.EncodeToString(sum[:])
 
@@ -347,4 +335,17 @@ func checkSealedCopy(t *testing.T, f *os.File, id identity) {
 	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "ran as the sandbox user\n" {
 		t.Fatalf("exec of the copy as uid %d: %q %v", id.uid, out, err)
 	}
+}
+
+// echoAgent writes a copy of /usr/bin/echo at path, mode 0700, and returns its bytes.
+func echoAgent(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("/usr/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
