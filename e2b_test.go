@@ -34,10 +34,7 @@ func e2bConfig(t *testing.T, providers string, f *e2bfake.Server) Config {
 	}
 	cfg := testConfig(t)
 	cfg.DataDir = t.TempDir()
-	if err := os.MkdirAll(testplugins.DataDir(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(testplugins.DataDir(), "cache"), filepath.Join(cfg.DataDir, "cache")); err != nil {
+	if err := testplugins.LinkCache(cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Sandbox.Provider = providers

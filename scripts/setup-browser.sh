@@ -67,12 +67,11 @@ if ((${#apt_missing[@]})); then
 		command -v sudo >/dev/null 2>&1 || { say "not root and no sudo: install ${apt_missing[*]} as root"; exit 1; }
 		sudo=(sudo)
 	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt=("${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0)
+	. "$(dirname "$0")/lib/apt.sh"
 	apt_log=$(mktemp)
 	trap 'rm -f "$apt_log"' EXIT
 	run_apt() { # quiet unless it fails
-		if ! "${apt[@]}" "$@" </dev/null >>"$apt_log" 2>&1; then
+		if ! apt_get "$@" >>"$apt_log" 2>&1; then
 			return 1
 		fi
 	}

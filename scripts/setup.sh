@@ -76,8 +76,7 @@ if ((${#missing[@]})); then
 		fi
 		sudo=(sudo)
 	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt=("${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0)
+	. "$(dirname "$0")/lib/apt.sh"
 
 	# Update the package lists only if some package has no install candidate.
 	need_update=false
@@ -89,14 +88,14 @@ if ((${#missing[@]})); then
 	done
 	if $need_update; then
 		say "apt-get update"
-		"${apt[@]}" update </dev/null
+		apt_get update
 	fi
-	if ! "${apt[@]}" install --no-install-recommends "${missing[@]}" </dev/null; then
+	if ! apt_get install --no-install-recommends "${missing[@]}"; then
 		# Lists that are present but stale point at files the mirror no longer has.
 		$need_update && exit 1
 		say "install failed; apt-get update and retry"
-		"${apt[@]}" update </dev/null
-		"${apt[@]}" install --no-install-recommends "${missing[@]}" </dev/null
+		apt_get update
+		apt_get install --no-install-recommends "${missing[@]}"
 	fi
 fi
 
@@ -109,7 +108,8 @@ if $want_test && command -v clang >/dev/null 2>&1; then
 		say "installing $rt"
 		sudo=()
 		[ "$(id -u)" -eq 0 ] || sudo=(sudo)
-		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -y -q -o Dpkg::Use-Pty=0 install --no-install-recommends "$rt" </dev/null
+		. "$(dirname "$0")/lib/apt.sh"
+		apt_get install --no-install-recommends "$rt"
 	fi
 fi
 

@@ -97,6 +97,9 @@ func startE2BFake(t *testing.T) []string {
 // compilation cache.
 func e2bDataDir(t *testing.T) string {
 	d := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(testDataDir, "cache"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(filepath.Join(testDataDir, "cache"), filepath.Join(d, "cache")); err != nil {
 		t.Fatal(err)
 	}

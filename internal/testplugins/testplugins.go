@@ -57,6 +57,17 @@ func Build(pkg string) (string, error) {
 // -race). wazero writes cache entries atomically, so parallel test processes can share it.
 func DataDir() string { return filepath.Join(os.TempDir(), "toolhost-test-data") }
 
+// LinkCache links dataDir's compilation cache to the shared one (DataDir's), creating the
+// shared one first: on a fresh machine (an empty TMPDIR) nothing else has yet, and a link
+// to a missing directory makes the host's mkdir of the cache fail with "file exists".
+func LinkCache(dataDir string) error {
+	shared := filepath.Join(DataDir(), "cache")
+	if err := os.MkdirAll(shared, 0o700); err != nil {
+		return err
+	}
+	return os.Symlink(shared, filepath.Join(dataDir, "cache"))
+}
+
 // MustBuild is Build for TestMain and benchmarks: it panics on failure.
 func MustBuild(pkg string) string {
 	p, err := Build(pkg)
