@@ -98,6 +98,14 @@ type Holder struct {
 	ID string `json:"id"`
 	// Since is when the holder acquired the lease.
 	Since time.Time `json:"since"`
+	// Instance names the holder's process in a fleet (random per start of a serve
+	// replica; empty outside a fleet): a replica that answers at Addr with another
+	// instance is not the holder.
+	Instance string `json:"instance,omitempty"`
+	// Addr is where the holder's fleet endpoint is advertised (empty outside a fleet).
+	// Data from the store, like the rest of the record: never trusted as an address to
+	// send a client's credentials to.
+	Addr string `json:"addr,omitempty"`
 }
 
 // record is one generation's object.
@@ -105,6 +113,9 @@ type record struct {
 	Holder
 	Expires  time.Time `json:"expires"`
 	Released bool      `json:"released,omitempty"`
+	// Epoch is the generation the holder acquired the lease at: the same in every
+	// renewal, higher for every later holder (a fencing token).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // maxRecord bounds what is read of a generation: the store is shared, its contents are
@@ -124,6 +135,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// Host names this host in the record (os.Hostname when empty).
 	Host string
+	// Instance and Addr, in a fleet, name this replica and where it is reached
+	// (Holder.Instance, Holder.Addr).
+	Instance, Addr string
 	// Logger receives renewals' failures, takeovers and the loss of a lease
 	// (slog.Default when nil).
 	Logger *slog.Logger
@@ -194,6 +208,7 @@ type Lease struct {
 
 	mu      sync.Mutex
 	gen     uint64    // the newest generation this holder created
+	epoch   uint64    // the generation it acquired the lease at (Epoch)
 	expires time.Time // its expiry
 	lost    error     // set once: ErrLost wrapped
 
@@ -219,7 +234,8 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 	id := make([]byte, 8)
 	rand.Read(id)
 	l := &Lease{cfg: cfg, project: project,
-		holder: Holder{Host: cfg.Host, PID: os.Getpid(), ID: hex.EncodeToString(id), Since: cfg.now().UTC()},
+		holder: Holder{Host: cfg.Host, PID: os.Getpid(), ID: hex.EncodeToString(id), Since: cfg.now().UTC(),
+			Instance: cfg.Instance, Addr: cfg.Addr},
 		stop:   make(chan struct{}), done: make(chan struct{})}
 	// Each round reads the newest generation and tries to create the next; a round
 	// is lost only to another host's creation, which the next round reads.
@@ -232,13 +248,14 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 			return nil, &HeldError{Project: project, Holder: cur.Holder, Expires: cur.Expires}
 		}
 		exp := cfg.now().Add(cfg.TTL)
-		won, err := l.claim(ctx, n+1, record{Holder: l.holder, Expires: exp})
+		won, err := l.claim(ctx, n+1, record{Holder: l.holder, Expires: exp, Epoch: n + 1})
 		if err != nil {
 			return nil, err
 		}
 		if !won {
 			continue
 		}
+		l.epoch = n + 1
 		if cur != nil && !cur.Released {
 			cfg.Logger.Warn("took over an expired project lease", "project", project,
 				"from_host", cur.Holder.Host, "from_pid", cur.Holder.PID, "expired", cur.Expires)
@@ -252,6 +269,11 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 
 // Holder is this lease's holder.
 func (l *Lease) Holder() Holder { return l.holder }
+
+// Epoch is the generation this holder acquired the lease at: constant while it holds the
+// lease, and higher for every holder after it. It is the fencing token a holder's writes
+// carry, so that a write of a holder that lost the lease can be told from the new one's.
+func (l *Lease) Epoch() uint64 { return l.epoch }
 
 // Expires is when the lease runs out unless renewed.
 func (l *Lease) Expires() time.Time {
@@ -291,7 +313,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		if lost != nil {
 			return // another host holds it now, or it ran out: nothing of ours to give up
 		}
-		_, err = l.claim(ctx, n+1, record{Holder: l.holder, Expires: l.cfg.now(), Released: true})
+		_, err = l.claim(ctx, n+1, record{Holder: l.holder, Expires: l.cfg.now(), Released: true, Epoch: l.epoch})
 		if err != nil {
 			err = fmt.Errorf("releasing the lease of project %s: %w", l.project, err)
 		}
@@ -353,7 +375,7 @@ func (l *Lease) renew() error {
 	// A stalled renewal must not run past the lease's expiry: ctx ends there at the latest.
 	ctx, cancel := context.WithDeadline(context.Background(), l.Expires())
 	defer cancel()
-	won, err := l.claim(ctx, n+1, record{Holder: l.holder, Expires: exp})
+	won, err := l.claim(ctx, n+1, record{Holder: l.holder, Expires: exp, Epoch: l.epoch})
 	if err != nil {
 		return err
 	}
