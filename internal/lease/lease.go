@@ -236,7 +236,7 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 	l := &Lease{cfg: cfg, project: project,
 		holder: Holder{Host: cfg.Host, PID: os.Getpid(), ID: hex.EncodeToString(id), Since: cfg.now().UTC(),
 			Instance: cfg.Instance, Addr: cfg.Addr},
-		stop:   make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{})}
 	// Each round reads the newest generation and tries to create the next; a round
 	// is lost only to another host's creation, which the next round reads.
 	for range 8 {
