@@ -426,6 +426,35 @@ sandbox closed. A client that comes back opens a new session, woken from that sn
 		doc: `The largest request body the server reads, bytes (16 MiB): a write_file of a larger
 file gets 413.`},
 
+	{name: "serve.drain", flag: "drain", def: "close",
+		usage: "what SIGTERM does with open sessions: close (commit, close the sandbox) or handoff",
+		doc: `What toolhost serve does with each open session when it is told to stop (SIGTERM,
+SIGINT): close commits the workspace and closes the sandbox; handoff (in a fleet) lets
+the call in flight finish, commits, keeps a sandbox that lives apart from this process
+(E2B) running, and gives the project's lease up with a handoff record, so the replica
+that gets the next request connects to the same sandbox: its background processes (a
+dev server) keep running through a deploy. A local sandbox dies with its process: it
+is closed either way.`},
+	{name: "serve.fleet.advertise", flag: "fleet-advertise", def: "",
+		usage: "this replica's URL for the other replicas of its fleet (empty: not in a fleet)",
+		doc: `Where the other replicas of the fleet reach this one (http://10.1.2.3:8750, the pod's
+address in Kubernetes: TOOLHOST_SERVE_FLEET_ADVERTISE=http://$(POD_IP):8750). Set, the
+replica joins the fleet of the replicas that share its store: a request for a project
+another replica holds is forwarded there, signed with the fleet secret, and one for a
+project whose holder is gone is served here. Empty: not in a fleet, as a single server.`},
+	{name: "serve.fleet.secret_file", flag: "fleet-secret-file", def: "",
+		usage: "file holding the fleet's shared secret (at least 32 bytes; mode 0600)",
+		doc: `A file holding the secret every replica of the fleet shares (at least 32 bytes:
+openssl rand -hex 32): replicas sign the requests they forward to each other with it
+and prove they know it when probed. Never a client's token. It may not be readable by
+group or others. Needed when serve.fleet.advertise is set.`},
+	{name: "serve.fleet.peers", flag: "fleet-peers", def: []string{},
+		usage: "address ranges (CIDRs) the fleet's replicas are in; a holder elsewhere is not forwarded to",
+		doc: `The address ranges (CIDRs: 10.0.0.0/8, fd00::/64) the replicas' advertised addresses
+are in. A lease record in the store naming an address outside them is not trusted: no
+request is forwarded there. Empty: the advertised address's own host only, which is
+what a fleet of replicas on one machine needs.`},
+
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},

@@ -2,6 +2,8 @@ package toolhost
 
 import (
 	"fmt"
+	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,7 +21,27 @@ type ServeConfig struct {
 	MaxSessions  int               `key:"max_sessions"`
 	IdleTimeout  time.Duration     `key:"idle_timeout"`
 	MaxBodyBytes int64             `key:"max_body_bytes"`
+	// Drain is what a stop does with open sessions: DrainClose or DrainHandoff.
+	Drain string      `key:"drain"`
+	Fleet FleetConfig `key:"fleet"`
 }
+
+// What serve.drain names.
+const (
+	DrainClose   = "close"
+	DrainHandoff = "handoff"
+)
+
+// FleetConfig is the serve.fleet.* keys: the replicas of one fleet, which share a store
+// and serve any project whichever of them holds it.
+type FleetConfig struct {
+	Advertise  string   `key:"advertise"`
+	SecretFile string   `key:"secret_file"`
+	Peers      []string `key:"peers"`
+}
+
+// InFleet reports whether serve runs as a replica of a fleet (serve.fleet.advertise set).
+func (s ServeConfig) InFleet() bool { return s.Fleet.Advertise != "" }
 
 // ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
 // projects it may open (none: any).
@@ -69,8 +91,41 @@ func (c *Config) validateServe(bad badKey) error {
 	if s.IdleTimeout <= 0 {
 		return bad("serve.idle_timeout", "must be positive, got %s", s.IdleTimeout)
 	}
+	switch s.Drain {
+	case DrainClose, DrainHandoff:
+	default:
+		return bad("serve.drain", "must be %s or %s, got %q", DrainClose, DrainHandoff, s.Drain)
+	}
+	if err := validateFleet(&s.Fleet, bad); err != nil {
+		return err
+	}
 	if s.MaxBodyBytes < 64<<10 {
 		return bad("serve.max_body_bytes", "must be at least 65536, got %d", s.MaxBodyBytes)
+	}
+	return nil
+}
+
+func validateFleet(f *FleetConfig, bad badKey) error {
+	if f.Advertise == "" {
+		if f.SecretFile != "" || len(f.Peers) > 0 {
+			return bad("serve.fleet.advertise", "is empty while serve.fleet.secret_file or serve.fleet.peers is set: a replica of a fleet says where the others reach it (http://ADDRESS:PORT)")
+		}
+		return nil
+	}
+	u, err := url.Parse(f.Advertise)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil || u.RawQuery != "" {
+		return bad("serve.fleet.advertise", "must be a URL of the form http://ADDRESS:PORT, got %q", f.Advertise)
+	}
+	if f.SecretFile == "" {
+		return bad("serve.fleet.secret_file", "is empty: the replicas of a fleet sign what they send each other with a shared secret (openssl rand -hex 32 > FILE; chmod 600 FILE)")
+	}
+	if !filepath.IsAbs(f.SecretFile) {
+		return bad("serve.fleet.secret_file", "must be an absolute path, got %q", f.SecretFile)
+	}
+	for _, p := range f.Peers {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			return bad("serve.fleet.peers", "%q is not an address range (CIDR, e.g. 10.0.0.0/8)", p)
+		}
 	}
 	return nil
 }
