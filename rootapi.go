@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/rootapi"
 )
 
@@ -20,4 +21,26 @@ func init() {
 	rootapi.Prepare = func(t any, tool string) { t.(*Toolhost).host.Prepare(tool) }
 	rootapi.Settle = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Settle(ctx) }
 	rootapi.CompilePlugins = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Ready(ctx) }
+	rootapi.Store = func(t any) store.Store { return t.(*Toolhost).storage.store }
+	rootapi.Holds = func(t any, project string) bool {
+		th := t.(*Toolhost)
+		th.leaseMu.Lock()
+		e := th.leases[project]
+		th.leaseMu.Unlock()
+		if e == nil {
+			return false
+		}
+		select {
+		case <-e.ready:
+		default:
+			return true // being taken here: the session that takes it serves
+		}
+		return e.l != nil && e.l.Err() == nil
+	}
+	rootapi.SetFleet = func(t any, m rootapi.FleetMember) {
+		th := t.(*Toolhost)
+		th.leaseMu.Lock()
+		th.fleet = &m
+		th.leaseMu.Unlock()
+	}
 }

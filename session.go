@@ -215,11 +215,14 @@ func (t *Toolhost) takeLease(ctx context.Context, project string, log *slog.Logg
 		t.leases = map[string]*projectLease{}
 	}
 	t.leases[project] = e
+	fleet := t.fleet
 	t.leaseMu.Unlock()
 
-	l, err := lease.Acquire(ctx, lease.Config{
-		Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew, Host: hostName(), Logger: log,
-	}, project)
+	lc := lease.Config{Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew, Host: hostName(), Logger: log}
+	if fleet != nil {
+		lc.Instance, lc.Addr = fleet.Instance, fleet.Addr
+	}
+	l, err := lease.Acquire(ctx, lc, project)
 	t.leaseMu.Lock()
 	if err != nil {
 		e.err = fmt.Errorf("opening a session: %w", err)

@@ -45,6 +45,7 @@ import (
 	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
+	"github.com/toolhost/toolhost/internal/rootapi"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/webfetch"
@@ -195,6 +196,7 @@ type Toolhost struct {
 	leaseOK  bool                     // the store was checked: it keeps leases (see takeLease)
 	leaseOff bool                     // the store cannot keep leases
 	leases   map[string]*projectLease // by project: the lease its open sessions share
+	fleet    *rootapi.FleetMember     // set when serving as a replica of a fleet (rootapi.SetFleet)
 
 	closeOnce sync.Once
 	closeErr  error

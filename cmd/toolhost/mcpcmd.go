@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/mcpserve"
+	"github.com/toolhost/toolhost/internal/rootapi"
 )
 
 // shutdownGrace bounds committing every session and closing every sandbox at the end.
@@ -144,11 +148,47 @@ Example:
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
-		s := mcpserve.New(th, mcpserve.Options{Tokens: tokens, MaxSessions: sc.MaxSessions,
-			IdleTimeout: sc.IdleTimeout, MaxBodyBytes: sc.MaxBodyBytes, Logger: c.log, Workspaces: sc.Workspaces})
+		opts := mcpserve.Options{Tokens: tokens, MaxSessions: sc.MaxSessions, IdleTimeout: sc.IdleTimeout,
+			MaxBodyBytes: sc.MaxBodyBytes, Logger: c.log, Workspaces: sc.Workspaces, Drain: sc.Drain}
+		if sc.InFleet() {
+			f, err := joinFleet(ctx, c, th)
+			if err != nil {
+				return err
+			}
+			defer f.Close(context.WithoutCancel(ctx))
+			opts.Fleet = f
+		}
+		s := mcpserve.New(th, opts)
 		return s.ListenAndServe(ctx, sc.Listen, shutdownGrace, func(a net.Addr) {
 			fmt.Fprintf(c.stderr, "toolhost serve: listening on http://%s/mcp\n", a)
 		})
 	}
 	return cmd
+}
+
+// joinFleet makes this serve a replica of the fleet that shares its store
+// (serve.fleet.*).
+func joinFleet(ctx context.Context, c *cli, th *toolhost.Toolhost) (*fleet.Fleet, error) {
+	fc := c.cfg.Serve.Fleet
+	secret, err := fleet.ReadSecret(fc.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("serve.fleet.secret_file: %w", err)
+	}
+	var peers []netip.Prefix
+	for _, p := range fc.Peers {
+		pr, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("serve.fleet.peers: %q: %w", p, err)
+		}
+		peers = append(peers, pr.Masked())
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	f, err := fleet.Join(jctx, fleet.Config{Advertise: fc.Advertise, Secret: secret, Peers: peers,
+		Store: rootapi.Store(th), Logger: c.log})
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("fleet: joined", "instance", f.Instance(), "advertise", f.Advertise())
+	return f, nil
 }

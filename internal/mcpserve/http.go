@@ -19,6 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
@@ -148,15 +150,14 @@ const projectKey ctxKey = iota
 // /metrics need "Authorization: Bearer TOKEN".
 func (s *Server) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if a, ok := r.Context().Value(adoptKey).(adoption); ok {
+			return s.newMCPServerID(a.rec.Project, a.rec.Owner, a.id) // fleet.go
+		}
 		project, _ := r.Context().Value(projectKey).(string)
 		if project == "" {
 			return nil
 		}
-		owner := ""
-		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
-			owner = ti.UserID
-		}
-		return s.newMCPServer(project, owner)
+		return s.newMCPServer(project, principalOf(r))
 	}, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.opts.IdleTimeout,
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
@@ -178,7 +179,7 @@ func (s *Server) Handler() http.Handler {
 	// A cancelled request of the session revision gets no response (cancel.go); one of
 	// the stateless revision is cancelled by ending its HTTP request, which then carries
 	// none.
-	stateful := newCancelGuard(h, s.opts.MaxBodyBytes, s.metrics.cancelDropped)
+	stateful := s.adoptingHandler(newCancelGuard(h, s.opts.MaxBodyBytes, s.metrics.cancelDropped))
 	byEra := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if statelessEra(r) {
 			sh.ServeHTTP(w, r)
@@ -187,6 +188,9 @@ func (s *Server) Handler() http.Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	var mcpH http.Handler = http.NewCrossOriginProtection().Handler(s.gate(byEra))
+	if s.opts.Fleet != nil {
+		mcpH = s.route(mcpH) // after the token is checked: it names the principal
+	}
 	metricsH := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WriteTo(w)
@@ -195,9 +199,16 @@ func (s *Server) Handler() http.Handler {
 		mw := auth.RequireBearerToken(s.verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 		mcpH, metricsH = s.countRefusals(mw(mcpH)), s.countRefusals(mw(metricsH))
 	}
+	if s.opts.Fleet != nil {
+		mcpH = s.fleetIn(mcpH) // a signed request stands in for its principal's token
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpH)
 	mux.Handle("GET /metrics", metricsH)
+	if s.opts.Fleet != nil {
+		mux.Handle("GET "+fleet.HealthPath, s.opts.Fleet.HealthHandler())
+	}
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		closing := s.closing
@@ -213,7 +224,19 @@ func (s *Server) Handler() http.Handler {
 
 // verify finds the token among the configured ones, comparing digests in constant time
 // and looking at every token whatever matched.
-func (s *Server) verify(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+func (s *Server) verify(_ context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+	if principal, ok := verifiedPrincipal(r); ok && token == fleetToken {
+		// A fleet request, its signature checked (fleetIn): it acts for the token of that
+		// name, which every replica of the fleet has.
+		for i := range s.opts.Tokens {
+			if s.opts.Tokens[i].Name == principal {
+				t := &s.opts.Tokens[i]
+				return &auth.TokenInfo{UserID: t.Name, Expiration: time.Now().Add(24 * time.Hour),
+					Extra: map[string]any{"projects": t.Projects}}, nil
+			}
+		}
+		return nil, fmt.Errorf("%w: the fleet request acts for a token this replica does not have", auth.ErrInvalidToken)
+	}
 	got := sha256.Sum256([]byte(token))
 	var match *Token
 	for i := range s.opts.Tokens {
@@ -270,27 +293,14 @@ func (s *Server) gate(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		var allowed []string
-		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
-			allowed, _ = ti.Extra["projects"].([]string)
-		}
-		project := r.Header.Get(ProjectHeader)
-		if project == "" {
-			project = r.URL.Query().Get("project")
-		}
-		if project == "" {
-			project = s.opts.Project
-			if len(allowed) > 0 {
-				project = allowed[0]
-			}
-		}
-		if err := storekeys.ValidProject(project); err != nil {
-			http.Error(w, fmt.Sprintf("project %q: %v", project, err), http.StatusBadRequest)
-			return
-		}
-		if len(allowed) > 0 && !slices.Contains(allowed, project) {
+		project, err := s.chooseProject(r)
+		switch {
+		case errors.Is(err, errProjectRefused):
 			s.metrics.projectRefused.Add(1)
-			http.Error(w, fmt.Sprintf("this token may not open project %s (it may open: %s)", project, strings.Join(allowed, ", ")), http.StatusForbidden)
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if stateless {
@@ -328,6 +338,57 @@ func (s *Server) gate(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), projectKey, project)))
 	})
+}
+
+// errProjectRefused: the token may not open the project a request names.
+var errProjectRefused = errors.New("project refused")
+
+// chooseProject is the project a request that opens a session (or a stateless request)
+// is for: its Toolhost-Project header, else ?project=, else the token's first project,
+// else Options.Project. An invalid one is an error; one the token may not open matches
+// errProjectRefused.
+func (s *Server) chooseProject(r *http.Request) (string, error) {
+	var allowed []string
+	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+		allowed, _ = ti.Extra["projects"].([]string)
+	}
+	project := r.Header.Get(ProjectHeader)
+	if project == "" {
+		project = r.URL.Query().Get("project")
+	}
+	if project == "" {
+		project = s.opts.Project
+		if len(allowed) > 0 {
+			project = allowed[0]
+		}
+	}
+	if err := storekeys.ValidProject(project); err != nil {
+		return "", fmt.Errorf("project %q: %w", project, err)
+	}
+	if len(allowed) > 0 && !slices.Contains(allowed, project) {
+		return "", fmt.Errorf("%w: this token may not open project %s (it may open: %s)", errProjectRefused, project, strings.Join(allowed, ", "))
+	}
+	return project, nil
+}
+
+// readyz answers 200 while the server takes requests and its store answers; 503 while it
+// shuts down or drains, or when the store cannot be read (a balancer's readiness check).
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing || (s.opts.Fleet != nil && s.opts.Fleet.Draining()) {
+		http.Error(w, "draining: not taking new requests", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.fleetStore().List(ctx, store.ListOptions{Prefix: storekeys.FleetReplicas, MaxKeys: 1}); err != nil {
+		s.log.Warn("readyz: the store does not answer", "err", err)
+		http.Error(w, "the store does not answer", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
 }
 
 // ListenAndServe serves Handler on addr until ctx ends (SIGTERM, say), then stops taking

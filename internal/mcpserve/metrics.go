@@ -1,6 +1,7 @@
 package mcpserve
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolhost/toolhost/internal/fleet"
 )
 
 // latencyBuckets are the upper bounds (seconds) of the tools/call latency histogram.
@@ -26,6 +29,13 @@ type Metrics struct {
 	authRefused      atomic.Int64
 	projectRefused   atomic.Int64
 	unanswered       atomic.Int64
+
+	// The fleet's (a replica's): requests forwarded to a holder (and those that failed,
+	// and the holders found gone), forwarded requests served here and refused, sessions
+	// adopted, sessions handed over at a drain.
+	forwardedTotal, forwardFailed, holderGone atomic.Int64
+	fleetServed, fleetRefused, adopted       atomic.Int64
+	handedOver                               atomic.Int64
 
 	// egress gives, per project, the connections the egress gateway allowed and refused.
 	egress func() map[string][2]int64
@@ -136,6 +146,20 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	p("toolhost_mcp_auth_refused_total %d\n", m.authRefused.Load())
 	p("# HELP toolhost_mcp_project_refused_total Sessions refused a project their token does not name.\n# TYPE toolhost_mcp_project_refused_total counter\n")
 	p("toolhost_mcp_project_refused_total %d\n", m.projectRefused.Load())
+	p("# HELP toolhost_fleet_forwarded_total Requests forwarded to the replica holding their project.\n# TYPE toolhost_fleet_forwarded_total counter\n")
+	p("toolhost_fleet_forwarded_total %d\n", m.forwardedTotal.Load())
+	p("# HELP toolhost_fleet_forward_failed_total Forwarded requests that got no answer from the holder.\n# TYPE toolhost_fleet_forward_failed_total counter\n")
+	p("toolhost_fleet_forward_failed_total %d\n", m.forwardFailed.Load())
+	p("# HELP toolhost_fleet_failovers_total Projects served here because their holder was found gone.\n# TYPE toolhost_fleet_failovers_total counter\n")
+	p("toolhost_fleet_failovers_total %d\n", m.holderGone.Load())
+	p("# HELP toolhost_fleet_served_total Requests other replicas forwarded here.\n# TYPE toolhost_fleet_served_total counter\n")
+	p("toolhost_fleet_served_total %d\n", m.fleetServed.Load())
+	p("# HELP toolhost_fleet_refused_total Fleet requests refused for their signature.\n# TYPE toolhost_fleet_refused_total counter\n")
+	p("toolhost_fleet_refused_total %d\n", m.fleetRefused.Load())
+	p("# HELP toolhost_fleet_sessions_adopted_total MCP sessions of other replicas taken in here.\n# TYPE toolhost_fleet_sessions_adopted_total counter\n")
+	p("toolhost_fleet_sessions_adopted_total %d\n", m.adopted.Load())
+	p("# HELP toolhost_fleet_handoffs_total Sessions handed over at a drain (serve.drain handoff).\n# TYPE toolhost_fleet_handoffs_total counter\n")
+	p("toolhost_fleet_handoffs_total %d\n", m.handedOver.Load())
 	p("# HELP toolhost_mcp_cancelled_unanswered_total Requests the client cancelled, left unanswered as MCP asks.\n# TYPE toolhost_mcp_cancelled_unanswered_total counter\n")
 	p("toolhost_mcp_cancelled_unanswered_total %d\n", m.unanswered.Load())
 	if m.egress != nil {
@@ -179,4 +203,16 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	c.n += int64(n)
 	c.err = err
 	return n, err
+}
+
+// forwarded counts a forwarded request and how it ended.
+func (m *Metrics) forwarded(err error, _ time.Duration) {
+	m.forwardedTotal.Add(1)
+	switch {
+	case err == nil:
+	case errors.Is(err, fleet.ErrUnreachable):
+		m.holderGone.Add(1)
+	default:
+		m.forwardFailed.Add(1)
+	}
 }

@@ -44,8 +44,13 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/rootapi"
 )
+
+// probeTimeout bounds a probe of a lease holder's address.
+const probeTimeout = time.Second
 
 // shutdownBound bounds the commit and close of a stdio session after its client went.
 const shutdownBound = 5 * time.Minute
@@ -94,6 +99,14 @@ type Options struct {
 	// ConfigDigest identifies the configuration, for the session API: a client with
 	// another refuses to start sessions here (see sessionapi.ConfigDigestHeader).
 	ConfigDigest string
+	// Fleet, when set, makes the server a replica of a fleet (fleet.go): requests for a
+	// project another replica holds are forwarded there, and sessions of other replicas
+	// are adopted.
+	Fleet *fleet.Fleet
+	// Drain is what Shutdown does with open sessions: toolhost.DrainClose (commit, close
+	// the sandbox; also the zero value) or toolhost.DrainHandoff (in a fleet: hand each
+	// over, see handoff.go).
+	Drain string
 	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
 	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
@@ -117,6 +130,8 @@ type Server struct {
 	watchers  sync.WaitGroup // the goroutines that finish a session when its client goes
 
 	held heldSessions // the sessions the shell holds (held.go)
+
+	sessRecs sessionRecords // the fleet's MCP session records read (fleet.go)
 
 	statelessOnce sync.Once
 	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
@@ -154,6 +169,14 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		opts.HeldIdleTimeout = opts.IdleTimeout
 	}
 	s := &Server{th: th, opts: opts, log: log, open: map[*binding]struct{}{}, connected: map[*binding]struct{}{}}
+	if f := opts.Fleet; f != nil {
+		// Leases this replica takes name it and its address; a live lease whose holder is
+		// proven gone (refused, or another replica at its address) is taken over at once.
+		rootapi.SetFleet(th, rootapi.FleetMember{Instance: f.Instance(), Addr: f.Advertise(),
+			Dead: func(ctx context.Context, h lease.Holder) bool {
+				return h.Instance != "" && h.Instance != f.Instance() && f.Probe(ctx, h.Addr, h.Instance, probeTimeout) == fleet.Dead
+			}})
+	}
 	s.held.init()
 	grants := toolGrants(th)
 	no, yes := false, true
@@ -245,9 +268,20 @@ func (s *Server) OpenSessions() int {
 
 // newMCPServer is the MCP server of one session of project: its handlers share b.
 func (s *Server) newMCPServer(project, owner string) *mcp.Server {
+	return s.newMCPServerID(project, owner, "")
+}
+
+// newMCPServerID is newMCPServer for a session whose id is given (an adoption, fleet.go);
+// "" lets the SDK make one.
+func (s *Server) newMCPServerID(project, owner, id string) *mcp.Server {
 	b := newBinding(s, project, owner, s.opts.Workspaces[project])
+	var getID func() string
+	if id != "" {
+		getID = func() string { return id }
+	}
 	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 		&mcp.ServerOptions{
+			GetSessionID: getID,
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 			// Watched from the handshake's end, so a session that never calls a tool is
 			// counted against MaxSessions and forgotten when it ends.
@@ -258,8 +292,17 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	// all the same, and must be counted against MaxSessions.
 	ms.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			if ss != nil {
 				b.watch(ss)
+			}
+			if method == "initialize" && s.opts.Fleet != nil {
+				// In a fleet, any replica may get the session's next request: it is
+				// recorded before the client learns its id.
+				if err := s.recordSession(ctx, ss, project, owner, req.GetParams()); err != nil {
+					s.log.Error("fleet: recording an MCP session", "project", project, "err", err)
+					return nil, fmt.Errorf("the session could not be recorded for the other replicas; retry: %w", err)
+				}
 			}
 			return next(ctx, method, req)
 		}

@@ -10,7 +10,18 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/lease"
 )
+
+// FleetMember is what a *toolhost.Toolhost serving as a replica of a fleet (mcpserve)
+// tells its leases: its instance and advertised address, written into every lease it
+// takes, and how to tell that another holder is gone.
+type FleetMember struct {
+	Instance, Addr string
+	// Dead reports whether the holder of a live lease is proven gone (see fleet.Probe).
+	Dead func(ctx context.Context, h lease.Holder) bool
+}
 
 var (
 	// SessionSandbox returns a *toolhost.Session's live sandbox view.
@@ -26,4 +37,10 @@ var (
 	Prepare        func(t any, tool string)
 	Settle         func(ctx context.Context, t any) error
 	CompilePlugins func(ctx context.Context, t any) error
+	// Store is a *toolhost.Toolhost's store (the one its leases and snapshots are in).
+	Store func(t any) store.Store
+	// Holds reports whether a *toolhost.Toolhost holds project's lease now.
+	Holds func(t any, project string) bool
+	// SetFleet makes a *toolhost.Toolhost a replica of a fleet, before its first session.
+	SetFleet func(t any, m FleetMember)
 )

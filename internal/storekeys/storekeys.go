@@ -18,6 +18,7 @@
 //	plugins/{plugin}/{key}                                              a plugin's own store
 //	quota/{provider}/{...}                                              a provider's ledger (e2b)
 //	doctor/{probe}                                                      toolhost doctor's probes
+//	fleet/replicas/{instance}, fleet/sessions/{id}                      a serve fleet's records (fleet.go)
 //
 // Project ids and plugin names are single path segments by construction (ValidProject and
 // the host's plugin names), so one project's prefix never covers another's: "projects/1/"

@@ -1,0 +1,75 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"syscall"
+)
+
+// ErrUnreachable: a forwarded request never reached the holder (its connection was
+// refused): nothing was sent, and the caller may serve the request itself.
+var ErrUnreachable = errors.New("the replica holding the project did not answer")
+
+// Forward relays r (whose body, already read, is body) to the replica instance at addr,
+// signed for principal, and copies its answer, streamed, to w. CheckTarget must have
+// passed. It answers ErrUnreachable, having written nothing, when the connection was
+// refused (the caller may serve r itself); any other failure before an answer is a 502
+// written to w, saying to retry, and returned.
+func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, principal string, body []byte) error {
+	target, err := url.Parse(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotPeer, err)
+	}
+	var failed error
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			pr.Out.Body = httpBody(body)
+			pr.Out.ContentLength = int64(len(body))
+			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			pr.Out.Header.Del("X-Forwarded-For") // the receiver trusts the signature, not these
+			f.Sign(pr.Out, instance, principal, body)
+		},
+		Transport:     f.client.Transport,
+		FlushInterval: -1, // SSE: every event as it comes
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Header.Get(HeaderHop) == "" {
+				resp.Header.Set(HeaderHop, instance)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			failed = err
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return // written nothing: the caller serves it
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went
+			}
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "the replica holding this project did not answer in time; retry the request", http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r)
+	switch {
+	case failed == nil:
+		return nil
+	case errors.Is(failed, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w: %v", ErrUnreachable, failed)
+	default:
+		return fmt.Errorf("forwarding to replica %s: %w", instance, failed)
+	}
+}
+
+type bodyReader struct{ *bytes.Reader }
+
+func (bodyReader) Close() error { return nil }
+
+func httpBody(b []byte) bodyReader { return bodyReader{bytes.NewReader(b)} }

@@ -1,0 +1,472 @@
+package mcpserve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/fleet"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/rootapi"
+	"github.com/toolhost/toolhost/internal/storekeys"
+)
+
+// A replica of a fleet (Options.Fleet) serves any project. A request goes to the replica
+// that holds its project's lease: served here when this replica holds it (or nobody does,
+// and this one is not draining: opening the session takes the lease), else forwarded to
+// the holder, signed with the fleet secret for the client's principal (a token's name;
+// the client's token stays here). A holder whose connection is refused is gone: the
+// request is served here, which takes the project over (the store judges).
+//
+// A request's project: its Toolhost-Project header (or ?project=, or the token's first
+// project, as gate decides), and for a request of an MCP session (Mcp-Session-Id), the
+// session's record in the store (fleet/sessions/{id}), written when the session was
+// initialized, wherever that was. A replica that is asked for a session it does not know
+// (its replica went away, or drained) adopts it from that record: the handshake the
+// client made is replayed into a new session of the same id, so the client goes on.
+
+// fleetToken is the bearer "token" a verified fleet request stands in with for the auth
+// middleware: not a secret (the signature is what counts), and refused without one.
+const fleetToken = "toolhost-fleet-verified-request"
+
+type fleetCtxKey int
+
+const (
+	principalKey fleetCtxKey = iota // the principal a verified fleet request acts for
+	adoptKey                        // the session being adopted (adoption)
+)
+
+// sessionRecord is an MCP session's record in the store.
+type sessionRecord struct {
+	ID       string `json:"id"`
+	Project  string `json:"project"`
+	Owner    string `json:"owner,omitempty"` // the token's name
+	Protocol string `json:"protocol"`        // the negotiated MCP revision
+	// Init is the client's initialize params, replayed when another replica adopts it.
+	Init     json.RawMessage `json:"init"`
+	Instance string          `json:"instance"` // the replica that wrote it
+	Created  time.Time       `json:"created"`
+}
+
+const maxSessionRecord = 64 << 10
+
+// adoption is a session a replica is taking in under its old id.
+type adoption struct {
+	id  string
+	rec sessionRecord
+}
+
+// sessionRecords caches the records read (they never change once written).
+type sessionRecords struct {
+	mu sync.Mutex
+	m  map[string]sessionRecord
+}
+
+func (c *sessionRecords) get(id string) (sessionRecord, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[id]
+	return r, ok
+}
+
+func (c *sessionRecords) put(r sessionRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 16384 {
+		c.m = map[string]sessionRecord{} // bounded: records are re-read when dropped
+	}
+	c.m[r.ID] = r
+}
+
+func (s *Server) fleetStore() store.Store { return rootapi.Store(s.th) }
+
+// recordSession writes an MCP session's record when its initialize arrives (fleet only).
+func (s *Server) recordSession(ctx context.Context, ss *mcp.ServerSession, project, owner string, params mcp.Params) error {
+	if s.opts.Fleet == nil || ss == nil || ss.ID() == "" || params == nil {
+		return nil
+	}
+	if a, ok := ctx.Value(adoptKey).(adoption); ok && a.id == ss.ID() {
+		return nil // adopted: its record is the one it was adopted from
+	}
+	init, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	var head struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	json.Unmarshal(init, &head)
+	rec := sessionRecord{ID: ss.ID(), Project: project, Owner: owner, Protocol: head.ProtocolVersion, Init: init,
+		Instance: s.opts.Fleet.Instance(), Created: time.Now().UTC()}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxSessionRecord {
+		return fmt.Errorf("the initialize request is larger than %d bytes", maxSessionRecord)
+	}
+	if _, err := s.fleetStore().Put(ctx, storekeys.FleetSession(rec.ID), bytes.NewReader(b),
+		store.PutOptions{Size: int64(len(b)), ContentType: "application/json", IfNotExists: true}); err != nil {
+		return fmt.Errorf("recording the session in the store: %w", err)
+	}
+	s.sessRecs.put(rec)
+	return nil
+}
+
+// sessionRecord finds the record of the MCP session id: store.ErrNotFound when there is
+// none (or id cannot name one).
+func (s *Server) sessionRecord(ctx context.Context, id string) (sessionRecord, error) {
+	if r, ok := s.sessRecs.get(id); ok {
+		return r, nil
+	}
+	var r sessionRecord
+	if !storekeys.ValidFleetName(id) {
+		return r, store.ErrNotFound
+	}
+	rc, _, err := s.fleetStore().Get(ctx, storekeys.FleetSession(id))
+	if err != nil {
+		return r, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSessionRecord+1))
+	if err != nil {
+		return r, err
+	}
+	if len(b) > maxSessionRecord || json.Unmarshal(b, &r) != nil || r.ID != id || storekeys.ValidProject(r.Project) != nil || len(r.Init) == 0 {
+		return r, fmt.Errorf("the record of session %s is not one this server wrote: %w", id, store.ErrNotFound)
+	}
+	s.sessRecs.put(r)
+	return r, nil
+}
+
+// fleetIn verifies a signed fleet request and lets it through as its principal; an
+// unsigned request goes on as it came. A request whose signature does not hold gets 401
+// and changes nothing.
+func (s *Server) fleetIn(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fleet.Signed(r) {
+			if r.Header.Get("Authorization") == "Bearer "+fleetToken {
+				http.Error(w, "Unauthorized: not a verified fleet request", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := readBody(w, r, s.opts.MaxBodyBytes)
+		if err != nil {
+			return
+		}
+		principal, from, err := s.opts.Fleet.Verify(r, body)
+		if err != nil {
+			s.metrics.fleetRefused.Add(1)
+			s.log.Warn("fleet: refused a fleet request", "from", r.Header.Get(fleet.HeaderFrom), "remote", r.RemoteAddr, "err", err)
+			http.Error(w, "Unauthorized: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		s.metrics.fleetServed.Add(1)
+		r = r.WithContext(context.WithValue(r.Context(), principalKey, principal))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if len(s.opts.Tokens) > 0 {
+			r.Header.Set("Authorization", "Bearer "+fleetToken)
+		}
+		w.Header().Set(fleet.HeaderHop, s.opts.Fleet.Instance())
+		s.log.Debug("fleet: serving a forwarded request", "from", from, "principal", principal)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// verifiedPrincipal is the principal of a verified fleet request, and whether r is one.
+func verifiedPrincipal(r *http.Request) (string, bool) {
+	p, ok := r.Context().Value(principalKey).(string)
+	return p, ok
+}
+
+// readBody reads r's body, bounded; on failure it has answered (413 or 400).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// principalOf is who r acts for: its token's name ("" without tokens).
+func principalOf(r *http.Request) string {
+	if p, ok := verifiedPrincipal(r); ok {
+		return p
+	}
+	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+		return ti.UserID
+	}
+	return ""
+}
+
+// route sends r to the replica that holds its project (see the top of this file); next
+// serves it here.
+func (s *Server) route(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := verifiedPrincipal(r); ok {
+			// Forwarded by a replica that found this one the holder: served here, never
+			// forwarded again (no loops).
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := readBody(w, r, s.opts.MaxBodyBytes)
+		if err != nil {
+			return
+		}
+		reset := func() { r.Body = io.NopCloser(bytes.NewReader(body)) }
+		reset()
+		principal := principalOf(r)
+		project, ok := s.routeProject(w, r, principal)
+		if !ok {
+			return // answered
+		}
+		if project == "" || rootapi.Holds(s.th, project) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := r.Context()
+		st, err := lease.Peek(ctx, s.fleetStore(), project)
+		if err != nil {
+			s.log.Warn("fleet: reading a project's lease", "project", project, "err", err)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "the store could not be read to find this project's replica; retry the request", http.StatusServiceUnavailable)
+			return
+		}
+		f := s.opts.Fleet
+		target, addr := "", ""
+		switch {
+		case st.Held && st.Holder.Instance != "" && st.Holder.Instance != f.Instance():
+			target, addr = st.Holder.Instance, st.Holder.Addr
+		case f.Draining():
+			// Nobody holds it and this replica takes no project now: another one will.
+			target, addr = s.readyPeer(ctx)
+			if target == "" {
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "this replica is shutting down and no other is ready; retry the request", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		if target == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := f.CheckTarget(ctx, target, addr); err != nil {
+			s.log.Warn("fleet: not forwarding to the replica a lease names", "project", project, "instance", target, "addr", addr, "err", err)
+			if st.Held {
+				w.Header().Set("Retry-After", "2")
+				http.Error(w, fmt.Sprintf("project %s is held by a replica this one cannot reach as a member of its fleet; retry the request", project), http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		err = f.Forward(w, r, target, addr, principal, body)
+		s.metrics.forwarded(err, time.Since(start))
+		if errors.Is(err, fleet.ErrUnreachable) {
+			// Its connection was refused: the holder is gone. Served here, which takes the
+			// project over.
+			s.log.Warn("fleet: the replica holding a project is gone; serving it here", "project", project, "instance", target, "addr", addr)
+			reset()
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// routeProject is the project r's replica is chosen by ("" when any replica may serve it:
+// a request that opens no session of a project). A request of an MCP session another
+// token opened gets 403; one of a session with no record is left to the SDK (404).
+func (s *Server) routeProject(w http.ResponseWriter, r *http.Request, principal string) (string, bool) {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id != "" && !statelessEra(r) {
+		rec, err := s.sessionRecord(r.Context(), id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return "", true
+		case err != nil:
+			s.log.Warn("fleet: reading a session's record", "session", id, "err", err)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "the store could not be read to find this session; retry the request", http.StatusServiceUnavailable)
+			return "", false
+		case rec.Owner != principal:
+			http.Error(w, "Forbidden: this session belongs to another token", http.StatusForbidden)
+			return "", false
+		}
+		return rec.Project, true
+	}
+	if r.Method != http.MethodPost {
+		return "", true
+	}
+	project, err := s.chooseProject(r)
+	if err != nil {
+		return "", true // gate answers it
+	}
+	return project, true
+}
+
+// readyPeer picks another fresh replica that is not draining, or "".
+func (s *Server) readyPeer(ctx context.Context) (instance, addr string) {
+	rs, err := s.opts.Fleet.Replicas(ctx)
+	if err != nil {
+		return "", ""
+	}
+	now := time.Now()
+	for _, r := range rs {
+		if r.Instance != s.opts.Fleet.Instance() && !r.Draining && r.Fresh(now, s.opts.Fleet.Heartbeat()) {
+			return r.Instance, r.Addr
+		}
+	}
+	return "", ""
+}
+
+// adoptingHandler serves requests of MCP sessions with h, the stateful SDK handler; a
+// request of a session h does not know (404) whose record the store has is served after
+// the session is adopted under its id.
+func (s *Server) adoptingHandler(h http.Handler) http.Handler {
+	if s.opts.Fleet == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		if id == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := readBody(w, r, s.opts.MaxBodyBytes)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		nf := &notFoundCatcher{ResponseWriter: w}
+		h.ServeHTTP(nf, r)
+		if !nf.caught {
+			return
+		}
+		rec, err := s.sessionRecord(r.Context(), id)
+		if err != nil {
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		if rec.Owner != principalOf(r) {
+			http.Error(w, "Forbidden: this session belongs to another token", http.StatusForbidden)
+			return
+		}
+		if err := s.adopt(r.Context(), h, rec, r.Host); err != nil {
+			s.log.Warn("fleet: adopting a session", "session", id, "project", rec.Project, "err", err)
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		s.metrics.adopted.Add(1)
+		s.log.Info("fleet: adopted a session", "session", id, "project", rec.Project, "from", rec.Instance)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// adopt replays rec's handshake into h under rec's id, as sent to host (the Host of the
+// request that found the session missing: the SDK's guards see what they saw then).
+func (s *Server) adopt(ctx context.Context, h http.Handler, rec sessionRecord, host string) error {
+	ctx = context.WithValue(ctx, adoptKey, adoption{id: rec.ID, rec: rec})
+	ctx = context.WithValue(ctx, projectKey, rec.Project)
+	send := func(body string, sessionID string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/mcp", bytes.NewReader([]byte(body)))
+		if err != nil {
+			return 0, err
+		}
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sessionID != "" {
+			req.Header.Set("Mcp-Session-Id", sessionID)
+			req.Header.Set("Mcp-Protocol-Version", rec.Protocol)
+		}
+		rw := &discardWriter{header: http.Header{}}
+		h.ServeHTTP(rw, req)
+		return rw.status, nil
+	}
+	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":"toolhost-adopt","method":"initialize","params":%s}`, rec.Init)
+	if code, err := send(init, ""); err != nil || code != http.StatusOK {
+		return fmt.Errorf("replaying initialize: status %d: %v", code, err)
+	}
+	if code, err := send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, rec.ID); err != nil || code/100 != 2 {
+		return fmt.Errorf("replaying notifications/initialized: status %d: %v", code, err)
+	}
+	return nil
+}
+
+// notFoundCatcher holds back a 404 (the SDK's "session not found") so that the request
+// can be served again after an adoption; anything else passes through.
+type notFoundCatcher struct {
+	http.ResponseWriter
+	caught, wrote bool
+}
+
+func (c *notFoundCatcher) WriteHeader(code int) {
+	if !c.wrote && code == http.StatusNotFound {
+		c.caught, c.wrote = true, true
+		return
+	}
+	c.wrote = true
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *notFoundCatcher) Write(b []byte) (int, error) {
+	if c.caught {
+		return len(b), nil
+	}
+	c.wrote = true
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *notFoundCatcher) Header() http.Header { return c.ResponseWriter.Header() }
+
+func (c *notFoundCatcher) Flush() {
+	if c.caught {
+		return
+	}
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *notFoundCatcher) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// discardWriter is the response writer of a replayed handshake request.
+type discardWriter struct {
+	header http.Header
+	status int
+}
+
+func (d *discardWriter) Header() http.Header { return d.header }
+func (d *discardWriter) WriteHeader(code int) {
+	if d.status == 0 {
+		d.status = code
+	}
+}
+func (d *discardWriter) Write(b []byte) (int, error) {
+	if d.status == 0 {
+		d.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (d *discardWriter) Flush() {}

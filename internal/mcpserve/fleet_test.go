@@ -1,0 +1,210 @@
+package mcpserve
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+
+	"github.com/toolhost/toolhost/internal/fleet"
+	"github.com/toolhost/toolhost/internal/rootapi"
+)
+
+var fleetSecret = []byte("0123456789abcdef0123456789abcdef-test-fleet")
+
+// replica is one serve replica of a test fleet: a Server with a fleet, on a listener of
+// its own.
+type replica struct {
+	s   *Server
+	f   *fleet.Fleet
+	url string
+	hs  *http.Server
+}
+
+// newFleet starts n replicas sharing cfg's store, with tokens.
+func newFleet(t *testing.T, n int, tokens []Token) []*replica {
+	t.Helper()
+	cfg := testConfig(t)
+	var rs []*replica
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := "http://" + ln.Addr().String()
+		s, th := newServer(t, cfg, Options{Tokens: tokens})
+		f, err := fleet.Join(context.Background(), fleet.Config{Advertise: addr, Secret: fleetSecret,
+			Store: rootapi.Store(th), Heartbeat: time.Second, Logger: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The server was made before its fleet: made again with it (New wires the fleet).
+		s2 := New(th, Options{Tokens: tokens, Fleet: f, Logger: quietLog()})
+		hs := &http.Server{Handler: s2.Handler()}
+		go hs.Serve(ln)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s2.Shutdown(ctx)
+			hs.Close()
+			f.Close(ctx)
+		})
+		_ = s
+		rs = append(rs, &replica{s: s2, f: f, url: addr, hs: hs})
+	}
+	return rs
+}
+
+// roundRobin is a balancer with no affinity: each request goes to the next replica.
+func roundRobin(t *testing.T, rs []*replica) string {
+	var n atomic.Int64
+	var targets []*url.URL
+	for _, r := range rs {
+		u, _ := url.Parse(r.url)
+		targets = append(targets, u)
+	}
+	rp := &httputil.ReverseProxy{FlushInterval: -1, Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(targets[int(n.Add(1))%len(targets)])
+		pr.Out.Host = pr.In.Host
+	}}
+	lb := httptest.NewServer(rp)
+	t.Cleanup(lb.Close)
+	return lb.URL + "/mcp"
+}
+
+// TestFleetAnyReplica: behind a balancer with no affinity, a session's requests land on
+// either replica and every call is answered from the one workspace; the stateless
+// revision too. Requests the holder did not get first were forwarded, signed.
+func TestFleetAnyReplica(t *testing.T) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(t, 2, []Token{{Name: "alice", Value: tok}})
+	lb := roundRobin(t, rs)
+	ctx := context.Background()
+
+	cs, err := connectHTTP(ctx, lb, tok, "shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for i := range 6 {
+		p := fmt.Sprintf("f%d.txt", i)
+		if res := call(t, cs, "write_file", map[string]any{"path": p, "content": fmt.Sprintf("line %d\n", i)}); res.IsError {
+			t.Fatalf("write_file %d: %s", i, text(res))
+		}
+		res := call(t, cs, "bash", map[string]any{"command": "cat f*.txt | wc -l"})
+		if res.IsError || !strings.Contains(text(res), fmt.Sprint(i+1)) {
+			t.Fatalf("call %d: %v %q: want %d lines, every file written so far", i, res.IsError, text(res), i+1)
+		}
+	}
+	fwd := rs[0].s.metrics.forwardedTotal.Load() + rs[1].s.metrics.forwardedTotal.Load()
+	served := rs[0].s.metrics.fleetServed.Load() + rs[1].s.metrics.fleetServed.Load()
+	if fwd == 0 || served != fwd {
+		t.Errorf("forwarded %d, served as forwarded %d: want some, all served", fwd, served)
+	}
+	held := 0
+	for _, r := range rs {
+		held += r.s.OpenSessions()
+	}
+	if held != 1 {
+		t.Errorf("%d sandboxes open across the fleet, want 1: the project's holder", held)
+	}
+
+	// The stateless revision: each request stands alone, and lands anywhere.
+	sl := connectRevision(t, lb, tok, "blog", "2026-07-28")
+	defer sl.Close()
+	for i := range 4 {
+		res := call(t, sl, "bash", map[string]any{"command": fmt.Sprintf("echo %d >> n.txt && wc -l < n.txt", i)})
+		if res.IsError || !strings.Contains(text(res), fmt.Sprint(i+1)) {
+			t.Fatalf("stateless call %d: %v %q", i, res.IsError, text(res))
+		}
+	}
+}
+
+// TestFleetRefusesForgedRequests: a fleet request signed with another secret, replayed,
+// meant for another replica, or carrying the fleet's stand-in token without a signature,
+// is refused (401) and runs nothing.
+func TestFleetRefusesForgedRequests(t *testing.T) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(t, 1, []Token{{Name: "alice", Value: tok}})
+	r := rs[0]
+	// An initialize: what a signed request may do is open a session, as alice.
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"pwned","version":"1"}}}`)
+	newReq := func() *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, r.url+"/mcp", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(ProjectHeader, "shop")
+		return req
+	}
+	do := func(req *http.Request) int {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	other, err := fleet.Join(context.Background(), fleet.Config{Advertise: "http://127.0.0.1:1",
+		Secret: []byte("another-secret-of-at-least-32-bytes!!"), Store: rootapi.Store(r.s.th)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	req := newReq()
+	other.Sign(req, r.f.Instance(), "alice", body)
+	if code := do(req); code != http.StatusUnauthorized {
+		t.Errorf("signed with another secret: %d, want 401", code)
+	}
+	// A peer of the fleet (it knows the secret) signs one request for this replica...
+	peer, err := fleet.Join(context.Background(), fleet.Config{Advertise: "http://127.0.0.1:2", Secret: fleetSecret,
+		Store: rootapi.Store(r.s.th)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close(context.Background())
+	req = newReq()
+	peer.Sign(req, "someotherreplica", "alice", body)
+	if code := do(req); code != http.StatusUnauthorized {
+		t.Errorf("meant for another replica: %d, want 401", code)
+	}
+	req = newReq()
+	peer.Sign(req, r.f.Instance(), "alice", body)
+	replay := req.Clone(context.Background())
+	if code := do(req); code != http.StatusOK {
+		t.Errorf("a signed request: %d, want 200", code)
+	}
+	replay.Body = httpBodyOf(body)
+	if code := do(replay); code != http.StatusUnauthorized {
+		t.Errorf("the same request replayed: %d, want 401", code)
+	}
+	req = newReq()
+	peer.Sign(req, r.f.Instance(), "alice", body)
+	req.Body = httpBodyOf([]byte(strings.Replace(string(body), "pwned", "pwned2", 1)))
+	req.ContentLength = -1
+	if code := do(req); code != http.StatusUnauthorized {
+		t.Errorf("a signed request whose body was changed: %d, want 401", code)
+	}
+	req = newReq()
+	req.Header.Set("Authorization", "Bearer "+fleetToken)
+	if code := do(req); code != http.StatusUnauthorized {
+		t.Errorf("the fleet's stand-in token without a signature: %d, want 401", code)
+	}
+	if n := r.s.metrics.fleetRefused.Load(); n < 3 {
+		t.Errorf("fleet requests refused: %d, want at least 3", n)
+	}
+}
+
+func httpBodyOf(b []byte) *readCloser { return &readCloser{bytes.NewReader(b)} }
+
+type readCloser struct{ *bytes.Reader }
+
+func (*readCloser) Close() error { return nil }

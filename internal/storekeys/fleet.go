@@ -1,0 +1,34 @@
+package storekeys
+
+// The fleet's records: the replicas that serve from one store, and the MCP sessions any
+// of them may be asked to serve.
+//
+//	fleet/replicas/{instance}     a replica: its advertised address, when it last said so
+//	fleet/sessions/{session id}   an MCP session: its project, owner and handshake
+const (
+	fleetRoot = "fleet/"
+	// FleetReplicas is the folder of the replicas' records.
+	FleetReplicas = fleetRoot + "replicas/"
+	// FleetSessions is the folder of the MCP sessions' records.
+	FleetSessions = fleetRoot + "sessions/"
+)
+
+// FleetReplica is the key of the record of the replica named instance (ValidFleetName).
+func FleetReplica(instance string) string { return FleetReplicas + instance }
+
+// FleetSession is the key of the record of the MCP session id (ValidFleetName).
+func FleetSession(id string) string { return FleetSessions + id }
+
+// ValidFleetName reports whether s can name a replica or a session in a key: 1 to 64
+// letters and digits. Ids come from clients and from the store: anything else is refused.
+func ValidFleetName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
