@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/rootapi"
 )

@@ -34,8 +34,8 @@ type Metrics struct {
 	// and the holders found gone), forwarded requests served here and refused, sessions
 	// adopted, sessions handed over at a drain.
 	forwardedTotal, forwardFailed, holderGone atomic.Int64
-	fleetServed, fleetRefused, adopted       atomic.Int64
-	handedOver                               atomic.Int64
+	fleetServed, fleetRefused, adopted        atomic.Int64
+	handedOver                                atomic.Int64
 
 	// egress gives, per project, the connections the egress gateway allowed and refused.
 	egress func() map[string][2]int64
