@@ -103,7 +103,7 @@ func commands() []*command {
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
 		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotDiffCommand(), snapshotExportCommand(),
 		snapshotForkCommand(), snapshotRewindCommand(), snapshotMergeCommand(), snapshotGCCommand(),
-		screenshotListCommand(), quotaCommand(),
+		screenshotListCommand(), quotaCommand(), fleetStatusCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
 		mcpConfigCommand(), mcpCommand(), serveCommand(),
 		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),
