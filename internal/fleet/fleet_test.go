@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/store/dir"
 )
 
@@ -140,5 +141,34 @@ func TestJoin(t *testing.T) {
 	os.WriteFile(p, []byte("short\n"), 0o600)
 	if _, err := ReadSecret(p); err == nil {
 		t.Error("a short secret was read")
+	}
+}
+
+// TestStatus: the registry's replicas, each with the projects whose lease names it; a
+// project held outside the fleet apart.
+func TestStatus(t *testing.T) {
+	st := newStore(t)
+	a, _ := serveReplica(t, st, secret)
+	ctx := context.Background()
+	la, err := lease.Acquire(ctx, lease.Config{Store: st, Instance: a.Instance(), Addr: a.Advertise()}, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	lb, err := lease.Acquire(ctx, lease.Config{Store: st, Host: "laptop"}, "blog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release(ctx)
+	s, err := ReadStatus(ctx, st, time.Second, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Replicas) != 1 || s.Replicas[0].Instance != a.Instance() || !s.Replicas[0].Fresh ||
+		len(s.Replicas[0].Projects) != 1 || s.Replicas[0].Projects[0].Project != "shop" || s.Replicas[0].Projects[0].Epoch != la.Epoch() {
+		t.Errorf("replicas: %+v", s.Replicas)
+	}
+	if len(s.Elsewhere) != 1 || s.Elsewhere[0].Project != "blog" || s.Elsewhere[0].Host != "laptop" {
+		t.Errorf("held elsewhere: %+v", s.Elsewhere)
 	}
 }
