@@ -37,6 +37,7 @@ func init() {
 		}
 		return e.l != nil && e.l.Err() == nil
 	}
+	rootapi.Handoff = func(ctx context.Context, s any) (bool, error) { return s.(*Session).handoff(ctx) }
 	rootapi.SetFleet = func(t any, m rootapi.FleetMember) {
 		th := t.(*Toolhost)
 		th.leaseMu.Lock()

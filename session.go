@@ -407,6 +407,22 @@ func (s *Session) Close(ctx context.Context) error {
 	return err
 }
 
+// handoff ends the session here and leaves its work for the process that opens the
+// project next (a fleet's drain, serve.drain handoff): the workspace is committed (the
+// fallback, should the sandbox be gone by then), a sandbox that lives apart from this
+// process is left running for that process to reconnect to, and the lease is released.
+// It reports whether the sandbox was left running; one that cannot be is closed.
+func (s *Session) handoff(ctx context.Context) (bool, error) {
+	_, cerr := s.Commit(ctx, "handoff")
+	if cerr != nil {
+		cerr = fmt.Errorf("committing before the handoff: %w", cerr)
+	}
+	kept, derr := s.live.Detach(ctx)
+	var lerr error
+	s.closeOnce.Do(func() { lerr = s.th.dropLease(ctx, s.lease) })
+	return kept, errors.Join(cerr, derr, lerr)
+}
+
 // wakeRecorder is the session's snapshot manager: it remembers the snapshot a wake
 // restored, and restores nothing into a host directory (the directory is the state;
 // saves go to the project as usual).

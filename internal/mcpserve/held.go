@@ -279,10 +279,11 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 		h.inflight.Add(-1)
 	}()
 	h.calls.Add(1)
-	sess, err := h.b.session(ctx)
+	sess, done, err := h.b.begin(ctx)
 	if err != nil {
 		return abi.Result{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)
 	}
+	defer done()
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}

@@ -420,9 +420,15 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, grace time.Dur
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
+	// A replica of a fleet with serve.drain handoff hands its sessions over first, while
+	// it still answers requests (forwarding them to the sessions' new replicas).
+	var derr error
+	if s.opts.Drain == toolhost.DrainHandoff && s.opts.Fleet != nil {
+		derr = s.Drain(sctx)
+	}
 	// Sessions first: Shutdown closes their MCP sessions, which ends their open streams,
 	// so the HTTP server's own shutdown has nothing long left to wait for.
-	serr := s.Shutdown(sctx)
+	serr := errors.Join(derr, s.Shutdown(sctx))
 	hctx, hcancel := context.WithTimeout(sctx, 5*time.Second)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {

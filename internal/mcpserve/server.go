@@ -384,6 +384,8 @@ type binding struct {
 	gone      chan struct{}          // closed when the session has ended (finish)
 
 	mu      sync.Mutex // held while opening
+	moving  bool           // being handed over (drain): calls are refused, to be made again
+	active  sync.WaitGroup // calls running (begin), which a handover waits for
 	sess    *toolhost.Session
 	ss      *mcp.ServerSession
 	watched bool
@@ -550,10 +552,11 @@ func (b *binding) handler(tool string) mcp.ToolHandler {
 
 func (b *binding) call(ctx context.Context, tool string, req *mcp.CallToolRequest) *mcp.CallToolResult {
 	b.watch(req.Session)
-	sess, err := b.session(ctx)
+	sess, done, err := b.begin(ctx)
 	if err != nil {
 		return errorResult(err.Error())
 	}
+	defer done()
 	stop := b.srv.reportProgress(ctx, req, tool)
 	defer stop()
 	input := req.Params.Arguments

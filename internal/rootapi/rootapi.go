@@ -41,6 +41,10 @@ var (
 	Store func(t any) store.Store
 	// Holds reports whether a *toolhost.Toolhost holds project's lease now.
 	Holds func(t any, project string) bool
+	// Handoff ends a *toolhost.Session on this process and leaves its work for another:
+	// the workspace committed, a sandbox that lives apart from this process left running
+	// (kept reports it), the project's lease released.
+	Handoff func(ctx context.Context, s any) (kept bool, err error)
 	// SetFleet makes a *toolhost.Toolhost a replica of a fleet, before its first session.
 	SetFleet func(t any, m FleetMember)
 )

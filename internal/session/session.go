@@ -765,6 +765,13 @@ func (s *Session) Close(ctx context.Context) error {
 		w.Unwarm(s.cfg.Sandbox)
 	}
 	s.wg.Wait()
+	s.uploadLocalAtEnd(ctx)
+	return err
+}
+
+// uploadLocalAtEnd tries once more to store a snapshot kept on this host (the store did
+// not take it), at the session's end; else the file stays.
+func (s *Session) uploadLocalAtEnd(ctx context.Context) {
 	if local := s.takeLocal(); local != nil {
 		// The newest snapshot exists only here: one more try, and else keep the file.
 		if uerr := s.uploadLocal(ctx, local); uerr != nil {
@@ -775,7 +782,6 @@ func (s *Session) Close(ctx context.Context) error {
 			local.remove()
 		}
 	}
-	return err
 }
 
 // listWorkspace lists a restored workspace for the check against its snapshot (every

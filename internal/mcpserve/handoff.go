@@ -1,0 +1,117 @@
+package mcpserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/internal/rootapi"
+)
+
+// A replica of a fleet stopped with serve.drain handoff (Options.Drain) hands its
+// sessions over instead of closing them, so a rolling deploy restarts no agent's dev
+// server: Drain marks the replica draining (/readyz answers 503, its registry record says
+// so, and a request for a project nobody holds is forwarded to a replica that is not
+// draining), then hands each session over as soon as the call it runs, if any, has
+// ended: the workspace committed, a sandbox that lives apart from this process (E2B)
+// left running, the project's lease released. The client's next request, on any replica,
+// opens the project there, which connects to that sandbox; the MCP session is adopted
+// under its id (fleet.go). A call that arrives for a session while it is being handed
+// over is answered with an error saying to make it again.
+
+// errMoving answers a call that arrived while its session was handed over.
+var errMoving = errors.New("this session is moving to another server of the fleet (a deploy); make the call again: it will run there, on the same workspace")
+
+// drainSettle is how long Drain waits after marking the replica draining for balancers
+// to stop sending it requests (their readiness checks of /readyz) before it hands over.
+const drainSettle = 2 * time.Second
+
+// begin is b's session for one call, opening it on the first; done ends the call. A
+// session being handed over answers errMoving.
+func (b *binding) begin(ctx context.Context) (*toolhost.Session, func(), error) {
+	b.mu.Lock()
+	if b.moving {
+		b.mu.Unlock()
+		return nil, nil, errMoving
+	}
+	b.active.Add(1)
+	b.mu.Unlock()
+	sess, err := b.session(ctx)
+	if err != nil {
+		b.active.Done()
+		return nil, nil, err
+	}
+	return sess, b.active.Done, nil
+}
+
+// handoff hands b's session over (see the top of this file), once its calls have ended
+// or ctx has.
+func (b *binding) handoff(ctx context.Context) error {
+	b.mu.Lock()
+	b.moving = true
+	b.mu.Unlock()
+	idle := make(chan struct{})
+	go func() { // owned by handoff: ends when the calls do, which ctx bounds (they are cancelled at the end)
+		b.active.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the calls of project %s to end: %w", b.project, ctx.Err())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended || b.sess == nil {
+		return nil
+	}
+	s := b.srv
+	kept, err := rootapi.Handoff(ctx, b.sess)
+	b.ended = true
+	close(b.gone)
+	if b.ss != nil {
+		b.ss.Close()
+	}
+	s.mu.Lock()
+	delete(s.open, b)
+	s.mu.Unlock()
+	s.metrics.sessionClosed()
+	if err != nil {
+		s.log.Error("fleet: handing a session over", "project", b.project, "kept_sandbox", kept, "err", err)
+		return fmt.Errorf("handing project %s over: %w", b.project, err)
+	}
+	s.metrics.handedOver.Add(1)
+	s.log.Info("fleet: session handed over", "project", b.project, "kept_sandbox", kept)
+	return nil
+}
+
+// Drain hands every open session over (serve.drain handoff; see the top of this file).
+// Sessions not handed over by the time ctx ends are left to Shutdown.
+func (s *Server) Drain(ctx context.Context) error {
+	if s.opts.Fleet == nil {
+		return nil
+	}
+	if err := s.opts.Fleet.SetDraining(ctx); err != nil {
+		s.log.Warn("fleet: marking this replica draining in the store", "err", err)
+	}
+	select {
+	case <-time.After(drainSettle):
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	bs := make([]*binding, 0, len(s.open))
+	for b := range s.open {
+		bs = append(bs, b)
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Go(func() { errs[i] = b.handoff(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
