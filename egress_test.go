@@ -58,7 +58,7 @@ func egressToolhost(t *testing.T, edit func(*Config)) (*Toolhost, *audit.Recorde
 		edit(&cfg)
 	}
 	rec := &audit.Recorder{}
-	th := newToolhost(t, cfg, WithAudit(rec), withEgressNet(n.DialContext, n.HostAddrs))
+	th := newToolhost(t, cfg, WithAudit(rec), withEgressNet(n.DialContext, n.HostAddrs()))
 	return th, rec, n
 }
 

@@ -71,9 +71,11 @@ type Config struct {
 	Dialer Dialer
 	// DialTimeout bounds one connect; 0 is DefaultDialTimeout.
 	DialTimeout time.Duration
-	// HostAddrs lists this host's own addresses, which are refused; nil lists the
-	// addresses of this network namespace's interfaces.
-	HostAddrs func() ([]netip.Addr, error)
+	// HostAddrs knows this host's own addresses, which are refused whatever the policy
+	// says: those of the network namespace Dialer dials from. nil is the process's own
+	// namespace's, watched once for every gateway of the process. The caller closes a
+	// HostAddrs it gives, after the gateway's last client.
+	HostAddrs *HostAddrs
 	// RootCAs verify upstream servers where the gateway itself speaks TLS to them (the
 	// domains it injects credentials into); nil is the host's roots.
 	RootCAs *x509.CertPool
@@ -90,7 +92,7 @@ type Gateway struct {
 	log      *slog.Logger
 	resolver Resolver
 	dialer   Dialer
-	own      *hostAddrs
+	own      *HostAddrs
 }
 
 // New makes a gateway.
@@ -102,9 +104,16 @@ func New(cfg Config) *Gateway {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
 	if cfg.HostAddrs == nil {
-		cfg.HostAddrs = interfaceAddrs
+		own, err := processHostAddrs()
+		if err != nil {
+			// Netlink refused (a seccomp filter, say): the interfaces' list, read again
+			// at most every second.
+			cfg.Logger.Warn("the host's addresses are read every second", "err", err)
+			own = pollHostAddrs(interfaceAddrs, time.Second)
+		}
+		cfg.HostAddrs = own
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, own: &hostAddrs{list: cfg.HostAddrs}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, own: cfg.HostAddrs}
 	g.resolver = cfg.Resolver
 	if g.resolver == nil {
 		g.resolver = SystemResolver{}
@@ -161,7 +170,7 @@ func (g *Gateway) Check(ctx context.Context, p *Policy, hostport string) (Verdic
 	if !v.Allowed && v.Rule != "" {
 		return v, nil
 	}
-	return p.checkAddrs(h, port, pd, addrs, g.own.has), addrs
+	return p.checkAddrs(h, port, pd, addrs, g.own.Has), addrs
 }
 
 // Lookup resolves a name with the gateway's resolver (the doctor's health check).
