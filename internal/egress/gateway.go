@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -195,9 +196,23 @@ func (g *Gateway) resolve(ctx context.Context, h host) ([]netip.Addr, Verdict) {
 		if errors.Is(err, ErrNoSuchHost) {
 			return nil, Verdict{Rule: "no such host", Reason: fmt.Sprintf("egress: %s does not exist (the gateway's resolver found no address for it)", h.name), Status: 502}
 		}
-		return nil, Verdict{Rule: "resolver failed", Reason: fmt.Sprintf("egress: the name %s could not be resolved (%v); try again later", h.name, errors.Unwrap(err)), Status: 502}
+		g.log.Warn("the resolver failed", "name", h.name, "err", err)
+		return nil, Verdict{Rule: "resolver failed", Reason: fmt.Sprintf("egress: the name %s could not be resolved: %s; try again, and if it keeps failing ask the operator to check sandbox.egress.resolver", h.name, resolveFailure(err)), Status: 502}
 	}
 	return addrs, Verdict{}
+}
+
+// resolveFailure says why a lookup failed as far as the model can act on it: the
+// server's address and the error's own text are the host's (its log has them).
+func resolveFailure(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "the gateway's DNS server did not answer in time"
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "the gateway's DNS server could not be reached"
+	}
+	return "the gateway's DNS server failed"
 }
 
 // Limits bound one sandbox's use of the gateway; zero fields take the defaults.

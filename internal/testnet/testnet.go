@@ -269,6 +269,11 @@ func (n *Net) Shape(rate int64) error {
 // Listen listens on the internet side.
 func (n *Net) Listen(network, addr string) (net.Listener, error) { return n.inet.listen(network, addr) }
 
+// ListenPacket listens for datagrams on the internet side.
+func (n *Net) ListenPacket(network, addr string) (net.PacketConn, error) {
+	return n.inet.listenPacket(network, addr)
+}
+
 // ListenHost listens on the host side (where the gateway dials from): a service of "the
 // host" that a sandbox must not reach.
 func (n *Net) ListenHost(network, addr string) (net.Listener, error) {
