@@ -164,7 +164,7 @@ func parseResolver(s string) (netip.AddrPort, error) {
 // internet (internal/testnet).
 type egressNet struct {
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
-	hostAddrs func() ([]netip.Addr, error)
+	hostAddrs *egress.HostAddrs
 }
 
 // gatewayState is the Toolhost's egress gateway, made with the first session that needs
@@ -428,6 +428,6 @@ func decideEgress(ctx context.Context, t *Toolhost, dest string, narrow *EgressP
 
 // withEgressNet gives the gateway another network than this machine's (tests: their own
 // internet).
-func withEgressNet(dial func(ctx context.Context, network, addr string) (net.Conn, error), hostAddrs func() ([]netip.Addr, error)) Option {
+func withEgressNet(dial func(ctx context.Context, network, addr string) (net.Conn, error), hostAddrs *egress.HostAddrs) Option {
 	return func(o *options) { o.egressNet = &egressNet{dial: dial, hostAddrs: hostAddrs} }
 }

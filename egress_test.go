@@ -58,7 +58,7 @@ func egressToolhost(t *testing.T, edit func(*Config)) (*Toolhost, *audit.Recorde
 		edit(&cfg)
 	}
 	rec := &audit.Recorder{}
-	th := newToolhost(t, cfg, WithAudit(rec), withEgressNet(n.DialContext, n.HostAddrs))
+	th := newToolhost(t, cfg, WithAudit(rec), withEgressNet(n.DialContext, n.HostAddrs()))
 	return th, rec, n
 }
 
@@ -165,5 +165,56 @@ func TestWebFetchSharesTheGateway(t *testing.T) {
 	}
 	if c := th.EgressCounts()["test"]; c != [2]int64{1, 1} {
 		t.Errorf("EgressCounts = %v, want the two fetches under the session's project", c)
+	}
+}
+
+// audit.file holds what the gateway audits of each connection, as fields of their own:
+// the destination, the address connected to, the command that connected, and the name of
+// the header the gateway injected, read back from the file; never the header's value.
+func TestEgressAuditFile(t *testing.T) {
+	const secret = "s3cret-that-stays-in-the-host"
+	t.Setenv("TOOLHOST_TEST_EGRESS_SECRET", secret)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	th, _, _ := egressToolhost(t, func(c *Config) {
+		c.Audit.File = path
+		c.Sandbox.Egress.Inject = []EgressInject{{Domain: "registry.test", Header: "Authorization", Secret: "env:TOOLHOST_TEST_EGRESS_SECRET"}}
+	})
+	s := open(t, th, SessionOptions{})
+	expect(t, s, "bash", `{"command":"curl -sS --max-time 60 https://registry.test/; echo; curl -sS --max-time 60 http://other.test/ || true"}`, false,
+		"hello from registry.test", "other.test is not an allowed domain")
+	ctx := context.Background()
+	s.Close(ctx)
+	if err := th.Close(ctx); err != nil { // writes the audit's last lines
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), secret) {
+		t.Fatal("the injected header's value is in the audit file")
+	}
+	var injected, refused int
+	err = audit.Read(strings.NewReader(string(raw)), audit.Filter{Cap: audit.CapEgress}, func(r *audit.Record, line []byte) error {
+		addr, aerr := netip.ParseAddr(r.Addr)
+		switch {
+		case r.Decision == audit.Allow && r.Dest == "registry.test":
+			if aerr != nil || !netip.MustParsePrefix("203.0.113.0/24").Contains(addr) || r.Port != 443 || !strings.HasPrefix(r.Command, "cmd-") || r.Injected != "Authorization" {
+				t.Errorf("the injected connection's line: %s", line)
+			}
+			injected++
+		case r.Decision == audit.Deny && r.Dest == "other.test":
+			if r.Addr != "" || r.Port != 80 || !strings.HasPrefix(r.Command, "cmd-") || r.Injected != "" || r.Why != "no rule allows other.test" {
+				t.Errorf("the refusal's line: %s", line)
+			}
+			refused++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if injected != 1 || refused != 1 {
+		t.Errorf("%d lines of the injected connection and %d of the refusal, want 1 and 1:\n%s", injected, refused, raw)
 	}
 }

@@ -23,8 +23,16 @@ var sample = Record{
 	Micros: 12, In: 5, Out: 7,
 }
 
+// egressSample is an egress connection's record: the destination, the address, the
+// command and the injected header's name are fields of their own.
+var egressSample = Record{
+	Time: sample.Time, Sandbox: "sb-1", Cap: CapEgress, Op: "connect", Port: 443, Decision: Allow,
+	Why: "allow registry.npmjs.org (preset registries)", Micros: 1200, In: 517, Out: 40960,
+	Dest: "registry.npmjs.org", Addr: "2606:4700::6810:1823", Command: "cmd-7 npm install <x>", Injected: "Authorization",
+}
+
 func TestAppendJSONIsEncodingJSON(t *testing.T) {
-	for _, r := range []Record{sample, {Plugin: "p", Cap: "tool", Op: "call", Decision: Allow}} {
+	for _, r := range []Record{sample, egressSample, {Plugin: "p", Cap: "tool", Op: "call", Decision: Allow}} {
 		got := AppendJSON(nil, &r)
 		// encoding/json of the same record, with the time as the writer rounds it.
 		want := r
@@ -93,6 +101,51 @@ func TestWriterFilterRead(t *testing.T) {
 	}
 	if err := Read(strings.NewReader("{}\nnot json\n"), Filter{}, func(*Record, []byte) error { return nil }); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("a bad line: %v", err)
+	}
+}
+
+// An egress record written to the audit file reads back whole: its destination, address,
+// command and injected header's name are in the file, as fields of their own.
+func TestEgressRecordReadBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := Record{Time: sample.Time, Sandbox: "sb-1", Cap: CapEgress, Op: "http", Port: 80, Decision: Deny,
+		Why: "no rule allows example.com", Error: "egress: example.com is not an allowed domain", Dest: "example.com", Command: "cmd-8 curl"}
+	w.Record(&egressSample)
+	w.Record(&refused)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []Record
+	var lines []string
+	err = Read(f, Filter{Cap: CapEgress}, func(r *Record, line []byte) error {
+		got = append(got, *r)
+		lines = append(lines, string(line))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{egressSample, refused}
+	if len(got) != len(want) {
+		t.Fatalf("read %d egress records, want %d: %q", len(got), len(want), lines)
+	}
+	for i, r := range got {
+		w := want[i]
+		if r.Dest != w.Dest || r.Addr != w.Addr || r.Command != w.Command || r.Injected != w.Injected || r.Port != w.Port || r.Why != w.Why || r.Error != w.Error {
+			t.Errorf("record %d read back as %+v; want %+v\nline %s", i, r, w, lines[i])
+		}
+	}
+	if !strings.Contains(lines[0], `"dest":"registry.npmjs.org","addr":"2606:4700::6810:1823","command":"cmd-7 npm install \u003cx\u003e","injected":"Authorization"`) {
+		t.Errorf("the line does not carry the fields: %s", lines[0])
 	}
 }
 

@@ -312,6 +312,10 @@ func AppendJSON(b []byte, r *Record) []byte {
 	b = appendInt(b, "bytes_in", int64(r.In))
 	b = appendInt(b, "bytes_out", int64(r.Out))
 	b = appendInt(b, "cut", int64(r.Cut))
+	b = appendField(b, "dest", r.Dest)
+	b = appendField(b, "addr", r.Addr)
+	b = appendField(b, "command", r.Command)
+	b = appendField(b, "injected", r.Injected)
 	return append(b, '}')
 }
 

@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -130,19 +132,126 @@ func embedded(v4 []byte) addrClass {
 	return c
 }
 
-// hostAddrs knows the addresses of this host's own interfaces (a service listening on
-// 0.0.0.0 is reachable through any of them), refreshed at most every hostAddrsTTL.
-type hostAddrs struct {
-	list func() ([]netip.Addr, error)
+// HostAddrs knows this host's own addresses: every address of every interface of one
+// network namespace (the one the gateway dials from), both families. A service of the
+// host listening on 0.0.0.0 or [::] answers on each of them, so the gateway refuses them
+// all, whatever the policy allows: inside an allowed private range too.
+//
+// It is kept current. On Linux the kernel tells it of every change (a netlink socket
+// subscribed to address changes, drained before each check): a check costs one
+// non-blocking read, and the list is read again only after a change (or when the kernel
+// dropped notifications), from a socket of the same namespace, so it may be asked from
+// any thread. An IPv4 address is announced before the call that added it returns, so it
+// is refused from then on; an IPv6 one when it becomes usable. Elsewhere the list is read
+// again at most every second.
+//
+// When the list cannot be read (at first, or after a change), Has fails and the gateway
+// refuses what it would have had to check against it.
+type HostAddrs struct {
+	mu     sync.Mutex
+	src    addrSource
+	set    map[netip.Addr]struct{}
+	stale  bool // set is not the kernel's list: read it before the next answer
+	closed bool
+}
 
-	mu    sync.Mutex
-	set   map[netip.Addr]bool
+// addrSource reads a namespace's addresses and says when they may have changed.
+type addrSource interface {
+	// changed reports whether the addresses may have changed since the last call.
+	changed() bool
+	list() ([]netip.Addr, error)
+	close() error
+}
+
+// WatchHostAddrs watches the addresses of the calling thread's network namespace; with in
+// (a function that runs its argument on a thread inside another namespace, as
+// internal/testnet's), of that namespace. Close releases it.
+func WatchHostAddrs(in func(func()) error) (*HostAddrs, error) {
+	var src addrSource
+	var err error
+	open := func() { src, err = openAddrSource() }
+	if in != nil {
+		if ierr := in(open); ierr != nil {
+			return nil, fmt.Errorf("watch the host's addresses: %w", ierr)
+		}
+	} else {
+		open()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch the host's addresses: %w", err)
+	}
+	return &HostAddrs{src: src, stale: true}, nil
+}
+
+// pollHostAddrs reads the addresses list gives again at most every interval: where the
+// kernel cannot tell of changes.
+func pollHostAddrs(list func() ([]netip.Addr, error), interval time.Duration) *HostAddrs {
+	return &HostAddrs{src: &pollSource{read: list, every: interval}, stale: true}
+}
+
+// processHostAddrs is the watch of the process's own network namespace that every
+// gateway made without Config.HostAddrs shares; it lives as long as the process.
+var processHostAddrs = sync.OnceValues(func() (*HostAddrs, error) { return WatchHostAddrs(nil) })
+
+// Has reports whether a, in any spelling (IPv4-mapped, with a zone), is one of this
+// host's addresses. It fails when the list could not be read.
+func (h *HostAddrs) Has(a netip.Addr) (bool, error) {
+	a = a.Unmap().WithZone("")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false, errors.New("the watch of this host's addresses is closed")
+	}
+	// Drained before the list is read: a change after the drain is either in the list
+	// or announced to the next check.
+	if h.src.changed() || h.stale {
+		list, err := h.src.list()
+		if err != nil {
+			h.stale = true
+			return false, fmt.Errorf("read this host's addresses: %w", err)
+		}
+		h.set = make(map[netip.Addr]struct{}, len(list))
+		for _, x := range list {
+			h.set[x.Unmap().WithZone("")] = struct{}{}
+		}
+		h.stale = false
+	}
+	_, ok := h.set[a]
+	return ok, nil
+}
+
+// Close releases the watch; Has fails after it.
+func (h *HostAddrs) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	return h.src.close()
+}
+
+// pollSource re-reads a list at most every interval.
+type pollSource struct {
+	read  func() ([]netip.Addr, error)
+	every time.Duration
 	taken time.Time
 }
 
-const hostAddrsTTL = 5 * time.Second
+func (p *pollSource) changed() bool { return time.Since(p.taken) > p.every }
 
-// interfaceAddrs lists the addresses of this network namespace's interfaces.
+func (p *pollSource) list() ([]netip.Addr, error) {
+	as, err := p.read()
+	if err == nil {
+		p.taken = time.Now()
+	}
+	return as, err
+}
+
+func (p *pollSource) close() error { return nil }
+
+// interfaceAddrs lists the addresses of this network namespace's interfaces (the
+// standard library's reading).
 func interfaceAddrs() ([]netip.Addr, error) {
 	as, err := net.InterfaceAddrs()
 	if err != nil {
@@ -157,23 +266,4 @@ func interfaceAddrs() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// has reports whether a is one of this host's addresses. When the list cannot be read,
-// the last one known stays in use (and at first, nothing is known: the classes above
-// still refuse loopback and private addresses).
-func (h *hostAddrs) has(a netip.Addr) bool {
-	a = a.Unmap().WithZone("")
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.set == nil || time.Since(h.taken) > hostAddrsTTL {
-		if list, err := h.list(); err == nil {
-			h.set = make(map[netip.Addr]bool, len(list))
-			for _, x := range list {
-				h.set[x.Unmap().WithZone("")] = true
-			}
-		}
-		h.taken = time.Now()
-	}
-	return h.set[a]
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -167,4 +168,80 @@ func TestMoreSpellings(t *testing.T) {
 			})
 		}
 	}
+}
+
+// An allow CIDR over a private range (an operator's LAN mirror) opens that range, and
+// never this host's own address inside it: every service of the host bound to 0.0.0.0 or
+// [::] answers there. Refused by literal (every spelling), by a name leading there
+// (checked after resolution), over plain HTTP and CONNECT, and when the address appears
+// on the host after the gateway last looked at the host's addresses.
+func TestHostsOwnAddressInAnAllowedPrivateRange(t *testing.T) {
+	spec := egress.Spec{Preset: egress.PresetNone, Allow: []string{"*.allowed.test", "172.16.0.0/12", "fd00::/64"}, Ports: []int{80, 8443}}
+	f := newFixture(t, spec)
+	// The LAN mirror, beyond the host: the allow CIDRs open it.
+	mirror := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "mirror") })
+	for name, a := range map[string]netip.Addr{"mirror.allowed.test": netip.MustParseAddr("172.16.5.5"), "mirror6.allowed.test": netip.MustParseAddr("fd00::55")} {
+		if err := f.n.AddAddr(a); err != nil {
+			t.Fatal(err)
+		}
+		l, err := f.n.Listen("tcp", netip.AddrPortFrom(a, 80).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.n.Serve(l, mirror)
+		f.n.SetDNS(name, a)
+	}
+	// The host's own addresses in those ranges, and a service of the host on all of its
+	// addresses.
+	own, own6 := netip.MustParseAddr("172.16.99.1"), netip.MustParseAddr("fd00::99")
+	for _, a := range []netip.Addr{own, own6} {
+		if err := f.n.AddHostAddr(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := f.n.ListenHost("tcp", "[::]:8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.n.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, internalBody) }))
+	f.n.SetDNS("lan.allowed.test", own)
+	f.n.SetDNS("lan6.allowed.test", own6)
+
+	c := f.client("curl", nil)
+	for _, u := range []string{"http://172.16.5.5/", "http://mirror.allowed.test/", "http://[fd00::55]/", "http://mirror6.allowed.test/"} {
+		if code, body, err := f.get(c, u); err != nil || code != 200 || body != "mirror" {
+			t.Errorf("GET %s (the allowed mirror): %d %q %v", u, code, body, err)
+		}
+	}
+	refused := func(what string, code int, body string, err error) {
+		t.Helper()
+		if err != nil || code != 403 || strings.Contains(body, "INTERNAL") || !strings.Contains(body, "one of this host's own addresses, which a sandbox may never reach") {
+			t.Errorf("%s: %d %q %v; want a 403 saying it is this host's own address", what, code, body, err)
+		}
+	}
+	for _, u := range []string{
+		"http://172.16.99.1:8443/", "http://[fd00::99]:8443/", "http://[::ffff:172.16.99.1]:8443/", "http://[::ffff:ac10:6301]:8443/",
+		"http://lan.allowed.test:8443/", "http://lan6.allowed.test:8443/",
+	} {
+		code, body, err := f.get(c, u)
+		refused("GET "+u, code, body, err)
+	}
+	for _, target := range []string{"172.16.99.1:8443", "[fd00::99]:8443", "lan.allowed.test:8443"} {
+		line, conn, _ := f.connect("curl", target)
+		conn.Close()
+		if !strings.HasPrefix(line, "HTTP/1.1 403 ") {
+			t.Errorf("CONNECT %s: %q; want a refusal", target, line)
+		}
+	}
+	f.audit.find(t, "the refusal of the host's own address by name", func(r egress.Record) bool {
+		return r.Name == "lan.allowed.test" && r.Decision == egress.Deny && r.Rule == "always refused: this host's own address"
+	})
+	// An address the host gains after the gateway last read its addresses is refused at
+	// once: the kernel tells the gateway.
+	late := netip.MustParseAddr("172.16.99.2")
+	if err := f.n.AddHostAddr(late); err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := f.get(c, "http://172.16.99.2:8443/")
+	refused("GET the address the host gained", code, body, err)
 }

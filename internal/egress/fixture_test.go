@@ -216,7 +216,7 @@ func newFixture(t testing.TB, spec egress.Spec, opts ...fixtureOpt) *fixture {
 		Resolver:  &egress.DNSResolver{Server: n.DNS(), Dialer: n},
 		CacheTTL:  -1,
 		Dialer:    n,
-		HostAddrs: n.HostAddrs,
+		HostAddrs: n.HostAddrs(),
 		RootCAs:   n.CertPool(),
 		Audit:     f.audit.add,
 	}

@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -71,9 +72,11 @@ type Config struct {
 	Dialer Dialer
 	// DialTimeout bounds one connect; 0 is DefaultDialTimeout.
 	DialTimeout time.Duration
-	// HostAddrs lists this host's own addresses, which are refused; nil lists the
-	// addresses of this network namespace's interfaces.
-	HostAddrs func() ([]netip.Addr, error)
+	// HostAddrs knows this host's own addresses, which are refused whatever the policy
+	// says: those of the network namespace Dialer dials from. nil is the process's own
+	// namespace's, watched once for every gateway of the process. The caller closes a
+	// HostAddrs it gives, after the gateway's last client.
+	HostAddrs *HostAddrs
 	// RootCAs verify upstream servers where the gateway itself speaks TLS to them (the
 	// domains it injects credentials into); nil is the host's roots.
 	RootCAs *x509.CertPool
@@ -90,7 +93,7 @@ type Gateway struct {
 	log      *slog.Logger
 	resolver Resolver
 	dialer   Dialer
-	own      *hostAddrs
+	own      *HostAddrs
 }
 
 // New makes a gateway.
@@ -102,9 +105,16 @@ func New(cfg Config) *Gateway {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
 	if cfg.HostAddrs == nil {
-		cfg.HostAddrs = interfaceAddrs
+		own, err := processHostAddrs()
+		if err != nil {
+			// Netlink refused (a seccomp filter, say): the interfaces' list, read again
+			// at most every second.
+			cfg.Logger.Warn("the host's addresses are read every second", "err", err)
+			own = pollHostAddrs(interfaceAddrs, time.Second)
+		}
+		cfg.HostAddrs = own
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, own: &hostAddrs{list: cfg.HostAddrs}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, own: cfg.HostAddrs}
 	g.resolver = cfg.Resolver
 	if g.resolver == nil {
 		g.resolver = SystemResolver{}
@@ -161,7 +171,7 @@ func (g *Gateway) Check(ctx context.Context, p *Policy, hostport string) (Verdic
 	if !v.Allowed && v.Rule != "" {
 		return v, nil
 	}
-	return p.checkAddrs(h, port, pd, addrs, g.own.has), addrs
+	return p.checkAddrs(h, port, pd, addrs, g.own.Has), addrs
 }
 
 // Lookup resolves a name with the gateway's resolver (the doctor's health check).
@@ -186,9 +196,23 @@ func (g *Gateway) resolve(ctx context.Context, h host) ([]netip.Addr, Verdict) {
 		if errors.Is(err, ErrNoSuchHost) {
 			return nil, Verdict{Rule: "no such host", Reason: fmt.Sprintf("egress: %s does not exist (the gateway's resolver found no address for it)", h.name), Status: 502}
 		}
-		return nil, Verdict{Rule: "resolver failed", Reason: fmt.Sprintf("egress: the name %s could not be resolved (%v); try again later", h.name, errors.Unwrap(err)), Status: 502}
+		g.log.Warn("the resolver failed", "name", h.name, "err", err)
+		return nil, Verdict{Rule: "resolver failed", Reason: fmt.Sprintf("egress: the name %s could not be resolved: %s; try again, and if it keeps failing ask the operator to check sandbox.egress.resolver", h.name, resolveFailure(err)), Status: 502}
 	}
 	return addrs, Verdict{}
+}
+
+// resolveFailure says why a lookup failed as far as the model can act on it: the
+// server's address and the error's own text are the host's (its log has them).
+func resolveFailure(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "the gateway's DNS server did not answer in time"
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "the gateway's DNS server could not be reached"
+	}
+	return "the gateway's DNS server failed"
 }
 
 // Limits bound one sandbox's use of the gateway; zero fields take the defaults.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/net/proxy"
 
 	"github.com/toolhost/toolhost/internal/egress"
@@ -541,5 +542,110 @@ func TestTwoSandboxes(t *testing.T) {
 	}
 	if a, r := c2.Stats(); a != 1 || r != 1 {
 		t.Errorf("sb-2's stats: %d allowed, %d refused", a, r)
+	}
+}
+
+// resolverFunc is a Resolver made of a function.
+type resolverFunc func(ctx context.Context, name string) ([]netip.Addr, error)
+
+func (f resolverFunc) LookupNetIP(ctx context.Context, name string) ([]netip.Addr, error) {
+	return f(ctx, name)
+}
+
+// A name the gateway could not resolve is refused with a sentence the model can use: the
+// name, that it could not be resolved, why as far as the model can act on it, and what to
+// do; nothing of the host's (the DNS server's address, Go's error text, "<nil>").
+func TestResolverFailureTellsTheModel(t *testing.T) {
+	dead := netip.MustParseAddrPort("203.0.113.53:5300") // nothing listens: refused at once
+	f := newFixture(t, testSpec, func(cfg *egress.Config, _ *egress.ClientConfig) {
+		cfg.Resolver.(*egress.DNSResolver).Server = dead
+	})
+	// A DNS server that reads every query and answers none.
+	silent := netip.MustParseAddrPort("203.0.113.53:5353")
+	pc, err := f.n.ListenPacket("udp", silent.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.n.OnClose(func() { pc.Close() })
+	go func() { // owned by the test network: OnClose closes pc
+		buf := make([]byte, 1500)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}()
+	// A DNS server that answers every query with SERVFAIL.
+	failing := netip.MustParseAddrPort("203.0.113.53:5354")
+	pf, err := f.n.ListenPacket("udp", failing.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.n.OnClose(func() { pf.Close() })
+	go func() { // owned by the test network: OnClose closes pf
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pf.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var m dnsmessage.Message
+			if m.Unpack(buf[:n]) != nil {
+				continue
+			}
+			m.Response, m.RCode, m.Answers = true, dnsmessage.RCodeServerFailure, nil
+			if b, err := m.Pack(); err == nil {
+				pf.WriteTo(b, from)
+			}
+		}
+	}()
+	hostInternals := []string{"<nil>", dead.Addr().String(), silent.String(), "10.0.0.53", "dial ", "read ", "udp", "server misbehaving"}
+	check := func(what, reason, why string) {
+		t.Helper()
+		want := "egress: the name registry.test could not be resolved: " + why + "; try again, and if it keeps failing ask the operator to check sandbox.egress.resolver"
+		if reason != want {
+			t.Errorf("%s: %q\nwant %q", what, reason, want)
+		}
+		for _, s := range hostInternals {
+			if strings.Contains(reason, s) {
+				t.Errorf("%s: the reason %q says %q", what, reason, s)
+			}
+		}
+	}
+	// Through the gateway, as a sandbox meets it.
+	code, body, err := f.get(f.client("npm", nil), "http://registry.test/hello")
+	if err != nil || code != 502 {
+		t.Errorf("GET with the resolver unreachable: %d %q %v", code, body, err)
+	}
+	check("GET with the resolver unreachable", strings.TrimSuffix(body, "\n"), "the gateway's DNS server could not be reached")
+	f.audit.find(t, "the resolver's failure", func(r egress.Record) bool {
+		return r.Decision == egress.Deny && r.Rule == "resolver failed" && r.Name == "registry.test"
+	})
+	p, err := egress.Compile(testSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		r    egress.Resolver
+		why  string
+	}{
+		{"a DNS server that answers SERVFAIL", &egress.DNSResolver{Server: failing, Dialer: f.n}, "the gateway's DNS server failed"},
+		{"a DNS server that never answers", &egress.DNSResolver{Server: silent, Dialer: f.n, Timeout: 100 * time.Millisecond}, "the gateway's DNS server did not answer in time"},
+		// What the system resolver (SystemResolver, resolv.conf) returns when its server
+		// fails; that resolver itself is not asked here: it would reach past this machine.
+		{"the system resolver's failure", resolverFunc(func(ctx context.Context, name string) ([]netip.Addr, error) {
+			return nil, &net.DNSError{Err: "server misbehaving", Name: name + ".", Server: "10.0.0.53:53", IsTemporary: true}
+		}), "the gateway's DNS server failed"},
+		{"the system resolver's timeout", resolverFunc(func(ctx context.Context, name string) ([]netip.Addr, error) {
+			return nil, &net.DNSError{Err: "i/o timeout", Name: name + ".", Server: "10.0.0.53:53", IsTimeout: true}
+		}), "the gateway's DNS server did not answer in time"},
+	} {
+		g := egress.New(egress.Config{Resolver: c.r, CacheTTL: -1, Dialer: f.n})
+		v, addrs := g.Check(context.Background(), p, "registry.test:80")
+		if v.Allowed || v.Status != 502 || v.Rule != "resolver failed" || len(addrs) != 0 {
+			t.Errorf("%s: %+v %v", c.what, v, addrs)
+		}
+		check(c.what, v.Reason, c.why)
 	}
 }

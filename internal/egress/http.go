@@ -205,7 +205,7 @@ func (s *session) decide(ctx context.Context, hostText string, port int) decisio
 		d.v = v
 		return d
 	}
-	d.v = p.checkAddrs(h, port, pd, addrs, s.c.g.own.has)
+	d.v = p.checkAddrs(h, port, pd, addrs, s.c.g.own.Has)
 	if d.v.Allowed {
 		d.addrs = addrs
 		if s.c.budget.left() == 0 {

@@ -507,18 +507,26 @@ func (l *Policy) allowedList() string {
 }
 
 // checkAddrs is the second step: every address a destination resolved to (or its literal)
-// must be one the sandbox may reach. private reports, per address, whether a private
-// range is open to it (an explicit allow CIDR inside the range).
-func (p *Policy) checkAddrs(h host, port int, pd pending, addrs []netip.Addr, own func(netip.Addr) bool) Verdict {
+// must be one the sandbox may reach. own says whether an address is one of this host's
+// (nil: not known, for Decide); one is refused whatever the policy says, inside an
+// allowed private range too.
+func (p *Policy) checkAddrs(h host, port int, pd pending, addrs []netip.Addr, own func(netip.Addr) (bool, error)) Verdict {
 	ls := p.layers()
 	for _, a := range addrs {
 		a = a.Unmap()
 		c := classify(a)
-		if c == classPublic && own != nil && own(a) {
-			c = classHost
-		}
 		if c != classPublic && !(c.private() && p.privateAllowed(a, port)) {
 			return refuse("always refused: "+string(c)+" address", addrReason(h, a, c))
+		}
+		if own != nil {
+			mine, err := own(a)
+			if err != nil {
+				return Verdict{Rule: "host addresses unknown: " + err.Error(), Status: 502,
+					Reason: fmt.Sprintf("egress: %s could not be checked against this host's own addresses, which the gateway could not read; try again, and if it keeps failing tell the operator", dest(h, port))}
+			}
+			if mine {
+				return refuse("always refused: "+string(classHost)+" address", addrReason(h, a, classHost))
+			}
 		}
 		for i, l := range ls {
 			for _, r := range l.deny {

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"slices"
@@ -135,13 +136,13 @@ func decideWith(p *Policy, dest string, dns map[string][]string, own ...string) 
 			addrs = append(addrs, netip.MustParseAddr(a))
 		}
 	}
-	isOwn := func(a netip.Addr) bool {
+	isOwn := func(a netip.Addr) (bool, error) {
 		for _, o := range own {
 			if netip.MustParseAddr(o) == a {
-				return true
+				return true, nil
 			}
 		}
-		return false
+		return false, nil
 	}
 	return p.checkAddrs(h, port, pd, addrs, isOwn)
 }
@@ -149,7 +150,7 @@ func decideWith(p *Policy, dest string, dns map[string][]string, own ...string) 
 func TestPolicyDecisions(t *testing.T) {
 	p := mustCompile(t, Spec{
 		Preset: PresetRegistries,
-		Allow:  []string{"*.allowed.test", "git.example.test:22", "198.51.100.0/24", "10.9.0.0/16:8080", "[2001:db8:5::]/48", "Bücher.example", "mirror.corp.test:8080", "stray.corp.test:8080"},
+		Allow:  []string{"*.allowed.test", "git.example.test:22", "198.51.100.0/24", "10.9.0.0/16:8080", "[2001:db8:5::]/48", "Bücher.example", "mirror.corp.test:8080", "stray.corp.test:8080", "lan.corp.test:8080"},
 		Deny:   []string{"blocked.allowed.test", "198.51.100.66", "*.npmjs.org:80"},
 	})
 	dns := map[string][]string{
@@ -173,6 +174,7 @@ func TestPolicyDecisions(t *testing.T) {
 		"denied-range.allowed.test": {"198.51.100.66"},
 		"mirror.corp.test":          {"10.9.1.1"},
 		"stray.corp.test":           {"10.10.0.1"},
+		"lan.corp.test":             {"10.9.7.7"},
 		"git.example.test":          {"203.0.113.17"},
 		"xn--bcher-kva.example":     {"203.0.113.18"},
 		"blocked.allowed.test":      {"203.0.113.19"},
@@ -234,10 +236,14 @@ func TestPolicyDecisions(t *testing.T) {
 		{"10.9.1.1:8080", true, "allow 10.9.0.0/16:8080", ""},
 		{"10.9.1.1:443", false, "always refused: private", ""},
 		{"10.10.0.1:8080", false, "always refused: private", ""},
+		// ... and never to this host's own address inside it.
+		{"10.9.7.7:8080", false, "always refused: this host's own", "10.9.7.7 is one of this host's own addresses"},
+		{"[::ffff:10.9.7.7]:8080", false, "always refused: this host's own", ""},
+		{"lan.corp.test:8080", false, "always refused: this host's own", "lan.corp.test resolves to 10.9.7.7, one of this host's own addresses"},
 		{"registrу.npmjs.org:443", false, "no rule allows xn--registr-", ""}, // Cyrillic у
 		{"nowhere.test:443", false, "no rule allows nowhere.test", ""},
 	} {
-		v := decideWith(p, c.dest, dns, "192.0.2.10")
+		v := decideWith(p, c.dest, dns, "192.0.2.10", "10.9.7.7")
 		if v.Allowed != c.allowed || !strings.Contains(v.Rule, c.rule) || !strings.Contains(v.Reason, c.reason) {
 			t.Errorf("%s: allowed %v, rule %q, reason %q; want allowed %v, rule ~%q, reason ~%q",
 				c.dest, v.Allowed, v.Rule, v.Reason, c.allowed, c.rule, c.reason)
@@ -469,5 +475,27 @@ func TestPresetsInDocs(t *testing.T) {
 	}
 	if !slices.Equal(readme, presets[PresetRegistries]) {
 		t.Errorf("README.md's Network section lists the registries preset as\n%v\nthe code has\n%v", readme, presets[PresetRegistries])
+	}
+}
+
+// When this host's addresses cannot be read, an address that would have been checked
+// against them is refused, saying so; one refused by its class is refused as before.
+func TestHostAddrsUnknownRefuses(t *testing.T) {
+	p := mustCompile(t, Spec{Allow: []string{"10.9.0.0/16", "203.0.113.0/24"}})
+	unknown := func(netip.Addr) (bool, error) { return false, errors.New("netlink: unavailable") }
+	for _, c := range []struct{ dest, rule, reason string }{
+		{"10.9.1.1:443", "host addresses unknown", "egress: 10.9.1.1 port 443 could not be checked against this host's own addresses"},
+		{"203.0.113.5:443", "host addresses unknown", "which the gateway could not read; try again"},
+		{"127.0.0.1:443", "always refused: loopback", "a loopback address"},
+	} {
+		hs, port, _ := splitHostPort(c.dest, 0)
+		h, err := parseHost(hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := p.checkAddrs(h, port, p.checkHost(h, port), []netip.Addr{h.addr}, unknown)
+		if v.Allowed || !strings.HasPrefix(v.Rule, c.rule) || !strings.Contains(v.Reason, c.reason) {
+			t.Errorf("%s: %+v; want refused by %q saying %q", c.dest, v, c.rule, c.reason)
+		}
 	}
 }

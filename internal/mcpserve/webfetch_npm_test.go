@@ -58,7 +58,7 @@ func TestNPMClientWebFetch(t *testing.T) {
 		Scope:  policy.Scope{Web: &policy.Web{Preset: "none", Allow: []string{"docs.test"}}},
 	})
 	th, err := toolhost.New(context.Background(), cfg, toolhost.WithLogger(quietLog()),
-		testhooks.EgressNet(n.DialContext, n.HostAddrs).(toolhost.Option))
+		testhooks.EgressNet(n.DialContext, n.HostAddrs()).(toolhost.Option))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,16 +190,6 @@ func (n *netns) listenPacket(network, addr string) (net.PacketConn, error) {
 	return l, err
 }
 
-// interfaceAddrs lists the addresses of the namespace's interfaces.
-func (n *netns) interfaceAddrs() ([]net.Addr, error) {
-	var as []net.Addr
-	var err error
-	if derr := n.do(func() { as, err = net.InterfaceAddrs() }); derr != nil {
-		return nil, derr
-	}
-	return as, err
-}
-
 // close ends the workers (their threads exit, never having left the namespace) and
 // drops the descriptor; the namespace goes when its last socket does.
 func (n *netns) close() {

@@ -43,6 +43,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
 
@@ -58,6 +59,7 @@ var (
 // Net is one test's internet.
 type Net struct {
 	gw, inet *netns
+	own      *egress.HostAddrs // the host side's addresses, watched
 	dns      *dnsServer
 	ca       *testCA
 
@@ -96,6 +98,9 @@ func build() (*Net, error) {
 		return nil, err
 	}
 	if n.inet, err = newNetns("inet"); err != nil {
+		return n, err
+	}
+	if n.own, err = egress.WatchHostAddrs(n.gw.do); err != nil {
 		return n, err
 	}
 	// Both ends are made inside the namespaces; nothing touches the machine's own.
@@ -171,6 +176,9 @@ func (n *Net) Close() {
 	if n.dns != nil {
 		n.dns.close()
 	}
+	if n.own != nil {
+		_ = n.own.Close()
+	}
 	if n.inet != nil {
 		n.inet.close()
 	}
@@ -196,15 +204,28 @@ func (n *Net) AddAddr(addr netip.Addr) error {
 	if n.onLo[addr] {
 		return nil
 	}
-	args := []string{"addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", "lo"}
-	if addr.Is6() {
-		args = append([]string{"-6"}, append(args, "nodad")...)
-	}
-	if err := n.inet.ip(args...); err != nil {
+	if err := addLo(n.inet, addr); err != nil {
 		return err
 	}
 	n.onLo[addr] = true
 	return nil
+}
+
+// AddHostAddr gives the host side one more address of its own (on its loopback): an
+// address of "the host" in whatever range addr lies in (an operator's LAN, 172.16.0.0/12
+// or fd00::/64), on which every service of the host bound to 0.0.0.0 or [::] answers.
+// An IPv4 address is announced to the watchers of the host side's addresses (netlink)
+// before AddHostAddr returns; an IPv6 one is announced when it is usable (after the
+// kernel's address work, nodad).
+func (n *Net) AddHostAddr(addr netip.Addr) error { return addLo(n.gw, addr) }
+
+// addLo puts addr on the loopback of ns.
+func addLo(ns *netns, addr netip.Addr) error {
+	args := []string{"addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", "lo"}
+	if addr.Is6() {
+		args = append([]string{"-6"}, append(args, "nodad")...)
+	}
+	return ns.ip(args...)
 }
 
 // AddHost gives name a new address in 203.0.113.0/24 (and its DNS record) and returns
@@ -248,6 +269,11 @@ func (n *Net) Shape(rate int64) error {
 // Listen listens on the internet side.
 func (n *Net) Listen(network, addr string) (net.Listener, error) { return n.inet.listen(network, addr) }
 
+// ListenPacket listens for datagrams on the internet side.
+func (n *Net) ListenPacket(network, addr string) (net.PacketConn, error) {
+	return n.inet.listenPacket(network, addr)
+}
+
 // ListenHost listens on the host side (where the gateway dials from): a service of "the
 // host" that a sandbox must not reach.
 func (n *Net) ListenHost(network, addr string) (net.Listener, error) {
@@ -269,23 +295,10 @@ func (n *Net) DialInternet(ctx context.Context, network, addr string) (net.Conn,
 	return n.inet.dial(ctx, network, addr)
 }
 
-// HostAddrs lists the host side's own addresses (what the gateway must refuse as "this
-// host's").
-func (n *Net) HostAddrs() ([]netip.Addr, error) {
-	as, err := n.gw.interfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
-}
+// HostAddrs is the watch of the host side's own addresses (what the gateway must refuse
+// as "this host's"), for egress.Config.HostAddrs: the gateway's own watch, made inside the
+// host side. It goes with the network.
+func (n *Net) HostAddrs() *egress.HostAddrs { return n.own }
 
 // Serve serves h on l (plain HTTP) until Close.
 func (n *Net) Serve(l net.Listener, h http.Handler) {

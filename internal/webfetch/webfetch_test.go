@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func newWeb(t *testing.T) *web {
 	mux.HandleFunc("/to-https", func(rw http.ResponseWriter, r *http.Request) {
 		http.Redirect(rw, r, "https://docs.test/plain", http.StatusFound)
 	})
+	mux.HandleFunc("/redirect", func(rw http.ResponseWriter, r *http.Request) {
+		http.Redirect(rw, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
 	mux.HandleFunc("/loop", func(rw http.ResponseWriter, r *http.Request) {
 		http.Redirect(rw, r, "/loop", http.StatusFound)
 	})
@@ -138,7 +142,7 @@ func newWeb(t *testing.T) *web {
 	g := egress.New(egress.Config{
 		Resolver:  &egress.DNSResolver{Server: n.DNS(), Dialer: n},
 		Dialer:    n,
-		HostAddrs: n.HostAddrs,
+		HostAddrs: n.HostAddrs(),
 	})
 	w.f, err = webfetch.New(webfetch.Config{Gateway: g, RootCAs: n.CertPool()})
 	if err != nil {
@@ -225,6 +229,62 @@ func TestFetchRefused(t *testing.T) {
 	_, err := w.fetch(t, "http://other.test/", 0)
 	if err == nil || !strings.Contains(err.Error(), "web_fetch plugin's web.allow") || strings.Contains(err.Error(), "sandbox.egress") {
 		t.Errorf("the refusal's advice: %v", err)
+	}
+}
+
+// A web scope whose allow CIDR covers a private range (a LAN's docs server) opens that
+// range, and never this host's own address inside it, where every service of the host
+// bound to 0.0.0.0 or [::] answers: not fetched directly, by a name leading there, or
+// after a redirect from an allowed page. The gateway's judge decides, as for a sandbox.
+func TestFetchHostsOwnAddress(t *testing.T) {
+	w := newWeb(t)
+	lanDocs := netip.MustParseAddr("172.16.5.5")
+	if err := w.n.AddAddr(lanDocs); err != nil {
+		t.Fatal(err)
+	}
+	l, err := w.n.Listen("tcp", netip.AddrPortFrom(lanDocs, 80).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.n.Serve(l, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "lan docs") }))
+	own, own6 := netip.MustParseAddr("172.16.99.1"), netip.MustParseAddr("fd00::99")
+	for _, a := range []netip.Addr{own, own6} {
+		if err := w.n.AddHostAddr(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lh, err := w.n.ListenHost("tcp", "[::]:8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.n.Serve(lh, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, internalBody) }))
+	w.n.SetDNS("lan.docs.test", own)
+	w.n.SetDNS("lan6.docs.test", own6)
+
+	scope := &policy.Web{Preset: "none", Allow: []string{"docs.test", "*.docs.test", "172.16.0.0/12", "fd00::/64"}, Ports: []int{80, 443, 8443}}
+	fetch := func(url string) (host.FetchResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), testHang)
+		defer cancel()
+		return w.f.Fetch(ctx, host.FetchTarget{Plugin: "webfetch", Scope: scope}, abi.FetchRequest{URL: url})
+	}
+	if res, err := fetch("http://172.16.5.5/"); err != nil || string(res.Body) != "lan docs" {
+		t.Fatalf("the LAN's docs server, which the scope allows: %+v %v", res, err)
+	}
+	for _, u := range []string{
+		"http://172.16.99.1:8443/", "http://[fd00::99]:8443/", "http://[::ffff:172.16.99.1]:8443/",
+		"http://lan.docs.test:8443/", "http://lan6.docs.test:8443/",
+		"http://docs.test/redirect?to=" + url.QueryEscape("http://172.16.99.1:8443/"),
+		"https://docs.test/redirect?to=" + url.QueryEscape("http://lan.docs.test:8443/"),
+		"https://docs.test/redirect?to=" + url.QueryEscape("http://[fd00::99]:8443/"),
+	} {
+		res, err := fetch(u)
+		if err == nil {
+			t.Errorf("%s: fetched (HTTP %d, %q), want a refusal", u, res.Status, res.Body)
+			continue
+		}
+		if msg := err.Error(); !errors.Is(err, host.ErrRefused) || !strings.Contains(msg, "one of this host's own addresses, which is never fetched") || strings.Contains(msg, internalBody) {
+			t.Errorf("%s: %v; want the refusal of this host's own address", u, err)
+		}
 	}
 }
 

@@ -361,7 +361,7 @@ func TestEgressPolicyOnE2B(t *testing.T) {
 		}
 		n.Serve(l, mux)
 	}
-	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs})
+	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs()})
 	f := startFake(t, byHost, e2bfake.Config{Egress: g})
 	p := newProvider(t, providerConfig(t, f, byHost))
 	sb := newSandbox(t, p, sandbox.CreateOptions{Network: sandbox.NetworkEgress,

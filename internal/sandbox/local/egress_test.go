@@ -78,7 +78,7 @@ func newEgressNet(t testing.TB) *egressNet {
 	e.g = egress.New(egress.Config{
 		Resolver:  &egress.DNSResolver{Server: n.DNS(), Dialer: n},
 		Dialer:    n,
-		HostAddrs: n.HostAddrs,
+		HostAddrs: n.HostAddrs(),
 		RootCAs:   n.CertPool(),
 		Audit: func(r *egress.Record) {
 			e.mu.Lock()

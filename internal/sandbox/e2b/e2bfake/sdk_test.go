@@ -173,7 +173,7 @@ func TestOfficialSDKNetwork(t *testing.T) {
 		}
 		n.Serve(l, mux)
 	}
-	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs})
+	g := egress.New(egress.Config{Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs()})
 	f := e2bfake.Start(t, e2bfake.Config{Egress: g})
 	env := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "TOOLHOST_E2B_SDK_DIR=" + dir, "OTHER_IP=" + otherIP.String()}, f.Env()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
