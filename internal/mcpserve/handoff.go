@@ -72,13 +72,7 @@ func (b *binding) handoff(ctx context.Context) error {
 	kept, err := rootapi.Handoff(ctx, b.sess)
 	b.ended = true
 	close(b.gone)
-	if b.ss != nil {
-		b.ss.Close()
-	}
-	s.mu.Lock()
-	delete(s.open, b)
-	s.mu.Unlock()
-	s.metrics.sessionClosed()
+	b.let()
 	if err != nil {
 		s.log.Error("fleet: handing a session over", "project", b.project, "kept_sandbox", kept, "err", err)
 		return fmt.Errorf("handing project %s over: %w", b.project, err)

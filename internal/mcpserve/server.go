@@ -529,15 +529,22 @@ func (b *binding) finish(ctx context.Context, why string) error {
 	if err := b.sess.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("closing the sandbox of project %s: %w", b.project, err))
 	}
+	b.let()
+	b.endErr = errors.Join(errs...)
+	return b.endErr
+}
+
+// let closes b's MCP session here and gives its slot up, once its sandbox is closed or
+// handed over. Called with b.mu held.
+func (b *binding) let() {
 	if b.ss != nil {
 		b.ss.Close()
 	}
+	s := b.srv
 	s.mu.Lock()
 	delete(s.open, b)
 	s.mu.Unlock()
 	s.metrics.sessionClosed()
-	b.endErr = errors.Join(errs...)
-	return b.endErr
 }
 
 // handler is the tools/call handler of tool in b's session.
