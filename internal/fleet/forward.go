@@ -16,6 +16,15 @@ import (
 // refused): nothing was sent, and the caller may serve the request itself.
 var ErrUnreachable = errors.New("the replica holding the project did not answer")
 
+// ErrNotHolder: the replica a request was forwarded to does not hold its project (it
+// moved since the lease was read): nothing was written, and the caller may find the
+// holder again.
+var ErrNotHolder = errors.New("the replica forwarded to does not hold the project")
+
+// HeaderNotHolder marks a 409 answer of a replica that does not hold the project of a
+// request forwarded to it.
+const HeaderNotHolder = "Toolhost-Fleet-Not-Holder"
+
 // Forward relays r (whose body, already read, is body) to the replica instance at addr,
 // signed for principal, and copies its answer, streamed, to w. CheckTarget must have
 // passed. It answers ErrUnreachable, having written nothing, when the connection was
@@ -40,6 +49,10 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 		Transport:     f.client.Transport,
 		FlushInterval: -1, // SSE: every event as it comes
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusConflict && resp.Header.Get(HeaderNotHolder) != "" {
+				resp.Body.Close()
+				return ErrNotHolder
+			}
 			if resp.Header.Get(HeaderHop) == "" {
 				resp.Header.Set(HeaderHop, instance)
 			}
@@ -47,8 +60,8 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			failed = err
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				return // written nothing: the caller serves it
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotHolder) {
+				return // written nothing: the caller serves it, or finds the holder again
 			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went
@@ -63,6 +76,8 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 		return nil
 	case errors.Is(failed, syscall.ECONNREFUSED):
 		return fmt.Errorf("%w: %v", ErrUnreachable, failed)
+	case errors.Is(failed, ErrNotHolder):
+		return failed
 	default:
 		return fmt.Errorf("forwarding to replica %s: %w", instance, failed)
 	}

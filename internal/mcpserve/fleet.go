@@ -223,9 +223,22 @@ func principalOf(r *http.Request) string {
 // serves it here.
 func (s *Server) route(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		principal := principalOf(r)
 		if _, ok := verifiedPrincipal(r); ok {
 			// Forwarded by a replica that found this one the holder: served here, never
-			// forwarded again (no loops).
+			// forwarded again (no loops), unless the project moved meanwhile: then the
+			// sender finds its holder again.
+			project, ok := s.routeProject(w, r, principal)
+			if !ok {
+				return
+			}
+			if project != "" && !rootapi.Holds(s.th, project) {
+				if t, _, err := s.findHolder(r.Context(), project, false); err != nil || t != "" {
+					w.Header().Set(fleet.HeaderNotHolder, "1")
+					http.Error(w, fmt.Sprintf("this replica does not hold project %s", project), http.StatusConflict)
+					return
+				}
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -235,62 +248,135 @@ func (s *Server) route(next http.Handler) http.Handler {
 		}
 		reset := func() { r.Body = io.NopCloser(bytes.NewReader(body)) }
 		reset()
-		principal := principalOf(r)
 		project, ok := s.routeProject(w, r, principal)
 		if !ok {
 			return // answered
 		}
-		if project == "" || rootapi.Holds(s.th, project) {
+		if project == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
 		ctx := r.Context()
-		st, err := lease.Peek(ctx, s.fleetStore(), project)
-		if err != nil {
-			s.log.Warn("fleet: reading a project's lease", "project", project, "err", err)
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "the store could not be read to find this project's replica; retry the request", http.StatusServiceUnavailable)
-			return
-		}
-		f := s.opts.Fleet
-		target, addr := "", ""
-		switch {
-		case st.Held && st.Holder.Instance != "" && st.Holder.Instance != f.Instance():
-			target, addr = st.Holder.Instance, st.Holder.Addr
-		case f.Draining():
-			// Nobody holds it and this replica takes no project now: another one will.
-			target, addr = s.readyPeer(ctx)
-			if target == "" {
+		for attempt := 0; ; attempt++ {
+			if rootapi.Holds(s.th, project) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			target, addr, err := s.findHolder(ctx, project, attempt > 0)
+			if err != nil {
+				s.log.Warn("fleet: finding a project's replica", "project", project, "err", err)
 				w.Header().Set("Retry-After", "1")
-				http.Error(w, "this replica is shutting down and no other is ready; retry the request", http.StatusServiceUnavailable)
+				http.Error(w, fmt.Sprintf("the replica of project %s could not be found (%v); retry the request", project, err), http.StatusServiceUnavailable)
 				return
 			}
-		}
-		if target == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if err := f.CheckTarget(ctx, target, addr); err != nil {
-			s.log.Warn("fleet: not forwarding to the replica a lease names", "project", project, "instance", target, "addr", addr, "err", err)
-			if st.Held {
-				w.Header().Set("Retry-After", "2")
-				http.Error(w, fmt.Sprintf("project %s is held by a replica this one cannot reach as a member of its fleet; retry the request", project), http.StatusServiceUnavailable)
+			if target == "" {
+				next.ServeHTTP(w, r)
 				return
 			}
-			next.ServeHTTP(w, r)
+			start := time.Now()
+			err = s.opts.Fleet.Forward(w, r, target, addr, principal, body)
+			s.metrics.forwarded(err, time.Since(start))
+			switch {
+			case errors.Is(err, fleet.ErrUnreachable):
+				// Its connection was refused: the holder is gone. Served here, which takes
+				// the project over (the store judges).
+				s.log.Warn("fleet: the replica holding a project is gone; serving it here", "project", project, "instance", target, "addr", addr)
+				s.holders.drop(project)
+				reset()
+				next.ServeHTTP(w, r)
+				return
+			case errors.Is(err, fleet.ErrNotHolder) && attempt < 2:
+				s.holders.drop(project)
+				reset()
+				continue // it moved: find it again
+			}
 			return
-		}
-		start := time.Now()
-		err = f.Forward(w, r, target, addr, principal, body)
-		s.metrics.forwarded(err, time.Since(start))
-		if errors.Is(err, fleet.ErrUnreachable) {
-			// Its connection was refused: the holder is gone. Served here, which takes the
-			// project over.
-			s.log.Warn("fleet: the replica holding a project is gone; serving it here", "project", project, "instance", target, "addr", addr)
-			reset()
-			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// findHolder is the replica a request for project goes to: ("", "") to serve it here.
+// fresh skips the cache of recent answers. A project held by a replica this one cannot
+// trust as a member of the fleet is an error.
+func (s *Server) findHolder(ctx context.Context, project string, fresh bool) (instance, addr string, err error) {
+	f := s.opts.Fleet
+	if !fresh {
+		if h, ok := s.holders.get(project); ok {
+			return h.instance, h.addr, nil
+		}
+	}
+	st, err := lease.Peek(ctx, s.fleetStore(), project)
+	if err != nil {
+		return "", "", fmt.Errorf("reading its lease: %w", err)
+	}
+	switch {
+	case st.Held && st.Holder.Instance != "" && st.Holder.Instance != f.Instance():
+		instance, addr = st.Holder.Instance, st.Holder.Addr
+	case st.Held && st.Holder.Instance == "":
+		return "", "", fmt.Errorf("it is open on host %s, outside the fleet", st.Holder.Host)
+	case f.Draining():
+		// Nobody holds it and this replica takes no project now: another one will.
+		instance, addr = s.readyPeer(ctx)
+		if instance == "" {
+			return "", "", errors.New("this replica is shutting down and no other is ready")
+		}
+	}
+	if instance == "" {
+		return "", "", nil
+	}
+	if err := f.CheckTarget(ctx, instance, addr); err != nil {
+		s.log.Warn("fleet: not forwarding to the replica a lease names", "project", project, "instance", instance, "addr", addr, "err", err)
+		return "", "", fmt.Errorf("its holder is not a replica this one can reach as a member of its fleet")
+	}
+	if st.Held {
+		until := time.Now().Add(holderCacheTTL)
+		if st.Expires.Before(until) {
+			until = st.Expires
+		}
+		s.holders.put(project, holderEntry{instance: instance, addr: addr, until: until})
+	}
+	return instance, addr, nil
+}
+
+// holderCacheTTL bounds how long a project's holder, once read, is used without reading
+// its lease again. A stale answer costs a retry: the replica forwarded to answers that it
+// does not hold the project (ErrNotHolder), or its connection is refused.
+const holderCacheTTL = 2 * time.Second
+
+type holderEntry struct {
+	instance, addr string
+	until          time.Time
+}
+
+// holderCache is the replicas found holding projects, recently.
+type holderCache struct {
+	mu sync.Mutex
+	m  map[string]holderEntry
+}
+
+func (c *holderCache) get(project string) (holderEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.m[project]
+	if !ok || time.Now().After(h.until) {
+		return holderEntry{}, false
+	}
+	return h, true
+}
+
+func (c *holderCache) put(project string, h holderEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 16384 {
+		c.m = map[string]holderEntry{}
+	}
+	c.m[project] = h
+}
+
+func (c *holderCache) drop(project string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, project)
 }
 
 // routeProject is the project r's replica is chosen by ("" when any replica may serve it:

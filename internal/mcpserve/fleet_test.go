@@ -32,7 +32,7 @@ type replica struct {
 }
 
 // newFleet starts n replicas sharing cfg's store, with tokens.
-func newFleet(t *testing.T, n int, tokens []Token) []*replica {
+func newFleet(t testing.TB, n int, tokens []Token) []*replica {
 	t.Helper()
 	cfg := testConfig(t)
 	var rs []*replica
@@ -267,5 +267,51 @@ func TestFleetDrainHandoff(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/readyz of the drained replica: %d, want 503", resp.StatusCode)
+	}
+}
+
+// BenchmarkFleetCall: a read_file of a small file through the replica that holds the
+// project, and through the other one, which forwards it (signed) to the holder: the
+// forward's cost is the ratio of the two, measured in one run.
+func BenchmarkFleetCall(b *testing.B) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(b, 2, []Token{{Name: "alice", Value: tok}})
+	ctx := context.Background()
+	holder, err := connectHTTP(ctx, rs[0].url+"/mcp", tok, "shop", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close()
+	if res := call(b, holder, "write_file", map[string]any{"path": "small.txt", "content": "one line\n"}); res.IsError {
+		b.Fatal(text(res))
+	}
+	if res := call(b, holder, "commit", map[string]any{"label": "small"}); res.IsError {
+		b.Fatal(text(res)) // the other session's sandbox wakes from it
+	}
+	other, err := connectHTTP(ctx, rs[1].url+"/mcp", tok, "shop", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer other.Close()
+	// The other replica forwarded the session's initialize to the holder: the session, and
+	// its sandbox (opened now, before the timing), are the holder's.
+	if res := call(b, other, "read_file", map[string]any{"path": "small.txt"}); res.IsError {
+		b.Fatal(text(res))
+	}
+	for _, c := range []struct {
+		name string
+		cs   *mcp.ClientSession
+	}{{"holder", holder}, {"forwarded", other}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if res := call(b, c.cs, "read_file", map[string]any{"path": "small.txt"}); res.IsError {
+					b.Fatal(text(res))
+				}
+			}
+		})
+	}
+	if rs[0].s.OpenSessions() != 2 || rs[1].s.OpenSessions() != 0 || rs[1].s.metrics.forwardedTotal.Load() == 0 {
+		b.Errorf("sandboxes open: %d on the holder, %d on the other (forwarded %d): want both sessions the holder's",
+			rs[0].s.OpenSessions(), rs[1].s.OpenSessions(), rs[1].s.metrics.forwardedTotal.Load())
 	}
 }

@@ -132,6 +132,7 @@ type Server struct {
 	held heldSessions // the sessions the shell holds (held.go)
 
 	sessRecs sessionRecords // the fleet's MCP session records read (fleet.go)
+	holders  holderCache    // the fleet's projects' holders, recently read (fleet.go)
 
 	statelessOnce sync.Once
 	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
