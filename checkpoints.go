@@ -2,6 +2,7 @@ package toolhost
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 
@@ -34,6 +35,9 @@ type VerifyStats struct {
 	Files, Dirs, Symlinks int
 	Bytes                 int64
 	Packs                 int
+	// Quarantine is where a snapshot that does not verify was set aside, found damaged
+	// (with the others of its project that need what is damaged: QuarantinedSnapshots).
+	Quarantine string
 }
 
 // ResolveSnapshot names a snapshot: a key (its project from the key), the part of a key
@@ -50,10 +54,16 @@ func (s *Storage) ResolveSnapshot(ctx context.Context, project, ref string) (str
 }
 
 // VerifySnapshot reads every chunk of a snapshot and checks each chunk, file and the
-// tree against their digests (a tar.gz snapshot: its SHA-256, read to its end).
+// tree against their digests (a tar.gz snapshot: its SHA-256, read to its end). A chunked
+// snapshot found damaged is set aside (VerifyStats.Quarantine).
 func (s *Storage) VerifySnapshot(ctx context.Context, project, key string) (VerifyStats, error) {
 	st, err := s.snaps.Verify(ctx, project, key)
-	return VerifyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, Packs: st.Packs}, err
+	vs := VerifyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, Packs: st.Packs}
+	var qe *snapshot.QuarantineError
+	if errors.As(err, &qe) {
+		vs.Quarantine = qe.Quarantine
+	}
+	return vs, err
 }
 
 // VerifyDir compares a directory (a live workspace) with a snapshot, reading every file.

@@ -69,6 +69,23 @@ type SkippedEntry struct {
 // RefusedSnapshot is a snapshot a restore passed over, and why.
 type RefusedSnapshot struct {
 	Key, Reason string
+	// Quarantine is where the snapshot was set aside, found damaged (empty when it was not);
+	// QuarantinedSnapshots lists it.
+	Quarantine string
+}
+
+// QuarantinedSnapshot is a snapshot set aside because it is damaged (docs/SNAPSHOTS.md,
+// "Damaged snapshots"): wakes, saves and retention pass it by, and the chunks it needs are
+// kept until it is deleted.
+type QuarantinedSnapshot struct {
+	// Key is where it is now (DeleteSnapshot and ReleaseSnapshot take it); Snapshot is the
+	// key it had.
+	Key, Snapshot string
+	// Time is when it was set aside; Reason is why in a word ("damaged-pack",
+	// "missing-pack", "corrupt-manifest", "corrupt-snapshot") and Why in a line (read from
+	// the store: quote it wherever it is shown).
+	Time        time.Time
+	Reason, Why string
 }
 
 // TransferPhase is one step of a save or a restore.
@@ -110,7 +127,7 @@ func snapshotInfo(in snapshot.Info) SnapshotInfo {
 		out.Skips = append(out.Skips, SkippedEntry{Path: s.Path, Reason: s.Reason})
 	}
 	for _, r := range in.Refused {
-		out.Refused = append(out.Refused, RefusedSnapshot{Key: r.Key, Reason: r.Reason})
+		out.Refused = append(out.Refused, RefusedSnapshot{Key: r.Key, Reason: r.Reason, Quarantine: r.Quarantine})
 	}
 	for _, p := range in.Transfer.Phases {
 		out.Transfer = append(out.Transfer, TransferPhase{Name: p.Name, Bytes: p.Bytes, Duration: p.Duration, Attempts: p.Attempts, Failed: p.Failed})
@@ -153,9 +170,28 @@ func (s *Storage) RestoreDir(ctx context.Context, project, key, dir string, repl
 	return snapshotInfo(in), TreeStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, Duration: st.Duration, Backup: st.Backup}, err
 }
 
-// DeleteSnapshot deletes one of the project's snapshots.
+// DeleteSnapshot deletes one of the project's snapshots, or one of those set aside as
+// damaged (a key QuarantinedSnapshots lists).
 func (s *Storage) DeleteSnapshot(ctx context.Context, project, key string) error {
 	return s.snaps.Delete(ctx, project, key)
+}
+
+// QuarantinedSnapshots lists the project's snapshots set aside as damaged, oldest first.
+func (s *Storage) QuarantinedSnapshots(ctx context.Context, project string) ([]QuarantinedSnapshot, error) {
+	qs, err := s.snaps.Quarantined(ctx, project)
+	out := make([]QuarantinedSnapshot, len(qs))
+	for i, q := range qs {
+		out[i] = QuarantinedSnapshot{Key: q.Key, Snapshot: q.Snapshot, Time: q.Time, Reason: q.Reason, Why: q.Why}
+	}
+	return out, err
+}
+
+// ReleaseSnapshot puts a snapshot set aside as damaged back among the project's
+// snapshots, under the key it had, once it verifies whole (every chunk, file and the
+// tree); it returns that key. One that still does not verify stays set aside (the error
+// says why).
+func (s *Storage) ReleaseSnapshot(ctx context.Context, project, key string) (string, error) {
+	return s.snaps.Release(ctx, project, key)
 }
 
 // PruneSnapshots deletes all but the project's newest keep snapshots and returns the keys

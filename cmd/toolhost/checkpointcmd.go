@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -53,6 +54,12 @@ func snapshotVerifyCommand() *command {
 each chunk, each file and the whole tree against their digests; a tar.gz snapshot is
 checked against its SHA-256 and read to its end. Exit status 1 names what is wrong.
 
+A chunked snapshot found damaged (a pack missing or not matching its digests, a manifest
+that does not read) is set aside in the project's quarantine, with every other snapshot
+of the project that needs what is damaged, and the output says where. Then the output
+lists the project's quarantine: each snapshot set aside, when and why. snapshot release
+KEY puts one back once it verifies; snapshot delete KEY deletes it.
+
 With --workspace DIR, compares DIR (a live workspace) with the snapshot instead, reading
 every file: what was added, removed or changed since.
 
@@ -72,6 +79,12 @@ Examples:
 		}
 		defer st.Close()
 		project, key, err := c.argRef(ctx, st, args, 0)
+		if errors.Is(err, toolhost.ErrNoSnapshot) && len(args) == 0 {
+			// Every snapshot may have been set aside: say so.
+			if q, qerr := st.QuarantinedSnapshots(ctx, c.cfg.Project); qerr == nil {
+				printQuarantine(c.stderr, q)
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -98,23 +111,97 @@ Examples:
 			}
 			return nil
 		}
-		vs, err := st.VerifySnapshot(ctx, project, key)
+		vs, verr := st.VerifySnapshot(ctx, project, key)
+		q, err := st.QuarantinedSnapshots(ctx, project)
 		if err != nil {
-			return fmt.Errorf("snapshot %s does not verify: %w", key, err)
+			return fmt.Errorf("listing the quarantine of project %s in %s: %w", project, st.Where(), err)
+		}
+		if verr != nil {
+			printQuarantine(c.stderr, q)
+			return fmt.Errorf("snapshot %s does not verify: %w", key, verr)
 		}
 		if c.json() {
-			return writeJSON(c.stdout, struct {
-				Key      string `json:"key"`
-				Verified bool   `json:"verified"`
-				Files    int    `json:"files"`
-				Dirs     int    `json:"dirs"`
-				Symlinks int    `json:"symlinks"`
-				Bytes    int64  `json:"bytes"`
-				Packs    int    `json:"packs"`
-			}{key, true, vs.Files, vs.Dirs, vs.Symlinks, vs.Bytes, vs.Packs}, true)
+			out := struct {
+				Key         string           `json:"key"`
+				Verified    bool             `json:"verified"`
+				Files       int              `json:"files"`
+				Dirs        int              `json:"dirs"`
+				Symlinks    int              `json:"symlinks"`
+				Bytes       int64            `json:"bytes"`
+				Packs       int              `json:"packs"`
+				Quarantined []quarantineJSON `json:"quarantined"`
+			}{key, true, vs.Files, vs.Dirs, vs.Symlinks, vs.Bytes, vs.Packs, []quarantineJSON{}}
+			for _, x := range q {
+				out.Quarantined = append(out.Quarantined, quarantineJSON{x.Key, x.Snapshot, x.Time.UTC(), x.Reason, x.Why})
+			}
+			return writeJSON(c.stdout, out, true)
 		}
 		fmt.Fprintf(c.stdout, "verified %s: %d files, %d dirs, %d links, %s in %d packs\n", key, vs.Files, vs.Dirs, vs.Symlinks,
 			humanBytes(vs.Bytes), vs.Packs)
+		printQuarantine(c.stdout, q)
+		return nil
+	}
+	return cmd
+}
+
+// quarantineJSON is a snapshot set aside, in --format json.
+type quarantineJSON struct {
+	Key      string    `json:"key"`
+	Snapshot string    `json:"snapshot"`
+	Time     time.Time `json:"time"`
+	Reason   string    `json:"reason"`
+	Why      string    `json:"why"`
+}
+
+// printQuarantine lists the snapshots set aside as damaged, and what to do with them.
+func printQuarantine(w io.Writer, q []toolhost.QuarantinedSnapshot) {
+	if len(q) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%d %s set aside as damaged (snapshot release KEY puts one back once it verifies; snapshot delete KEY deletes it):\n",
+		len(q), plural(len(q), "snapshot", "snapshots"))
+	for _, x := range q {
+		fmt.Fprintf(w, "  %s\n    was %s; set aside %s UTC: %s: %s\n", x.Key, x.Snapshot, x.Time.UTC().Format(timeLayout), x.Reason,
+			printable(x.Why))
+	}
+}
+
+func snapshotReleaseCommand() *command {
+	cmd := &command{
+		words:   []string{"snapshot", "release"},
+		args:    "[--project ID] KEY",
+		summary: "put a snapshot set aside as damaged back among the project's snapshots",
+		help: `Verifies the quarantined snapshot KEY (a key snapshot verify lists) whole, every chunk,
+file and the tree against their digests, and when it verifies puts it back under the
+key it had, as after its pack was repaired. One that still does not verify stays set
+aside (exit 1, naming what is wrong). A snapshot put back is the newest only if nothing
+was saved after it; snapshot rewind makes it the next wake.
+
+Example:
+  toolhost snapshot release --project shop projects/shop/quarantine/20261122T101500Z-damaged-pack-20261121T093000Z-042-7f3a9c.snap`,
+		nargs:  [2]int{1, 1},
+		report: true,
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		st, err := c.newStorage(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		key, err := st.ReleaseSnapshot(ctx, c.cfg.Project, args[0])
+		switch {
+		case errors.Is(err, toolhost.ErrNotSnapshotKey):
+			return usagef(cmd, "%v", err)
+		case err != nil:
+			return fmt.Errorf("in %s: %w", st.Where(), err)
+		}
+		if c.json() {
+			return writeJSON(c.stdout, struct {
+				Released string `json:"released"`
+				Key      string `json:"key"`
+			}{args[0], key}, true)
+		}
+		fmt.Fprintf(c.stdout, "released %s: it verifies, and is %s again\n", args[0], key)
 		return nil
 	}
 	return cmd

@@ -162,7 +162,7 @@ func TestCompletion(t *testing.T) {
 		want  []string
 	}{
 		{[]string{"--", "sn"}, []string{"snapshot"}},
-		{[]string{"snapshot", "--", "re"}, []string{"restore", "rewind"}},
+		{[]string{"snapshot", "--", "re"}, []string{"restore", "release", "rewind"}},
 		{[]string{"call", "--", "--sess"}, []string{"--session", "--session-max-lifetime", "--session-ttl"}},
 		{[]string{"tools", "--format", "--", ""}, []string{"anthropic", "openai", "mcp", "json"}},
 		{[]string{"snapshot", "list", "--format", "--", "j"}, []string{"json"}},

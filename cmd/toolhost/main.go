@@ -101,7 +101,7 @@ func (cmd *command) usage() string {
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
-		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotDiffCommand(), snapshotExportCommand(),
+		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotReleaseCommand(), snapshotDiffCommand(), snapshotExportCommand(),
 		snapshotForkCommand(), snapshotRewindCommand(), snapshotMergeCommand(), snapshotGCCommand(),
 		screenshotListCommand(), quotaCommand(), fleetStatusCommand(),
 		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),

@@ -68,7 +68,7 @@ Example:
 			out := saveJSON{Key: info.Key, Bytes: info.Size, Unchanged: info.Unchanged, Files: stats.Files,
 				Pruned: append([]string{}, info.Pruned...), Skipped: info.Skipped, Skips: []skipJSON{}}
 			for _, sk := range info.Skips {
-				out.Skips = append(out.Skips, skipJSON{sk.Path, sk.Reason})
+				out.Skips = append(out.Skips, skipJSON{What: sk.Path, Reason: sk.Reason})
 			}
 			return writeJSON(c.stdout, out, true)
 		}
@@ -202,7 +202,11 @@ Examples:
 		pr.finish()
 		printTransfer(c.stderr, info)
 		for _, r := range info.Refused {
-			fmt.Fprintf(c.stderr, "skipped %s: %s\n", r.Key, printable(strings.Join(strings.Fields(r.Reason), " ")))
+			aside := ""
+			if r.Quarantine != "" {
+				aside = "; set aside as " + r.Quarantine
+			}
+			fmt.Fprintf(c.stderr, "skipped %s: %s%s\n", r.Key, printable(strings.Join(strings.Fields(r.Reason), " ")), aside)
 		}
 		if errors.Is(err, toolhost.ErrNotSnapshotKey) {
 			return usagef(cmd, "--key: %v", err)
@@ -214,7 +218,7 @@ Examples:
 			out := restoreJSON{Key: info.Key, Time: info.Time.UTC(), Workspace: abs, Files: stats.Files, Dirs: stats.Dirs,
 				Bytes: stats.Bytes, MovedAside: stats.Backup, Skipped: []skipJSON{}}
 			for _, r := range info.Refused {
-				out.Skipped = append(out.Skipped, skipJSON{r.Key, r.Reason})
+				out.Skipped = append(out.Skipped, skipJSON{What: r.Key, Reason: r.Reason, Quarantine: r.Quarantine})
 			}
 			return writeJSON(c.stdout, out, true)
 		}
@@ -234,9 +238,10 @@ func snapshotDeleteCommand() *command {
 		words:   []string{"snapshot", "delete"},
 		args:    "[--project ID] KEY",
 		summary: "delete one snapshot of the project",
-		help: `Deletes the snapshot KEY (a key from snapshot list) of the project from the store.
-A key that is not one of the project's snapshot keys is refused (exit 2); one that
-names no stored snapshot fails (exit 1).
+		help: `Deletes the snapshot KEY (a key from snapshot list) of the project from the store,
+or one set aside as damaged (a key snapshot verify lists: the chunks only it needed go
+at the next collections, snapshot gc). A key that is neither is refused (exit 2); one
+that names no stored snapshot fails (exit 1).
 
 Example:
   toolhost snapshot delete --project shop projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz`,
@@ -429,5 +434,7 @@ type (
 	skipJSON struct {
 		What   string `json:"what"`
 		Reason string `json:"reason"`
+		// Quarantine is where a refused snapshot was set aside, found damaged.
+		Quarantine string `json:"quarantine,omitempty"`
 	}
 )

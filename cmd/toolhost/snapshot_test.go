@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
@@ -591,5 +592,92 @@ func TestCheckpoints(t *testing.T) {
 	}
 	if r = cli("shop", "snapshot", "gc"); r.code != 0 || !strings.Contains(r.stdout, "manifests") {
 		t.Fatalf("gc:\n%s", r)
+	}
+}
+
+// TestCallAfterADamagedSnapshot is issue 29 as it was found: one pack of the project's
+// newest snapshot rots. The next `toolhost call` wakes in the snapshot before it, says on
+// stderr that the damaged one was set aside, and answers; the calls after it save and see
+// their work (each exited 1 without its result, "read the snapshot saved over", until
+// someone deleted the snapshot by hand). snapshot verify lists the quarantine; release
+// refuses a snapshot still damaged; delete takes it away.
+func TestCallAfterADamagedSnapshot(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	project := "damaged"
+	call := func(tool, input string) runResult {
+		t.Helper()
+		r := runCLI(t, nil, "call", tool, input, "--project", project)
+		if r.code != 0 {
+			t.Fatalf("call %s %s:\n%s", tool, input, r)
+		}
+		return r
+	}
+	packDir := filepath.Join(testStore(t), "data", "chunks", "packs")
+	packs := func() map[string]bool {
+		out := map[string]bool{}
+		filepath.WalkDir(packDir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				out[p] = true
+			}
+			return nil
+		})
+		return out
+	}
+	call("write_file", `{"path":"one.txt","content":"one\n"}`)
+	before := packs()
+	call("write_file", `{"path":"two.txt","content":"two\n"}`)
+	rotted := 0
+	for p := range packs() {
+		if before[p] {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0xff
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rotted++
+	}
+	if rotted == 0 {
+		t.Fatal("the second call stored no pack")
+	}
+
+	r := call("bash", `{"command":"ls"}`)
+	if text := decodeResult(t, r).Content[0].Text; !strings.Contains(text, "one.txt") || strings.Contains(text, "two.txt") {
+		t.Errorf("the call after the damage sees %q; want the first call's workspace", text)
+	}
+	if !strings.Contains(r.stderr, "set aside in quarantine") {
+		t.Errorf("the call does not say the damaged snapshot was set aside:\n%s", r)
+	}
+	call("write_file", `{"path":"work.txt","content":"work\n"}`)
+	r = call("bash", `{"command":"cat work.txt one.txt"}`)
+	if text := decodeResult(t, r).Content[0].Text; !strings.Contains(text, "work\none\n") {
+		t.Errorf("the work of the call after the damage is lost: %q", text)
+	}
+
+	r = runCLI(t, nil, "snapshot", "verify", "--project", project)
+	if r.code != 0 || !strings.Contains(r.stdout, "1 snapshot set aside as damaged") || !strings.Contains(r.stdout, ": damaged-pack: ") {
+		t.Fatalf("verify does not list the quarantine:\n%s", r)
+	}
+	r = runCLI(t, nil, "snapshot", "verify", "--project", project, "--format", "json")
+	var v struct {
+		Quarantined []struct{ Key, Snapshot, Reason, Why string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || len(v.Quarantined) != 1 || v.Quarantined[0].Why == "" {
+		t.Fatalf("verify --format json: %v\n%s", err, r)
+	}
+	q := v.Quarantined[0].Key
+	if r = runCLI(t, nil, "snapshot", "release", "--project", project, q); r.code != 1 || !strings.Contains(r.stderr, "still does not verify") {
+		t.Errorf("release of a snapshot still damaged:\n%s", r)
+	}
+	if r = runCLI(t, nil, "snapshot", "delete", "--project", project, q); r.code != 0 {
+		t.Fatalf("delete of the quarantined snapshot:\n%s", r)
+	}
+	if r = runCLI(t, nil, "snapshot", "verify", "--project", project); r.code != 0 || strings.Contains(r.stdout, "set aside") {
+		t.Errorf("verify after the delete:\n%s", r)
 	}
 }

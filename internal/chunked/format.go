@@ -131,6 +131,27 @@ func encodeTrailer(dst []byte, blobs []packBlob) []byte {
 // ErrCorrupt: stored bytes do not decode or do not match their digest.
 var ErrCorrupt = errors.New("corrupt snapshot data")
 
+// PackError is a blob that could not be read from its pack because of what the store
+// holds (the error is ErrCorrupt or ErrMissing): which pack, so that it can be checked
+// whole (Examiner). Its message is the cause's, which names the pack.
+type PackError struct {
+	Pack PackID
+	Err  error
+}
+
+func (e *PackError) Error() string { return e.Err.Error() }
+func (e *PackError) Unwrap() error { return e.Err }
+
+// packErr names the pack of a failure that the store's bytes caused (others pass as they
+// are: a store that is down, a context that ended).
+func packErr(p PackID, err error) error {
+	var pe *PackError
+	if err == nil || errors.As(err, &pe) || !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrMissing) {
+		return err
+	}
+	return &PackError{Pack: p, Err: err}
+}
+
 // decodeTrailer lists the blobs of a whole pack.
 func decodeTrailer(id PackID, pack []byte) ([]packBlob, error) {
 	bad := func(why string) error { return fmt.Errorf("pack %s: %s: %w", id, why, ErrCorrupt) }

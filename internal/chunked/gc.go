@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
 // CollectStats say what a collection did.
@@ -65,9 +66,15 @@ func (r *Repo) referenced(ctx context.Context, st *CollectStats) (map[PackID]boo
 		if errors.Is(err, store.ErrNotFound) {
 			continue // deleted meanwhile: what it alone referenced goes next time
 		}
+		if _, _, _, _, aside := storekeys.ParseQuarantineKey(k); aside && errors.Is(err, ErrCorrupt) {
+			// Set aside as damaged, and unreadable: what it needed cannot be known, so it
+			// keeps nothing (its own bytes stay for inspection).
+			r.log.Warn("snapshot collection: a quarantined manifest does not read; it keeps no pack", "key", k, "err", err)
+			continue
+		}
 		if err != nil {
 			// An unreadable manifest may reference anything: collect nothing.
-			return nil, fmt.Errorf("read manifest %s (nothing is collected while one cannot be read): %w", k, err)
+			return nil, fmt.Errorf("read manifest %s (nothing is collected while one cannot be read; a wake that reaches it, or a verification of it, sets it aside): %w", k, err)
 		}
 		st.Manifests++
 		for _, p := range m.Packs {
@@ -102,10 +109,16 @@ func (r *Repo) sweep(ctx context.Context, st *CollectStats, l *lease.Lease) erro
 			return err
 		}
 		b, _, err := r.getAll(ctx, o.Key, 64<<20)
-		if err != nil {
-			return err
+		var ids []PackID
+		if err == nil {
+			ids, err = decodeDoomed(o.Key, b)
 		}
-		ids, err := decodeDoomed(o.Key, b)
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrNotFound) {
+			// Which packs it doomed cannot be known: none is deleted, and the list goes
+			// below (unreferenced packs are marked again).
+			r.log.Warn("snapshot collection: a doomed list does not read; it is dropped", "key", o.Key, "err", err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -137,6 +150,17 @@ func (r *Repo) sweep(ctx context.Context, st *CollectStats, l *lease.Lease) erro
 	// longer sees a list must no longer see the packs in the index.
 	if err := r.compact(ctx, st, deleted); err != nil {
 		return err
+	}
+	// A damaged pack deleted: its record goes too.
+	var records []string
+	for id := range deleted {
+		records = append(records, DamagedKey(id))
+	}
+	for i := 0; i < len(records); i += store.MaxListKeys {
+		batch := records[i:min(i+store.MaxListKeys, len(records))]
+		if err := r.do(ctx, "delete damage records", func(ctx context.Context) error { return r.st.Delete(ctx, batch...) }); err != nil {
+			return err
+		}
 	}
 	for _, o := range due {
 		if err := r.do(ctx, "delete doomed list", func(ctx context.Context) error { return r.st.Delete(ctx, o.Key) }); err != nil {
@@ -213,13 +237,22 @@ func (r *Repo) mark(ctx context.Context, st *CollectStats, l *lease.Lease) error
 	}
 	for _, o := range lists {
 		b, _, err := r.getAll(ctx, o.Key, 64<<20)
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				continue
-			}
-			return err
+		if errors.Is(err, store.ErrNotFound) {
+			continue
 		}
-		ids, err := decodeDoomed(o.Key, b)
+		var ids []PackID
+		if err == nil {
+			ids, err = decodeDoomed(o.Key, b)
+		}
+		if errors.Is(err, ErrCorrupt) {
+			// It dooms packs no one can name, and blinds every save meanwhile (they reuse
+			// nothing): dropping it dooms nothing, and what is unreferenced is marked again.
+			r.log.Warn("snapshot collection: a doomed list does not read; it is dropped", "key", o.Key, "err", err)
+			if err := r.do(ctx, "delete doomed list", func(ctx context.Context) error { return r.st.Delete(ctx, o.Key) }); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ const (
 	PrefixIndex    = storekeys.ChunkIndex
 	PrefixDoomed   = storekeys.ChunksDoomed
 	PrefixGCLock   = storekeys.ChunksGCLock
+	PrefixDamaged  = storekeys.ChunksDamaged
 	PrefixProjects = storekeys.Projects
 	Suffix         = storekeys.ManifestSuffix
 )
@@ -47,6 +48,9 @@ func IsManifestKey(key string) bool {
 
 // PackKey is where the pack id lives.
 func PackKey(id PackID) string { return storekeys.ChunkPack(id.String()) }
+
+// DamagedKey is the record of the pack id found damaged.
+func DamagedKey(id PackID) string { return storekeys.DamagedPack(id.String()) }
 
 // ParsePackKey reads a pack key back.
 func ParsePackKey(key string) (PackID, bool) {

@@ -15,6 +15,11 @@ import (
 // same project's: a rewind), referencing the same packs: no chunk is copied. label and
 // origin are the new manifest's.
 func (r *Repo) Copy(ctx context.Context, m *Manifest, key, label, origin string) (*Manifest, error) {
+	v, err := r.refresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.copy = true // a copy is as sound as m, whatever damage records say (the caller examines m)
 	n := *m
 	n.Project = projectOf(key)
 	n.Label, n.Origin, n.Parent = label, origin, m.Key
@@ -23,7 +28,7 @@ func (r *Repo) Copy(ctx context.Context, m *Manifest, key, label, origin string)
 	}
 	n.Packs = slices.Clone(m.Packs)
 	n.Segments = slices.Clone(m.Segments)
-	if err := r.putManifest(ctx, nil, &n, key); err != nil {
+	if err := r.putManifest(ctx, v, &n, key); err != nil {
 		return nil, err
 	}
 	return &n, nil

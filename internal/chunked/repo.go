@@ -86,6 +86,7 @@ type Repo struct {
 
 	mu        sync.Mutex
 	index     map[string]*indexObj  // key → contents
+	badIndex  map[string]bool       // index objects that do not read (skipped: their packs are not reused)
 	doomed    map[string][]PackID   // key → packs
 	blobs     map[Digest]Ref        // every data blob the index lists
 	packs     map[PackID]bool       // every pack the index lists
@@ -124,7 +125,7 @@ func New(cfg Config) (*Repo, error) {
 		cfg.Now = time.Now
 	}
 	return &Repo{cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "snapshot"),
-		index: map[string]*indexObj{}, doomed: map[string][]PackID{}, blobs: map[Digest]Ref{},
+		index: map[string]*indexObj{}, badIndex: map[string]bool{}, doomed: map[string][]PackID{}, blobs: map[Digest]Ref{},
 		packs: map[PackID]bool{}, manifests: map[string]*Manifest{}, scans: map[string]*scanCache{},
 		segments: map[Digest][]Entry{}}, nil
 }
@@ -313,33 +314,47 @@ func decodeDoomed(key string, b []byte) ([]PackID, error) {
 	return ids, r.err
 }
 
-// view is what a save may reuse: the packs the index lists and no doomed list names, as
-// seen at a moment (monotonic).
+// view is what a save may reuse: the packs the index lists and no doomed list names nor
+// damage record, as seen at a moment (monotonic), and the packs the save wrote itself.
 type view struct {
-	at     time.Time
-	live   map[PackID]bool
-	blobs  map[Digest]Ref
-	doomed map[PackID]bool
+	at      time.Time
+	live    map[PackID]bool
+	blobs   map[Digest]Ref
+	doomed  map[PackID]bool
+	damaged map[PackID]bool
+	// blind: a doomed list did not read, so any pack may be doomed: nothing in the store
+	// is reused (the save stores what it needs anew, in packs too young to be doomed).
+	blind bool
+	fresh map[PackID]bool // written by the save this view is for
+	copy  bool            // for a Copy, which reuses no chunk: damage records do not refuse it
 }
 
-func (v *view) ok(p PackID) bool { return v.live[p] && !v.doomed[p] }
+func (v *view) ok(p PackID) bool {
+	return v.fresh[p] || !v.blind && v.live[p] && !v.doomed[p] && !v.damaged[p]
+}
 
-// refresh lists the doomed lists, then the index (that order: see the package doc), reads
-// what it has not read yet, and returns the view.
+// refresh lists the doomed lists, then the index (that order: see the package doc) and
+// the damage records, reads what it has not read yet, and returns the view. An index
+// object that does not read is skipped (its packs are not reused); a doomed list that
+// does not read makes the view blind (nothing is reused until a collection drops it).
 func (r *Repo) refresh(ctx context.Context) (*view, error) {
 	at := time.Now()
-	var doomedKeys, indexKeys []store.ObjectInfo
+	var doomedKeys, indexKeys, damagedKeys []store.ObjectInfo
 	err := r.do(ctx, "list", func(ctx context.Context) error {
 		var err error
 		if doomedKeys, err = store.ListAll(ctx, r.st, PrefixDoomed); err != nil {
 			return err
 		}
-		indexKeys, err = store.ListAll(ctx, r.st, PrefixIndex)
+		if indexKeys, err = store.ListAll(ctx, r.st, PrefixIndex); err != nil {
+			return err
+		}
+		damagedKeys, err = store.ListAll(ctx, r.st, PrefixDamaged)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list the chunk index: %w", err)
 	}
+	blind := false
 	dk := map[string]bool{}
 	for _, o := range doomedKeys {
 		dk[o.Key] = true
@@ -354,10 +369,16 @@ func (r *Repo) refresh(ctx context.Context) (*view, error) {
 			delete(dk, o.Key)
 			continue
 		}
-		if err != nil {
-			return nil, err
+		var ids []PackID
+		if err == nil {
+			ids, err = decodeDoomed(o.Key, b)
 		}
-		ids, err := decodeDoomed(o.Key, b)
+		if errors.Is(err, ErrCorrupt) {
+			r.log.Warn("snapshot: a list of doomed packs does not read; this save reuses no stored chunk until a collection drops it", "key", o.Key, "err", err)
+			blind = true
+			delete(dk, o.Key)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -370,8 +391,9 @@ func (r *Repo) refresh(ctx context.Context) (*view, error) {
 		ik[o.Key] = true
 		r.mu.Lock()
 		_, have := r.index[o.Key]
+		bad := r.badIndex[o.Key]
 		r.mu.Unlock()
-		if have {
+		if have || bad {
 			continue
 		}
 		b, _, err := r.getAll(ctx, o.Key, 256<<20)
@@ -379,10 +401,17 @@ func (r *Repo) refresh(ctx context.Context) (*view, error) {
 			delete(ik, o.Key)
 			continue
 		}
-		if err != nil {
-			return nil, err
+		var obj *indexObj
+		if err == nil {
+			obj, err = decodeIndex(o.Key, b)
 		}
-		obj, err := decodeIndex(o.Key, b)
+		if errors.Is(err, ErrCorrupt) {
+			r.log.Warn("snapshot: an index object does not read; the chunks it lists are not reused", "key", o.Key, "err", err)
+			r.mu.Lock()
+			r.badIndex[o.Key] = true
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -397,6 +426,12 @@ func (r *Repo) refresh(ctx context.Context) (*view, error) {
 			}
 		}
 		r.mu.Unlock()
+	}
+	damaged := map[PackID]bool{}
+	for _, o := range damagedKeys {
+		if id, err := ParsePackID(strings.TrimPrefix(o.Key, PrefixDamaged)); err == nil {
+			damaged[id] = true
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -425,7 +460,7 @@ func (r *Repo) refresh(ctx context.Context) (*view, error) {
 			}
 		}
 	}
-	v := &view{at: at, live: maps.Clone(r.packs), blobs: r.blobs, doomed: map[PackID]bool{}}
+	v := &view{at: at, live: maps.Clone(r.packs), blobs: r.blobs, doomed: map[PackID]bool{}, damaged: damaged, blind: blind}
 	for _, ids := range r.doomed {
 		for _, id := range ids {
 			v.doomed[id] = true
@@ -467,10 +502,19 @@ func (r *Repo) putManifest(ctx context.Context, v *view, m *Manifest, key string
 			if err != nil {
 				return err
 			}
+			if v != nil {
+				nv.fresh, nv.copy = v.fresh, v.copy
+			}
 			v = nv
 		}
 		for _, p := range m.Packs {
-			if !v.ok(p) {
+			switch {
+			case v.fresh[p]:
+			case v.damaged[p] && !v.copy:
+				return fmt.Errorf("%w: pack %s was found damaged", ErrStale, p)
+			case v.blind:
+				return fmt.Errorf("%w: a doomed list does not read, so pack %s may be doomed (a collection drops the list)", ErrStale, p)
+			case !v.live[p] || v.doomed[p]:
 				return fmt.Errorf("%w: pack %s", ErrStale, p)
 			}
 		}
@@ -486,6 +530,12 @@ func (r *Repo) putManifest(ctx context.Context, v *view, m *Manifest, key string
 	return nil
 }
 
+// manifestError is a manifest that did not read (an Examiner reads it again: a read that
+// failed once and not twice condemns nothing).
+type manifestError struct{ error }
+
+func (e *manifestError) Unwrap() error { return e.error }
+
 // Manifest reads the manifest key (cached: manifests never change).
 func (r *Repo) Manifest(ctx context.Context, key string) (*Manifest, error) {
 	r.mu.Lock()
@@ -496,16 +546,16 @@ func (r *Repo) Manifest(ctx context.Context, key string) (*Manifest, error) {
 	}
 	z, _, err := r.getAll(ctx, key, 64<<20)
 	if err != nil {
-		return nil, err
+		return nil, &manifestError{err}
 	}
 	_, d := codecs()
 	b, err := d.DecodeAll(z, nil)
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %v: %w", key, err, ErrCorrupt)
+		return nil, &manifestError{fmt.Errorf("manifest %s: %v: %w", key, err, ErrCorrupt)}
 	}
 	m, err = unmarshalManifest(key, b)
 	if err != nil {
-		return nil, err
+		return nil, &manifestError{err}
 	}
 	r.mu.Lock()
 	r.manifests[key] = m

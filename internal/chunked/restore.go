@@ -218,15 +218,15 @@ func (r *Repo) assemble(f *fetcher, e *Entry, used func(PackID)) ([]byte, error)
 func (r *Repo) chunk(f *fetcher, c Ref, p string) ([]byte, error) {
 	pk, err := f.wait(c.Pack)
 	if err != nil {
-		return nil, fmt.Errorf("file %q: %w", p, err)
+		return nil, fmt.Errorf("file %q: %w", p, packErr(c.Pack, err))
 	}
 	stored, err := pk.blob(c)
 	if err != nil {
-		return nil, fmt.Errorf("file %q: %w", p, err)
+		return nil, fmt.Errorf("file %q: %w", p, packErr(c.Pack, err))
 	}
 	raw, err := openBlob(c, stored)
 	if err != nil {
-		return nil, fmt.Errorf("file %q: %w", p, err)
+		return nil, fmt.Errorf("file %q: %w", p, packErr(c.Pack, err))
 	}
 	return raw, nil
 }

@@ -112,6 +112,9 @@ type builder struct {
 
 	known map[Digest]Ref // reusable: the base's and the index's live chunks
 	base  map[string]*Entry
+	// suspect: the base needs a pack found damaged, so it may not restore: a tree equal
+	// to it is stored all the same (never Unchanged against it).
+	suspect bool
 
 	mu    sync.Mutex
 	seen  map[Digest]*pending
@@ -218,9 +221,16 @@ func (r *Repo) Build(ctx context.Context, src any, opts BuildOptions) (*BuildRes
 	return res, nil
 }
 
+// ErrBase: the snapshot a save was to be made over cannot be its base: its listing does
+// not read (the error is also ErrCorrupt or ErrMissing, and a PackError when a pack is at
+// fault). Build fails with it before it reads anything of the tree being saved, so the
+// caller can examine that snapshot and build again over another, or over none.
+var ErrBase = errors.New("the snapshot saved over does not read")
+
 // loadBase indexes the base's entries by path (the project's scan cache when it is the
-// base's), keeping only files whose chunks are all in live packs, and collects the
-// reusable chunks.
+// base's), keeping only files whose chunks are all in live packs no damage record names,
+// and collects the reusable chunks. The base's listing is never read from a pack found
+// damaged.
 func (b *builder) loadBase(ctx context.Context) error {
 	for d, ref := range b.v.blobs {
 		if b.v.ok(ref.Pack) {
@@ -231,6 +241,11 @@ func (b *builder) loadBase(ctx context.Context) error {
 	if m == nil {
 		return nil
 	}
+	for _, p := range m.Packs {
+		if b.v.damaged[p] {
+			b.suspect = true
+		}
+	}
 	b.r.mu.Lock()
 	sc := b.r.scans[b.opts.Project]
 	b.r.mu.Unlock()
@@ -240,7 +255,16 @@ func (b *builder) loadBase(ctx context.Context) error {
 			entries = append(entries, e)
 		}
 	} else {
+		for _, s := range m.Segments {
+			if b.v.damaged[s.Pack] {
+				return fmt.Errorf("%w: %s: %w", ErrBase, m.Key,
+					&PackError{Pack: s.Pack, Err: fmt.Errorf("its listing is in pack %s, found damaged: %w", s.Pack, ErrCorrupt)})
+			}
+		}
 		all, err := b.r.Entries(ctx, m)
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
+			return fmt.Errorf("%w: %s: %w", ErrBase, m.Key, err)
+		}
 		if err != nil {
 			return fmt.Errorf("read the snapshot saved over (%s): %w", m.Key, err)
 		}
@@ -526,7 +550,7 @@ func (b *builder) finish(ctx context.Context, entries []Entry, scanStart int64, 
 	m.Tree = TreeDigest(entries)
 	b.stats.Walk = walk
 	res := &BuildResult{Manifest: m, entries: entries, view: b.v}
-	if b.opts.Newest != nil && *b.opts.Newest == m.Tree {
+	if b.opts.Newest != nil && *b.opts.Newest == m.Tree && !b.suspect {
 		b.pk.abort() // holds nothing a manifest could need: the content is all stored
 		res.Unchanged = true
 		res.Stats = b.stats
@@ -572,17 +596,14 @@ func (b *builder) finish(ctx context.Context, entries []Entry, scanStart int64, 
 	if err := b.r.writeIndex(ctx, written); err != nil {
 		return nil, err
 	}
-	// The packs just written are live: a later check of this view must not refuse them.
+	// The packs just written are this save's own: a later check must not refuse them.
 	if len(written) > 0 {
-		live := make(map[PackID]bool, len(b.v.live)+len(written))
-		for p := range b.v.live {
-			live[p] = true
-		}
+		fresh := make(map[PackID]bool, len(written))
 		for p := range written {
-			live[p] = true
+			fresh[p] = true
 		}
 		nv := *b.v
-		nv.live = live
+		nv.fresh = fresh
 		res.view = &nv
 	}
 	b.stats.Packs = len(written)
@@ -659,16 +680,16 @@ func (r *Repo) Entries(ctx context.Context, m *Manifest) ([]Entry, error) {
 		for _, p := range order {
 			pk, err := f.wait(p)
 			if err != nil {
-				return nil, err
+				return nil, packErr(p, err)
 			}
 			for _, s := range need[p] {
 				stored, err := pk.blob(s.Ref)
 				if err != nil {
-					return nil, err
+					return nil, packErr(p, err)
 				}
 				raw, err := openBlob(s.Ref, stored)
 				if err != nil {
-					return nil, err
+					return nil, packErr(p, err)
 				}
 				ents, err := decodeSegment(raw)
 				if err != nil {

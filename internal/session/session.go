@@ -209,7 +209,8 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 	default:
 		if len(info.Refused) > 0 {
 			s.log.Error("session: restored an older snapshot: the newer ones were refused", "why", why,
-				"snapshot", info.Key, "refused", len(info.Refused), "first_refused", info.Refused[0].Key, "reason", info.Refused[0].Reason)
+				"snapshot", info.Key, "refused", len(info.Refused), "first_refused", info.Refused[0].Key, "reason", info.Refused[0].Reason,
+				"set_aside", info.Refused[0].Quarantine)
 		}
 		s.log.Info("session: restored", "why", why, "sandbox", sb.ID(), "snapshot", info.Key,
 			"create", created, "total", time.Since(start))

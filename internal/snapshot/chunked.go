@@ -85,10 +85,10 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 		m.log.Error("snapshot save failed", "project", projectID, "err", err)
 		return info, nil, fmt.Errorf("%w: project %s: %w", ErrSaveFailed, projectID, err)
 	}
-	var newest *listed
+	var all []listed
 	n, err := m.retry.Do(ctx, func(ctx context.Context) error {
 		var err error
-		newest, err = m.newest(ctx, projectID)
+		all, err = m.list(ctx, projectID)
 		return err
 	}, m.logAttempt("save", projectID))
 	if err != nil {
@@ -97,28 +97,46 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 		info.Transfer.add(Phase{Name: "upload", Attempts: n, Failed: true})
 		return fail(err)
 	}
-	opts := chunked.BuildOptions{Project: projectID, Label: label}
 	var after time.Time
-	if newest != nil {
-		after = newest.after
-		if oi, err := m.cfg.Store.Head(ctx, newest.Key); err == nil {
-			if d, err := chunked.ParseDigest(oi.Metadata[MetaTree]); err == nil {
-				opts.Newest = &d
-			}
+	if len(all) > 0 {
+		after = all[0].after // past every snapshot seen, those set aside below included
+	}
+	var x *chunked.Examiner
+	examiner := func() *chunked.Examiner {
+		if x == nil {
+			x = m.repo.NewExaminer()
 		}
-		if newest.Format == FormatChunked {
-			base, err := m.repo.Manifest(ctx, newest.Key)
-			switch {
-			case err == nil:
-				opts.Base = base
-			case errors.Is(err, store.ErrNotFound): // pruned meanwhile: read everything
-			default:
-				m.log.Warn("snapshot: the newest snapshot cannot be read; saving without it", "project", projectID, "key", newest.Key, "err", err)
-			}
-		}
+		return x
 	}
 	packStart := time.Now()
-	res, err := m.repo.Build(ctx, src, opts)
+	var res *chunked.BuildResult
+	var newest *listed
+	cands := all
+	standing := false // a newer snapshot that does not read is still among the project's
+	for round := 0; ; round++ {
+		opts := chunked.BuildOptions{Project: projectID, Label: label}
+		if round < 3 {
+			newest, cands = m.base(ctx, examiner, projectID, cands, &opts, &standing)
+		} else {
+			newest = nil // no base after three that did not read: read everything, store it all
+		}
+		if standing {
+			// A wake would try that one first: a tree equal to an older one is stored.
+			opts.Newest, newest = nil, nil
+		}
+		res, err = m.repo.Build(ctx, src, opts)
+		if !errors.Is(err, chunked.ErrBase) {
+			break
+		}
+		// The snapshot saved over does not read (Build read nothing of the tree yet): it is
+		// examined, set aside when damaged, and the save is made over the next one.
+		m.log.Warn("snapshot: the snapshot a save was to be made over does not read; saving over an older one", "project", projectID, "key", opts.Base.Key, "err", err)
+		aside := m.setAside(ctx, examiner(), projectID, opts.Base.Key, err)
+		if _, ok := aside[opts.Base.Key]; !ok {
+			standing = true
+		}
+		cands = slices.DeleteFunc(cands, func(l listed) bool { _, gone := aside[l.Key]; return gone })
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -160,19 +178,59 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 	return info, res, nil
 }
 
+// base picks what a save is made over, from cands (the project's snapshots, newest
+// first): the newest whose manifest reads (one that does not is set aside as damaged; one
+// pruned meanwhile is passed over). A tar.gz snapshot is no base, but its content is
+// what Unchanged compares with, as a chunked base's is. It returns the one picked (nil:
+// none) and the older ones, and sets standing when one it passed over is still among the
+// project's snapshots.
+func (m *Manager) base(ctx context.Context, examiner func() *chunked.Examiner, projectID string, cands []listed, opts *chunked.BuildOptions, standing *bool) (*listed, []listed) {
+	for i := range cands {
+		l := &cands[i]
+		if l.Format == FormatTarGz {
+			if oi, err := m.cfg.Store.Head(ctx, l.Key); err == nil {
+				if d, err := chunked.ParseDigest(oi.Metadata[MetaTree]); err == nil {
+					opts.Newest = &d
+				}
+			}
+			return l, cands[i+1:]
+		}
+		man, err := m.repo.Manifest(ctx, l.Key)
+		switch {
+		case err == nil:
+			opts.Base, opts.Newest = man, &man.Tree
+			return l, cands[i+1:]
+		case errors.Is(err, store.ErrNotFound): // pruned meanwhile
+		case errors.Is(err, chunked.ErrCorrupt):
+			if _, ok := m.setAside(ctx, examiner(), projectID, l.Key, err)[l.Key]; !ok {
+				*standing = true
+			}
+		default:
+			// Not known to be damaged, nor known to be sound: read everything, and store
+			// the tree even if it is that snapshot's.
+			m.log.Warn("snapshot: the newest snapshot cannot be read; saving without it", "project", projectID, "key", l.Key, "err", err)
+			*standing = true
+			return nil, cands[i+1:]
+		}
+	}
+	return nil, nil
+}
+
 // restoreChunked restores one chunked snapshot into t. why is set when the snapshot is
-// refused (Restore goes on to an older one), err when the store keeps failing.
-func (m *Manager) restoreChunked(ctx context.Context, in *Info, tr *Transfer, t Target) (why string, err error) {
+// refused (Restore goes on to an older one), with cause when what the store holds is at
+// fault (the snapshot is then examined, and set aside when damaged); err when the store
+// keeps failing.
+func (m *Manager) restoreChunked(ctx context.Context, in *Info, tr *Transfer, t Target) (why string, cause, err error) {
 	in.Format = FormatChunked
 	dlStart := time.Now()
 	man, err := m.repo.Manifest(ctx, in.Key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return gone, nil
+		return gone, nil, nil
 	case errors.Is(err, chunked.ErrCorrupt):
-		return "its manifest does not verify: " + err.Error(), nil
+		return "its manifest does not verify: " + err.Error(), err, nil
 	case err != nil:
-		return "", fmt.Errorf("restore %s: %w", in.Key, err)
+		return "", nil, fmt.Errorf("restore %s: %w", in.Key, err)
 	}
 	in.Tree, in.Label, in.Origin = man.Tree.String(), man.Label, man.Origin
 	var st chunked.RestoreStats
@@ -199,20 +257,20 @@ func (m *Manager) restoreChunked(ctx context.Context, in *Info, tr *Transfer, t 
 	switch {
 	case rerr == nil:
 	case errors.Is(rerr, chunked.ErrCorrupt) || errors.Is(rerr, chunked.ErrMissing):
-		return "it does not verify: " + rerr.Error(), nil
+		return "it does not verify: " + rerr.Error(), rerr, nil
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("restore %s: %w", in.Key, rerr)
+		return "", nil, fmt.Errorf("restore %s: %w", in.Key, rerr)
 	case errors.Is(rerr, store.ErrUnreachable) || errors.Is(rerr, store.ErrAccessDenied) || errors.Is(rerr, store.ErrNoCredentials):
-		return "", fmt.Errorf("restore %s: %w", in.Key, rerr)
+		return "", nil, fmt.Errorf("restore %s: %w", in.Key, rerr)
 	default:
-		return "extracting it failed: " + rerr.Error(), nil
+		return "extracting it failed: " + rerr.Error(), nil, nil
 	}
 	if t.List != nil {
 		if why, err := m.checkWorkspace(ctx, man, t.List); err != nil || why != "" {
-			return why, err
+			return why, nil, err
 		}
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // checkWorkspace compares a restored workspace, as its sandbox lists it, with the
@@ -366,10 +424,27 @@ func (m *Manager) Verify(ctx context.Context, projectID, key string) (chunked.Re
 		return chunked.RestoreStats{}, err
 	}
 	man, err := m.manifest(ctx, projectID, key)
-	if err != nil {
-		return chunked.RestoreStats{}, err
+	var st chunked.RestoreStats
+	if err == nil {
+		st, err = m.repo.Verify(ctx, man)
 	}
-	return m.repo.Verify(ctx, man)
+	if !errors.Is(err, chunked.ErrCorrupt) && !errors.Is(err, chunked.ErrMissing) {
+		return st, err
+	}
+	// Damaged, or a passing fault: examined, and set aside when damaged.
+	aside := m.setAside(ctx, m.repo.NewExaminer(), projectID, key, err)
+	r, ok := aside[key]
+	if !ok {
+		return st, err
+	}
+	qe := &QuarantineError{Key: key, Quarantine: r.Quarantine, Err: err}
+	for k, o := range aside {
+		if k != key {
+			qe.Others = append(qe.Others, o)
+		}
+	}
+	slices.SortFunc(qe.Others, func(a, b Refusal) int { return strings.Compare(b.Key, a.Key) })
+	return st, qe
 }
 
 // VerifyDir compares a directory (a live workspace) with a snapshot, reading every file:
@@ -457,6 +532,9 @@ func (m *Manager) Fork(ctx context.Context, from, key, to string) (Info, error) 
 	if err != nil {
 		return Info{}, err
 	}
+	if err := m.examineSource(ctx, from, man); err != nil {
+		return Info{}, fmt.Errorf("fork %s into %s: %w", key, to, err)
+	}
 	t := m.claim(to, time.Time{})
 	nk := chunked.ManifestKey(to, t, NewNonce())
 	if _, err := m.repo.Copy(ctx, man, chunked.OriginKey(to), "origin of the fork", key); err != nil {
@@ -487,6 +565,9 @@ func (m *Manager) Rewind(ctx context.Context, projectID, key string) (info Info,
 	man, err := m.manifest(ctx, projectID, key)
 	if err != nil {
 		return Info{}, "", err
+	}
+	if err := m.examineSource(ctx, projectID, man); err != nil {
+		return Info{}, "", fmt.Errorf("rewind project %s to %s: %w", projectID, key, err)
 	}
 	t := m.claim(projectID, newest.after)
 	nk := chunked.ManifestKey(projectID, t, NewNonce())

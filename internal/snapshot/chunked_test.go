@@ -158,6 +158,10 @@ func TestChunkedWakeCheckFindsAMissingFile(t *testing.T) {
 		!strings.Contains(info.Refused[0].Reason, "src/pkg/f07.go (missing)") {
 		t.Fatalf("restored %s, refused %+v", info.Key, info.Refused)
 	}
+	// What the sandbox did (or says) never sets a snapshot aside: only the store's data can.
+	if q, err := m.Quarantined(ctx, "p"); err != nil || len(q) != 0 || info.Refused[0].Quarantine != "" {
+		t.Errorf("a snapshot the sandbox mangled was set aside: %+v %v", q, err)
+	}
 }
 
 // A wake, a read, a touch of the root store nothing, in both formats: "unchanged"

@@ -222,6 +222,9 @@ type Info struct {
 type Refusal struct {
 	Key    string
 	Reason string
+	// Quarantine is where the snapshot was set aside, found damaged (empty when it was
+	// not: a fault that did not last, an extraction refused).
+	Quarantine string
 }
 
 // Manager saves, lists and restores snapshots. It is safe for concurrent use.
@@ -545,12 +548,15 @@ func (m *Manager) prune(ctx context.Context, projectID, exempt string, keep int)
 	return doomed, nil
 }
 
-// Delete removes one snapshot of the project (snapshot delete KEY). A key that is not a
-// snapshot key of the project gives ErrNotSnapshotKey, one that names nothing
+// Delete removes one snapshot of the project (snapshot delete KEY), or one it set aside
+// as damaged (a key of its quarantine: a collection then takes the packs only it needed).
+// A key that is neither gives ErrNotSnapshotKey, one that names nothing
 // ErrNoSuchSnapshot.
 func (m *Manager) Delete(ctx context.Context, projectID, key string) error {
 	if err := m.checkKey(projectID, key); err != nil {
-		return err
+		if m.checkQuarantineKey(projectID, key) != nil {
+			return err
+		}
 	}
 	if _, err := m.cfg.Store.Head(ctx, key); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -662,6 +668,7 @@ func (m *Manager) RestoreTo(ctx context.Context, projectID string, t Target) (In
 		return Info{ProjectID: projectID}, fmt.Errorf("restore project %s: %w", projectID, err)
 	}
 	if len(all) == 0 {
+		m.noteQuarantine(ctx, projectID)
 		return Info{ProjectID: projectID}, fmt.Errorf("restore project %s: %w", projectID, ErrNoSnapshot)
 	}
 	f, err := os.CreateTemp(m.cfg.TempDir, "toolhost-restore-*.tar.gz")
@@ -672,17 +679,36 @@ func (m *Manager) RestoreTo(ctx context.Context, projectID string, t Target) (In
 
 	var refused []Refusal
 	var tr Transfer
+	var x *chunked.Examiner
+	aside := map[string]Refusal{} // set aside during this restore, not yet tried
 	for _, l := range all {
+		if r, ok := aside[l.Key]; ok {
+			refused = append(refused, r)
+			continue
+		}
 		in := l.Info
 		in.Refused = refused
-		why, err := m.restoreOne(ctx, f, &in, &tr, t)
+		why, cause, err := m.restoreOne(ctx, f, &in, &tr, t)
 		if err != nil {
 			in.Transfer = tr
 			return in, err
 		}
 		if why != "" {
-			m.log.Warn("snapshot refused, trying the next older one", "project", projectID, "key", in.Key, "why", why)
-			refused = append(refused, Refusal{Key: in.Key, Reason: why})
+			r := Refusal{Key: in.Key, Reason: why}
+			if cause != nil {
+				if x == nil {
+					x = m.repo.NewExaminer()
+				}
+				for k, a := range m.setAside(ctx, x, projectID, in.Key, cause) {
+					if k == in.Key {
+						r.Quarantine = a.Quarantine
+					} else {
+						aside[k] = a
+					}
+				}
+			}
+			m.log.Warn("snapshot refused, trying the next older one", "project", projectID, "key", in.Key, "why", why, "quarantine", r.Quarantine)
+			refused = append(refused, r)
 			continue
 		}
 		in.Refused, in.Transfer = refused, tr
@@ -699,22 +725,22 @@ func (m *Manager) RestoreTo(ctx context.Context, projectID string, t Target) (In
 }
 
 // restoreOne downloads, verifies and extracts one snapshot. why is set when the snapshot
-// was refused (Restore goes on to the next, RestoreKey fails), err when the restore must
-// stop.
-func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, t Target) (why string, err error) {
+// was refused (Restore goes on to the next, RestoreKey fails), with cause when a chunked
+// snapshot's stored data is at fault (see restoreChunked); err when the restore must stop.
+func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Transfer, t Target) (why string, cause, err error) {
 	if FormatOf(in.Key) == FormatChunked {
 		return m.restoreChunked(ctx, in, tr, t)
 	}
 	extract := t.Extract
 	why, err = m.download(ctx, f, in, tr)
 	if err != nil {
-		return "", fmt.Errorf("restore %s: %w", in.Key, err)
+		return "", nil, fmt.Errorf("restore %s: %w", in.Key, err)
 	}
 	if why != "" {
-		return why, nil
+		return why, nil, nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", fmt.Errorf("restore %s: %w", in.Key, err)
+		return "", nil, fmt.Errorf("restore %s: %w", in.Key, err)
 	}
 	exStart := time.Now()
 	pr := &progressFile{f: f, report: m.reporter(in.ProjectID, "extract", in.Size)}
@@ -722,11 +748,11 @@ func (m *Manager) restoreOne(ctx context.Context, f *os.File, in *Info, tr *Tran
 	tr.add(Phase{Name: "extract", Bytes: pr.pos, Duration: time.Since(exStart)})
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("restore %s: extract: %w", in.Key, err)
+			return "", nil, fmt.Errorf("restore %s: extract: %w", in.Key, err)
 		}
-		return "extracting it failed: " + err.Error(), nil
+		return "extracting it failed: " + err.Error(), nil, nil
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 func refusals(rs []Refusal) string {
@@ -758,13 +784,20 @@ func (m *Manager) RestoreKeyTo(ctx context.Context, projectID, key string, t Tar
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
 	in.Format = FormatOf(key)
-	why, err := m.restoreOne(ctx, f, &in, &in.Transfer, t)
+	why, cause, err := m.restoreOne(ctx, f, &in, &in.Transfer, t)
 	switch {
 	case err != nil:
 		return in, err
 	case why == gone:
 		return in, fmt.Errorf("%w: project %s has no snapshot %s", ErrNoSuchSnapshot, projectID, key)
 	case why != "":
+		r := Refusal{Key: key, Reason: why}
+		if cause != nil {
+			r.Quarantine = m.setAside(ctx, m.repo.NewExaminer(), projectID, key, cause)[key].Quarantine
+		}
+		if r.Quarantine != "" {
+			return in, fmt.Errorf("restore %s: %w: %s; it was set aside as %s", key, ErrCorrupt, why, r.Quarantine)
+		}
 		return in, fmt.Errorf("restore %s: %w: %s", key, ErrCorrupt, why)
 	}
 	m.log.Info("snapshot restored", "project", projectID, "key", key, "bytes", in.Size, "transfer", in.Transfer.String())

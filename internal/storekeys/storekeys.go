@@ -9,11 +9,14 @@
 //	projects/{project}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.snap     a snapshot, chunked:
 //	                            its manifest (both formats sort together in save order)
 //	projects/{project}/forks/origin.snap                                a fork's origin
+//	projects/{project}/quarantine/{YYYYMMDDTHHMMSSZ}-{why}-{snapshot}    a damaged snapshot set aside:
+//	                            when, why ("damaged-pack"...) and the name it had under snapshots/
 //	projects/{project}/lease/{generation, 20 digits}                    the project lease
 //	chunks/packs/{id[0:2]}/{id}                                         a pack of chunks
 //	chunks/index/{YYYYMMDDTHHMMSSZ}-{nonce}                             which chunks a save packed where
 //	chunks/gc/doomed/{YYYYMMDDTHHMMSSZ}-{nonce}                         packs a collection found unreferenced
 //	chunks/gc/lease/{generation}                                        the collector's lease
+//	chunks/damaged/{id}                                                 a pack found damaged: no save reuses it
 //	screenshots/{project}/{agent|auto}/{YYYYMMDDTHHMMSSZ}_{viewport}.webp  screenshots
 //	plugins/{plugin}/{key}                                              a plugin's own store
 //	quota/{provider}/{...}                                              a provider's ledger (e2b)
@@ -69,6 +72,8 @@ const (
 	ChunkIndex   = "chunks/index/"
 	ChunksDoomed = "chunks/gc/doomed/"
 	ChunksGCLock = "chunks/gc/lease/"
+	// ChunksDamaged holds one record per pack found damaged (its key ends in the pack's id).
+	ChunksDamaged = "chunks/damaged/"
 	// Projects holds every project's objects.
 	Projects = projectsRoot
 	// ManifestSuffix ends the key of every chunked snapshot's manifest.
@@ -77,6 +82,9 @@ const (
 
 // ChunkPack is where the pack with the hex id lives (a fan-out by its first two digits).
 func ChunkPack(hexID string) string { return ChunkPacks + hexID[:2] + "/" + hexID }
+
+// DamagedPack is the record of the pack with the hex id found damaged.
+func DamagedPack(hexID string) string { return ChunksDamaged + hexID }
 
 // ForkOrigin is where a fork keeps the manifest it was made from (the base of a merge).
 func ForkOrigin(project string) string { return Project(project) + "forks/origin" + ManifestSuffix }
@@ -116,6 +124,54 @@ func Project(project string) string { return projectsRoot + project + "/" }
 
 // Snapshots is the folder of a project's snapshots, ending in "/".
 func Snapshots(project string) string { return Project(project) + "snapshots/" }
+
+// Quarantine is the folder of a project's snapshots set aside as damaged, ending in "/".
+func Quarantine(project string) string { return Project(project) + "quarantine/" }
+
+var reasonRE = regexp.MustCompile(`^[a-z]+(?:-[a-z]+)*$`)
+
+// QuarantineKey is where project's snapshot key (under Snapshots(project)) goes when it is
+// set aside at t (to the second) for reason, a few lower-case words joined by '-' such as
+// "damaged-pack" ("damaged" when reason is not of that form): the snapshot's own name
+// follows, so the key says when, why and what, and sorts by when.
+func QuarantineKey(project string, t time.Time, reason, snapshotKey string) string {
+	if !reasonRE.MatchString(reason) {
+		reason = "damaged"
+	}
+	name := snapshotKey[strings.LastIndexByte(snapshotKey, '/')+1:]
+	return Quarantine(project) + t.UTC().Format(snapshotTime) + "-" + reason + "-" + name
+}
+
+var quarantineRE = regexp.MustCompile(`^(\d{8}T\d{6}Z)-([a-z]+(?:-[a-z]+)*)-(\d{8}T\d{6}Z[^/]*)$`)
+
+// ParseQuarantineKey reads a quarantine key back: the project, when the snapshot was set
+// aside, why, and the key it had. ok is false for any other key, and for one whose
+// snapshot name is not a snapshot key of the project.
+func ParseQuarantineKey(key string) (project string, t time.Time, reason, snapshotKey string, ok bool) {
+	rest, found := strings.CutPrefix(key, projectsRoot)
+	if !found {
+		return "", time.Time{}, "", "", false
+	}
+	project, name, found := strings.Cut(rest, "/quarantine/")
+	if !found || ValidProject(project) != nil {
+		return "", time.Time{}, "", "", false
+	}
+	m := quarantineRE.FindStringSubmatch(name)
+	if m == nil {
+		return "", time.Time{}, "", "", false
+	}
+	t, err := time.Parse(snapshotTime, m[1])
+	if err != nil {
+		return "", time.Time{}, "", "", false
+	}
+	snapshotKey = Snapshots(project) + m[3]
+	if p, _, ok := ParseManifestKey(snapshotKey); !ok || p != project {
+		if p, _, _, ok := ParseSnapshotKey(snapshotKey); !ok || p != project {
+			return "", time.Time{}, "", "", false
+		}
+	}
+	return project, t, m[2], snapshotKey, true
+}
 
 // Lease is the folder of a project's lease generations, ending in "/".
 func Lease(project string) string { return Project(project) + "lease/" }

@@ -102,3 +102,39 @@ func TestValidProject(t *testing.T) {
 		}
 	}
 }
+
+// TestQuarantineKey: a snapshot set aside keeps its name behind when and why, in its
+// project's quarantine folder, and reads back; other keys do not.
+func TestQuarantineKey(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 15, 0, 0, time.UTC)
+	snap := "projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap"
+	k := QuarantineKey("shop", at.Add(700*time.Millisecond), "damaged-pack", snap)
+	if want := "projects/shop/quarantine/20261122T101500Z-damaged-pack-20261121T093000Z-042-7f3a9c.snap"; k != want {
+		t.Fatalf("%q, want %q", k, want)
+	}
+	p, tm, why, from, ok := ParseQuarantineKey(k)
+	if !ok || p != "shop" || !tm.Equal(at) || why != "damaged-pack" || from != snap {
+		t.Errorf("read back: %q %v %q %q %v", p, tm, why, from, ok)
+	}
+	if k := QuarantineKey("shop", at, "Not A Code/../x", snap); !strings.Contains(k, "-damaged-20261121T093000Z") {
+		t.Errorf("a reason that is not a code: %q", k)
+	}
+	for _, bad := range []string{
+		snap,
+		"projects/shop/quarantine/20261122T101500Z-damaged-pack-notasnapshot.snap",
+		"projects/shop/quarantine/20261122T101500Z-20261121T093000Z-042-7f3a9c.snap",
+		"projects/shop/quarantine/20261122T101500Z-Damaged-20261121T093000Z-042-7f3a9c.snap",
+		"projects/../quarantine/20261122T101500Z-damaged-20261121T093000Z-042-7f3a9c.snap",
+		"projects/shop/quarantine/20261122T101500Z-damaged-20261121T093000Z-042-7f3a9c.snap/x",
+	} {
+		if _, _, _, _, ok := ParseQuarantineKey(bad); ok {
+			t.Errorf("%q read as a quarantine key", bad)
+		}
+	}
+	if strings.HasPrefix(Quarantine("shop"), Snapshots("shop")) || strings.HasPrefix(Snapshots("shop"), Quarantine("shop")) {
+		t.Error("the quarantine and the snapshots share a prefix: a listing of one sees the other")
+	}
+	if DamagedPack("0123") != "chunks/damaged/0123" {
+		t.Errorf("damaged pack record %q", DamagedPack("0123"))
+	}
+}

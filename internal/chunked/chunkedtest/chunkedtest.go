@@ -40,6 +40,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ForkDiffMerge", testForkDiffMerge},
 		{"CorruptChunkRefused", testCorruptRefused},
 		{"CollectAfterRetention", testCollectAfterRetention},
+		{"DamagedPackSetAside", testDamagedPackSetAside},
+		{"CorruptIndexAndDoomedList", testCorruptIndexAndDoomedList},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
 	}
@@ -525,6 +527,196 @@ func testCollectAfterRetention(t *testing.T, st store.Store) {
 	}
 	if _, err := r2.Verify(ctx, m2); err != nil {
 		t.Fatalf("the kept snapshot no longer verifies: %v", err)
+	}
+}
+
+// rot flips a byte of the object key, keeping the checksum stored with it: as a bad disk
+// leaves it.
+func rot(t *testing.T, st store.Store, key string) {
+	t.Helper()
+	ctx := testCtx(t)
+	rc, oi, err := st.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	b[len(b)/3] ^= 0xff
+	if _, err := st.Put(ctx, key, bytes.NewReader(b), store.PutOptions{Size: int64(len(b)), Metadata: oi.Metadata}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testDamagedPackSetAside: a snapshot whose pack rots is examined and set aside; a save
+// then stores anew what was in the pack; a collection keeps the pack while the
+// quarantined snapshot references it, and takes it, with its damage record, once that
+// snapshot is deleted.
+func testDamagedPackSetAside(t *testing.T, st store.Store) {
+	ctx := testCtx(t)
+	clock := time.Now()
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	repo := func() *chunked.Repo {
+		r, err := chunked.New(chunked.Config{Store: st, Grace: time.Hour, Now: now, TempDir: t.TempDir(),
+			Retry: store.Retry{Attempts: 2, Backoff: 10 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := repo()
+	ws := filepath.Join(t.TempDir(), "ws")
+	MakeTree(t, ws, 13)
+	_, k1 := save(t, r, "p", ws, nil)
+	m1, _ := r.Manifest(ctx, k1)
+	before, _ := store.ListAll(ctx, st, chunked.PrefixPacks)
+	extra := make([]byte, 2*chunked.MaxChunk)
+	for i := range extra {
+		extra[i] = byte(i * 7 / 3)
+	}
+	extra[0] = 'x'
+	rand.New(rand.NewPCG(5, 5)).Shuffle(len(extra), func(i, j int) { extra[i], extra[j] = extra[j], extra[i] })
+	if err := os.WriteFile(filepath.Join(ws, "extra.bin"), extra, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	Backdate(t, ws)
+	_, k2 := save(t, r, "p", ws, m1)
+	// The pack of extra.bin's first chunk rots (one pack: the others are sound).
+	m2, _ := r.Manifest(ctx, k2)
+	entries, err := r.Entries(ctx, m2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var damaged []chunked.PackID
+	for _, e := range entries {
+		if e.Path == "extra.bin" {
+			damaged = append(damaged, e.Chunks[0].Pack)
+		}
+	}
+	if len(damaged) != 1 || slices.ContainsFunc(before, func(b store.ObjectInfo) bool { return b.Key == chunked.PackKey(damaged[0]) }) {
+		t.Fatalf("extra.bin's first chunk is in %v, not in a pack of the second save", damaged)
+	}
+	rot(t, st, chunked.PackKey(damaged[0]))
+
+	// Another process finds it: the pack is named, checked, recorded; the snapshot set aside.
+	r2 := repo()
+	m2, err = r2.Manifest(ctx, k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, verr := r2.Verify(ctx, m2)
+	var pe *chunked.PackError
+	if !errors.Is(verr, chunked.ErrCorrupt) || !errors.As(verr, &pe) || !slices.Contains(damaged, pe.Pack) {
+		t.Fatalf("verify of the damaged snapshot: %v", verr)
+	}
+	d, err := r2.NewExaminer().Examine(ctx, k2, verr)
+	if err != nil || !d.Damaged || d.Reason != chunked.DamagedPack || len(d.Packs) == 0 {
+		t.Fatalf("examination: %+v %v", d, err)
+	}
+	q, err := r2.SetAside(ctx, k2, d.Reason, d.Why, d.Packs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := r2.Quarantined(ctx, "p")
+	if err != nil || len(qs) != 1 || qs[0].Key != q || qs[0].Snapshot != k2 || qs[0].Reason != chunked.DamagedPack || qs[0].Why == "" || len(qs[0].Packs) == 0 {
+		t.Fatalf("quarantine: %+v %v", qs, err)
+	}
+	if keys, _ := r2.ListManifests(ctx, "p"); slices.Contains(keys, k2) {
+		t.Error("the snapshot set aside is still among the project's")
+	}
+	if again, err := repo().SetAside(ctx, k2, d.Reason, d.Why, d.Packs); err != nil || again != q {
+		t.Errorf("a second setting aside (another process): %q %v; want %q", again, err, q)
+	}
+	if qs, _ := r2.Quarantined(ctx, "p"); len(qs) != 1 {
+		t.Errorf("set aside twice: %+v", qs)
+	}
+	// A save of the same tree over the first snapshot stores the damaged pack's chunks anew.
+	res, k3 := save(t, r2, "p", ws, m1)
+	if res.Stats.NewChunks < 1 {
+		t.Errorf("the save stored %d new chunks; the damaged pack's were to be stored anew", res.Stats.NewChunks)
+	}
+	m3, _ := r2.Manifest(ctx, k3)
+	for _, p := range m3.Packs {
+		if slices.Contains(damaged, p) {
+			t.Fatalf("the save reused the damaged pack %s", p)
+		}
+	}
+	if _, err := repo().Verify(ctx, m3); err != nil {
+		t.Fatalf("the save after the damage does not verify: %v", err)
+	}
+	// Collections keep the damaged pack for the quarantined snapshot...
+	if err := KeepNewest(ctx, r2, "p", 1); err != nil {
+		t.Fatal(err)
+	}
+	collect := func() {
+		t.Helper()
+		advance(2 * time.Hour)
+		if _, err := r2.Collect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect()
+	collect()
+	for _, p := range damaged {
+		if _, err := st.Head(ctx, chunked.PackKey(p)); err != nil {
+			t.Fatalf("a collection took pack %s, which a quarantined snapshot needs: %v", p, err)
+		}
+	}
+	// ...until it is deleted.
+	if err := st.Delete(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	collect()
+	collect()
+	for _, p := range damaged {
+		if _, err := st.Head(ctx, chunked.PackKey(p)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("pack %s outlived its last snapshot: %v", p, err)
+		}
+	}
+	if recs, _ := store.ListAll(ctx, st, chunked.PrefixDamaged); len(recs) != 0 {
+		t.Errorf("damage records of deleted packs are left: %v", recs)
+	}
+	if _, err := repo().Verify(ctx, m3); err != nil {
+		t.Errorf("the kept snapshot does not verify after the collections: %v", err)
+	}
+}
+
+// testCorruptIndexAndDoomedList: an index object and a doomed list that do not read stop
+// no save (the save reuses nothing it cannot vouch for, and stores it anew); a
+// collection drops the doomed list.
+func testCorruptIndexAndDoomedList(t *testing.T, st store.Store) {
+	ctx := testCtx(t)
+	r := newRepo(t, st)
+	ws := filepath.Join(t.TempDir(), "ws")
+	MakeTree(t, ws, 14)
+	_, k1 := save(t, r, "p", ws, nil)
+	garbage := []byte("not what it claims to be")
+	for _, k := range []string{chunked.PrefixIndex + "20990101T000000Z-deadbeef", chunked.PrefixDoomed + "20200101T000000Z-deadbeef"} {
+		if _, err := st.Put(ctx, k, bytes.NewReader(garbage), store.PutOptions{Size: int64(len(garbage))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := newRepo(t, st)
+	m1, err := r2.Manifest(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "later.txt"), []byte("later\n"), 0o644)
+	res, k2 := save(t, r2, "p", ws, m1)
+	if res.Stats.NewChunks < 43 {
+		t.Errorf("a save that cannot know what is doomed reused chunks: %d new", res.Stats.NewChunks)
+	}
+	m2, _ := r2.Manifest(ctx, k2)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := newRepo(t, st).RestoreDir(ctx, m2, out, tree.WriterOptions{}); err != nil {
+		t.Fatalf("restore of the save: %v", err)
+	}
+	if _, err := r2.Collect(ctx); err != nil {
+		t.Fatalf("collection: %v", err)
+	}
+	if left, _ := store.ListAll(ctx, st, chunked.PrefixDoomed); len(left) != 0 {
+		t.Errorf("the doomed list that does not read is still there: %v", left)
 	}
 }
 
