@@ -10,6 +10,7 @@
 //	                            its manifest (both formats sort together in save order)
 //	projects/{project}/forks/origin.snap                                a fork's origin
 //	projects/{project}/lease/{generation, 20 digits}                    the project lease
+//	projects/{project}/session/state.json                               its live session's record
 //	chunks/packs/{id[0:2]}/{id}                                         a pack of chunks
 //	chunks/index/{YYYYMMDDTHHMMSSZ}-{nonce}                             which chunks a save packed where
 //	chunks/gc/doomed/{YYYYMMDDTHHMMSSZ}-{nonce}                         packs a collection found unreferenced
@@ -118,6 +119,11 @@ func Snapshots(project string) string { return Project(project) + "snapshots/" }
 
 // Lease is the folder of a project's lease generations, ending in "/".
 func Lease(project string) string { return Project(project) + "lease/" }
+
+// SessionState is the key of the record of a project's live session (its sandbox, its
+// background processes, who wrote it): what the next holder of the project takes over
+// from when the session's process died without closing it.
+func SessionState(project string) string { return Project(project) + "session/state.json" }
 
 // LeaseGeneration is the key of a lease's generation n: zero-padded, so keys sort in
 // generation order.

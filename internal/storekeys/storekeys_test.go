@@ -14,6 +14,7 @@ func TestLayoutIsTodays(t *testing.T) {
 		Snapshots("shop"):            "projects/shop/snapshots/",
 		Lease("shop"):                "projects/shop/lease/",
 		LeaseGeneration("shop", 42):  "projects/shop/lease/00000000000000000042",
+		SessionState("shop"):         "projects/shop/session/state.json",
 		Screenshots("shop", "agent"): "screenshots/shop/agent/",
 		Screenshots("shop", "auto"):  "screenshots/shop/auto/",
 		Plugin("bash"):               "plugins/bash/",
