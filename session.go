@@ -143,12 +143,15 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	epoch := epochOf(ls)
 	s := &Session{th: t, project: project, id: newSessionID(), wake: wake, lease: ls, log: log}
 	s.rec = newRecorder(s)
-	var (
-		takeover *session.Takeover
-		carried  sessionstate.Record
-	)
+	var tk takeover
 	if ws == "" {
-		takeover, carried = t.takeoverFrom(ctx, project, epoch, log)
+		var release func()
+		tk, release = t.takeoverFrom(ctx, project, epoch, log)
+		defer func() {
+			if !opened {
+				release() // for another session to take
+			}
+		}()
 	}
 	labels := map[string]string{
 		session.LabelProject: project, session.LabelEpoch: strconv.FormatUint(epoch, 10),
@@ -165,8 +168,8 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     maxLife,
 		Screenshots:     auto,
-		Takeover:        takeover,
-		Orphans:         orphansOf(project, epoch),
+		Takeover:        tk.to,
+		Orphans:         orphansOf(project, epoch, tk.pending),
 		OnChange:        s.rec.changed,
 		Autosave:        cfg.Session.Autosave,
 		Logger:          log,
@@ -176,12 +179,17 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	}
 	s.live = live
 	s.tools = t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
-	if takeover != nil {
-		s.adoptCarried(carried)
+	if tk.to != nil {
+		s.adoptCarried(tk.rec)
 	}
-	// The record names the new holder before any tool runs.
+	// The record names the new holder before any tool runs; then the one taken over goes.
 	s.rec.flush(ctx)
 	s.rec.start()
+	if tk.to != nil && s.leaseErr() == nil {
+		if err := sessionstate.Delete(ctx, t.recordStore(), project, tk.rec.Session); err != nil {
+			log.Warn("the record this session took over from could not be deleted", "project", project, "session", tk.rec.Session, "err", err)
+		}
+	}
 	opened = true
 	return s, nil
 }
@@ -442,7 +450,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// the lease leaves the record alone: it is the new holder's.
 		s.rec.close()
 		if s.leaseErr() == nil {
-			if err := sessionstate.Delete(ctx, s.th.recordStore(), s.project); err != nil {
+			if err := sessionstate.Delete(ctx, s.th.recordStore(), s.project, s.id); err != nil {
 				s.log.Warn("the closed session's record could not be deleted; the next session will find it and take over from it", "project", s.project, "err", err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,12 +18,13 @@ import (
 	"github.com/toolhost/toolhost/internal/sessionstate"
 )
 
-// A session's record in the store (internal/sessionstate): what the next holder of the
-// project takes over from when this process dies without closing the session. The session
-// writes it as it opens and whenever it changes (its sandbox created, replaced or
-// reconnected; a background process or terminal started or ended; the shell's directory
-// changed), through the session's store, and deletes it when it closes. A process that
-// lost the project's lease writes nothing.
+// A session's record in the store (internal/sessionstate), one per session: what a session
+// of the next holder of the project takes over from when this process dies without
+// closing the session. The session writes it as it opens and whenever it changes (its
+// sandbox created, replaced or reconnected; a background process or terminal started or
+// ended; the shell's directory changed), through the session's store, and deletes it when
+// it closes. A session that took over from a record deletes that record once its own is
+// written. A process that lost the project's lease writes nothing.
 
 // The bash plugin keeps the shell's working directory in its session state under this key
 // (plugins/bash/shell.go): the record carries it, so the next session's shell starts there.
@@ -58,38 +60,86 @@ func epochOf(ls *projectLease) uint64 {
 	return ls.l.Epoch()
 }
 
-// takeoverFrom reads the project's record and decides whether this session takes over
-// from it: only from a session of an earlier lease epoch (its holder lost the project:
-// dead, or fenced off) of another process. Leases off, no record says whether its writer
-// is dead, so none is taken over. A record that fails its checks is logged and ignored.
-func (t *Toolhost) takeoverFrom(ctx context.Context, project string, epoch uint64, log *slog.Logger) (*session.Takeover, sessionstate.Record) {
-	rec, ok, err := sessionstate.Read(ctx, t.recordStore(), project)
-	switch {
-	case err != nil:
-		log.Warn("the project's session record cannot be used; opening without it", "project", project, "err", err)
-		return nil, rec
-	case !ok:
-		return nil, rec
-	case epoch == 0:
-		log.Warn("an earlier session of the project left its record, but with leases off whether it still runs cannot be known: not taking over from it",
-			"project", project, "recorded_by", rec.Instance, "recorded", rec.WrittenAt.UTC().Format(time.RFC3339))
-		return nil, rec
-	case rec.Epoch >= epoch:
-		// The same lease (another session of this process), or a record from a future
-		// epoch: never a dead holder's.
-		log.Debug("the project's session record is of this lease; not taking over", "project", project, "record_epoch", rec.Epoch, "epoch", epoch)
-		return nil, rec
-	case rec.Instance == t.instance:
-		// An earlier lease of this very process: its session may still be open here (it
-		// lost the lease and keeps its sandbox until it closes).
-		log.Info("the project's session record is this process's, of an earlier lease; not taking over", "project", project, "record_epoch", rec.Epoch)
-		return nil, rec
+// takeover is what a session opening a project takes over, if anything, and what it must
+// leave alone.
+type takeover struct {
+	to  *session.Takeover   // nil: nothing to take over
+	rec sessionstate.Record // the record taken over
+	// pending are the sessions of other dead records, each for a later session of the
+	// project to take over: the orphan sweep leaves their sandboxes alone.
+	pending map[string]bool
+}
+
+// takeoverFrom reads the project's session records and picks the one this session takes
+// over: the newest of a session whose holder lost the project (an earlier lease epoch, of
+// another process: dead, or fenced off) that no other session of this process took. It
+// claims it; release gives it back if the session does not open. With leases off, no record
+// says whether its writer is dead, so none is taken over. A record that fails its checks is
+// logged and ignored.
+func (t *Toolhost) takeoverFrom(ctx context.Context, project string, epoch uint64, log *slog.Logger) (takeover, func()) {
+	none := func() {}
+	recs, bad, err := sessionstate.List(ctx, t.recordStore(), project)
+	for _, e := range bad {
+		log.Warn("a session record of the project cannot be used; ignoring it", "project", project, "err", e)
 	}
-	to := &session.Takeover{
-		SandboxID: rec.SandboxID, Session: rec.Session,
-		Labels: map[string]string{session.LabelProject: project},
-		Who:    fmt.Sprintf("instance %s, lease epoch %d", rec.Instance, rec.Epoch), When: rec.WrittenAt,
+	if err != nil {
+		log.Warn("the project's session records cannot be read; opening without them", "project", project, "err", err)
+		return takeover{}, none
 	}
+	var dead []sessionstate.Record
+	for _, rec := range recs {
+		switch {
+		case rec.Epoch >= epoch:
+			// This lease's (another session of this process), or a future epoch's: never
+			// a dead holder's.
+		case rec.Instance == t.instance:
+			// An earlier lease of this very process: its session may still be open here
+			// (it lost the lease and keeps its sandbox until it closes).
+		default:
+			dead = append(dead, rec)
+		}
+	}
+	if len(dead) == 0 {
+		return takeover{}, none
+	}
+	if epoch == 0 {
+		log.Warn("earlier sessions of the project left their records, but with leases off whether they still run cannot be known: not taking over from them",
+			"project", project, "records", len(dead))
+		return takeover{}, none
+	}
+	slices.SortFunc(dead, func(a, b sessionstate.Record) int { return b.WrittenAt.Compare(a.WrittenAt) })
+	tk := takeover{pending: map[string]bool{}}
+	t.claimMu.Lock()
+	for _, rec := range dead {
+		key := project + "/" + rec.Session
+		if t.claimed[key] {
+			continue
+		}
+		if tk.to == nil {
+			if t.claimed == nil {
+				t.claimed = map[string]bool{}
+			}
+			t.claimed[key] = true
+			tk.rec = rec
+			tk.to = &session.Takeover{}
+			continue
+		}
+		tk.pending[rec.Session] = true
+	}
+	t.claimMu.Unlock()
+	if tk.to == nil {
+		return tk, none
+	}
+	rec := tk.rec
+	release := func() {
+		t.claimMu.Lock()
+		delete(t.claimed, project+"/"+rec.Session)
+		t.claimMu.Unlock()
+	}
+	to := tk.to
+	to.SandboxID, to.Session = rec.SandboxID, rec.Session
+	to.Labels = map[string]string{session.LabelProject: project}
+	to.Who, to.When = fmt.Sprintf("instance %s, lease epoch %d", rec.Instance, rec.Epoch), rec.WrittenAt
 	for _, p := range rec.Processes {
 		to.Processes = append(to.Processes, session.ProcessState{ID: p.ID, Argv: p.Argv, Cwd: p.Cwd, PID: p.PID, LogPath: p.Log})
 	}
@@ -97,14 +147,15 @@ func (t *Toolhost) takeoverFrom(ctx context.Context, project string, epoch uint6
 		to.Terminals = append(to.Terminals, session.TerminalState{ID: tm.ID, Argv: tm.Argv, Cwd: tm.Cwd, Cols: tm.Cols, Rows: tm.Rows})
 	}
 	log.Warn("an earlier session of the project stopped without closing; taking over from its record",
-		"project", project, "sandbox", rec.SandboxID, "recorded_by", rec.Instance, "record_epoch", rec.Epoch, "epoch", epoch,
-		"recorded", rec.WrittenAt.UTC().Format(time.RFC3339), "processes", len(rec.Processes))
-	return to, rec
+		"project", project, "sandbox", rec.SandboxID, "session", rec.Session, "recorded_by", rec.Instance, "record_epoch", rec.Epoch,
+		"epoch", epoch, "recorded", rec.WrittenAt.UTC().Format(time.RFC3339), "processes", len(rec.Processes), "others_pending", len(tk.pending))
+	return tk, release
 }
 
 // orphansOf says which sandboxes of the project are orphans for a session at epoch: those
-// labelled with an earlier epoch (their holder lost the project). Nil with leases off.
-func orphansOf(project string, epoch uint64) *session.Orphans {
+// labelled with an earlier epoch (their holder lost the project), except those of sessions
+// whose records wait for a later session to take them over. Nil with leases off.
+func orphansOf(project string, epoch uint64, pending map[string]bool) *session.Orphans {
 	if epoch == 0 {
 		return nil
 	}
@@ -112,7 +163,7 @@ func orphansOf(project string, epoch uint64) *session.Orphans {
 		Filter: map[string]string{session.LabelProject: project},
 		Orphan: func(in sandbox.SandboxInfo) bool {
 			e, err := strconv.ParseUint(in.Labels[session.LabelEpoch], 10, 64)
-			return err == nil && e < epoch
+			return err == nil && e < epoch && !pending[in.Labels[session.LabelSession]]
 		},
 	}
 }

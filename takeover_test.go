@@ -42,6 +42,9 @@ type holderSpec struct {
 	Project                string
 	Autosave               time.Duration
 	Steps                  []holderStep
+	// Second, when set, are the steps of a second session of the project, opened after
+	// the first ran its steps (the sessions of one process share the lease).
+	Second []holderStep
 }
 
 // holderStep is a tool call, a commit, or a wait for an autosave newer than the last step.
@@ -53,8 +56,8 @@ type holderStep struct {
 
 // holderReport is the line the holder prints once its steps ran and its record says so.
 type holderReport struct {
-	Sandbox string
-	Results []string
+	Sandbox, Sandbox2 string
+	Results, Results2 []string
 }
 
 const holderEnv = "TOOLHOST_TEST_HOLDER"
@@ -100,38 +103,48 @@ func TestTakeoverHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := th.Open(ctx, SessionOptions{Project: h.Project})
-	if err != nil {
-		t.Fatal(err)
+	run := func(steps []holderStep) (*Session, []string) {
+		s, err := th.Open(ctx, SessionOptions{Project: h.Project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var results []string
+		last := time.Now()
+		for _, st := range steps {
+			switch {
+			case st.Tool != "":
+				res, err := s.Dispatch(ctx, st.Tool, json.RawMessage(st.Input))
+				if err != nil || res.IsError {
+					t.Fatalf("%s %s: %v %+v", st.Tool, st.Input, err, res)
+				}
+				results = append(results, testenv.ResultText(res))
+			case st.Commit != "":
+				if _, err := s.Commit(ctx, st.Commit); err != nil {
+					t.Fatal(err)
+				}
+			case st.Autosaved:
+				testenv.WaitFor(t, "an autosave after the last step", func() bool {
+					cps, err := s.Checkpoints(ctx)
+					return err == nil && len(cps) > 0 && cps[0].Label == "autosave" && cps[0].Time.After(last)
+				})
+			}
+			last = time.Now()
+		}
+		// The record is written off the calls' path: wait until it says what the session
+		// knows.
+		testenv.WaitFor(t, "the session's record to follow the session", func() bool {
+			rec, ok, err := sessionstate.Read(ctx, th.recordStore(), h.Project, s.id)
+			return err == nil && ok && sessionstate.Same(rec, s.record())
+		})
+		return s, results
 	}
 	var rep holderReport
-	last := time.Now()
-	for _, st := range h.Steps {
-		switch {
-		case st.Tool != "":
-			res, err := s.Dispatch(ctx, st.Tool, json.RawMessage(st.Input))
-			if err != nil || res.IsError {
-				t.Fatalf("%s %s: %v %+v", st.Tool, st.Input, err, res)
-			}
-			rep.Results = append(rep.Results, testenv.ResultText(res))
-		case st.Commit != "":
-			if _, err := s.Commit(ctx, st.Commit); err != nil {
-				t.Fatal(err)
-			}
-		case st.Autosaved:
-			testenv.WaitFor(t, "an autosave after the last step", func() bool {
-				cps, err := s.Checkpoints(ctx)
-				return err == nil && len(cps) > 0 && cps[0].Label == "autosave" && cps[0].Time.After(last)
-			})
-		}
-		last = time.Now()
+	s, results := run(h.Steps)
+	rep.Sandbox, rep.Results = s.live.SandboxID(), results
+	if h.Second != nil {
+		s2, results := run(h.Second)
+		rep.Sandbox2, rep.Results2 = s2.live.SandboxID(), results
 	}
-	// The record is written off the calls' path: wait until it says what the session knows.
-	testenv.WaitFor(t, "the session's record to follow the session", func() bool {
-		rec, ok, err := sessionstate.Read(ctx, th.recordStore(), h.Project)
-		return err == nil && ok && sessionstate.Same(rec, s.record())
-	})
-	rep.Sandbox = s.live.SandboxID()
 	b, _ := json.Marshal(rep)
 	fmt.Printf("READY %s\n", b)
 	select {} // until the test kills this process
@@ -304,17 +317,60 @@ func TestTakeoverE2B(t *testing.T) {
 	// The server wrote a line per request to its log: bash_output, the plugin's own view
 	// of the process, reads it.
 	expect(t, s, "bash_output", fmt.Sprintf(`{"id":%q}`, bgID), false, "GET /index.html")
-	// The record names the new holder now.
-	rec, ok, err := sessionstate.Read(context.Background(), th.recordStore(), "shop")
-	if err != nil || !ok || rec.Instance != th.instance || rec.SandboxID != rep.Sandbox || len(rec.Processes) != 1 || rec.Processes[0].ID != bgID {
-		t.Errorf("the record after the takeover: %+v %v %v", rec, ok, err)
+	// The project's records: the new session's, naming the new holder; the dead one's
+	// is gone.
+	recs, bad, err := sessionstate.List(context.Background(), th.recordStore(), "shop")
+	if err != nil || len(bad) != 0 || len(recs) != 1 {
+		t.Fatalf("the records after the takeover: %+v %v %v", recs, bad, err)
+	}
+	if rec := recs[0]; rec.Session != s.id || rec.Instance != th.instance || rec.SandboxID != rep.Sandbox ||
+		len(rec.Processes) != 1 || rec.Processes[0].ID != bgID || rec.Processes[0].Plugin != "bash" || rec.Cwd != "/home/user/web" {
+		t.Errorf("the record after the takeover: %+v", rec)
 	}
 	// A session that closes leaves no record: nothing to take over.
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := sessionstate.Read(context.Background(), th.recordStore(), "shop"); ok || err != nil {
-		t.Errorf("the record after Close: ok %v, err %v", ok, err)
+	if recs, _, err := sessionstate.List(context.Background(), th.recordStore(), "shop"); len(recs) != 0 || err != nil {
+		t.Errorf("the records after Close: %+v, %v", recs, err)
+	}
+}
+
+// TestTakeoverTwoSessions: a process dies with two sessions of one project open (an MCP
+// server's two clients, say). The next process's first session takes over one, the newest;
+// the other's sandbox is left alone (not an orphan: its record waits), and the second
+// session takes it over. The fake creates no sandbox for either.
+func TestTakeoverTwoSessions(t *testing.T) {
+	testenv.NeedBwrap(t)
+	f := e2bfake.Start(t, e2bfake.Config{Logger: slog.New(slog.DiscardHandler)})
+	base := e2bConfig(t, "e2b", f)
+	h := holderSpec{
+		Store: t.TempDir(), DataDir: base.DataDir, RunDir: t.TempDir(), Provider: "e2b", Project: "duo",
+		E2B:    map[string]string{"e2b.api_key": f.APIKey(), "e2b.domain": f.Domain(), "e2b.api_url": f.URL(), "e2b.sandbox_url": f.URL()},
+		Steps:  []holderStep{{Tool: "write_file", Input: `{"path":"who.txt","content":"first\n"}`}},
+		Second: []holderStep{{Tool: "write_file", Input: `{"path":"who.txt","content":"second\n"}`}},
+	}
+	rep := runHolder(t, h)
+	created := f.Created()
+	th := newToolhost(t, h.config(t))
+	a := openAfterExpiry(t, th, "duo")
+	if a.live.SandboxID() != rep.Sandbox2 {
+		t.Errorf("the first session took %s, want the newest record's sandbox %s", a.live.SandboxID(), rep.Sandbox2)
+	}
+	expect(t, a, "read_file", `{"path":"who.txt"}`, false, "second", "reconnected to the same sandbox")
+	b := open(t, th, SessionOptions{Project: "duo"})
+	if b.live.SandboxID() != rep.Sandbox {
+		t.Errorf("the second session took %s, want the other record's sandbox %s", b.live.SandboxID(), rep.Sandbox)
+	}
+	expect(t, b, "read_file", `{"path":"who.txt"}`, false, "first", "reconnected to the same sandbox")
+	if n := f.Created(); n != created {
+		t.Errorf("the fake created %d sandboxes for the takeovers, want none", n-created)
+	}
+	// A third session has nothing to take over: a new sandbox, no notice.
+	c := open(t, th, SessionOptions{Project: "duo"})
+	res := expect(t, c, "bash", `{"command":"echo third"}`, false, "third")
+	if strings.Contains(testenv.ResultText(res), "took over") || f.Created() != created+1 {
+		t.Errorf("a third session: %q, %d created", testenv.ResultText(res), f.Created()-created)
 	}
 }
 

@@ -197,6 +197,9 @@ type Toolhost struct {
 	leaseOff bool                     // the store cannot keep leases
 	leases   map[string]*projectLease // by project: the lease its open sessions share
 
+	claimMu sync.Mutex
+	claimed map[string]bool // "project/session": records a session of this process took over
+
 	closeOnce sync.Once
 	closeErr  error
 }

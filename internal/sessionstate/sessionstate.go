@@ -1,10 +1,11 @@
-// Package sessionstate is the record of a project's live session in the store
+// Package sessionstate is the record of a live session in the store, one per session
 // (storekeys.SessionState): the provider and sandbox it runs in, the shell's working
 // directory, the background processes and terminals it knows, and who wrote it (the
 // lease epoch, the writer's instance, the time). The session's holder rewrites it whenever
-// it changes and deletes it when the session closes; a record that is still there when the
-// project is opened next names a session whose process died, and the next holder takes
-// over from it (internal/session's Takeover).
+// it changes and deletes it when the session closes; a record of an earlier lease epoch
+// that is still there when the project is opened next names a session whose process died,
+// and a session of the next holder takes over from it (internal/session's Takeover) and
+// deletes it.
 //
 // A record is data from the store: stale (its writer may have lost the project since) or
 // hostile (anyone who can write the store can write it). Read bounds its size and checks
@@ -91,9 +92,11 @@ type Terminal struct {
 }
 
 var (
-	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	pluginRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// sessionRE names a session: one segment of a store key.
+	sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	pluginRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	// providerRE is a sandbox.provider value: names and commas.
 	providerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._, -]{0,127}$`)
 )
@@ -108,7 +111,7 @@ func (r *Record) Check(project string) error {
 		return bad("version %d, this toolhost reads %d", r.V, Version)
 	case r.Project != project:
 		return bad("it names project %q, not %q", r.Project, project)
-	case !nameRE.MatchString(r.Session):
+	case !sessionRE.MatchString(r.Session):
 		return bad("session %q", r.Session)
 	case !providerRE.MatchString(r.Provider):
 		return bad("provider %q", r.Provider)
@@ -230,39 +233,80 @@ func CheckPath(p string, abs bool) error {
 	return nil
 }
 
-// Read reads project's record. ok is false when there is none; a record that is too large
-// or fails Check gives an error wrapping ErrInvalid (the caller goes on as if there were
-// none, and says so).
-func Read(ctx context.Context, st store.Store, project string) (rec Record, ok bool, err error) {
-	key := storekeys.SessionState(project)
+// MaxRecords bounds the records of one project List reads: a store holding more (left by
+// many dead processes, or by someone else) gives the first MaxRecords.
+const MaxRecords = 64
+
+// Read reads one session's record. ok is false when there is none; a record that is too
+// large or fails Check gives an error wrapping ErrInvalid (the caller goes on as if there
+// were none, and says so).
+func Read(ctx context.Context, st store.Store, project, session string) (rec Record, ok bool, err error) {
+	if !sessionRE.MatchString(session) {
+		return Record{}, false, fmt.Errorf("the session state of project %s: %w: session %q", project, ErrInvalid, session)
+	}
+	key := storekeys.SessionState(project, session)
 	rc, info, err := st.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return Record{}, false, nil
 	}
 	if err != nil {
-		return Record{}, false, fmt.Errorf("read the session state of project %s: %w", project, err)
+		return Record{}, false, fmt.Errorf("read the session state %s: %w", key, err)
 	}
 	defer rc.Close()
 	if info.Size > MaxBytes {
-		return Record{}, false, fmt.Errorf("the session state of project %s: %w: %d bytes, at most %d", project, ErrInvalid, info.Size, MaxBytes)
+		return Record{}, false, fmt.Errorf("the session state %s: %w: %d bytes, at most %d", key, ErrInvalid, info.Size, MaxBytes)
 	}
 	b, err := io.ReadAll(io.LimitReader(rc, MaxBytes+1))
 	if err != nil {
-		return Record{}, false, fmt.Errorf("read the session state of project %s: %w", project, err)
+		return Record{}, false, fmt.Errorf("read the session state %s: %w", key, err)
 	}
 	if len(b) > MaxBytes {
-		return Record{}, false, fmt.Errorf("the session state of project %s: %w: more than %d bytes", project, ErrInvalid, MaxBytes)
+		return Record{}, false, fmt.Errorf("the session state %s: %w: more than %d bytes", key, ErrInvalid, MaxBytes)
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return Record{}, false, fmt.Errorf("the session state of project %s: %w: %v", project, ErrInvalid, err)
+		return Record{}, false, fmt.Errorf("the session state %s: %w: %v", key, ErrInvalid, err)
 	}
 	if err := rec.Check(project); err != nil {
-		return Record{}, false, fmt.Errorf("the session state of project %s: %w", project, err)
+		return Record{}, false, fmt.Errorf("the session state %s: %w", key, err)
+	}
+	if rec.Session != session {
+		return Record{}, false, fmt.Errorf("the session state %s: %w: it names session %q", key, ErrInvalid, rec.Session)
 	}
 	return rec, true, nil
 }
 
-// Write stores rec as its project's record, replacing the one there. It checks rec first:
+// List reads the records of project's live sessions (at most MaxRecords). Each record
+// that cannot be used is left out, with why in bad; err is the listing's own failure.
+func List(ctx context.Context, st store.Store, project string) (recs []Record, bad []error, err error) {
+	objs, err := store.ListAll(ctx, st, storekeys.SessionStates(project))
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the session states of project %s: %w", project, err)
+	}
+	if len(objs) > MaxRecords {
+		bad = append(bad, fmt.Errorf("%w: project %s has %d session records; reading the first %d", ErrInvalid, project, len(objs), MaxRecords))
+		objs = objs[:MaxRecords]
+	}
+	for _, o := range objs {
+		session, ok := storekeys.ParseSessionState(project, o.Key)
+		if !ok {
+			bad = append(bad, fmt.Errorf("%w: %s is not a session record's key", ErrInvalid, o.Key))
+			continue
+		}
+		rec, ok, err := Read(ctx, st, project, session)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, nil, err
+			}
+			bad = append(bad, err)
+		case ok:
+			recs = append(recs, rec)
+		}
+	}
+	return recs, bad, nil
+}
+
+// Write stores rec as its session's record, replacing the one there. It checks rec first:
 // a session never writes what the next one would refuse.
 func Write(ctx context.Context, st store.Store, rec Record) error {
 	rec.V = Version
@@ -276,18 +320,21 @@ func Write(ctx context.Context, st store.Store, rec Record) error {
 	if len(b) > MaxBytes {
 		return fmt.Errorf("write the session state of project %s: %w: %d bytes, at most %d", rec.Project, ErrInvalid, len(b), MaxBytes)
 	}
-	_, err = st.Put(ctx, storekeys.SessionState(rec.Project), bytes.NewReader(b),
-		store.PutOptions{Size: int64(len(b)), ContentType: "application/json"})
-	if err != nil {
-		return fmt.Errorf("write the session state of project %s: %w", rec.Project, err)
+	key := storekeys.SessionState(rec.Project, rec.Session)
+	if _, err := st.Put(ctx, key, bytes.NewReader(b), store.PutOptions{Size: int64(len(b)), ContentType: "application/json"}); err != nil {
+		return fmt.Errorf("write the session state %s: %w", key, err)
 	}
 	return nil
 }
 
-// Delete removes project's record (its session closed).
-func Delete(ctx context.Context, st store.Store, project string) error {
-	if err := st.Delete(ctx, storekeys.SessionState(project)); err != nil {
-		return fmt.Errorf("delete the session state of project %s: %w", project, err)
+// Delete removes a session's record (it closed, or another took over from it).
+func Delete(ctx context.Context, st store.Store, project, session string) error {
+	if !sessionRE.MatchString(session) {
+		return fmt.Errorf("delete the session state of project %s: %w: session %q", project, ErrInvalid, session)
+	}
+	key := storekeys.SessionState(project, session)
+	if err := st.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete the session state %s: %w", key, err)
 	}
 	return nil
 }

@@ -38,14 +38,14 @@ func good() Record {
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	if _, ok, err := Read(ctx, st, "shop"); ok || err != nil {
+	if _, ok, err := Read(ctx, st, "shop", "s-1f2e"); ok || err != nil {
 		t.Fatalf("no record: ok %v, err %v", ok, err)
 	}
 	want := good()
 	if err := Write(ctx, st, want); err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err := Read(ctx, st, "shop")
+	got, ok, err := Read(ctx, st, "shop", "s-1f2e")
 	if err != nil || !ok {
 		t.Fatalf("Read: %v %v", ok, err)
 	}
@@ -53,11 +53,23 @@ func TestRoundTrip(t *testing.T) {
 	if !Same(got, want) || !got.WrittenAt.Equal(want.WrittenAt) {
 		t.Errorf("read back %+v, want %+v", got, want)
 	}
-	if err := Delete(ctx, st, "shop"); err != nil {
+	other := good()
+	other.Session = "s-2"
+	if err := Write(ctx, st, other); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := Read(ctx, st, "shop"); ok || err != nil {
+	recs, bad, err := List(ctx, st, "shop")
+	if err != nil || len(bad) != 0 || len(recs) != 2 || recs[0].Session != "s-1f2e" || recs[1].Session != "s-2" {
+		t.Errorf("List: %+v %v %v", recs, bad, err)
+	}
+	if err := Delete(ctx, st, "shop", "s-1f2e"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := Read(ctx, st, "shop", "s-1f2e"); ok || err != nil {
 		t.Errorf("after Delete: ok %v, err %v", ok, err)
+	}
+	if recs, _, _ := List(ctx, st, "shop"); len(recs) != 1 || recs[0].Session != "s-2" {
+		t.Errorf("List after Delete: %+v", recs)
 	}
 }
 
@@ -68,7 +80,7 @@ func TestHostileRecords(t *testing.T) {
 	ctx := context.Background()
 	put := func(t *testing.T, st store.Store, b []byte) {
 		t.Helper()
-		if _, err := st.Put(ctx, storekeys.SessionState("shop"), bytes.NewReader(b), store.PutOptions{Size: int64(len(b))}); err != nil {
+		if _, err := st.Put(ctx, storekeys.SessionState("shop", "s-1f2e"), bytes.NewReader(b), store.PutOptions{Size: int64(len(b))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,9 +126,12 @@ func TestHostileRecords(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := newStore(t)
 			put(t, st, b)
-			rec, ok, err := Read(ctx, st, "shop")
+			rec, ok, err := Read(ctx, st, "shop", "s-1f2e")
 			if !errors.Is(err, ErrInvalid) || ok {
 				t.Errorf("Read: %+v ok %v err %v, want ErrInvalid", rec, ok, err)
+			}
+			if recs, bad, err := List(ctx, st, "shop"); len(recs) != 0 || len(bad) != 1 || !errors.Is(bad[0], ErrInvalid) || err != nil {
+				t.Errorf("List: %+v %v %v, want the record left out as invalid", recs, bad, err)
 			}
 		})
 	}
@@ -124,8 +139,18 @@ func TestHostileRecords(t *testing.T) {
 	st := newStore(t)
 	b := encode(good())
 	put(t, st, append([]byte(`{"later_field":{"x":1},`), b[1:]...))
-	if _, ok, err := Read(ctx, st, "shop"); !ok || err != nil {
+	if _, ok, err := Read(ctx, st, "shop", "s-1f2e"); !ok || err != nil {
 		t.Errorf("a record with an unknown field: ok %v err %v", ok, err)
+	}
+	// A key that is no session's, and a session id that could leave the folder.
+	if _, err := st.Put(ctx, storekeys.SessionStates("shop")+"x/y.json", bytes.NewReader([]byte("{}")), store.PutOptions{Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, bad, err := List(ctx, st, "shop"); len(recs) != 1 || len(bad) != 1 || err != nil {
+		t.Errorf("List with a stray key: %d records, %v, %v", len(recs), bad, err)
+	}
+	if _, _, err := Read(ctx, st, "shop", "../../lease/x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Read of a session id with a slash: %v, want ErrInvalid", err)
 	}
 	// A writer never writes what a reader would refuse.
 	r := good()
