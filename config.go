@@ -113,6 +113,7 @@ type SessionConfig struct {
 	KeepaliveMargin time.Duration `key:"keepalive_margin"`
 	LastCallMargin  time.Duration `key:"last_call_margin"`
 	MaxLifetime     time.Duration `key:"max_lifetime"`
+	Autosave        time.Duration `key:"autosave"`
 }
 
 // LeaseConfig is the lease.* keys: the project lease that keeps two hosts sharing a store
@@ -252,6 +253,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Session.MaxLifetime < c.Session.TTL {
 		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)
+	}
+	if c.Session.Autosave < 0 || (c.Session.Autosave > 0 && c.Session.Autosave < time.Second) {
+		return bad("session.autosave", "must be 0 (off) or at least 1s, got %s", c.Session.Autosave)
 	}
 	if c.Screenshot.Port < 0 || c.Screenshot.Port > 65535 {
 		return bad("screenshot.port", "must be a TCP port (1-65535) or 0 for none, got %d", c.Screenshot.Port)

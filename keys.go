@@ -217,6 +217,16 @@ keepalive_margin; otherwise less than keepalive_margin.`},
 		usage:   "the longest one sandbox may live; sessions rotate before it",
 		aliases: []Alias{{Name: "sandbox.max_lifetime", Flag: "sandbox-max-lifetime"}},
 		doc:     `The longest one sandbox may live; at least ttl.`},
+	{name: "session.autosave", flag: "autosave", def: time.Duration(0),
+		defText: "0 (off)",
+		usage:   "commit the workspace this often, bounding what a crash of this process loses",
+		doc: `A period: the session commits its workspace that often (a snapshot labelled
+autosave), besides the commits it is asked for. A session whose process dies without
+closing it is taken over by the next one to open the project: on E2B it reconnects to the
+sandbox, which still holds everything; on the local provider the sandbox died with its
+host, and the work since the last commit is lost (the first tool result says what). This
+bounds that loss. 0: off; otherwise at least 1s. A commit that finds nothing changed
+stores nothing.`},
 
 	{name: "lease.enabled", flag: "lease", def: true,
 		usage: "take the project's lease in the store while a session runs (--lease=false: none)",

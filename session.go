@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/session"
+	"github.com/toolhost/toolhost/internal/sessionstate"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/storekeys"
 	"github.com/toolhost/toolhost/internal/tree"
@@ -53,12 +55,16 @@ type SessionOptions struct {
 type Session struct {
 	th      *Toolhost
 	project string
+	id      string // names the session in its record and its sandboxes' labels
 	live    *session.Session
 	tools   *host.Session
 	wake    *wakeRecorder
 	lease   *projectLease // nil when leases are off
+	rec     *recorder     // keeps the session's record in the store (sessionrecord.go)
+	log     *slog.Logger
 
-	closeOnce sync.Once // gives the lease up once
+	recordOnce sync.Once // stops the recorder and deletes the record once
+	closeOnce  sync.Once // gives the lease up once
 }
 
 // Open opens a session: a new sandbox from the provider, into which the project's newest
@@ -131,9 +137,29 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if t.rec != nil {
 		auto = capture.Of(t.rec)
 	}
+	// The session's record, and its sandboxes' labels: what the next holder of the
+	// project takes over from if this process dies (sessionrecord.go). A workspace on a
+	// host directory is its own state: nothing to take over.
+	epoch := epochOf(ls)
+	s := &Session{th: t, project: project, id: newSessionID(), wake: wake, lease: ls, log: log}
+	s.rec = newRecorder(s)
+	var tk takeover
+	if ws == "" {
+		var release func()
+		tk, release = t.takeoverFrom(ctx, project, epoch, log)
+		defer func() {
+			if !opened {
+				release() // for another session to take
+			}
+		}()
+	}
+	labels := map[string]string{
+		session.LabelProject: project, session.LabelEpoch: strconv.FormatUint(epoch, 10),
+		session.LabelInstance: t.instance, session.LabelSession: s.id,
+	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
-		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network, Egress: eg},
+		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network, Egress: eg, Labels: labels},
 		ProjectID:       project,
 		Snapshots:       wake,
 		Excludes:        cfg.Snapshot.Excludes,
@@ -142,14 +168,30 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		LastCallMargin:  cfg.Session.LastCallMargin,
 		MaxLifetime:     maxLife,
 		Screenshots:     auto,
+		Takeover:        tk.to,
+		Orphans:         orphansOf(project, epoch, tk.pending),
+		OnChange:        s.rec.changed,
+		Autosave:        cfg.Session.Autosave,
 		Logger:          log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
-	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
+	s.live = live
+	s.tools = t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
+	if tk.to != nil {
+		s.adoptCarried(tk.rec)
+	}
+	// The record names the new holder before any tool runs; then the one taken over goes.
+	s.rec.flush(ctx)
+	s.rec.start()
+	if tk.to != nil && s.leaseErr() == nil {
+		if err := sessionstate.Delete(ctx, t.recordStore(), project, tk.rec.Session); err != nil {
+			log.Warn("the record this session took over from could not be deleted", "project", project, "session", tk.rec.Session, "err", err)
+		}
+	}
 	opened = true
-	return &Session{th: t, project: project, live: live, tools: tools, wake: wake, lease: ls}, nil
+	return s, nil
 }
 
 // projectLease is a project's lease, shared by the sessions of one Toolhost that have
@@ -300,7 +342,9 @@ func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessa
 		return abi.Result{IsError: true, Content: []abi.Content{{Type: abi.ContentText,
 			Text: fmt.Sprintf("The tool did not run: project %s may be open on another host now (this session could not keep it). Start a new session.", s.project)}}}, err
 	}
-	return s.tools.Dispatch(ctx, tool, input)
+	res, err := s.tools.Dispatch(ctx, tool, input)
+	s.rec.changed() // the shell's directory, a process started or stopped: the record follows
+	return res, err
 }
 
 // Commit saves a snapshot of the workspace (a phase commit) and, when a dev server runs,
@@ -402,6 +446,18 @@ func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
 // waiting for the sandbox to stop at most until ctx ends, then gives up the project's
 // lease.
 func (s *Session) Close(ctx context.Context) error {
+	s.recordOnce.Do(func() {
+		// A session that closes leaves nothing to take over: its record goes first, so a
+		// death during the close leaves at worst an orphan sandbox (which the next holder
+		// kills), never a record of processes that were meant to end. A session that lost
+		// the lease leaves the record alone: it is the new holder's.
+		s.rec.close()
+		if s.leaseErr() == nil {
+			if err := sessionstate.Delete(ctx, s.th.recordStore(), s.project, s.id); err != nil {
+				s.log.Warn("the closed session's record could not be deleted; the next session will find it and take over from it", "project", s.project, "err", err)
+			}
+		}
+	})
 	err := s.live.Close(ctx)
 	s.closeOnce.Do(func() { err = errors.Join(err, s.th.dropLease(ctx, s.lease)) })
 	return err

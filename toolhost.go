@@ -177,14 +177,15 @@ func (s *Storage) Close() error { return s.close() }
 // and the sandbox provider its sessions run in. It is safe for concurrent use; open as
 // many sessions as needed.
 type Toolhost struct {
-	cfg     Config
-	opts    options
-	storage *Storage
-	host    *host.Host
-	capt    *screenshot.Capturer // nil when screenshot.enabled is false
-	rec     *screenshot.Recorder // nil when screenshot.enabled is false
-	audit   *audit.Writer        // audit.file's, or nil
-	sink    audit.Sink           // every audit record goes here: audit.file's and WithAudit's, or nil
+	cfg      Config
+	opts     options
+	instance string // names this process in session records and sandbox labels
+	storage  *Storage
+	host     *host.Host
+	capt     *screenshot.Capturer // nil when screenshot.enabled is false
+	rec      *screenshot.Recorder // nil when screenshot.enabled is false
+	audit    *audit.Writer        // audit.file's, or nil
+	sink     audit.Sink           // every audit record goes here: audit.file's and WithAudit's, or nil
 
 	egress gatewayState // the egress gateway, made with the first session that needs it
 
@@ -198,6 +199,9 @@ type Toolhost struct {
 	leases   map[string]*projectLease // by project: the lease its open sessions share
 	fleet    *rootapi.FleetMember     // set when serving as a replica of a fleet (rootapi.SetFleet)
 
+	claimMu sync.Mutex
+	claimed map[string]bool // "project/session": records a session of this process took over
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -210,7 +214,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
-	t := &Toolhost{cfg: cloneConfig(cfg), opts: o}
+	t := &Toolhost{cfg: cloneConfig(cfg), opts: o, instance: newInstance()}
 	specs, err := t.pluginSpecs()
 	if err != nil {
 		return nil, err

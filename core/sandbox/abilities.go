@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -21,7 +22,8 @@ import (
 // convention net/http's ResponseController follows for ResponseWriter wrappers.
 //
 // Providers have optional abilities too: Handoff (and HandoffChecker), LifetimeBound,
-// ProjectScoped and Closer, found with ProviderAs through any provider wrapper
+// ProjectScoped, Closer, and for sandboxes that outlive the process that made them
+// Reconnector, Lister and Killer, found with ProviderAs through any provider wrapper
 // (ProviderWrapper). A Chain implements each over its members.
 
 // Wrapper is a Sandbox that runs on another one.
@@ -230,4 +232,60 @@ func CloseProvider(ctx context.Context, p Provider) error {
 		return c.Close(ctx)
 	}
 	return nil
+}
+
+// ErrGone: a provider was asked to reconnect to (or kill) a sandbox it no longer has: it
+// was killed, reached its end time, or never existed.
+var ErrGone = errors.New("the sandbox is gone")
+
+// ReconnectOptions configure a Reconnect.
+type ReconnectOptions struct {
+	// Timeout is how long the sandbox lives from now: its end time moves there unless it
+	// is already later (a provider never shortens a sandbox it reconnects to). Zero means
+	// the provider's default for new sandboxes; never the platform's own default (E2B's
+	// connect gives 300 s when none is sent).
+	Timeout time.Duration
+	// Labels the sandbox must carry (CreateOptions.Labels at its creation). A sandbox
+	// without every one of them, with its value, is refused with an error wrapping
+	// ErrForeign and left as it is: not resumed, not extended. An id read from a record
+	// that may be stale or hostile never reaches a sandbox of another project.
+	Labels map[string]string
+}
+
+// Reconnector is a provider whose sandboxes outlive the process that created them (E2B's
+// run on E2B's fleet): Reconnect attaches to a running sandbox by its ID, as another
+// process left it, files and background processes included. The Sandbox it returns is
+// indistinguishable from a created one: it runs commands, reads and writes files, lists
+// its processes and ports, serves previews and knows its lifetime; what ran before keeps
+// running (only its output that no one read while no client held it may be gone, so
+// background processes write to their log files). A sandbox the provider no longer has
+// gives an error wrapping ErrGone; an ID of another provider's sandbox, or one without
+// opts.Labels, an error wrapping ErrForeign.
+type Reconnector interface {
+	Reconnect(ctx context.Context, id string, opts ReconnectOptions) (Sandbox, error)
+}
+
+// SandboxInfo is a sandbox as a provider lists it.
+type SandboxInfo struct {
+	ID string
+	// Labels are the sandbox's (CreateOptions.Labels and the provider's own).
+	Labels map[string]string
+	// State is "running", or "paused" for a sandbox a provider keeps stopped.
+	State     string
+	StartedAt time.Time
+	EndsAt    time.Time
+}
+
+// Lister is a provider that can list its sandboxes, alive or paused, whichever process
+// created them: those that carry every label of filter, with its value (nil or empty:
+// all). A fleet finds with it the sandboxes of a project that a dead replica left.
+type Lister interface {
+	List(ctx context.Context, filter map[string]string) ([]SandboxInfo, error)
+}
+
+// Killer is a provider that can kill one of its sandboxes by ID, whichever process
+// created it (an orphan a dead replica left running). A sandbox that is gone already is
+// not an error; an ID of another provider's sandbox is an error wrapping ErrForeign.
+type Killer interface {
+	Kill(ctx context.Context, id string) error
 }

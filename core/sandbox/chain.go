@@ -46,6 +46,9 @@ var (
 	_ LifetimeBound  = (*Chain)(nil)
 	_ ProjectScoped  = (*Chain)(nil)
 	_ Closer         = (*Chain)(nil)
+	_ Reconnector    = (*Chain)(nil)
+	_ Lister         = (*Chain)(nil)
+	_ Killer         = (*Chain)(nil)
 )
 
 // MaxLifetime is the shortest bound of its members (a session may land on any of them),
@@ -160,4 +163,77 @@ func (c *Chain) CanHandoff(old Sandbox) bool {
 		}
 	}
 	return false
+}
+
+// Reconnect asks each member that is a Reconnector in turn; one that answers ErrForeign
+// (the ID is not of its sandboxes) gives way to the next. When none knows the sandbox
+// the error wraps ErrForeign (ErrUnsupported when no member can reconnect at all).
+func (c *Chain) Reconnect(ctx context.Context, id string, opts ReconnectOptions) (Sandbox, error) {
+	var foreign []string
+	for _, p := range c.Providers {
+		r, ok := ProviderAs[Reconnector](p.Provider)
+		if !ok {
+			continue
+		}
+		sb, err := r.Reconnect(ctx, id, opts)
+		if errors.Is(err, ErrForeign) {
+			foreign = append(foreign, p.Name+": "+err.Error())
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reconnect with %s: %w", p.Name, err)
+		}
+		return sb, nil
+	}
+	if len(foreign) == 0 {
+		return nil, fmt.Errorf("reconnect to sandbox %s: no provider in the chain can reconnect: %w", id, ErrUnsupported)
+	}
+	return nil, fmt.Errorf("reconnect to sandbox %s: %s: %w", id, strings.Join(foreign, "; "), ErrForeign)
+}
+
+// List lists the sandboxes of every member that is a Lister. A member that cannot list
+// now (ErrUnavailable) is logged and left out; any other error is returned.
+func (c *Chain) List(ctx context.Context, filter map[string]string) ([]SandboxInfo, error) {
+	var all []SandboxInfo
+	listed := false
+	for _, p := range c.Providers {
+		l, ok := ProviderAs[Lister](p.Provider)
+		if !ok {
+			continue
+		}
+		infos, err := l.List(ctx, filter)
+		if errors.Is(err, ErrUnavailable) {
+			c.log().Warn("sandbox provider cannot list its sandboxes now", "provider", p.Name, "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the sandboxes of %s: %w", p.Name, err)
+		}
+		listed = true
+		all = append(all, infos...)
+	}
+	if !listed {
+		return nil, fmt.Errorf("list sandboxes: no provider in the chain could: %w", ErrUnsupported)
+	}
+	return all, nil
+}
+
+// Kill asks each member that is a Killer in turn; one that answers ErrForeign gives way
+// to the next.
+func (c *Chain) Kill(ctx context.Context, id string) error {
+	for _, p := range c.Providers {
+		k, ok := ProviderAs[Killer](p.Provider)
+		if !ok {
+			continue
+		}
+		err := k.Kill(ctx, id)
+		if errors.Is(err, ErrForeign) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("kill with %s: %w", p.Name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("kill sandbox %s: no provider in the chain has it: %w", id, ErrForeign)
 }

@@ -130,3 +130,79 @@ func TestChainHandoffGoesToTheOwner(t *testing.T) {
 		t.Fatalf("handoff of a sandbox no provider made: %v", err)
 	}
 }
+
+// reconnectProvider knows the sandboxes in ids: it reconnects to, lists and kills them, and
+// answers ErrForeign for any other ID.
+type reconnectProvider struct {
+	fakeProvider
+	ids    map[string]map[string]string // id -> labels
+	killed []string
+}
+
+func (r *reconnectProvider) Reconnect(_ context.Context, id string, _ sandbox.ReconnectOptions) (sandbox.Sandbox, error) {
+	if _, ok := r.ids[id]; !ok {
+		return nil, fmt.Errorf("%s: %w", id, sandbox.ErrForeign)
+	}
+	return memsandbox.New(), nil
+}
+
+func (r *reconnectProvider) List(_ context.Context, filter map[string]string) ([]sandbox.SandboxInfo, error) {
+	var out []sandbox.SandboxInfo
+next:
+	for id, labels := range r.ids {
+		for k, v := range filter {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, sandbox.SandboxInfo{ID: id, Labels: labels})
+	}
+	return out, nil
+}
+
+func (r *reconnectProvider) Kill(_ context.Context, id string) error {
+	if _, ok := r.ids[id]; !ok {
+		return fmt.Errorf("%s: %w", id, sandbox.ErrForeign)
+	}
+	r.killed = append(r.killed, id)
+	return nil
+}
+
+// TestChainReconnectListKill: a chain reconnects to, lists and kills through the member that
+// knows the sandbox (ErrForeign from one gives way to the next; members without the ability
+// are passed over); one no member knows is ErrForeign, and a chain with no member able to
+// reconnect says ErrUnsupported.
+func TestChainReconnectListKill(t *testing.T) {
+	ctx := context.Background()
+	a := &reconnectProvider{ids: map[string]map[string]string{"a1": {"p": "x"}}}
+	b := &reconnectProvider{ids: map[string]map[string]string{"b1": {"p": "x"}, "b2": {"p": "y"}}}
+	c := sandbox.NewChain(slog.New(slog.DiscardHandler),
+		sandbox.Named{Name: "local", Provider: &fakeProvider{}}, sandbox.Named{Name: "a", Provider: a}, sandbox.Named{Name: "b", Provider: b})
+	r, ok := sandbox.ProviderAs[sandbox.Reconnector](c)
+	if !ok {
+		t.Fatal("a chain is not a Reconnector")
+	}
+	if _, err := r.Reconnect(ctx, "b1", sandbox.ReconnectOptions{}); err != nil {
+		t.Errorf("Reconnect to a sandbox of the second reconnecting member: %v", err)
+	}
+	if _, err := r.Reconnect(ctx, "zz", sandbox.ReconnectOptions{}); !errors.Is(err, sandbox.ErrForeign) {
+		t.Errorf("Reconnect to a sandbox no member knows: %v, want ErrForeign", err)
+	}
+	infos, err := c.List(ctx, map[string]string{"p": "x"})
+	if err != nil || len(infos) != 2 {
+		t.Errorf("List(p=x) = %+v, %v; want a1 and b1", infos, err)
+	}
+	if err := c.Kill(ctx, "b2"); err != nil || len(b.killed) != 1 || len(a.killed) != 0 {
+		t.Errorf("Kill(b2): %v; killed by a %v, by b %v", err, a.killed, b.killed)
+	}
+	if err := c.Kill(ctx, "zz"); !errors.Is(err, sandbox.ErrForeign) {
+		t.Errorf("Kill of a sandbox no member knows: %v, want ErrForeign", err)
+	}
+	none := sandbox.NewChain(nil, sandbox.Named{Name: "local", Provider: &fakeProvider{}})
+	if _, err := none.Reconnect(ctx, "a1", sandbox.ReconnectOptions{}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("Reconnect through a chain that cannot: %v, want ErrUnsupported", err)
+	}
+	if _, err := none.List(ctx, nil); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("List through a chain that cannot: %v, want ErrUnsupported", err)
+	}
+}

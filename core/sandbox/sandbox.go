@@ -118,6 +118,12 @@ type CreateOptions struct {
 	Egress *Egress
 	// Env is added to the environment of every process.
 	Env map[string]string
+	// Labels name the sandbox for whoever lists it later, from any process: a provider
+	// that keeps labels with its sandboxes (E2B's metadata) stores them, and its Lister
+	// filters by them and its Reconnector checks them; one that keeps none ignores them.
+	// A session labels its sandboxes with its project, its lease's epoch, its process
+	// and itself.
+	Labels map[string]string
 }
 
 // Sandbox is one isolated workspace. All methods are safe for concurrent use.

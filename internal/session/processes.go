@@ -35,11 +35,12 @@ const (
 
 // bgProc is a background process started through the session.
 type bgProc struct {
-	tag  string
-	argv []string
-	cwd  string
-	env  map[string]string
-	pid  int
+	tag     string
+	argv    []string
+	cwd     string
+	env     map[string]string // nil for one taken over: its record keeps none (plugins' secrets)
+	pid     int
+	logPath string
 }
 
 type bgState struct {
@@ -75,7 +76,8 @@ func (s *Session) remember(req sandbox.ExecRequest, proc sandbox.Process) {
 	if proc.ID == "" {
 		return // a provider without tags cannot restart it under the same name
 	}
-	p := &bgProc{tag: proc.ID, argv: slices.Clone(req.Argv), cwd: req.Cwd, env: maps.Clone(req.Env), pid: proc.PID}
+	p := &bgProc{tag: proc.ID, argv: slices.Clone(req.Argv), cwd: req.Cwd, env: maps.Clone(req.Env), pid: proc.PID, logPath: proc.LogPath}
+	defer s.changed()
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.procs = slices.DeleteFunc(s.bg.procs, func(o *bgProc) bool { return o.tag == p.tag })
@@ -113,6 +115,7 @@ func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgPr
 	for _, in := range infos {
 		alive[in.ID] = true
 	}
+	defer s.changed()
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.procs = slices.DeleteFunc(s.bg.procs, func(p *bgProc) bool { return !alive[p.tag] })
@@ -160,7 +163,7 @@ func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs 
 		}
 		started++
 		s.bg.mu.Lock()
-		p.pid = np.PID
+		p.pid, p.logPath = np.PID, np.LogPath
 		s.bg.mu.Unlock()
 		lines = append(lines, fmt.Sprintf("- %s, now pid %d, log %s: %s", np.ID, np.PID, np.LogPath, display(p.argv)))
 	}
@@ -206,6 +209,14 @@ func display(argv []string) string {
 		}
 		s = strings.Join(q, " ")
 	}
+	// What the agent sees of a command may come from a record in the store: no control
+	// character reaches it.
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return ' '
+		}
+		return r
+	}, s)
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 200 {
 		s = s[:200] + "..."

@@ -87,7 +87,22 @@ type Config struct {
 	// TempDir holds the local copy of a snapshot a rotation makes when it has to restore
 	// (so the work survives a store that is down); empty means os.TempDir().
 	TempDir string
-	Logger  *slog.Logger
+	// Takeover, when set, is what an earlier session of the project left when its process
+	// stopped without closing it: Open reconnects to its sandbox when it can, and else
+	// wakes from the last snapshot and tells the agent what was lost (takeover.go).
+	Takeover *Takeover
+	// Orphans, when set, names the sandboxes of the project an earlier holder left
+	// running, for the session to kill once it runs.
+	Orphans *Orphans
+	// OnChange is called whenever State may say something new (a sandbox created,
+	// replaced or reconnected; a background process or terminal started or ended). It
+	// may be called with the session's locks held: it must only signal, never block or
+	// call the session.
+	OnChange func()
+	// Autosave, when positive, commits the workspace that often (label AutosaveLabel):
+	// the most a death of this process can lose. Zero: only the caller's commits.
+	Autosave time.Duration
+	Logger   *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -144,6 +159,8 @@ type Session struct {
 
 	bg bgState // background processes to carry over (processes.go)
 
+	tookOver bool // Open reconnected to the sandbox of Config.Takeover
+
 	// local is the newest snapshot, when only this host has it: a last-call rotation
 	// packed it but the store would not take it. Guarded by localMu.
 	localMu sync.Mutex
@@ -165,25 +182,58 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, errors.New("session: Provider, Snapshots and ProjectID are required")
 	}
 	s := &Session{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID), clock: cfg.Clock}
-	sb, err := s.createRestored(ctx, "wake")
-	if err != nil {
-		return nil, err
+	var (
+		sb    sandbox.Sandbox
+		why   string
+		spare bool
+	)
+	if t := cfg.Takeover; t != nil {
+		var err error
+		if sb, why, spare, err = s.takeOver(ctx, t); err != nil {
+			return nil, fmt.Errorf("take over project %s: %w", cfg.ProjectID, err)
+		}
+		if sb != nil {
+			s.tookOver = true
+			s.log.Warn("session: took over the sandbox of an earlier session that stopped without closing",
+				"sandbox", sb.ID(), "recorded_by", t.Who, "recorded", t.When.UTC().Format(time.RFC3339))
+			s.adoptRecorded(ctx, sb, t)
+		}
+	}
+	if sb == nil {
+		var info snapshot.Info
+		var err error
+		if sb, info, err = s.createRestored(ctx, "wake"); err != nil {
+			return nil, err
+		}
+		if t := cfg.Takeover; t != nil {
+			s.log.Error("session: an earlier session of the project stopped without closing and its sandbox could not be taken over; woke from the last snapshot: work since it is lost",
+				"why", why, "recorded_sandbox", t.SandboxID, "recorded_by", t.Who, "recorded", t.When.UTC().Format(time.RFC3339),
+				"snapshot", info.Key, "lost_processes", len(t.Processes)+len(t.Terminals))
+			s.noticeLost(t, why, info, info.Key != "")
+		}
 	}
 	s.sb = sb
 	s.noteEnd(sb.EndsAt())
 	s.loopCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	s.wg.Go(func() { s.keepalive(s.loopCtx) })
+	if cfg.Autosave > 0 {
+		s.wg.Go(func() { s.autosave(s.loopCtx) })
+	}
+	if o := cfg.Orphans; o != nil && o.Orphan != nil && !spare {
+		s.wg.Go(func() { s.sweep(s.loopCtx, o) })
+	}
+	s.changed()
 	return s, nil
 }
 
 // createRestored creates a sandbox and restores the project's newest snapshot that
 // restores into it; a project without snapshots starts empty. A snapshot refused half way
 // leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
-func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, error) {
+func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, snapshot.Info, error) {
 	start := time.Now()
 	sb, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
+		return nil, snapshot.Info{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	created := time.Since(start)
 	tries := 0
@@ -203,9 +253,10 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 	switch {
 	case errors.Is(err, snapshot.ErrNoSnapshot):
 		s.log.Info("session: no snapshot to restore; starting empty", "why", why, "sandbox", sb.ID(), "create", created)
+		info = snapshot.Info{}
 	case err != nil:
 		sb.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("restore project %s: %w", s.cfg.ProjectID, err)
+		return nil, snapshot.Info{}, fmt.Errorf("restore project %s: %w", s.cfg.ProjectID, err)
 	default:
 		if len(info.Refused) > 0 {
 			s.log.Error("session: restored an older snapshot: the newer ones were refused", "why", why,
@@ -215,7 +266,7 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 		s.log.Info("session: restored", "why", why, "sandbox", sb.ID(), "snapshot", info.Key,
 			"create", created, "total", time.Since(start))
 	}
-	return sb, nil
+	return sb, info, nil
 }
 
 // closeLater closes a sandbox the session no longer uses, off the caller's path.
@@ -504,6 +555,7 @@ func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck b
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
 	s.rotations++
+	defer s.changed()
 	files := filesKept
 	if saveErr != nil && how == "restore" {
 		files = filesLost
@@ -560,7 +612,7 @@ func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *local
 	if !saved && local == nil && handoff {
 		return nil, "", errors.New("the workspace was not saved and could not be handed over")
 	}
-	next, err := s.createRestored(ctx, "rotation")
+	next, _, err := s.createRestored(ctx, "rotation")
 	if err != nil {
 		return nil, "", err
 	}
@@ -628,7 +680,7 @@ func (s *Session) recoverDead(ctx context.Context) {
 		}
 	}
 	if next == nil {
-		next, err = s.createRestored(ctx, "recover")
+		next, _, err = s.createRestored(ctx, "recover")
 	}
 	if err != nil {
 		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
@@ -650,6 +702,7 @@ const (
 
 // adopt makes next the session's sandbox after a death and restarts the processes.
 func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
+	defer s.changed()
 	s.sb = next
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
@@ -828,7 +881,7 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	running := s.runningProcs(ctx, old)
 	terms := s.runningTerms(ctx, old)
 	ports, _ := s.listeningOn(ctx, old)
-	next, err := s.createRestored(ctx, why)
+	next, _, err := s.createRestored(ctx, why)
 	if err != nil {
 		return err
 	}
@@ -837,5 +890,6 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	s.noteEnd(next.EndsAt())
 	s.retryAt = time.Time{}
 	s.restartProcs(ctx, next, running, terms, ports, why, "your files are as of the checkpoint you went back to")
+	s.changed()
 	return nil
 }

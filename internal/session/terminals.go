@@ -41,6 +41,7 @@ func (s *Session) StartTerminal(ctx context.Context, req sandbox.TerminalRequest
 	}
 	r := req
 	r.Argv, r.Env, r.Tag = slices.Clone(req.Argv), maps.Clone(req.Env), out.ID
+	defer s.changed()
 	s.bg.mu.Lock()
 	s.bg.terms = append(s.bg.terms, &termProc{req: r})
 	if n := len(s.bg.terms) - maxRemembered; n > 0 {
@@ -61,6 +62,9 @@ func (s *Session) TerminalIO(ctx context.Context, id string, input []byte, sig s
 		return t.TerminalIO(ctx, id, input, sig, w)
 	})
 	gone := out.Exited || errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
+	if gone {
+		defer s.changed()
+	}
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	i := slices.IndexFunc(s.bg.terms, func(t *termProc) bool { return t.req.Tag == id })
@@ -95,6 +99,7 @@ func (s *Session) runningTerms(ctx context.Context, old sandbox.Sandbox) []*term
 	for _, in := range infos {
 		alive[in.ID] = true
 	}
+	defer s.changed()
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.terms = slices.DeleteFunc(s.bg.terms, func(t *termProc) bool { return !alive[t.req.Tag] })

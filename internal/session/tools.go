@@ -46,6 +46,7 @@ func errNoBackground(sb sandbox.Sandbox) error {
 
 // forget drops a remembered background process.
 func (s *Session) forget(id string) {
+	defer s.changed()
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.procs = slices.DeleteFunc(s.bg.procs, func(p *bgProc) bool { return p.tag == id })

@@ -12,6 +12,7 @@
 //	projects/{project}/quarantine/{YYYYMMDDTHHMMSSZ}-{why}-{snapshot}    a damaged snapshot set aside:
 //	                            when, why ("damaged-pack"...) and the name it had under snapshots/
 //	projects/{project}/lease/{generation, 20 digits}                    the project lease
+//	projects/{project}/sessions/{session}.json                          a live session's record
 //	chunks/packs/{id[0:2]}/{id}                                         a pack of chunks
 //	chunks/index/{YYYYMMDDTHHMMSSZ}-{nonce}                             which chunks a save packed where
 //	chunks/gc/doomed/{YYYYMMDDTHHMMSSZ}-{nonce}                         packs a collection found unreferenced
@@ -175,6 +176,33 @@ func ParseQuarantineKey(key string) (project string, t time.Time, reason, snapsh
 
 // Lease is the folder of a project's lease generations, ending in "/".
 func Lease(project string) string { return Project(project) + "lease/" }
+
+// SessionStates is the folder of the records of a project's live sessions, ending in "/".
+func SessionStates(project string) string { return Project(project) + "sessions/" }
+
+// SessionState is the key of the record of one live session of project (its sandbox, its
+// background processes, who wrote it): what the next holder of the project takes over
+// from when the session's process died without closing it. Session ids are single path
+// segments (internal/sessionstate checks them).
+func SessionState(project, session string) string {
+	return SessionStates(project) + session + sessionStateSuffix
+}
+
+const sessionStateSuffix = ".json"
+
+// ParseSessionState reads a session record's key back: its session id, when key is one of
+// project's records.
+func ParseSessionState(project, key string) (session string, ok bool) {
+	rest, found := strings.CutPrefix(key, SessionStates(project))
+	if !found {
+		return "", false
+	}
+	session, found = strings.CutSuffix(rest, sessionStateSuffix)
+	if !found || session == "" || strings.Contains(session, "/") {
+		return "", false
+	}
+	return session, true
+}
 
 // LeaseGeneration is the key of a lease's generation n: zero-padded, so keys sort in
 // generation order.

@@ -14,6 +14,7 @@ func TestLayoutIsTodays(t *testing.T) {
 		Snapshots("shop"):            "projects/shop/snapshots/",
 		Lease("shop"):                "projects/shop/lease/",
 		LeaseGeneration("shop", 42):  "projects/shop/lease/00000000000000000042",
+		SessionState("shop", "s-1"):  "projects/shop/sessions/s-1.json",
 		Screenshots("shop", "agent"): "screenshots/shop/agent/",
 		Screenshots("shop", "auto"):  "screenshots/shop/auto/",
 		Plugin("bash"):               "plugins/bash/",
@@ -22,6 +23,14 @@ func TestLayoutIsTodays(t *testing.T) {
 	} {
 		if got != want {
 			t.Errorf("%q, want %q", got, want)
+		}
+	}
+	if s, ok := ParseSessionState("shop", SessionState("shop", "s-1")); !ok || s != "s-1" {
+		t.Errorf("ParseSessionState of its own key: %q %v", s, ok)
+	}
+	for _, k := range []string{"projects/shop/sessions/a/b.json", "projects/shop/sessions/.json", "projects/shop/sessions/x.txt", "projects/shop2/sessions/x.json"} {
+		if s, ok := ParseSessionState("shop", k); ok {
+			t.Errorf("ParseSessionState(%q) = %q", k, s)
 		}
 	}
 	if p := DoctorProbe("h", 7, 9); !strings.HasPrefix(p, "doctor/probe-h-7-9-") || p == DoctorProbe("h", 7, 9) {

@@ -7,8 +7,8 @@
 // listing, archive and extract (modes and times kept, what a restore would refuse left
 // out, hostile archives refused), previews, lifetime (end time, extension, shortening,
 // expiry, Close), what Create refuses, concurrency, host workspaces (mounted or refused),
-// and the optional abilities (port listing, process listing, archive reports, handoff)
-// when the provider has them.
+// and the optional abilities (port listing, process listing, archive reports, handoff,
+// reconnecting to, listing and killing sandboxes by ID) when the provider has them.
 //
 // Commands are POSIX sh scripts that use simple commands, quotes, $VAR, $1, ;, &&, || and
 // &, the redirections >, >> and >&2, and kill -9 $$, with echo, cat, pwd, sleep, yes,
@@ -66,6 +66,7 @@ func Run(t *testing.T, p sandbox.Provider) {
 	t.Run("Handoff", func(t *testing.T) { t.Parallel(); testHandoff(t, p) })
 	t.Run("ProcessLister", func(t *testing.T) { t.Parallel(); testProcessLister(t, p) })
 	t.Run("ArchiveReporter", func(t *testing.T) { t.Parallel(); testArchiveReporter(t, p) })
+	t.Run("Reconnect", func(t *testing.T) { t.Parallel(); testReconnect(t, p) })
 }
 
 // bound is how long the suite waits for anything before it calls it broken: a liveness
@@ -1244,5 +1245,116 @@ func testHandoff(t *testing.T, p sandbox.Provider) {
 	witness(t, next, 3)
 	if _, err := next.Stat(ctx, "late.txt"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("a process of the old sandbox survived the handoff (late.txt: %v)", err)
+	}
+}
+
+// testReconnect: a sandbox reached again by its ID, as a process that did not create it
+// reaches it (the creator's handle is left as a dead process leaves it), is the same
+// sandbox: its files, its background processes still running, its server previewed, its
+// lifetime known; a Reconnect never reaches a sandbox without the labels asked for, nor
+// one that is gone. With Lister and Killer: the sandbox is listed by its labels and
+// killed by its ID.
+func testReconnect(t *testing.T, p sandbox.Provider) {
+	r, ok := sandbox.ProviderAs[sandbox.Reconnector](p)
+	if !ok {
+		return // an optional ability
+	}
+	ctx := ctxFor(t)
+	label := fmt.Sprintf("reconnect-%d", rand.Int64())
+	labels := map[string]string{"sandboxtest": label, "sandboxtest_odd": "a b&c=d/é"}
+	first := create(t, p, sandbox.CreateOptions{Labels: labels})
+	write(t, first, "work/unsaved.txt", "written before the reconnect\n")
+	page := "<h1>still served</h1>\n"
+	write(t, first, "web/index.html", page)
+	const port = 8124
+	server, err := first.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-m", "http.server", fmt.Sprint(port)}, Cwd: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serves := func(sb sandbox.Sandbox) (string, bool) {
+		client := &http.Client{Timeout: 10 * time.Second}
+		var body string
+		ok := testenv.Eventually(func() bool {
+			u, err := sb.PreviewURL(ctx, port)
+			if err != nil {
+				return false
+			}
+			resp, err := client.Get(u.String() + "/index.html")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			return resp.StatusCode == http.StatusOK
+		})
+		return body, ok
+	}
+	if body, ok := serves(first); !ok || body != page {
+		t.Fatalf("the server never served before the reconnect (last body %q)", body)
+	}
+
+	if _, err := r.Reconnect(ctx, first.ID(), sandbox.ReconnectOptions{Timeout: 10 * time.Minute,
+		Labels: map[string]string{"sandboxtest": "another-project"}}); !errors.Is(err, sandbox.ErrForeign) {
+		t.Errorf("Reconnect with labels the sandbox lacks: %v, want ErrForeign", err)
+	}
+	again, err := r.Reconnect(ctx, first.ID(), sandbox.ReconnectOptions{Timeout: 10 * time.Minute, Labels: labels})
+	if err != nil {
+		t.Fatalf("Reconnect: %v", err)
+	}
+	if again.ID() != first.ID() {
+		t.Errorf("Reconnect(%s) gave sandbox %s", first.ID(), again.ID())
+	}
+	if got := read(t, again, "work/unsaved.txt"); got != "written before the reconnect\n" {
+		t.Errorf("a file written before the reconnect: %q", got)
+	}
+	if res := sh(t, again, "cat work/unsaved.txt"); string(res.Stdout) != "written before the reconnect\n" {
+		t.Errorf("the file through a command: %+v", res)
+	}
+	if pl, ok := sandbox.As[sandbox.ProcessLister](again); ok {
+		procs, err := pl.Processes(ctx)
+		if err != nil {
+			t.Errorf("Processes: %v", err)
+		}
+		if !slices.ContainsFunc(procs, func(pi sandbox.ProcessInfo) bool { return pi.ID == server.ID && pi.PID == server.PID }) {
+			t.Errorf("Processes after the reconnect: %+v, want %s (pid %d)", procs, server.ID, server.PID)
+		}
+	}
+	if body, ok := serves(again); !ok || body != page {
+		t.Errorf("the server started before the reconnect does not answer after it (last body %q)", body)
+	}
+	if d := again.StartedAt().Sub(first.StartedAt()); d > time.Second || d < -time.Second {
+		t.Errorf("StartedAt after the reconnect: %s, the creator saw %s", again.StartedAt(), first.StartedAt())
+	}
+	if left := time.Until(again.EndsAt()); left < 9*time.Minute {
+		t.Errorf("the reconnected sandbox ends in %s, want at least the 10 min asked for (less the test's time)", left)
+	}
+
+	if l, ok := sandbox.ProviderAs[sandbox.Lister](p); ok {
+		infos, err := l.List(ctx, labels)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		if len(infos) != 1 || infos[0].ID != first.ID() || infos[0].Labels["sandboxtest_odd"] != labels["sandboxtest_odd"] ||
+			infos[0].StartedAt.IsZero() || !infos[0].EndsAt.After(time.Now()) {
+			t.Errorf("List(%v): %+v, want only %s with its labels and times", labels, infos, first.ID())
+		}
+		if infos, err := l.List(ctx, map[string]string{"sandboxtest": label, "sandboxtest_odd": "a b"}); err != nil || len(infos) != 0 {
+			t.Errorf("List with a value the sandbox does not have: %+v %v, want none", infos, err)
+		}
+	}
+	if k, ok := sandbox.ProviderAs[sandbox.Killer](p); ok {
+		if err := k.Kill(ctx, first.ID()); err != nil {
+			t.Fatalf("Kill: %v", err)
+		}
+		if err := k.Kill(ctx, first.ID()); err != nil {
+			t.Errorf("Kill of a sandbox killed already: %v, want none", err)
+		}
+		if _, err := r.Reconnect(ctx, first.ID(), sandbox.ReconnectOptions{Labels: labels}); !errors.Is(err, sandbox.ErrGone) {
+			t.Errorf("Reconnect after Kill: %v, want ErrGone", err)
+		}
+	}
+	if _, err := r.Reconnect(ctx, "no-such-sandbox", sandbox.ReconnectOptions{}); !errors.Is(err, sandbox.ErrGone) && !errors.Is(err, sandbox.ErrForeign) {
+		t.Errorf("Reconnect to an ID no sandbox has: %v, want ErrGone or ErrForeign", err)
 	}
 }

@@ -90,6 +90,11 @@ func (a *api) do(ctx context.Context, op, id, method, path string, q url.Values,
 
 // send is do with the answer's beginning (the response header) bounded by within when > 0.
 func (a *api) send(ctx context.Context, within time.Duration, op, id, method, path string, q url.Values, in, out any) (int, error) {
+	return a.sendHeader(ctx, within, op, id, method, path, q, in, out, nil)
+}
+
+// sendHeader is send that also gives the answer's header (hdr, when not nil).
+func (a *api) sendHeader(ctx context.Context, within time.Duration, op, id, method, path string, q url.Values, in, out any, hdr *http.Header) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	var body []byte
@@ -157,6 +162,9 @@ func (a *api) send(ctx context.Context, within time.Duration, op, id, method, pa
 			}
 			return resp.StatusCode, &APIError{Status: resp.StatusCode, Op: op, Sandbox: id,
 				Message: fmt.Sprintf("rate limited (Retry-After %q), and the wait would pass the request's deadline", resp.Header.Get("Retry-After"))}
+		}
+		if hdr != nil {
+			*hdr = resp.Header.Clone()
 		}
 		err = decode(resp, op, out)
 		if e, ok := err.(*APIError); ok {

@@ -3,8 +3,9 @@
 // without the official SDK:
 //
 //   - the control plane, E2B's REST API (X-API-Key): create (POST /v2/sandboxes), get
-//     (for endAt), set timeout, kill, templates; a 429 is retried after its Retry-After
-//     within the request's deadline;
+//     (for endAt), set timeout, kill, templates, and for a sandbox another process created
+//     connect, list by metadata and kill by ID (reconnect.go); a 429 is retried after its
+//     Retry-After within the request's deadline;
 //   - the data plane, the envd daemon in each sandbox, through the same client.Client the
 //     local provider uses, addressed at https://49983-{id}.{domain} (or at one sandbox
 //     URL with the E2b-Sandbox-Id and E2b-Sandbox-Port headers) with X-Access-Token.
@@ -41,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
@@ -347,6 +349,7 @@ func (p *Provider) create(ctx context.Context, opts sandbox.CreateOptions, proje
 	if meta == nil {
 		meta = map[string]string{}
 	}
+	maps.Copy(meta, opts.Labels) // the provider's own keys below win
 	meta["toolhost"] = "1"
 	if p.cfg.Host != "" {
 		meta["host"] = p.cfg.Host
@@ -465,6 +468,11 @@ func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 	for k := range opts.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return 0, fmt.Errorf("invalid environment variable name %q", k)
+		}
+	}
+	for k, v := range opts.Labels {
+		if k == "" || len(k) > 256 || len(v) > 1024 || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return 0, fmt.Errorf("invalid label %q (a name of 1 to 256 bytes and a value of at most 1024, in UTF-8)", k)
 		}
 	}
 	if opts.Workspace != "" {

@@ -451,6 +451,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, v2 bool) {
 	sb.endAt = sb.startedAt.Add(time.Duration(timeout) * time.Second)
 	sb.arm()
 	sb.mu.Unlock()
+	s.mu.Lock()
+	s.created++
+	s.mu.Unlock()
 	if s.isClosing() {
 		sb.stop(context.Background())
 		apiError(w, http.StatusServiceUnavailable, "shutting down")
@@ -745,11 +748,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, v2 bool) {
 			}
 		}
 	}
-	var meta url.Values
-	if v := q.Get("metadata"); v != "" {
+	var meta map[string]string
+	if q.Has("metadata") {
 		var err error
-		if meta, err = url.ParseQuery(v); err != nil {
-			apiError(w, http.StatusBadRequest, "Error when parsing metadata: "+err.Error())
+		if meta, err = parseMetadataFilter(q.Get("metadata")); err != nil {
+			apiError(w, http.StatusBadRequest, "Error parsing metadata: error parsing metadata: "+err.Error())
 			return
 		}
 	}
@@ -795,13 +798,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, v2 bool) {
 		if !after.IsZero() && sb.startedAt.Before(after) {
 			continue
 		}
-		match := true
-		for k, vs := range meta {
-			if sb.metadata[k] != vs[0] {
-				match = false
-			}
-		}
-		if match {
+		if meta == nil || matchesMetadata(sb.metadata, meta) {
 			items = append(items, d)
 		}
 	}
@@ -839,6 +836,46 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, v2 bool) {
 		w.Header().Set("X-Total-Running", strconv.Itoa(totalRunning))
 	}
 	writeJSON(w, http.StatusOK, orEmptyList(page))
+}
+
+// parseMetadataFilter reads the metadata parameter of a list as E2B's API does: the
+// parameter's value (already unescaped once as a query parameter) is unescaped again,
+// split into key=value pairs at each & and =, exactly two parts each, and each key and
+// value unescaped once more. The official SDKs escape to match: each key and value, then
+// the pairs as a query, then that query as the parameter's value.
+func parseMetadataFilter(v string) (map[string]string, error) {
+	v, err := url.QueryUnescape(v)
+	if err != nil {
+		return nil, fmt.Errorf("error when unescaping query: %w", err)
+	}
+	filter := map[string]string{}
+	for pair := range strings.SplitSeq(v, "&") {
+		parts := strings.Split(pair, "=")
+		if len(parts) != 2 {
+			return nil, fmt.Errorf("invalid key value pair in query")
+		}
+		key, err := url.QueryUnescape(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("error when unescaping key: %w", err)
+		}
+		value, err := url.QueryUnescape(parts[1])
+		if err != nil {
+			return nil, fmt.Errorf("error when unescaping value: %w", err)
+		}
+		filter[key] = value
+	}
+	return filter, nil
+}
+
+// matchesMetadata: a sandbox matches a filter when it has every key with the value (a
+// key it lacks matches no value, not even the empty one).
+func matchesMetadata(md, filter map[string]string) bool {
+	for k, v := range filter {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 func orEmptyList(l []map[string]any) []map[string]any {

@@ -7,7 +7,8 @@
 // provider through its Config.
 //
 // Control plane (X-API-Key): create (POST /v2/sandboxes, and the deprecated v1), get,
-// list (GET /v2/sandboxes with paging and filters, and v1), set timeout, refreshes, kill,
+// list (GET /v2/sandboxes with paging and filters, the metadata filter parsed as E2B
+// parses it, and v1), set timeout, refreshes, kill,
 // pause, resume and connect (v1 and v2), metrics (one sandbox and several), templates,
 // health; errors as E2B's {"code","message"} with its statuses and texts; sandboxes
 // expire at endAt (killed, or paused with autoPause).
@@ -105,6 +106,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox
+	created   int // sandboxes created (Created)
 	faults    []*activeFault
 	closing   chan struct{}
 	closed    bool

@@ -182,6 +182,14 @@ func (s *Server) SandboxIDs() []string {
 	return ids
 }
 
+// Created counts the sandboxes the fake created since it started (a resume or a connect
+// creates none): a test sees that a client reconnected instead of creating.
+func (s *Server) Created() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.created
+}
+
 // admin serves the fault controls for clients in other processes:
 //
 //	POST   /_fake/faults            a Fault as JSON: armed

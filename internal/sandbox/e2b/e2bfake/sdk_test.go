@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,9 @@ func sdkDir(t *testing.T) (node, dir string) {
 }
 
 // The official E2B JavaScript SDK (npm e2b, pinned) drives the fake: create, run a
-// command, write and read a file, set a timeout, kill. Over plain HTTP and over HTTPS
+// command, write and read a file, set a timeout, connect from a second client (files and
+// background processes there, the end only ever extended), list by metadata (escaping,
+// several keys, a missing key, the state filter), kill. Over plain HTTP and over HTTPS
 // (the fake's CA given to Node with NODE_EXTRA_CA_CERTS).
 func TestOfficialSDK(t *testing.T) {
 	node, dir := sdkDir(t)
@@ -112,6 +115,24 @@ func TestOfficialSDK(t *testing.T) {
 				RunningAfter  bool              `json:"runningAfterKill"`
 				InfoAfterKill string            `json:"infoAfterKill"`
 				KilledAgain   bool              `json:"killedAgain"`
+
+				ServerPID        int               `json:"serverPid"`
+				ConnectedID      string            `json:"connectedId"`
+				ConnectedRead    string            `json:"connectedRead"`
+				ConnectedPIDs    []int             `json:"connectedPids"`
+				ConnectExtended  int               `json:"connectExtendedSeconds"`
+				ShortConnectKept bool              `json:"shortConnectKeptEnd"`
+				ListOdd          []string          `json:"listOdd"`
+				ListEpoch        []string          `json:"listEpoch"`
+				ListBoth         []string          `json:"listBoth"`
+				ListWrongEpoch   []string          `json:"listWrongEpoch"`
+				ListMissingKey   []string          `json:"listMissingKey"`
+				ListRunning      []string          `json:"listRunning"`
+				ListPaused       []string          `json:"listPaused"`
+				ListedMetadata   map[string]string `json:"listedMetadata"`
+				OddID            string            `json:"oddId"`
+				ShopID           string            `json:"shopId"`
+				ConnectAfterKill string            `json:"connectAfterKill"`
 			}
 			if err := json.Unmarshal(out, &got); err != nil {
 				t.Fatalf("decode the SDK's report %q: %v", out, err)
@@ -134,6 +155,18 @@ func TestOfficialSDK(t *testing.T) {
 				{got.Extended > 400 && got.Extended <= 600, "setTimeout moved endAt (by ~480 s)"},
 				{got.Metadata["from"] == "official-sdk" && got.State == "running" && got.Running && got.InList, "getInfo, isRunning and list see the sandbox"},
 				{got.Killed && !got.RunningAfter && got.InfoAfterKill == "SandboxNotFoundError" && !got.KilledAgain, "kill ends it: not running, not found, a second kill finds nothing"},
+				{got.ConnectedID == got.ID && got.ConnectedRead == got.Read, "Sandbox.connect reaches the sandbox and its files"},
+				{got.ServerPID > 0 && slices.Contains(got.ConnectedPIDs, got.ServerPID), "the connected client lists the background process started by the first"},
+				{got.ConnectExtended > 200 && got.ConnectExtended <= 400, "a connect with a longer timeout extends the end (by ~300 s)"},
+				{got.ShortConnectKept, "a connect with a shorter timeout leaves the end as it was"},
+				{got.ConnectAfterKill == "SandboxNotFoundError", "connect to a killed sandbox is a SandboxNotFoundError"},
+				{slices.Equal(got.ListOdd, []string{got.OddID}), "a metadata value with &, =, /, +, %, a space and ü filters exactly"},
+				{slices.Equal(got.ListEpoch, sorted(got.OddID, got.ShopID)), "one key filters every sandbox that has it"},
+				{slices.Equal(got.ListBoth, []string{got.ShopID}), "two keys filter the sandbox that has both"},
+				{len(got.ListWrongEpoch) == 0, "a wrong value filters nothing"},
+				{len(got.ListMissingKey) == 0, "a key no sandbox has matches none, even with an empty value"},
+				{slices.Equal(got.ListRunning, []string{got.ShopID}) && len(got.ListPaused) == 0, "the state filter applies with the metadata filter"},
+				{got.ListedMetadata["toolhost_project"] == "shop & co=1/ü+%" && got.ListedMetadata["toolhost_epoch"] == "7", "the listing returns the metadata as given"},
 			}
 			for _, c := range checks {
 				if !c.ok {
@@ -146,6 +179,8 @@ func TestOfficialSDK(t *testing.T) {
 		})
 	}
 }
+
+func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 
 // The official SDK's network options are honoured by the fake's sandboxes, which reach
 // nothing but what they allow, through the egress gateway, on the test's own internet.

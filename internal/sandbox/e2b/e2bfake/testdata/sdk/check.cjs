@@ -83,6 +83,40 @@ async function main() {
   const page = await Sandbox.list().nextItems();
   out.inList = page.some((s) => s.sandboxId === out.id);
 
+  // Connect: another client (as another process would) reaches the running sandbox by its
+  // ID, its files and background processes as they are. A connect only ever extends.
+  const server = await sbx.commands.run('sleep 600', { background: true });
+  out.serverPid = server.pid;
+  const again = await Sandbox.connect(out.id, { timeoutMs: 900_000 });
+  out.connectedId = again.sandboxId;
+  out.connectedRead = await again.files.read('/home/user/dir/hello.txt');
+  out.connectedPids = (await again.commands.list()).map((p) => p.pid);
+  const endConnected = new Date((await again.getInfo()).endAt);
+  out.connectExtendedSeconds = Math.round((endConnected - new Date(info.endAt)) / 1000);
+  await Sandbox.connect(out.id, { timeoutMs: 60_000 });
+  out.shortConnectKeptEnd = new Date((await again.getInfo()).endAt).getTime() === endConnected.getTime();
+  await again.commands.kill(server.pid);
+
+  // List by metadata: keys and values with characters a query escapes, several keys, a
+  // key a sandbox lacks (matches no value, not even the empty one), and the state filter.
+  const odd = 'shop & co=1/ü+%';
+  const a = await Sandbox.create({ timeoutMs: 120_000, metadata: { toolhost_project: odd, toolhost_epoch: '7' } });
+  const b = await Sandbox.create({ timeoutMs: 120_000, metadata: { toolhost_project: 'shop', toolhost_epoch: '7' } });
+  const ids = async (query) => (await Sandbox.list({ query }).nextItems()).map((s) => s.sandboxId).sort();
+  out.listOdd = await ids({ metadata: { toolhost_project: odd } });
+  out.listEpoch = await ids({ metadata: { toolhost_epoch: '7' } });
+  out.listBoth = await ids({ metadata: { toolhost_project: 'shop', toolhost_epoch: '7' } });
+  out.listWrongEpoch = await ids({ metadata: { toolhost_project: 'shop', toolhost_epoch: '8' } });
+  out.listMissingKey = await ids({ metadata: { nokey: '' } });
+  out.listRunning = await ids({ metadata: { toolhost_project: 'shop' }, state: ['running'] });
+  out.listPaused = await ids({ metadata: { toolhost_project: 'shop' }, state: ['paused'] });
+  const listed = (await Sandbox.list({ query: { metadata: { toolhost_project: odd } } }).nextItems())[0];
+  out.listedMetadata = listed ? listed.metadata : null;
+  out.oddId = a.sandboxId;
+  out.shopId = b.sandboxId;
+  await a.kill();
+  await b.kill();
+
   // Kill.
   out.killed = await sbx.kill();
   out.runningAfterKill = await sbx.isRunning();
@@ -93,6 +127,12 @@ async function main() {
     out.infoAfterKill = errName(e);
   }
   out.killedAgain = await Sandbox.kill(out.id);
+  try {
+    await Sandbox.connect(out.id, { timeoutMs: 60_000 });
+    out.connectAfterKill = 'connected';
+  } catch (e) {
+    out.connectAfterKill = errName(e);
+  }
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
