@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
@@ -57,6 +58,10 @@ type Session struct {
 	tools   *host.Session
 	wake    *wakeRecorder
 	lease   *projectLease // nil when leases are off
+	// store is where the session writes: the store, fenced by the lease (lease.Fence)
+	// when leases are on; snaps is the snapshot manager on it.
+	store store.Store
+	snaps *snapshot.Manager
 
 	closeOnce sync.Once // gives the lease up once
 }
@@ -126,10 +131,25 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if err != nil {
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
-	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
+	// Every store write of the session goes through one fenced store: its snapshots
+	// (archives, packs, indexes, manifests, retention's deletes, rewinds), its
+	// screenshots, its plugins' store calls. Once the lease is lost they are refused, and
+	// a write under way ends with the lease.
+	st, snaps := t.storage.store, t.storage.snaps
+	var fence func() error
+	if ls != nil {
+		st = lease.Fence(st, ls.l)
+		snaps = snaps.WithStore(st)
+		fence = ls.check
+	}
+	wake := &wakeRecorder{snaps: snaps, hostDir: ws != "", lease: ls}
+	hostOpts := []host.SessionOption{host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port), host.WithStore(st)}
 	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
 	if t.rec != nil {
-		auto = capture.Of(t.rec)
+		rec := *t.rec
+		rec.Store = st
+		auto = capture.Of(&rec)
+		hostOpts = append(hostOpts, host.WithCapturer(capture.Of(&rec)))
 	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
@@ -143,13 +163,14 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		MaxLifetime:     maxLife,
 		Screenshots:     auto,
 		Logger:          log,
+		Fence:           fence,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
-	tools := t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
+	tools := t.host.OpenSession(live, hostOpts...)
 	opened = true
-	return &Session{th: t, project: project, live: live, tools: tools, wake: wake, lease: ls}, nil
+	return &Session{th: t, project: project, live: live, tools: tools, wake: wake, lease: ls, store: st, snaps: snaps}, nil
 }
 
 // projectLease is a project's lease, shared by the sessions of one Toolhost that have
@@ -276,7 +297,7 @@ func (e *projectLease) check() error {
 	if e == nil {
 		return nil
 	}
-	if err := e.l.Err(); err != nil {
+	if err := e.l.Fence(); err != nil {
 		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
 	}
 	return nil
@@ -375,7 +396,7 @@ func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
 	if s.wake.hostDir {
 		return Rewound{}, errors.New("rewinding: the workspace is a host directory, which is its own state; restore a snapshot into it with toolhost snapshot restore")
 	}
-	snaps := s.th.storage.snaps
+	snaps := s.snaps
 	target, err := snaps.Resolve(ctx, s.project, key)
 	if err != nil {
 		return Rewound{}, fmt.Errorf("rewinding: %w", err)
