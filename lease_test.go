@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
@@ -110,10 +111,12 @@ func TestLeaseTwoHosts(t *testing.T) {
 
 // putGeneration writes a lease generation as another host would have.
 func putGeneration(t *testing.T, st store.Store, project string, gen int, host string, expires time.Time) {
-	t.Helper()
+	if t != nil {
+		t.Helper()
+	}
 	body, _ := json.Marshal(map[string]any{"host": host, "pid": 4242, "id": "feedface", "since": expires.Add(-time.Hour), "expires": expires})
 	key := fmt.Sprintf("%s%020d", lease.Prefix(project), gen)
-	if _, err := st.Put(context.Background(), key, strings.NewReader(string(body)), store.PutOptions{Size: int64(len(body)), IfNotExists: true}); err != nil {
+	if _, err := st.Put(context.Background(), key, strings.NewReader(string(body)), store.PutOptions{Size: int64(len(body)), IfNotExists: true}); err != nil && t != nil {
 		t.Fatal(err)
 	}
 }
@@ -256,4 +259,82 @@ func TestLeaseStoreWithoutConditionalWrites(t *testing.T) {
 	if objs, err := store.ListAll(context.Background(), th.Storage().Store(), lease.Prefix("shop")); err != nil || len(objs) != 0 {
 		t.Errorf("lease objects on a store that cannot keep them: %v %v", objs, err)
 	}
+}
+
+// losingStore is a host's store whose project lease is lost during the first write of a
+// save once armed: another host's generation appears, the holder's renewal finds it,
+// and the write (under way meanwhile) goes on only once its context ended, as a store
+// call under way does.
+type losingStore struct {
+	store.Store
+	armed atomic.Bool
+	lost  func() bool // the holder knows it lost the lease
+	hit   atomic.Int32
+}
+
+func (l *losingStore) Put(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.ObjectInfo, error) {
+	if strings.Contains(key, "/lease/") || strings.HasPrefix(key, "lease-probe/") || !l.armed.Load() {
+		return l.Store.Put(ctx, key, r, opts)
+	}
+	if l.hit.Add(1) == 1 {
+		putGeneration(nil, l.Store, "shop", 1<<40, "usurper", time.Now().Add(time.Hour))
+		if !testenv.Eventually(l.lost) {
+			return store.ObjectInfo{}, errors.New("test: the holder never noticed the takeover")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(testenv.HangBound):
+			return store.ObjectInfo{}, errors.New("test: the write's context outlived the lease")
+		}
+	}
+	return l.Store.Put(ctx, key, r, opts)
+}
+
+// TestLeaseFencesWrites: a session's writes carry its lease's epoch and holder; a save
+// under way when the lease is lost (past the session's own check) is cut short and
+// refused by the fenced store, and stores nothing.
+func TestLeaseFencesWrites(t *testing.T) {
+	leaseStores(t, func(t *testing.T, cfg Config) {
+		ctx := context.Background()
+		cfg.Lease.Renew = 10 * time.Millisecond
+		th := newToolhost(t, cfg)
+		ls := &losingStore{Store: th.storage.store}
+		th.storage.store = ls
+		s := open(t, th, SessionOptions{Project: "shop"})
+		ls.lost = func() bool { return s.leaseErr() != nil }
+		expect(t, s, "write_file", `{"path": "a.txt", "content": "one"}`, false)
+		saved, err := s.Commit(ctx, "one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := s.lease.l
+		oi, err := th.Storage().Store().Head(ctx, saved.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md := oi.Metadata; md[lease.MetaEpoch] != strconv.FormatUint(l.Epoch(), 10) || md[lease.MetaHolder] != l.Holder().ID || md[lease.MetaTime] == "" {
+			t.Errorf("the snapshot's metadata %v does not name its writer (epoch %d, holder %s)", md, l.Epoch(), l.Holder().ID)
+		}
+
+		expect(t, s, "write_file", `{"path": "b.txt", "content": "two"}`, false)
+		before, err := th.Storage().Snapshots(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.armed.Store(true)
+		info2, err := s.live.Commit(ctx, "two") // past Session.Commit's own check, as a save under way is
+		if !errors.Is(err, lease.ErrFenced) || !errors.Is(err, lease.ErrLost) || ls.hit.Load() != 1 {
+			t.Fatalf("a save under way at the loss: %v (%d writes tried), want ErrFenced, one write (%+v)", err, ls.hit.Load(), info2)
+		}
+		after, err := th.Storage().Snapshots(ctx, "shop")
+		if err != nil || len(after) != len(before) {
+			t.Errorf("snapshots after the fenced save: %v %v, want the %d from before", after, err, len(before))
+		}
+		if _, err := s.Commit(ctx, "three"); !errors.Is(err, lease.ErrFenced) {
+			t.Errorf("a commit after the loss: %v, want ErrFenced", err)
+		}
+		if _, err := s.live.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, lease.ErrFenced) {
+			t.Errorf("a sandbox operation after the loss: %v, want ErrFenced", err)
+		}
+	})
 }

@@ -42,6 +42,9 @@ func init() {
 		th := t.(*Toolhost)
 		th.leaseMu.Lock()
 		th.fleet = &m
+		// The replica's instance names its sessions' records and sandboxes too, so a
+		// record's writer is the replica a fleet's status lists.
+		th.instance = m.Instance
 		th.leaseMu.Unlock()
 	}
 }

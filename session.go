@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/lease"
@@ -62,6 +63,10 @@ type Session struct {
 	lease   *projectLease // nil when leases are off
 	rec     *recorder     // keeps the session's record in the store (sessionrecord.go)
 	log     *slog.Logger
+	// store is where the session writes: the store, fenced by the lease (lease.Fence)
+	// when leases are on; snaps is the snapshot manager on it.
+	store store.Store
+	snaps *snapshot.Manager
 
 	recordOnce sync.Once // stops the recorder and deletes the record once
 	closeOnce  sync.Once // gives the lease up once
@@ -132,16 +137,31 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	if err != nil {
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
-	wake := &wakeRecorder{snaps: t.storage.snaps, hostDir: ws != "", lease: ls}
+	// Every store write of the session goes through one fenced store: its snapshots
+	// (archives, packs, indexes, manifests, retention's deletes, rewinds), its
+	// screenshots, its plugins' store calls. Once the lease is lost they are refused, and
+	// a write under way ends with the lease.
+	st, snaps := t.storage.store, t.storage.snaps
+	var fence func() error
+	if ls != nil {
+		st = lease.Fence(st, ls.l)
+		snaps = snaps.WithStore(st)
+		fence = ls.check
+	}
+	wake := &wakeRecorder{snaps: snaps, hostDir: ws != "", lease: ls}
+	hostOpts := []host.SessionOption{host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port), host.WithStore(st)}
 	var auto session.AutoCapturer // nil unless screenshots are on: never a typed nil
 	if t.rec != nil {
-		auto = capture.Of(t.rec)
+		rec := *t.rec
+		rec.Store = st
+		auto = capture.Of(&rec)
+		hostOpts = append(hostOpts, host.WithCapturer(capture.Of(&rec)))
 	}
 	// The session's record, and its sandboxes' labels: what the next holder of the
 	// project takes over from if this process dies (sessionrecord.go). A workspace on a
 	// host directory is its own state: nothing to take over.
 	epoch := epochOf(ls)
-	s := &Session{th: t, project: project, id: newSessionID(), wake: wake, lease: ls, log: log}
+	s := &Session{th: t, project: project, id: newSessionID(), wake: wake, lease: ls, log: log, store: st, snaps: snaps}
 	s.rec = newRecorder(s)
 	var tk takeover
 	if ws == "" {
@@ -173,12 +193,13 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		OnChange:        s.rec.changed,
 		Autosave:        cfg.Session.Autosave,
 		Logger:          log,
+		Fence:           fence,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
 	s.live = live
-	s.tools = t.host.OpenSession(live, host.WithProject(project), host.WithDefaultPort(cfg.Screenshot.Port))
+	s.tools = t.host.OpenSession(live, hostOpts...)
 	if tk.to != nil {
 		s.adoptCarried(tk.rec)
 	}
@@ -186,7 +207,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	s.rec.flush(ctx)
 	s.rec.start()
 	if tk.to != nil && s.leaseErr() == nil {
-		if err := sessionstate.Delete(ctx, t.recordStore(), project, tk.rec.Session); err != nil {
+		if err := sessionstate.Delete(ctx, st, project, tk.rec.Session); err != nil {
 			log.Warn("the record this session took over from could not be deleted", "project", project, "session", tk.rec.Session, "err", err)
 		}
 	}
@@ -262,7 +283,7 @@ func (t *Toolhost) takeLease(ctx context.Context, project string, log *slog.Logg
 
 	lc := lease.Config{Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew, Host: hostName(), Logger: log}
 	if fleet != nil {
-		lc.Instance, lc.Addr = fleet.Instance, fleet.Addr
+		lc.Instance, lc.Addr, lc.Probe = fleet.Instance, fleet.Addr, fleet.Probe
 	}
 	l, err := lease.Acquire(ctx, lc, project)
 	t.leaseMu.Lock()
@@ -321,7 +342,7 @@ func (e *projectLease) check() error {
 	if e == nil {
 		return nil
 	}
-	if err := e.l.Err(); err != nil {
+	if err := e.l.Fence(); err != nil {
 		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
 	}
 	return nil
@@ -422,7 +443,7 @@ func (s *Session) Rewind(ctx context.Context, key string) (Rewound, error) {
 	if s.wake.hostDir {
 		return Rewound{}, errors.New("rewinding: the workspace is a host directory, which is its own state; restore a snapshot into it with toolhost snapshot restore")
 	}
-	snaps := s.th.storage.snaps
+	snaps := s.snaps
 	target, err := snaps.Resolve(ctx, s.project, key)
 	if err != nil {
 		return Rewound{}, fmt.Errorf("rewinding: %w", err)
@@ -453,7 +474,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// the lease leaves the record alone: it is the new holder's.
 		s.rec.close()
 		if s.leaseErr() == nil {
-			if err := sessionstate.Delete(ctx, s.th.recordStore(), s.project, s.id); err != nil {
+			if err := sessionstate.Delete(ctx, s.store, s.project, s.id); err != nil {
 				s.log.Warn("the closed session's record could not be deleted; the next session will find it and take over from it", "project", s.project, "err", err)
 			}
 		}

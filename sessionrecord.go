@@ -49,7 +49,8 @@ func newSessionID() string {
 	return "s-" + hex.EncodeToString(b[:])
 }
 
-// recordStore is where a session's record goes: the session's store.
+// recordStore is where sessions' records are read from (each session writes its own
+// through its fenced store, Session.store).
 func (t *Toolhost) recordStore() store.Store { return t.storage.store }
 
 // epochOf is the lease epoch a session holds its project at (0: leases off).
@@ -297,7 +298,7 @@ func (r *recorder) flush(ctx context.Context) {
 	}
 	rec.WrittenAt = time.Now().UTC()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := sessionstate.Write(wctx, s.th.recordStore(), rec)
+	err := sessionstate.Write(wctx, s.store, rec)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()

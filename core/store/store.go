@@ -29,6 +29,11 @@ var (
 	// ErrChecksum: the bytes read do not match the checksum the store holds for the
 	// object (reported by reads from Get, when the backend validates).
 	ErrChecksum = errors.New("object checksum mismatch")
+	// ErrFenced: a store wrapper refused a write before sending it, or cut it short,
+	// because the writer may no longer write: it lost the lease that made it the writer
+	// of what the write belongs to (a project's lease: internal/lease), and another
+	// writer may have taken over. Retrying cannot help (Permanent).
+	ErrFenced = errors.New("writes fenced off")
 
 	// The store could not serve a request at all. Backends wrap one of these (with a
 	// one-line message naming the store) so callers can tell a passing outage from a
@@ -46,9 +51,10 @@ var (
 )
 
 // Permanent reports whether err is a failure that retrying the same request cannot fix:
-// missing credentials, access denied, a missing bucket or an invalid key.
+// missing credentials, access denied, a missing bucket, an invalid key or a fenced-off
+// writer.
 func Permanent(err error) bool {
-	for _, e := range []error{ErrNoCredentials, ErrAccessDenied, ErrNoBucket, ErrInvalidKey} {
+	for _, e := range []error{ErrNoCredentials, ErrAccessDenied, ErrNoBucket, ErrInvalidKey, ErrFenced} {
 		if errors.Is(err, e) {
 			return true
 		}

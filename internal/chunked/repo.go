@@ -84,6 +84,11 @@ type Repo struct {
 	st  store.Store
 	log *slog.Logger
 
+	*cache // shared by the views WithStore makes
+}
+
+// cache is what a Repo learnt of its store, shared with the Repo's views (WithStore).
+type cache struct {
 	mu        sync.Mutex
 	index     map[string]*indexObj  // key → contents
 	badIndex  map[string]bool       // index objects that do not read (skipped: their packs are not reused)
@@ -125,13 +130,22 @@ func New(cfg Config) (*Repo, error) {
 		cfg.Now = time.Now
 	}
 	return &Repo{cfg: cfg, st: cfg.Store, log: cfg.Logger.With("component", "snapshot"),
-		index: map[string]*indexObj{}, badIndex: map[string]bool{}, doomed: map[string][]PackID{}, blobs: map[Digest]Ref{},
-		packs: map[PackID]bool{}, manifests: map[string]*Manifest{}, scans: map[string]*scanCache{},
-		segments: map[Digest][]Entry{}}, nil
+		cache: &cache{index: map[string]*indexObj{}, badIndex: map[string]bool{}, doomed: map[string][]PackID{}, blobs: map[Digest]Ref{},
+			packs: map[PackID]bool{}, manifests: map[string]*Manifest{}, scans: map[string]*scanCache{},
+			segments: map[Digest][]Entry{}}}, nil
 }
 
 // Store is the Repo's store.
 func (r *Repo) Store() store.Store { return r.st }
+
+// WithStore is a view of r that goes to st instead, a wrapper of r's store (one that
+// fences a holder's writes off, say): it shares what r learnt of the store, and what it
+// learns, since both see the same objects.
+func (r *Repo) WithStore(st store.Store) *Repo {
+	v := *r
+	v.st, v.cfg.Store = st, st
+	return &v
+}
 
 // do runs fn with the retry policy.
 func (r *Repo) do(ctx context.Context, what string, fn func(context.Context) error) error {

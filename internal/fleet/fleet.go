@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
@@ -510,38 +511,13 @@ func (f *Fleet) HealthHandler() http.Handler {
 	})
 }
 
-// Liveness is what a probe found at a replica's address.
-type Liveness int
-
-// Liveness values.
-const (
-	// Unknown: no answer in time, or an answer that proves nothing (a stalled or
-	// partitioned replica looks like this): only the lease's ttl decides.
-	Unknown Liveness = iota
-	// Alive: the replica named answered, proving it knows the fleet secret.
-	Alive
-	// Dead: the connection was refused, or another replica of the fleet answers there:
-	// the one named is gone.
-	Dead
-)
-
-func (l Liveness) String() string {
-	switch l {
-	case Alive:
-		return "alive"
-	case Dead:
-		return "dead"
-	}
-	return "unknown"
-}
-
 // Probe asks the address addr whether the replica named instance lives there, within
-// timeout. Only proof counts: a refused connection, or a fleet replica of another name
+// timeout (lease.Config.Probe's answer). Only proof counts: a refused connection, or a fleet replica of another name
 // answering, is Dead; the named replica proving itself is Alive; anything else (a
 // timeout, an answer without proof, an address outside the peer ranges) is Unknown.
-func (f *Fleet) Probe(ctx context.Context, addr, instance string, timeout time.Duration) Liveness {
+func (f *Fleet) Probe(ctx context.Context, addr, instance string, timeout time.Duration) lease.Liveness {
 	if checkPeer(f.cfg.Peers, addr) != nil || !storekeys.ValidFleetName(instance) {
-		return Unknown
+		return lease.Unknown
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -550,28 +526,28 @@ func (f *Fleet) Probe(ctx context.Context, addr, instance string, timeout time.D
 	nonce := hex.EncodeToString(nb)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(addr, "/")+HealthPath+"?nonce="+nonce, nil)
 	if err != nil {
-		return Unknown
+		return lease.Unknown
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return Dead
+			return lease.Dead
 		}
-		return Unknown
+		return lease.Unknown
 	}
 	defer resp.Body.Close()
 	var a healthAnswer
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&a) != nil {
-		return Unknown
+		return lease.Unknown
 	}
 	proof, err := hex.DecodeString(a.Proof)
 	if err != nil || !hmac.Equal(proof, f.mac("toolhost-fleet-health-v1", a.Instance, nonce)) {
-		return Unknown // not a replica of this fleet: proves nothing about the one named
+		return lease.Unknown // not a replica of this fleet: proves nothing about the one named
 	}
 	if a.Instance != instance {
-		return Dead // a replica of the fleet, another one: the named one is gone
+		return lease.Dead // a replica of the fleet, another one: the named one is gone
 	}
-	return Alive
+	return lease.Alive
 }
 
 // CheckTarget decides whether a request may be forwarded to the replica a lease record

@@ -51,15 +51,15 @@ func TestProbe(t *testing.T) {
 	a, ahs := serveReplica(t, st, secret)
 	b, _ := serveReplica(t, st, secret)
 	ctx := context.Background()
-	if got := b.Probe(ctx, a.Advertise(), a.Instance(), time.Second); got != Alive {
+	if got := b.Probe(ctx, a.Advertise(), a.Instance(), time.Second); got != lease.Alive {
 		t.Errorf("a live replica: %v, want alive", got)
 	}
-	if got := b.Probe(ctx, a.Advertise(), "someoneelse", time.Second); got != Dead {
+	if got := b.Probe(ctx, a.Advertise(), "someoneelse", time.Second); got != lease.Dead {
 		t.Errorf("another replica at the address: %v, want dead", got)
 	}
 	// A replica that does not know the secret proves nothing.
 	c, _ := serveReplica(t, st, []byte("not-the-fleet-secret-but-32-bytes-long"))
-	if got := b.Probe(ctx, c.Advertise(), "someoneelse", time.Second); got != Unknown {
+	if got := b.Probe(ctx, c.Advertise(), "someoneelse", time.Second); got != lease.Unknown {
 		t.Errorf("a stranger at the address: %v, want unknown", got)
 	}
 	// A stalled replica (accepts, never answers) proves nothing either.
@@ -68,15 +68,15 @@ func TestProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if got := b.Probe(ctx, "http://"+ln.Addr().String(), a.Instance(), 300*time.Millisecond); got != Unknown {
+	if got := b.Probe(ctx, "http://"+ln.Addr().String(), a.Instance(), 300*time.Millisecond); got != lease.Unknown {
 		t.Errorf("a listener that never answers: %v, want unknown", got)
 	}
 	ahs.Close() // the port now refuses
-	if got := b.Probe(ctx, a.Advertise(), a.Instance(), time.Second); got != Dead {
+	if got := b.Probe(ctx, a.Advertise(), a.Instance(), time.Second); got != lease.Dead {
 		t.Errorf("a refused connection: %v, want dead", got)
 	}
 	// Outside the peer ranges: not even asked.
-	if got := b.Probe(ctx, "http://192.0.2.1:80", a.Instance(), time.Second); got != Unknown {
+	if got := b.Probe(ctx, "http://192.0.2.1:80", a.Instance(), time.Second); got != lease.Unknown {
 		t.Errorf("an address outside the peers: %v, want unknown", got)
 	}
 }

@@ -99,6 +99,9 @@ const maxCaptureRetries = 3
 // (and package screenshot pins it to that origin).
 func (h *Host) capture(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	capt := h.cfg.Capturer
+	if inst.session != nil && inst.session.capturer != nil {
+		capt = inst.session.capturer
+	}
 	if capt == nil {
 		return inst.status(abi.StatusIO, "capture: this host has no browser configured for screenshots")
 	}

@@ -112,7 +112,8 @@ func TestCaptureCapability(t *testing.T) {
 		t.Fatalf("no preview: %v", err)
 	}
 	fc := &fakeCapturer{}
-	s := captureHost(t, fc).OpenSession(passthrough{devServer{sb, 8000}}, host.WithProject("shop"))
+	hfc := captureHost(t, fc)
+	s := hfc.OpenSession(passthrough{devServer{sb, 8000}}, host.WithProject("shop"))
 
 	res := shoot(t, s, `{}`)
 	if res.IsError || len(res.Content) != 3 || res.Content[0].Type != abi.ContentImage || res.Content[1].Type != abi.ContentImage {
@@ -157,6 +158,14 @@ func TestCaptureCapability(t *testing.T) {
 	s = captureHost(t, nil).OpenSession(sb)
 	if res := shoot(t, s, `{"port":8000}`); !res.IsError || !strings.Contains(testenv.ResultText(res), "no browser configured") {
 		t.Errorf("no capturer: %q", testenv.ResultText(res))
+	}
+	// A session's own capturer (WithCapturer: one that stores through the session's
+	// fenced store) takes its captures instead of the host's.
+	own := &fakeCapturer{}
+	before := len(fc.bases)
+	s = hfc.OpenSession(sb, host.WithProject("shop"), host.WithCapturer(own))
+	if res := shoot(t, s, `{"port":8000}`); res.IsError || len(own.bases) != 1 || len(fc.bases) != before {
+		t.Errorf("with the session's capturer: %q (session's %d captures, host's %d more)", testenv.ResultText(res), len(own.bases), len(fc.bases)-before)
 	}
 }
 

@@ -476,6 +476,24 @@ func WithProject(id string) SessionOption { return func(s *Session) { s.project 
 // has not seen a dev server start.
 func WithDefaultPort(port int) SessionOption { return func(s *Session) { s.defaultPort = port } }
 
+// WithStore serves the session's store calls (the store capability) from st instead of
+// Config.Store: a wrapper of it, such as the fenced store of a project's lease holder, so
+// that a plugin's writes stop with the session's right to write. Without Config.Store
+// the capability stays off.
+func WithStore(st store.Store) SessionOption { return func(s *Session) { s.store = st } }
+
+// WithCapturer serves the session's captures (take_screenshot) with c instead of
+// Config.Capturer (one storing through the session's fenced store).
+func WithCapturer(c Capturer) SessionOption { return func(s *Session) { s.capturer = c } }
+
+// storeOf is the store of inst's calls: its session's, else the host's.
+func (h *Host) storeOf(inst *instance) store.Store {
+	if inst.session != nil && inst.session.store != nil && h.cfg.Store != nil {
+		return inst.session.store
+	}
+	return h.cfg.Store
+}
+
 // specLabel names a plugin before its manifest is read: its path.
 func specLabel(spec PluginSpec) string {
 	if spec.Path == "" {

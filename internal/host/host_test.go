@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,6 +368,53 @@ func TestStoreCapability(t *testing.T) {
 	// The plugin's corner is plugins/probe/: nothing lands anywhere else.
 	objs, err := store.ListAll(context.Background(), st, "")
 	if err != nil || len(objs) != 1 || objs[0].Key != "plugins/probe/notes/a.txt" {
+		t.Fatalf("store holds %+v, %v", objs, err)
+	}
+}
+
+// sessionStore is a store wrapper of one session (a fenced store): it counts the writes it
+// sees and refuses them once shut.
+type sessionStore struct {
+	store.Store
+	puts atomic.Int32
+	shut atomic.Bool
+}
+
+func (s *sessionStore) Put(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.ObjectInfo, error) {
+	s.puts.Add(1)
+	if s.shut.Load() {
+		return store.ObjectInfo{}, fmt.Errorf("test: %w", store.ErrFenced)
+	}
+	return s.Store.Put(ctx, key, r, o)
+}
+
+// WithStore: a session's store calls go to its own store (a wrapper of the host's), so
+// they stop when it refuses; another session's do not.
+func TestStoreCapabilityWithSessionStore(t *testing.T) {
+	st, err := dir.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newProbeHost(t, func(c *Config) { c.Store = st })
+	own := &sessionStore{Store: st}
+	s := h.OpenSession(memsandbox.New(), WithStore(own))
+	other := h.OpenSession(memsandbox.New())
+	if res, err := dispatch(t, s, "store", `{"op":"put","key":"a","text":"one"}`); err != nil || testenv.ResultText(res) != "stored 3" || own.puts.Load() != 1 {
+		t.Fatalf("put through the session's store: %q %v (%d puts seen)", testenv.ResultText(res), err, own.puts.Load())
+	}
+	own.shut.Store(true)
+	if res, err := dispatch(t, s, "store", `{"op":"put","key":"b","text":"two"}`); err != nil || !strings.HasPrefix(testenv.ResultText(res), "status ") ||
+		!strings.Contains(testenv.ResultText(res), "may no longer write") {
+		t.Errorf("put refused by the session's store: %q %v", testenv.ResultText(res), err)
+	}
+	if res, err := dispatch(t, s, "store", `{"op":"get","key":"a"}`); err != nil || testenv.ResultText(res) != "one" {
+		t.Errorf("get through the session's store: %q %v", testenv.ResultText(res), err)
+	}
+	if res, err := dispatch(t, other, "store", `{"op":"put","key":"c","text":"three"}`); err != nil || testenv.ResultText(res) != "stored 5" {
+		t.Errorf("another session's put: %q %v", testenv.ResultText(res), err)
+	}
+	objs, err := store.ListAll(context.Background(), st, "")
+	if err != nil || len(objs) != 2 || objs[0].Key != "plugins/probe/a" || objs[1].Key != "plugins/probe/c" {
 		t.Fatalf("store holds %+v, %v", objs, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/framedinput"
 )
@@ -22,6 +23,8 @@ type Session struct {
 	sb          sandbox.Sandbox
 	project     string
 	defaultPort int
+	store       store.Store // the store capability's, when not the host's (WithStore)
+	capturer    Capturer    // the capture capability's, when not the host's (WithCapturer)
 
 	state sessionState // the plugins' session state (state.go)
 	owned owned        // the background processes and terminals they started (procfuncs.go)

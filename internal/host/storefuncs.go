@@ -98,6 +98,8 @@ func (inst *instance) storeStatus(what, key string, err error) uint64 {
 		s, why = abi.StatusNotFound, "no such object"
 	case errors.Is(err, store.ErrInvalidKey):
 		s, why = abi.StatusInvalid, "the store refused the key"
+	case errors.Is(err, store.ErrFenced):
+		why = "this session may no longer write: its project may be open on another host now; start a new session"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		s, why = abi.StatusTimeout, "the call ran out of time"
 	default:
@@ -108,14 +110,14 @@ func (inst *instance) storeStatus(what, key string, err error) uint64 {
 }
 
 func (h *Host) storePut(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	if _, err := h.cfg.Store.Put(ctx, c.abs, bytes.NewReader(c.data), store.PutOptions{Size: int64(len(c.data))}); err != nil {
+	if _, err := h.storeOf(inst).Put(ctx, c.abs, bytes.NewReader(c.data), store.PutOptions{Size: int64(len(c.data))}); err != nil {
 		return inst.storeStatus("put", c.abs, err)
 	}
 	return uint64(len(c.data))
 }
 
 func (h *Host) storeGet(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	rc, info, err := h.cfg.Store.Get(ctx, c.abs)
+	rc, info, err := h.storeOf(inst).Get(ctx, c.abs)
 	if err != nil {
 		return inst.storeStatus("get", c.abs, err)
 	}
@@ -131,7 +133,7 @@ func (h *Host) storeGet(ctx context.Context, inst *instance, c *hostCall) uint64
 }
 
 func (h *Host) storeList(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	objs, err := store.ListAll(ctx, h.cfg.Store, c.abs)
+	objs, err := store.ListAll(ctx, h.storeOf(inst), c.abs)
 	if err != nil {
 		return inst.storeStatus("list", c.abs, err)
 	}
@@ -147,7 +149,7 @@ func (h *Host) storeList(ctx context.Context, inst *instance, c *hostCall) uint6
 }
 
 func (h *Host) storeDelete(ctx context.Context, inst *instance, c *hostCall) uint64 {
-	if err := h.cfg.Store.Delete(ctx, c.abs); err != nil {
+	if err := h.storeOf(inst).Delete(ctx, c.abs); err != nil {
 		return inst.storeStatus("delete", c.abs, err)
 	}
 	return 0

@@ -27,6 +27,26 @@
 // that listing fails (it cannot tell whether it won; no one holds the lease then, and
 // the next host takes it).
 //
+// # A holder found dead, and fencing
+//
+// A host whose holder died would wait out the ttl. With Config.Probe it asks instead:
+// when the newest generation is live but the probe answers Dead (in a fleet: nothing
+// listens at the holder's advertised address, or another instance answers there), it
+// creates the next generation at once, exclusively as always, so the store still judges
+// a race with the holder's own renewal. Alive or Unknown: the *HeldError, as without a
+// probe.
+//
+// A holder that stalled (a paused process, a machine that stopped) and wakes after
+// another took over must not write what the new holder may be writing. Fence wraps the
+// store of the holder's writes: each Put and Delete first checks the lease (Err: the loss
+// the renewals found, and the expiry on this host's monotonic clock, which runs on while
+// a process is stopped), is refused with an error matching ErrFenced when it is lost, and
+// runs under a context that ends when the lease does (Context); what it stores carries
+// the writer's instance, epoch and time as object metadata. What fencing cannot do is
+// recall a write already handed to the store when the holder stalled: the store has no
+// conditional write on another object's state. Such an object names its writer's epoch,
+// lower than the new holder's.
+//
 // What the scheme assumes: the store's conditional create and listing are strongly
 // consistent (both backends are, as storetest proves; AWS S3 lists consistently since
 // 2020 and honours If-None-Match since 2024; Check finds out a store that ignores it),
@@ -60,8 +80,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTTL   = 30 * time.Second
-	DefaultRenew = 10 * time.Second
+	DefaultTTL          = 30 * time.Second
+	DefaultRenew        = 10 * time.Second
+	DefaultProbeTimeout = time.Second
 )
 
 // ErrHeld matches a *HeldError: the project is open on another host.
@@ -73,12 +94,45 @@ var ErrUnsupported = errors.New("the store cannot keep project leases")
 // ErrLost: the lease ran out before it could be renewed, or another host took it over.
 var ErrLost = errors.New("project lease lost")
 
-// HeldError says who holds a project's lease.
+// ErrFenced: a write of a holder whose lease is lost was refused (Fence, Lease.Fence).
+// It matches ErrLost and store.ErrFenced too (errors.Is).
+var ErrFenced = fmt.Errorf("%w: %w", store.ErrFenced, ErrLost)
+
+// Liveness is what a Config.Probe found of a lease's holder.
+type Liveness int
+
+const (
+	// Unknown: the probe could not tell (no address to ask, no answer in time, an
+	// answer it cannot read). The lease is honoured until it expires.
+	Unknown Liveness = iota
+	// Alive: the holder answered.
+	Alive
+	// Dead: the holder is gone (nothing listens at its address, or another instance
+	// answers there): its lease may be taken over at once.
+	Dead
+)
+
+func (v Liveness) String() string {
+	switch v {
+	case Alive:
+		return "alive"
+	case Dead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// HeldError says who holds a project's lease. Its message is for people (and models):
+// it names the host and process, never the fleet's instance or address, which Holder
+// carries for a fleet to forward to the holder.
 type HeldError struct {
 	Project string
 	Holder  Holder
 	// Expires is when the holder's lease runs out unless it renews it.
 	Expires time.Time
+	// Liveness is what Config.Probe answered of the holder (Alive or Unknown; Unknown
+	// when there is no probe).
+	Liveness Liveness
 }
 
 func (e *HeldError) Error() string {
@@ -148,6 +202,14 @@ type Config struct {
 	// OnLost, when set, is called once (from the renewing goroutine) when the lease is
 	// lost; Err reports it too.
 	OnLost func(error)
+	// Probe, when set, asks whether the holder of a live lease is alive (ProbeWith
+	// makes one from a fleet's hello call). Acquire takes the lease of a holder it finds
+	// Dead at once, without waiting for its expiry. It is called with a context that ends
+	// after ProbeTimeout, and must return by then. What the record says of the holder
+	// (its Addr) is the store's data: a probe only asks there, it sends nothing else.
+	Probe func(ctx context.Context, h Holder) Liveness
+	// ProbeTimeout bounds a probe (DefaultProbeTimeout when 0).
+	ProbeTimeout time.Duration
 
 	// now is the clock (time.Now when nil): tests move it to expire leases.
 	now func() time.Time
@@ -168,6 +230,9 @@ func (c *Config) defaults() error {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = max(c.Renew, 5*time.Second)
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
 	}
 	if c.Host == "" {
 		h, err := os.Hostname()
@@ -212,9 +277,11 @@ type Lease struct {
 	expires time.Time // its expiry
 	lost    error     // set once: ErrLost wrapped
 
-	stop chan struct{} // closed by Release: the renewing goroutine returns
-	done chan struct{} // closed by the renewing goroutine when it returns
-	once sync.Once
+	stop     chan struct{} // closed by Release: the renewing goroutine returns
+	done     chan struct{} // closed by the renewing goroutine when it returns
+	once     sync.Once
+	lostc    chan struct{} // closed once lost is set (Done)
+	lostOnce sync.Once
 }
 
 // Acquire takes project's lease, or answers a *HeldError naming the host that holds it.
@@ -236,7 +303,14 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 	l := &Lease{cfg: cfg, project: project,
 		holder: Holder{Host: cfg.Host, PID: os.Getpid(), ID: hex.EncodeToString(id), Since: cfg.now().UTC(),
 			Instance: cfg.Instance, Addr: cfg.Addr},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), lostc: make(chan struct{})}
+	// A holder is probed once per Acquire: probed names it, and the generation it was
+	// probed at.
+	var probed struct {
+		id  string
+		gen uint64
+		lv  Liveness
+	}
 	// Each round reads the newest generation and tries to create the next; a round
 	// is lost only to another host's creation, which the next round reads.
 	for range 8 {
@@ -244,8 +318,19 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cur != nil && !cur.Released && cfg.now().Before(cur.Expires) {
-			return nil, &HeldError{Project: project, Holder: cur.Holder, Expires: cur.Expires}
+		live := cur != nil && !cur.Released && cfg.now().Before(cur.Expires)
+		if live {
+			switch {
+			case probed.id == "" || probed.id != cur.ID:
+				probed.id, probed.gen, probed.lv = cur.ID, n, l.probe(ctx, project, cur.Holder)
+			case n > probed.gen:
+				// Found dead, yet it renewed since (it won the race of our takeover):
+				// it lives.
+				probed.gen, probed.lv = n, Alive
+			}
+			if probed.lv != Dead {
+				return nil, &HeldError{Project: project, Holder: cur.Holder, Expires: cur.Expires, Liveness: probed.lv}
+			}
 		}
 		exp := cfg.now().Add(cfg.TTL)
 		won, err := l.claim(ctx, n+1, record{Holder: l.holder, Expires: exp, Epoch: n + 1})
@@ -256,15 +341,37 @@ func Acquire(ctx context.Context, cfg Config, project string) (*Lease, error) {
 			continue
 		}
 		l.epoch = n + 1
-		if cur != nil && !cur.Released {
+		switch {
+		case live:
+			cfg.Logger.Warn("took over the project lease of a holder found dead, before its expiry", "project", project,
+				"from_host", cur.Holder.Host, "from_pid", cur.Holder.PID, "from_instance", cur.Holder.Instance,
+				"from_addr", cur.Holder.Addr, "expires", cur.Expires, "epoch", l.epoch)
+		case cur != nil && !cur.Released:
 			cfg.Logger.Warn("took over an expired project lease", "project", project,
-				"from_host", cur.Holder.Host, "from_pid", cur.Holder.PID, "expired", cur.Expires)
+				"from_host", cur.Holder.Host, "from_pid", cur.Holder.PID, "expired", cur.Expires, "epoch", l.epoch)
 		}
 		l.gen, l.expires = n+1, exp
 		go l.renewLoop()
 		return l, nil
 	}
 	return nil, fmt.Errorf("taking the lease of project %s: other hosts kept changing it; try again", project)
+}
+
+// probe asks cfg.Probe about the holder of a live lease, within ProbeTimeout; Unknown
+// without a probe.
+func (l *Lease) probe(ctx context.Context, project string, h Holder) Liveness {
+	if l.cfg.Probe == nil {
+		return Unknown
+	}
+	pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeTimeout)
+	defer cancel()
+	lv := l.cfg.Probe(pctx, h)
+	if lv != Alive && lv != Dead {
+		lv = Unknown
+	}
+	l.cfg.Logger.Info("probed the holder of a live project lease", "project", project, "holder_host", h.Host,
+		"holder_pid", h.PID, "holder_instance", h.Instance, "holder_addr", h.Addr, "liveness", lv.String())
+	return lv
 }
 
 // Holder is this lease's holder.
@@ -310,6 +417,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.lost = fmt.Errorf("%w: project %s: released", ErrLost, l.project)
 		}
 		l.mu.Unlock()
+		l.closeLost()
 		if lost != nil {
 			return // another host holds it now, or it ran out: nothing of ours to give up
 		}
@@ -354,6 +462,7 @@ func (l *Lease) setLost(err error) {
 		l.lost = err
 	}
 	l.mu.Unlock()
+	l.closeLost()
 	if first {
 		l.cfg.Logger.Error("the project lease is lost: another host may open the project", "project", l.project, "err", err)
 		if l.cfg.OnLost != nil {

@@ -174,8 +174,11 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 		// Leases this replica takes name it and its address; a live lease whose holder is
 		// proven gone (refused, or another replica at its address) is taken over at once.
 		rootapi.SetFleet(th, rootapi.FleetMember{Instance: f.Instance(), Addr: f.Advertise(),
-			Dead: func(ctx context.Context, h lease.Holder) bool {
-				return h.Instance != "" && h.Instance != f.Instance() && f.Probe(ctx, h.Addr, h.Instance, probeTimeout) == fleet.Dead
+			Probe: func(ctx context.Context, h lease.Holder) lease.Liveness {
+				if h.Instance == "" || h.Instance == f.Instance() {
+					return lease.Unknown
+				}
+				return f.Probe(ctx, h.Addr, h.Instance, probeTimeout)
 			}})
 	}
 	s.held.init()

@@ -19,8 +19,8 @@ import (
 // takes, and how to tell that another holder is gone.
 type FleetMember struct {
 	Instance, Addr string
-	// Dead reports whether the holder of a live lease is proven gone (see fleet.Probe).
-	Dead func(ctx context.Context, h lease.Holder) bool
+	// Probe tells whether the holder of a live lease is gone (lease.Config.Probe).
+	Probe func(ctx context.Context, h lease.Holder) lease.Liveness
 }
 
 var (

@@ -27,6 +27,9 @@ func (l *localArchive) remove() {
 
 // createFrom makes a sandbox and extracts the local archive into it.
 func (s *Session) createFrom(ctx context.Context, l *localArchive) (sandbox.Sandbox, error) {
+	if err := s.fenced(); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(l.path)
 	if err != nil {
 		return nil, fmt.Errorf("open the local snapshot: %w", err)
@@ -80,7 +83,7 @@ func (s *Session) flushLocal(ctx context.Context) {
 	s.localMu.Lock()
 	l := s.local
 	s.localMu.Unlock()
-	if s.closed || l == nil || s.clock.Now().Before(l.retryAt) {
+	if s.closed || l == nil || s.clock.Now().Before(l.retryAt) || s.fenced() != nil {
 		return
 	}
 	if err := s.uploadLocal(ctx, l); err != nil {

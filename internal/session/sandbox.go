@@ -18,10 +18,14 @@ var (
 )
 
 // Unwrap is the sandbox under the session now: its abilities (sandbox.As) are the
-// session's too.
+// session's too. Nil once the session is fenced off (Config.Fence): its sandbox is no
+// one's to use.
 func (s *Session) Unwrap() sandbox.Sandbox {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.fenced() != nil {
+		return nil
+	}
 	return s.sb
 }
 
@@ -206,6 +210,9 @@ func (s *Session) SetTimeout(ctx context.Context, d time.Duration) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if err := s.fenced(); err != nil {
+		return err
 	}
 	if err := s.sb.SetTimeout(ctx, d); err != nil {
 		return err

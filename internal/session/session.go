@@ -103,6 +103,13 @@ type Config struct {
 	// the most a death of this process can lose. Zero: only the caller's commits.
 	Autosave time.Duration
 	Logger   *slog.Logger
+	// Fence, when set, says why the session may no longer act on its project, or nil: the
+	// project's lease was lost, and another host may hold the project now. Once it
+	// answers an error, every sandbox operation of the session fails with it (Unwrap
+	// hands out no sandbox either), and the session neither extends, saves, rotates,
+	// recovers nor restores: nothing it does can touch what another holder may use.
+	// Close still closes its sandbox, and keeps a snapshot only this host holds on disk.
+	Fence func() error
 }
 
 func (c Config) withDefaults() Config {
@@ -174,6 +181,14 @@ type Session struct {
 // Errors callers may branch on.
 var ErrClosed = errors.New("session is closed")
 
+// fenced is Config.Fence's answer: why the session may no longer act, or nil.
+func (s *Session) fenced() error {
+	if s.cfg.Fence == nil {
+		return nil
+	}
+	return s.cfg.Fence()
+}
+
 // Open creates a sandbox for the project and, when the project has a snapshot, restores
 // the newest good one into it ("wake"). It starts the keepalive loop.
 func Open(ctx context.Context, cfg Config) (*Session, error) {
@@ -230,6 +245,9 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 // restores into it; a project without snapshots starts empty. A snapshot refused half way
 // leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
 func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, snapshot.Info, error) {
+	if err := s.fenced(); err != nil {
+		return nil, snapshot.Info{}, err
+	}
 	start := time.Now()
 	sb, err := s.cfg.Provider.Create(ctx, s.cfg.Sandbox)
 	if err != nil {
@@ -303,6 +321,12 @@ func (s *Session) keepalive(ctx context.Context) {
 			return
 		case <-wake:
 		}
+		if err := s.fenced(); err != nil {
+			// For good (a lost lease stays lost): no more maintenance.
+			s.log.Warn("session: fenced off: no more maintenance; its sandbox is left alone until the session closes", "err", err)
+			<-ctx.Done()
+			return
+		}
 		s.maintain(ctx, false)
 		s.flushLocal(ctx)
 	}
@@ -317,6 +341,10 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 			s.mu.RUnlock()
 			return nil, nil, ErrClosed
 		}
+		if err := s.fenced(); err != nil {
+			s.mu.RUnlock()
+			return nil, nil, err
+		}
 		if !s.needsCare(s.clock.Now()) {
 			return s.sb, s.mu.RUnlock, nil
 		}
@@ -328,6 +356,10 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 	if s.closed {
 		s.mu.RUnlock()
 		return nil, nil, ErrClosed
+	}
+	if err := s.fenced(); err != nil {
+		s.mu.RUnlock()
+		return nil, nil, err
 	}
 	return s.sb, s.mu.RUnlock, nil
 }
@@ -350,7 +382,7 @@ func (s *Session) needsCare(now time.Time) bool {
 func (s *Session) maintain(ctx context.Context, trouble bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.rotating {
+	if s.closed || s.rotating || s.fenced() != nil {
 		return
 	}
 	now := s.clock.Now()
@@ -467,6 +499,10 @@ func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck b
 	if s.closed { // closed while a save ahead ran
 		return
 	}
+	if err := s.fenced(); err != nil {
+		s.log.Warn("session: rotation dropped: the session may no longer act on the project", "sandbox", s.sb.ID(), "err", err)
+		return
+	}
 	start := time.Now()
 	old := s.sb
 	// The rotation belongs to the session, not to the call that ran into it.
@@ -536,6 +572,13 @@ func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck b
 		}
 	}
 	saveErr := err
+	if err := s.fenced(); err != nil {
+		// Lost while saving (a save fenced off fails, and a last call would go on to
+		// make a sandbox): nothing more.
+		s.log.Warn("session: rotation dropped: the session may no longer act on the project", "sandbox", old.ID(), "err", err)
+		local.remove()
+		return
+	}
 	next, how, err := s.replace(ctx, old, local, saveErr == nil)
 	if err != nil {
 		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
@@ -632,6 +675,9 @@ func (s *Session) Rotate(ctx context.Context) error {
 	if s.closed {
 		return ErrClosed
 	}
+	if err := s.fenced(); err != nil {
+		return err
+	}
 	before := s.rotations
 	pre := s.saveAhead(ctx, false)
 	if s.closed { // closed while the save ran
@@ -717,6 +763,9 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 // to a local file, returned whenever the pack completed, even when the store failed (the
 // caller removes it).
 func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
+	if err := s.fenced(); err != nil {
+		return snapshot.Info{}, nil, err
+	}
 	sb := s.sb
 	start := time.Now()
 	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
@@ -812,7 +861,15 @@ func (s *Session) Close(ctx context.Context) error {
 	sb := s.sb
 	s.mu.Unlock()
 	s.stop()
-	err := sb.Close(ctx)
+	var err error
+	if d, ok := sandbox.As[sandbox.Detacher](sb); ok && s.fenced() != nil {
+		// The lease is lost: another holder may have reconnected to this sandbox, which
+		// lives apart from this process. It is let go of, never killed.
+		s.log.Warn("session: closing after the project's lease was lost: the sandbox is left running for its new holder")
+		err = d.Detach(ctx)
+	} else {
+		err = sb.Close(ctx)
+	}
 	// A provider that keeps sandboxes started ahead (the local pool) keeps them per
 	// configuration; one with the session's own egress serves no other session.
 	if w, ok := sandbox.ProviderAs[warmer](s.cfg.Provider); ok && s.cfg.Sandbox.Egress != nil {
@@ -828,7 +885,10 @@ func (s *Session) Close(ctx context.Context) error {
 func (s *Session) uploadLocalAtEnd(ctx context.Context) {
 	if local := s.takeLocal(); local != nil {
 		// The newest snapshot exists only here: one more try, and else keep the file.
-		if uerr := s.uploadLocal(ctx, local); uerr != nil {
+		if ferr := s.fenced(); ferr != nil {
+			s.log.Error("session: closing with a snapshot the store never took, and no right to store it now; its archive stays on this host",
+				"path", local.path, "bytes", local.size, "err", ferr)
+		} else if uerr := s.uploadLocal(ctx, local); uerr != nil {
 			s.log.Error("session: closing with a snapshot the store never took; its archive stays on this host",
 				"path", local.path, "bytes", local.size, "err", uerr)
 		} else {
@@ -875,6 +935,9 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if err := s.fenced(); err != nil {
+		return err
 	}
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)

@@ -233,10 +233,15 @@ type Manager struct {
 	log   *slog.Logger
 	retry store.Retry
 
-	mu   sync.Mutex
-	last map[string]time.Time // per project, the time of this Manager's latest save
+	*saves // shared by the views WithStore makes
 
 	repo *chunked.Repo // the chunked format on the store
+}
+
+// saves is what a Manager and its views remember of their saves.
+type saves struct {
+	mu   sync.Mutex
+	last map[string]time.Time // per project, the time of this Manager's latest save
 }
 
 // New checks cfg and applies defaults.
@@ -289,8 +294,18 @@ func New(cfg Config) (*Manager, error) {
 		log:  cfg.Logger.With("component", "snapshot"),
 		retry: store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
 			Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout},
-		last: map[string]time.Time{},
+		saves: &saves{last: map[string]time.Time{}},
 	}, nil
+}
+
+// WithStore is a view of m whose store calls go to st, a wrapper of m's store (the
+// fenced store of a session's writes: lease.Fence). It shares m's order of saves and
+// what m's chunked format learnt of the store, so its saves sort and dedupe as m's own.
+func (m *Manager) WithStore(st store.Store) *Manager {
+	v := *m
+	v.cfg.Store = st
+	v.repo = m.repo.WithStore(st)
+	return &v
 }
 
 // ValidProjectID reports why id cannot name a project, or nil (storekeys.ValidProject:

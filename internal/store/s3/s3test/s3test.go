@@ -246,7 +246,8 @@ const (
 	// Error500 answers with an S3 XML InternalError, status 500, without forwarding.
 	Error500 Fault = iota
 	// Hang holds the request, without answering, until the client gives up (or the
-	// proxy is healed or closed).
+	// proxy is healed or closed); it is never forwarded. Abandoned counts the clients
+	// that gave up.
 	Hang
 	// Drop closes the client's connection without an answer.
 	Drop
@@ -276,14 +277,15 @@ func (f Fault) String() string {
 type FaultProxy struct {
 	URL string
 
-	srv    *httptest.Server
-	mu     sync.Mutex
-	fault  Fault
-	match  func(*http.Request) bool
-	left   int // faults still to inject; < 0 means until Heal
-	healed chan struct{}
-	counts map[string]int // requests seen, by method
-	faults int
+	srv       *httptest.Server
+	mu        sync.Mutex
+	fault     Fault
+	match     func(*http.Request) bool
+	left      int // faults still to inject; < 0 means until Heal
+	healed    chan struct{}
+	counts    map[string]int // requests seen, by method
+	faults    int
+	abandoned int // hung requests whose client gave up
 }
 
 // NewFaultProxy starts a proxy in front of target (an endpoint URL).
@@ -316,6 +318,9 @@ func NewFaultProxy(target string) (*FaultProxy, error) {
 		case Hang:
 			select {
 			case <-r.Context().Done():
+				p.mu.Lock()
+				p.abandoned++
+				p.mu.Unlock()
 			case <-healed:
 			case <-time.After(time.Minute):
 			}
@@ -396,12 +401,20 @@ func (p *FaultProxy) Faults() int {
 	return p.faults
 }
 
+// Abandoned returns how many requests held by Hang were given up by their client (its
+// context ended, it closed the connection) before the proxy let them go.
+func (p *FaultProxy) Abandoned() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.abandoned
+}
+
 // Reset zeroes the counters.
 func (p *FaultProxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts = map[string]int{}
-	p.faults = 0
+	p.faults, p.abandoned = 0, 0
 }
 
 // Close heals the proxy and shuts it down.
