@@ -495,6 +495,19 @@ func (s *Session) handoff(ctx context.Context) (bool, error) {
 		cerr = fmt.Errorf("committing before the handoff: %w", cerr)
 	}
 	kept, derr := s.live.Detach(ctx)
+	s.recordOnce.Do(func() {
+		s.rec.close()
+		if kept {
+			// The record is what the next holder takes over from: it stays, written last
+			// now that the session has stopped changing.
+			s.rec.flush(ctx)
+		} else if s.leaseErr() == nil {
+			// Nothing runs on to take over: the next holder wakes from the commit above.
+			if err := sessionstate.Delete(ctx, s.store, s.project, s.id); err != nil {
+				s.log.Warn("the handed-over session's record could not be deleted", "project", s.project, "err", err)
+			}
+		}
+	})
 	var lerr error
 	s.closeOnce.Do(func() { lerr = s.th.dropLease(ctx, s.lease) })
 	return kept, errors.Join(cerr, derr, lerr)
