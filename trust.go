@@ -4,16 +4,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
+	"github.com/toolhost/toolhost/internal/daemon"
+	"github.com/toolhost/toolhost/internal/mountinfo"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
 
 // CheckWorkspace refuses dir as a sandbox's workspace when something the host trusts lies
 // inside it, or when it lies inside the host's own state. Whatever is in a workspace, the
 // sandbox can write: a config file there could give the next command the host's network,
-// a plugin or a browser binary there would run on the host, and the data dir holds
-// compiled machine code the host maps executable. Open runs it on SessionOptions.Workspace.
+// a plugin or a browser binary there would run on the host, the data dir holds compiled
+// machine code the host maps executable, and the session daemon's socket runs anything on
+// any host directory for a process of this user. Open runs it on SessionOptions.Workspace.
 func (t *Toolhost) CheckWorkspace(dir string) error {
 	return t.cfg.CheckWorkspace(dir, t.opts.configFile)
 }
@@ -25,9 +29,19 @@ func (t *Toolhost) CheckWorkspace(dir string) error {
 // exists yet or not: a sandbox that may create the default config file (which no command
 // read, because there was none) would configure every later command. So the list holds
 // the config file read, the one TOOLHOST_CONFIG names, the default one, the data dir, the
-// audit file, the plugins and the browser; the data dir and the modules' directories
-// (the directory store, the local sandboxes' run and workspace dirs) are the host's own
-// state, which a workspace may neither hold nor lie in.
+// audit file, the plugins and the browser, the session daemon's directories (wherever a
+// daemon of this user may listen: daemon.Dirs) and the user's runtime dir around them
+// ($XDG_RUNTIME_DIR, which also holds the sockets of the user's session bus and agents);
+// the data dir, the daemon's directories and the modules' directories (the directory
+// store, the local sandboxes' run and workspace dirs) are the host's own state, which a
+// workspace may neither hold nor lie in.
+//
+// "Inside" is what the sandbox would reach, not how the paths are spelled: links are
+// resolved; a directory that is the workspace itself under another name (another case on
+// a case-insensitive filesystem, a bind mount of it) counts as the workspace; and on
+// Linux the mount table shows what else the workspace reaches: a mount inside it (the
+// sandbox gets the workspace's mounts too), and a directory of its filesystem that is
+// mounted elsewhere as well.
 func (c *Config) CheckWorkspace(dir, configFile string) error {
 	cfg := c
 	ws := realPath(dir)
@@ -40,12 +54,18 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		{what: "the config file TOOLHOST_CONFIG names", path: os.Getenv(EnvPrefix + "CONFIG")},
 		{what: "the default config file", path: DefaultConfigFile()},
 		{what: "the data dir", path: cfg.DataDir, state: true},
+	}
+	for _, d := range daemon.Dirs() {
+		list = append(list, trusted{what: "the session daemon's directory", path: d, state: true})
+	}
+	list = append(list, []trusted{
+		{what: "the user's runtime dir (XDG_RUNTIME_DIR)", path: os.Getenv("XDG_RUNTIME_DIR")},
 		{what: "the browser (screenshot.chromium)", path: cfg.Screenshot.Chromium},
 		{what: "the audit file (audit.file)", path: cfg.Audit.File},
 		// The local sandboxes' directories when their keys leave them to the default.
 		{what: "the sandboxes' default run dir", path: local.DefaultRunDir(), state: true},
 		{what: "the sandboxes' default workspace dir", path: local.DefaultWorkspaceDir(), state: true},
-	}
+	}...)
 	for _, k := range ConfigKeys() {
 		if !k.HostPath || k.Module == "" {
 			continue
@@ -77,6 +97,14 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		}
 		list = append(list, trusted{what: "the plugin " + p.Path, path: path})
 	}
+	var mounts mountTable
+	if runtime.GOOS == "linux" {
+		m, err := mountinfo.Read()
+		if err != nil {
+			return fmt.Errorf("refusing %s as the workspace: what it reaches through mounts cannot be checked: %w", ws, err)
+		}
+		mounts = m
+	}
 	for _, t := range list {
 		if t.path == "" {
 			continue
@@ -85,13 +113,72 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 		if within(p, ws) {
 			return fmt.Errorf("refusing %s as the workspace: %s (%s) lies inside it, and a sandbox can rewrite anything in its workspace; move it out or choose another workspace", ws, t.what, p)
 		}
-		if t.state {
-			if within(ws, p) {
-				return fmt.Errorf("refusing %s as the workspace: it lies inside %s (%s), the host's own state; choose a workspace outside it", ws, t.what, p)
-			}
+		if reaches(mounts, ws, p, true) {
+			return fmt.Errorf("refusing %s as the workspace: %s (%s) lies inside it by another path (a bind mount, or the same directory spelled otherwise), and a sandbox can rewrite anything in its workspace; move it out or choose another workspace", ws, t.what, p)
+		}
+		if t.state && (within(ws, p) || reaches(mounts, p, ws, false)) {
+			return fmt.Errorf("refusing %s as the workspace: it lies inside %s (%s), the host's own state; choose a workspace outside it", ws, t.what, p)
 		}
 	}
 	return nil
+}
+
+// reaches reports whether p (a real path) can be reached inside the directory dir (one
+// too) other than by its spelling: an existing ancestor of p is dir under another name
+// (the same file: another case on a case-insensitive filesystem, a bind mount), or, by
+// the mount table, p's directory on its filesystem lies in what dir shows of that
+// filesystem: dir itself (a bind mount shows the same directory at another path, both
+// ways round) and, with inner, the mounts inside dir. They count for a workspace, whose
+// sandbox gets its mounts; not for the host's state, whose mounts are the host's own
+// (the local sandboxes stage every host workspace in their workspace dir, so each would
+// lie "inside" it).
+func reaches(mounts mountTable, dir, p string, inner bool) bool {
+	if st, err := os.Stat(dir); err == nil {
+		for a := p; ; a = filepath.Dir(a) {
+			if ast, err := os.Stat(a); err == nil && os.SameFile(ast, st) {
+				return true
+			}
+			if filepath.Dir(a) == a {
+				break
+			}
+		}
+	}
+	dev, loc, ok := mounts.locate(p)
+	if !ok {
+		return false
+	}
+	if ddev, dloc, ok := mounts.locate(dir); ok && ddev == dev && within(loc, dloc) {
+		return true
+	}
+	for _, m := range mounts {
+		if inner && m.Point != dir && within(m.Point, dir) && m.Dev == dev && within(loc, m.Root) {
+			return true
+		}
+	}
+	return false
+}
+
+// mountTable is this process's mounts (Linux), in mount order.
+type mountTable []mountinfo.Mount
+
+// locate is where the real path p is: its filesystem (major:minor) and its path within
+// that filesystem, by the mount on top at the deepest mount point holding p.
+func (t mountTable) locate(p string) (dev, path string, ok bool) {
+	best := -1
+	for i, m := range t {
+		if !within(p, m.Point) {
+			continue
+		}
+		// The deepest point wins; at one point, the mount on top (mounted on the other).
+		if best < 0 || len(m.Point) > len(t[best].Point) || (m.Point == t[best].Point && m.Parent == t[best].ID) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", "", false
+	}
+	m := t[best]
+	return m.Dev, filepath.Join(m.Root, strings.TrimPrefix(p, m.Point)), true
 }
 
 // DefaultConfigFile is the config file the CLI reads when none is named: the user's

@@ -41,6 +41,15 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	return sessionEnvIn(t, rt)
+}
+
+// sessionEnvIn is a sessionEnv whose runtime directory is rt (made 0700): the daemon's
+// directory is rt/toolhost.
+func sessionEnvIn(t *testing.T, rt string) *sessionEnv {
+	t.Helper()
+	testStore(t)
 	os.Chmod(rt, 0o700)
 	e := &sessionEnv{t: t, env: []string{"XDG_RUNTIME_DIR=" + rt}, dir: filepath.Join(rt, "toolhost")}
 	t.Cleanup(func() {
@@ -50,7 +59,6 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 				t.Logf("the daemon's log:\n%s", b)
 			}
 		}
-		os.RemoveAll(rt)
 	})
 	return e
 }

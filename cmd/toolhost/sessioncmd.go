@@ -447,6 +447,10 @@ func (c *cli) projectSession(ctx context.Context, cmd *command, ws string) (*ses
 		return nil, "", nil
 	}
 	info, err := cl.Info(ctx)
+	if errors.Is(err, daemon.ErrUntrusted) { // something else on the daemon's socket: say so
+		cl.Close()
+		return nil, "", err
+	}
 	if err != nil || info.ConfigDigest != configDigest(c.cfg.Config) {
 		cl.Close()
 		return nil, "", nil

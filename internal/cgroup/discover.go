@@ -3,7 +3,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/toolhost/toolhost/internal/mountinfo"
 )
 
 // mount is one cgroup filesystem mount from /proc/self/mountinfo.
@@ -25,24 +26,13 @@ type mount struct {
 // parseMountinfo returns the cgroup and cgroup2 mounts, in mount order.
 func parseMountinfo(b []byte) []mount {
 	var out []mount
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		m := mount{root: unescapeMount(f[3]), point: unescapeMount(f[4])}
-		switch g[0] {
+	for _, mi := range mountinfo.Parse(b) {
+		m := mount{root: mi.Root, point: mi.Point}
+		switch mi.FSType {
 		case "cgroup2":
 			m.v2 = true
 		case "cgroup":
-			for _, o := range strings.Split(g[2], ",") {
+			for _, o := range strings.Split(mi.Super, ",") {
 				switch {
 				case o == "rw", o == "ro", strings.Contains(o, "="), o == "clone_children",
 					o == "noprefix", o == "xattr", o == "cpuset_v2_mode", o == "favordynmods":
@@ -59,25 +49,6 @@ func parseMountinfo(b []byte) []mount {
 		out = append(out, m)
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space and so on).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // selfCgroups is /proc/self/cgroup: the v2 path ("" when absent) and, per v1

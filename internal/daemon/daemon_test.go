@@ -3,12 +3,16 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestListen: one daemon per directory; the socket is 0600; a dead daemon's socket is
@@ -85,5 +89,113 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := Dir(); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("a link: %v", err)
+	}
+}
+
+// TestDialRefusesWhatIsNotTheDaemon: before connecting, the client checks the socket and
+// its directory: a socket of another user, one open to others, a link or another kind of
+// file in its place, or a directory open to others is refused (ErrUntrusted) and nothing
+// connects to what listens there. This user's socket as the daemon makes it is dialled.
+func TestDialRefusesWhatIsNotTheDaemon(t *testing.T) {
+	rt, err := os.MkdirTemp("", "th-daemon-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rt)
+	t.Setenv("XDG_RUNTIME_DIR", rt)
+	dir, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := SocketPath(dir)
+	ln, err := Listen(dir, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx := context.Background()
+	dialled := func(what string) {
+		t.Helper()
+		c, err := DialContext(ctx, sock)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		c.Close()
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
+	// nothingPending: no connection reached the listener (one accept(2) on its
+	// non-blocking descriptor, which looks at the backlog only).
+	nothingPending := func(what string) {
+		t.Helper()
+		raw, err := ln.Listener.(*net.UnixListener).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var aerr error
+		raw.Control(func(fd uintptr) {
+			var nfd int
+			if nfd, _, aerr = unix.Accept(int(fd)); aerr == nil {
+				unix.Close(nfd)
+			}
+		})
+		if aerr == nil {
+			t.Errorf("%s: the client connected", what)
+		} else if !errors.Is(aerr, unix.EAGAIN) {
+			t.Fatalf("accept: %v", aerr)
+		}
+	}
+	refused := func(what, want string) {
+		t.Helper()
+		c, err := DialContext(ctx, sock)
+		if err == nil {
+			c.Close()
+		}
+		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want ErrUntrusted saying %q", what, err, want)
+		}
+		nothingPending(what)
+	}
+	dialled("the daemon's own socket")
+
+	os.Chmod(sock, 0o666)
+	refused("a socket open to others", "open to other users")
+	os.Chmod(sock, 0o600)
+	os.Chmod(dir, 0o755)
+	refused("a directory open to others", "open to other users")
+	os.Chmod(dir, 0o700)
+	dialled("the modes put back")
+
+	// The listener's socket moved aside, a link to it in its place.
+	aside := filepath.Join(dir, "aside.sock")
+	if err := os.Rename(sock, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(aside, sock); err != nil {
+		t.Fatal(err)
+	}
+	refused("a link to a socket", "not a socket")
+	os.Remove(sock)
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused("a regular file", "not a socket")
+	os.Remove(sock)
+	if err := os.Rename(aside, sock); err != nil {
+		t.Fatal(err)
+	}
+	dialled("the socket back")
+
+	if os.Geteuid() == 0 {
+		os.Chown(sock, 65534, 65534)
+		refused("a socket of another user", "uid 65534")
+		os.Chown(sock, 0, 0)
+		os.Chown(dir, 65534, 65534)
+		refused("a directory of another user", "another user")
+		os.Chown(dir, 0, 0)
+		dialled("the owners put back")
 	}
 }

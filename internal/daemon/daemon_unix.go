@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -161,8 +162,68 @@ func LogTail(dir string, n int) string {
 	return string(b)
 }
 
-// DialContext connects to the socket.
+// DialContext connects to the daemon's socket sock, making sure that it is this user's
+// daemon before the caller sends anything: the socket's directory must be private
+// (checkPrivate), the socket a socket of this user's open to no one else, and the process
+// listening on it (its peer credentials, as the kernel recorded them when it listened)
+// this user or root. Otherwise it returns ErrUntrusted, having sent nothing. A sandbox
+// that could write the directory (a workspace holding it, which the trust check refuses)
+// might put its own socket there, as root even one whose file looks like root's; the
+// credentials of the process behind it are its own. No socket there is no refusal: the
+// dial's error says nothing listens.
 func DialContext(ctx context.Context, sock string) (net.Conn, error) {
+	if err := checkSocket(sock); err != nil {
+		return nil, err
+	}
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", sock)
+	c, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	uid, err := peerUID(c)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: reading the credentials of the process behind %s: %w", ErrUntrusted, sock, err)
+	}
+	if uid != os.Geteuid() && uid != 0 {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s is served by a process of uid %d, not of this user (uid %d); nothing was sent to it. Stop that process, remove the socket, and make sure no sandbox's workspace holds %s",
+			ErrUntrusted, sock, uid, os.Geteuid(), filepath.Dir(sock))
+	}
+	return c, nil
+}
+
+// checkSocket refuses sock when its directory is not private or it is not a socket of
+// this user's that only this user may use. A socket (or directory) not there passes: the
+// dial finds nothing to connect to.
+func checkSocket(sock string) error {
+	dir := filepath.Dir(sock)
+	if err := checkPrivate(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", ErrUntrusted, err)
+	}
+	st, err := os.Lstat(sock)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the session daemon's socket: %w", err)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case st.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("%w: %s is not a socket (%v): remove it", ErrUntrusted, sock, st.Mode().Type())
+	case !ok || int(sys.Uid) != os.Geteuid():
+		owner := -1
+		if ok {
+			owner = int(sys.Uid)
+		}
+		return fmt.Errorf("%w: %s belongs to uid %d, not to this user (uid %d): remove it, and make sure no sandbox's workspace holds %s",
+			ErrUntrusted, sock, owner, os.Geteuid(), dir)
+	case st.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%w: %s is open to other users (mode %v; the daemon makes it 0600): remove it", ErrUntrusted, sock, st.Mode().Perm())
+	}
+	return nil
 }

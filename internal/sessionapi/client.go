@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/daemon"
 )
 
 // Client talks to a daemon over its socket.
@@ -55,9 +56,11 @@ func Status(err error) int {
 }
 
 // Unreachable reports whether err says no daemon answered on the socket (none runs, or
-// it exited between the request and its answer).
+// it exited between the request and its answer). A socket refused as not this user's
+// daemon (daemon.ErrUntrusted) is not: no daemon should be started in its place, and no
+// caller should take it for "no sessions".
 func Unreachable(err error) bool {
-	if err == nil || Status(err) != 0 {
+	if err == nil || Status(err) != 0 || errors.Is(err, daemon.ErrUntrusted) {
 		return false
 	}
 	var ue *url.Error
@@ -84,6 +87,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set(ConfigDigestHeader, c.digest)
 	}
 	resp, err := c.hc.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok && errors.Is(err, daemon.ErrUntrusted) {
+		return ue.Err // the refusal says it all; no request was made
+	}
 	if err != nil {
 		return err
 	}
