@@ -8,7 +8,10 @@
 #   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo),
 #                             clang for wasm32-wasi (clang, lld, wasi-libc and the
 #                             wasm32 compiler runtime), which builds the C example plugin,
-#                             and iproute2 (the egress tests' network namespaces)
+#                             iproute2 (the egress tests' network namespaces), HAProxy
+#                             (the fleet's balancer, deploy/haproxy) and kubectl (Debian's
+#                             kubernetes-client, unless a kubectl is on PATH), which checks
+#                             the manifests of deploy/kubernetes
 #
 # The browser for screenshots is scripts/setup-browser.sh's job (make run and make test run
 # both).
@@ -23,7 +26,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--test) want_test=true ;;
 	-h | --help)
-		sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -60,6 +63,12 @@ if $want_test; then
 	[ -e /usr/include/wasm32-wasi/stdio.h ] || missing+=(wasi-libc)
 	# The egress tests build their own internet in network namespaces with ip(8).
 	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+	# The fleet tests put HAProxy with deploy/haproxy/haproxy.cfg in front of the replicas.
+	[ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+	# kubectl applies deploy/kubernetes/ with --dry-run=client in a test. Debian's package
+	# ships /usr/bin/kubectl; another kubectl already on PATH (a newer one from Kubernetes'
+	# own packages) does as well, and would conflict with it.
+	command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 fi
 
 if ((${#missing[@]})); then
