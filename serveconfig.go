@@ -116,6 +116,11 @@ func validateFleet(f *FleetConfig, bad badKey) error {
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil || u.RawQuery != "" {
 		return bad("serve.fleet.advertise", "must be a URL of the form http://ADDRESS:PORT, got %q", f.Advertise)
 	}
+	// The other replicas dial it, and check it against serve.fleet.peers, as an address:
+	// a name (or a variable the shell did not expand, $(POD_IP)) is refused here.
+	if _, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err != nil || u.Port() == "" {
+		return bad("serve.fleet.advertise", "must name this replica by IP address and port (http://10.1.2.3:8750), got %q", f.Advertise)
+	}
 	if f.SecretFile == "" {
 		return bad("serve.fleet.secret_file", "is empty: the replicas of a fleet sign what they send each other with a shared secret (openssl rand -hex 32 > FILE; chmod 600 FILE)")
 	}

@@ -22,6 +22,9 @@ func TestFleetConfig(t *testing.T) {
 		{"not a URL", map[string]any{"serve.fleet.advertise": "10.1.2.3:8750", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
 		{"a path", map[string]any{"serve.fleet.advertise": "http://10.1.2.3:8750/mcp", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
 		{"credentials", map[string]any{"serve.fleet.advertise": "http://u:p@10.1.2.3:8750", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
+		{"a name", map[string]any{"serve.fleet.advertise": "http://replica-1:8750", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
+		{"unexpanded", map[string]any{"serve.fleet.advertise": "http://$(POD_IP):8750", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
+		{"no port", map[string]any{"serve.fleet.advertise": "http://10.1.2.3", "serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
 		{"peers not CIDRs", map[string]any{"serve.fleet.advertise": "http://10.1.2.3:8750", "serve.fleet.secret_file": "/s", "serve.fleet.peers": []string{"10.0.0.1"}}, "serve.fleet.peers"},
 		{"secret without advertise", map[string]any{"serve.fleet.secret_file": "/s"}, "serve.fleet.advertise"},
 	} {
