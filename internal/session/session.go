@@ -5,7 +5,8 @@
 // the workspace over where the provider can, else restoring the snapshot), restarts the
 // background processes that were running and carries on. Calls that arrive during a
 // rotation wait and then succeed; the next tool result says which processes were
-// restarted (Notice).
+// restarted (Notice). No call meets a sandbox that has ended under it: docs/SNAPSHOTS.md
+// ("Calls during a rotation") goes through every window and what closes it.
 //
 // A session cannot run out of time with unsaved work. While a rotation's save fails the
 // session keeps the sandbox (it holds the only copy) and tries again; when its end is
