@@ -22,8 +22,8 @@ import (
 )
 
 // hammerSwaps is how many rotations TestRotationHammer takes each path through: a
-// hundred by default (25-30 s a path at load 23 on two cores, 90 s under -race), more for
-// a soak with TOOLHOST_ROTATION_SWAPS=N.
+// hundred by default (a path took 25-45 s at load 16-25 on two cores, 23-42 s under -race
+// at load 8-12), more for a soak with TOOLHOST_ROTATION_SWAPS=N (400 took 95-105 s).
 func hammerSwaps(t *testing.T) int {
 	v := os.Getenv("TOOLHOST_ROTATION_SWAPS")
 	if v == "" {
