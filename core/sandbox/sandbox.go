@@ -35,6 +35,11 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrClosed: the sandbox was closed or reached its end time.
 	ErrClosed = errors.New("sandbox is closed")
+	// ErrNotRun comes with ErrClosed when the sandbox refused the operation before doing
+	// any of it, having ended already: nothing of it ran, so running it elsewhere (on a
+	// session's next sandbox) is safe even for a command. ErrClosed without it says
+	// nothing of how much ran.
+	ErrNotRun = errors.New("the operation did not run")
 	// ErrNotRegular: the path is a FIFO, socket or device, which file tools do not open
 	// (opening a FIFO would wait for its other end).
 	ErrNotRegular = errors.New("not a regular file (a FIFO, socket or device)")

@@ -142,6 +142,9 @@ func (h *Host) process(ctx context.Context, inst *instance, c *hostCall) uint64 
 		}
 	}
 	running, err := pl.Processes(ctx)
+	if errors.Is(err, sandbox.ErrUnsupported) { // a session over a sandbox that cannot tell
+		return inst.status(abi.StatusIO, "process %s: this sandbox cannot tell whether its background commands run", req.ID)
+	}
 	if err != nil {
 		return inst.execStatus(err)
 	}

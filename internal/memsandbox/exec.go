@@ -131,7 +131,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	res.Stderr, res.StderrCut = stderr.result()
 	if killed {
 		res.ExitCode, res.TimedOut = -1, true
-		if err := s.checkOpen(); err != nil {
+		s.mu.Lock()
+		err := s.endedErr() // it ran, until the end cut it short
+		s.mu.Unlock()
+		if err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {

@@ -129,8 +129,18 @@ func newSandbox(env map[string]string, timeout, maxLife time.Duration) *Sandbox 
 // ID names the sandbox.
 func (s *Sandbox) ID() string { return s.id }
 
-// closedErr is ErrClosed, saying why, once the sandbox has ended. Called with mu held.
+// closedErr is ErrClosed, saying why, once the sandbox has ended, for a call that has
+// done nothing yet (it wraps ErrNotRun too). Called with mu held.
 func (s *Sandbox) closedErr() error {
+	if err := s.endedErr(); err != nil {
+		return fmt.Errorf("%w (%w)", err, sandbox.ErrNotRun)
+	}
+	return nil
+}
+
+// endedErr is ErrClosed, saying why, once the sandbox has ended, for a call that its end
+// cut short. Called with mu held.
+func (s *Sandbox) endedErr() error {
 	if s.closed {
 		return fmt.Errorf("sandbox %s %s: %w", s.id, s.why, sandbox.ErrClosed)
 	}

@@ -21,7 +21,7 @@ func (s *Session) DevServerPort() int {
 }
 
 func (s *Session) listening(ctx context.Context) ([]int, error) {
-	sb, release, err := s.current(ctx)
+	sb, release, err := s.current(ctx, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -285,7 +285,7 @@ func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
 // listeningNow lists the ports the current sandbox's processes listen on; listed is false
 // when the sandbox cannot tell.
 func (s *Session) listeningNow(ctx context.Context) (ports []int, listed bool, err error) {
-	sb, release, err := s.current(ctx)
+	sb, release, err := s.current(ctx, 0)
 	if err != nil {
 		return nil, false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -30,16 +31,20 @@ func (s *Session) Unwrap() sandbox.Sandbox {
 }
 
 // do runs op on the current sandbox. If the sandbox turns out to be gone (a sign of
-// trouble: it died before its cached end, or stopped answering), the session replaces it,
-// and an op that can safely run twice runs once more. One that cannot (a command: it may
-// have done half its work) fails with an error that says the sandbox was replaced.
+// trouble: it died before its cached end, or stopped answering), the session replaces it
+// (or waits for the rotation under way to), and an op that can safely run twice runs once
+// more, on the new sandbox. One that cannot (a command: it may have done half its work)
+// runs again only when the sandbox refused it before doing any of it (the error wraps
+// sandbox.ErrNotRun); else it fails with an error that says the sandbox was replaced.
 func do[T any](ctx context.Context, s *Session, op func(sandbox.Sandbox) (T, error)) (T, error) {
-	return doOp(ctx, s, true, op)
+	return doOp(ctx, s, 0, true, op)
 }
 
-func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandbox.Sandbox) (T, error)) (T, error) {
+// doOp is do for an op that may run need (current) and, unless repeatable, must not run
+// twice.
+func doOp[T any](ctx context.Context, s *Session, need time.Duration, repeatable bool, op func(sandbox.Sandbox) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		sb, release, err := s.current(ctx)
+		sb, release, err := s.current(ctx, need)
 		if err != nil {
 			var zero T
 			return zero, err
@@ -48,8 +53,8 @@ func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandb
 		release()
 		if attempt == 0 && errors.Is(err, sandbox.ErrClosed) && ctx.Err() == nil {
 			s.log.Warn("session: sandbox reported closed; recovering", "sandbox", sb.ID(), "err", err)
-			s.maintain(ctx, true)
-			if repeatable {
+			s.recoverFrom(ctx, sb)
+			if repeatable || errors.Is(err, sandbox.ErrNotRun) {
 				continue
 			}
 			return v, fmt.Errorf("%w; %w", err, ErrReplaced)
@@ -58,6 +63,29 @@ func doOp[T any](ctx context.Context, s *Session, repeatable bool, op func(sandb
 			continue // it never started: run it on the new sandbox
 		}
 		return v, err
+	}
+}
+
+// recoverFrom is called after a call found sb ended. A rotation under way is waited for
+// (sb may have ended under its save ahead: its end came sooner than the session knew);
+// if sb is still the session's sandbox then, the session asks it and replaces it when it
+// is gone. The caller's next current gives sb's replacement, or sb if it is alive after all.
+func (s *Session) recoverFrom(ctx context.Context, sb sandbox.Sandbox) {
+	for range 3 {
+		s.mu.RLock()
+		if s.closed || s.sb != sb {
+			s.mu.RUnlock()
+			return // replaced already
+		}
+		rotating, moved := s.rotating, s.moved
+		s.mu.RUnlock()
+		if !rotating {
+			s.maintain(ctx, true, 0)
+			return
+		}
+		if await(ctx, moved) != nil {
+			return
+		}
 	}
 }
 
@@ -73,6 +101,8 @@ func (s *Session) replaceIfStuck(ctx context.Context, sb sandbox.Sandbox, cause 
 	if !errors.Is(err, sandbox.ErrCannotStart) {
 		return false
 	}
+	s.rotMu.Lock() // after a rotation under way, which may replace sb itself
+	defer s.rotMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -105,7 +135,19 @@ func (s *Session) SandboxID() string {
 }
 
 func (s *Session) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	return doOp(ctx, s, false, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
+	return doOp(ctx, s, execBound(ctx, req.Timeout), false, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
+}
+
+// execBound is how long a command may run: its timeout, else what is left of ctx, else 0
+// (unknown: the session cannot plan for it).
+func execBound(ctx context.Context, timeout time.Duration) time.Duration {
+	if timeout > 0 {
+		return timeout
+	}
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), 0)
+	}
+	return 0
 }
 
 func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
@@ -130,13 +172,26 @@ func (s *Session) ReadFileGuarded(ctx context.Context, path string, maxBytes int
 	})
 }
 
+// A write is replaced whole (a new file renamed over the old), so one cut short left the
+// old contents and running it again is safe. A versioned write run again may find its
+// first try landed before the sandbox ended (the file then holds data, not the version
+// the guard names): that is its success, not ErrChanged.
 func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
+	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
 		if !ok {
 			return struct{}{}, fmt.Errorf("guarded write of %s: %w", path, sandbox.ErrUnsupported)
 		}
-		return struct{}{}, gf.WriteFileGuarded(ctx, path, data, g)
+		tries++
+		err := gf.WriteFileGuarded(ctx, path, data, g)
+		if tries > 1 && g.Versioned && errors.Is(err, sandbox.ErrChanged) {
+			cur, rerr := gf.ReadFileGuarded(ctx, path, int64(len(data))+1, sandbox.FileGuard{NoLinks: g.NoLinks})
+			if rerr == nil && sandbox.FileVersion(cur) == sandbox.FileVersion(data) {
+				return struct{}{}, nil
+			}
+		}
+		return struct{}{}, err
 	})
 	return err
 }
@@ -162,13 +217,25 @@ func (s *Session) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sa
 }
 
 func (s *Session) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
+	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
 		if !ok {
 			return struct{}{}, fmt.Errorf("guarded remove of %s: %w", path, sandbox.ErrUnsupported)
 		}
-		return struct{}{}, gf.RemoveFileGuarded(ctx, path, g)
+		tries++
+		return struct{}{}, goneOnRetry(tries, gf.RemoveFileGuarded(ctx, path, g))
 	})
+	return err
+}
+
+// goneOnRetry: an op that makes something go away (a removal, a kill) and finds nothing
+// when run again, its first try cut short by the sandbox's end, may have done it then; what
+// was asked for holds either way, so it succeeded.
+func goneOnRetry(tries int, err error) error {
+	if tries > 1 && (errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) {
+		return nil
+	}
 	return err
 }
 
@@ -180,13 +247,35 @@ func (s *Session) List(ctx context.Context, req sandbox.ListRequest) (sandbox.Li
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ListResult, error) { return sb.List(ctx, req) })
 }
 
+// Archive runs again on a replacement only if nothing reached w: a stream begun cannot
+// be begun again.
 func (s *Session) Archive(ctx context.Context, w io.Writer, excludes []string) error {
-	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Archive(ctx, w, excludes) })
+	_, err := doOp(ctx, s, 0, false, func(sb sandbox.Sandbox) (struct{}, error) {
+		cw := &countingWriter{w: w}
+		err := sb.Archive(ctx, cw, excludes)
+		if err != nil && cw.n == 0 && errors.Is(err, sandbox.ErrClosed) {
+			err = fmt.Errorf("%w (%w)", err, sandbox.ErrNotRun)
+		}
+		return struct{}{}, err
+	})
 	return err
 }
 
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Extract does not run again on a replacement: r is read already, and the workspace it
+// left half filled was handed over.
 func (s *Session) Extract(ctx context.Context, r io.Reader) error {
-	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
+	_, err := doOp(ctx, s, 0, false, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
 	return err
 }
 

@@ -5,7 +5,8 @@
 // the workspace over where the provider can, else restoring the snapshot), restarts the
 // background processes that were running and carries on. Calls that arrive during a
 // rotation wait and then succeed; the next tool result says which processes were
-// restarted (Notice).
+// restarted (Notice). No call meets a sandbox that has ended under it: docs/SNAPSHOTS.md
+// ("Calls during a rotation") goes through every window and what closes it.
 //
 // A session cannot run out of time with unsaved work. While a rotation's save fails the
 // session keeps the sandbox (it holds the only copy) and tries again; when its end is
@@ -157,12 +158,18 @@ type Session struct {
 	rotations   int
 	closed      bool
 	// rotating: a rotation is saving ahead of its handoff (saveAhead) with mu released;
-	// calls go on meanwhile instead of waiting for the save.
+	// the calls that will be done before its last call go on meanwhile instead of waiting
+	// for the save. Any other call waits for moved, closed once the rotation holds mu again
+	// to swap the sandbox (current).
 	rotating bool
+	moved    chan struct{}
 	// rotMu is held for a whole rotation, the save ahead included, so that two never
 	// overlap (Rotate takes it before mu; maintain, holding mu, only tries it).
 	rotMu   sync.Mutex
 	devPort int // the dev server last seen listening
+	// life is what the sandbox had left when the session took it: what a new sandbox
+	// would have, the provider's own limits included (outlasts).
+	life time.Duration
 
 	bg bgState // background processes to carry over (processes.go)
 
@@ -227,8 +234,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 			s.noticeLost(t, why, info, info.Key != "")
 		}
 	}
-	s.sb = sb
-	s.noteEnd(sb.EndsAt())
+	s.use(sb)
 	s.loopCtx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	s.wg.Go(func() { s.keepalive(s.loopCtx) })
 	if cfg.Autosave > 0 {
@@ -292,6 +298,13 @@ func (s *Session) closeLater(ctx context.Context, sb sandbox.Sandbox) {
 	s.wg.Go(func() { sb.Close(context.WithoutCancel(ctx)) })
 }
 
+// use makes sb the session's sandbox (with mu held for writing, or before Open returns).
+func (s *Session) use(sb sandbox.Sandbox) {
+	s.sb = sb
+	s.noteEnd(sb.EndsAt())
+	s.life = s.endsAt.Sub(s.clock.Now())
+}
+
 func (s *Session) noteEnd(t time.Time) {
 	s.endsAt, s.refreshedAt = t, s.clock.Now()
 }
@@ -327,15 +340,23 @@ func (s *Session) keepalive(ctx context.Context) {
 			<-ctx.Done()
 			return
 		}
-		s.maintain(ctx, false)
+		s.maintain(ctx, false, 0)
 		s.flushLocal(ctx)
 	}
 }
 
 // current returns the sandbox for a call, holding the read lock until release is called.
-// It extends or rotates first when the end is near.
-func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) {
-	for range 3 {
+// need is how long the call may run (a command's bound; 0 for a call that does not wait
+// on anything the sandbox runs). It extends or rotates first when the end is near, or when
+// the call would still run at the sandbox's last call and a new sandbox would hold it.
+//
+// While a rotation saves ahead of its handoff (saveAhead), the old sandbox is given only
+// to a call that will be done before the rotation's last call, by which the rotation
+// takes the sandbox from the calls: the handoff then waits for no call, and no call runs
+// into the end of a sandbox that is being left. Any other call waits for the swap and
+// runs on the new sandbox.
+func (s *Session) current(ctx context.Context, need time.Duration) (sandbox.Sandbox, func(), error) {
+	for tries := 0; ; {
 		s.mu.RLock()
 		if s.closed {
 			s.mu.RUnlock()
@@ -345,48 +366,68 @@ func (s *Session) current(ctx context.Context) (sandbox.Sandbox, func(), error) 
 			s.mu.RUnlock()
 			return nil, nil, err
 		}
-		if !s.needsCare(s.clock.Now()) {
+		now := s.clock.Now()
+		if s.rotating {
+			if now.Add(need).Before(s.lastCall()) {
+				return s.sb, s.mu.RUnlock, nil
+			}
+			moved := s.moved
+			s.mu.RUnlock()
+			if err := await(ctx, moved); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		// After three tries maintenance could not make room (say, a failed save): run on
+		// what we have.
+		if tries == 3 || !s.needsCare(now, need) {
 			return s.sb, s.mu.RUnlock, nil
 		}
 		s.mu.RUnlock()
-		s.maintain(ctx, false)
+		s.maintain(ctx, false, need)
+		tries++
 	}
-	// Maintenance could not make room (say, a failed save); run on what we have.
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return nil, nil, ErrClosed
-	}
-	if err := s.fenced(); err != nil {
-		s.mu.RUnlock()
-		return nil, nil, err
-	}
-	return s.sb, s.mu.RUnlock, nil
 }
 
-func (s *Session) needsCare(now time.Time) bool {
-	if s.rotating && now.Before(s.endsAt) {
-		return false // the rotation under way cares; the sandbox serves until it is handed over
+// await waits until ch is closed or ctx ends.
+func await(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
+
+// needsCare: the cached end is stale, or the sandbox must be extended or replaced before
+// the call (need, as for current) runs. Not called during a save ahead (current, maintain).
+func (s *Session) needsCare(now time.Time, need time.Duration) bool {
 	if now.Sub(s.refreshedAt) > s.cfg.RefreshInterval {
 		return true
 	}
 	if now.Before(s.retryAt) {
 		return false
 	}
-	return s.endsAt.Sub(now) < s.cfg.KeepaliveMargin
+	return s.endsAt.Sub(now) < s.cfg.KeepaliveMargin || s.outlasts(now, need)
+}
+
+// outlasts: a call that may run need from now would still run at the sandbox's last call,
+// past which the session can no longer wait for it, and a new sandbox would hold it (one
+// that no sandbox holds runs where it is: moving would gain nothing).
+func (s *Session) outlasts(now time.Time, need time.Duration) bool {
+	return need > 0 && need < s.life-s.cfg.KeepaliveMargin && now.Add(need).After(s.lastCall())
 }
 
 // maintain refreshes the cached end time, then extends the sandbox or rotates it. trouble
-// means a call just failed as if the sandbox were gone.
-func (s *Session) maintain(ctx context.Context, trouble bool) {
+// means a call just failed as if the sandbox were gone; need is the coming call's (current).
+func (s *Session) maintain(ctx context.Context, trouble bool, need time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.rotating || s.fenced() != nil {
 		return
 	}
 	now := s.clock.Now()
-	if !trouble && !s.needsCare(now) {
+	if !trouble && !s.needsCare(now, need) {
 		return // another caller did it while we waited for the lock
 	}
 	s.noteEnd(s.sb.EndsAt())
@@ -397,7 +438,7 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 		dead = errors.Is(err, sandbox.ErrClosed)
 	}
 	left := s.endsAt.Sub(now)
-	if !dead && left >= s.cfg.KeepaliveMargin {
+	if !dead && left >= s.cfg.KeepaliveMargin && !s.outlasts(now, need) {
 		return
 	}
 	if dead {
@@ -409,7 +450,8 @@ func (s *Session) maintain(ctx context.Context, trouble bool) {
 	if want.After(maxEnd) {
 		want = maxEnd
 	}
-	if want.Sub(now) > s.cfg.KeepaliveMargin {
+	// An extension that would still leave the call running at the last call is no use.
+	if want.Sub(now) > s.cfg.KeepaliveMargin && !now.Add(need).After(want.Add(-s.cfg.LastCallMargin)) {
 		if err := s.sb.SetTimeout(ctx, want.Sub(now)); err == nil {
 			s.log.Info("session: extended sandbox", "sandbox", s.sb.ID(), "ends", want.UTC().Format(time.RFC3339))
 			s.noteEnd(s.sb.EndsAt())
@@ -456,6 +498,8 @@ func (s *Session) saveAhead(ctx context.Context, force bool) *ahead {
 		return nil
 	}
 	s.rotating = true
+	moved := make(chan struct{})
+	s.moved = moved
 	s.mu.Unlock()
 	a := &ahead{sb: old}
 	func() {
@@ -469,6 +513,7 @@ func (s *Session) saveAhead(ctx context.Context, force bool) *ahead {
 	}()
 	s.mu.Lock()
 	s.rotating = false
+	close(moved) // the calls waiting for the swap now wait for mu, which the swap holds
 	return a
 }
 
@@ -579,7 +624,10 @@ func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck b
 		local.remove()
 		return
 	}
-	next, how, err := s.replace(ctx, old, local, saveErr == nil)
+	// A snapshot saved ahead is a checkpoint: calls went on after it, so restoring it
+	// where the handoff fails would drop their work (and say nothing was lost). Only a
+	// save made with the calls held back carries the work.
+	next, how, err := s.replace(ctx, old, local, saveErr == nil && !fresh)
 	if err != nil {
 		s.retryAt = s.clock.Now().Add(s.cfg.RetryInterval)
 		if !force {
@@ -594,8 +642,7 @@ func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck b
 	} else {
 		local.remove()
 	}
-	s.sb = next
-	s.noteEnd(next.EndsAt())
+	s.use(next)
 	s.retryAt = time.Time{}
 	s.rotations++
 	defer s.changed()
@@ -749,8 +796,7 @@ const (
 // adopt makes next the session's sandbox after a death and restarts the processes.
 func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
 	defer s.changed()
-	s.sb = next
-	s.noteEnd(next.EndsAt())
+	s.use(next)
 	s.retryAt = time.Time{}
 	var ports []int
 	if s.devPort != 0 {
@@ -822,7 +868,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 // error and leaves the session working; the next commit tries again. Info.Skipped and
 // Info.Skips say what the snapshot left out because it cannot hold it.
 func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
-	_, release, err := s.current(ctx)
+	_, release, err := s.current(ctx, 0)
 	if err != nil {
 		return snapshot.Info{}, err
 	}
@@ -931,6 +977,8 @@ next:
 // were running. Calls made meanwhile wait and then run in the new sandbox. The present is
 // not saved: the caller saves it first (a rewind does).
 func (s *Session) Reload(ctx context.Context, why string) error {
+	s.rotMu.Lock() // not beside a rotation, whose save ahead would then be of a sandbox gone
+	defer s.rotMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -949,8 +997,7 @@ func (s *Session) Reload(ctx context.Context, why string) error {
 		return err
 	}
 	s.closeLater(ctx, old)
-	s.sb = next
-	s.noteEnd(next.EndsAt())
+	s.use(next)
 	s.retryAt = time.Time{}
 	s.restartProcs(ctx, next, running, terms, ports, why, "your files are as of the checkpoint you went back to")
 	s.changed()

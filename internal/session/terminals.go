@@ -29,7 +29,7 @@ type termProc struct {
 
 // StartTerminal starts a program on a terminal of the current sandbox and remembers it.
 func (s *Session) StartTerminal(ctx context.Context, req sandbox.TerminalRequest, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
-	out, err := doOp(ctx, s, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
+	out, err := doOp(ctx, s, w.Wait, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
 		t, ok := sandbox.As[sandbox.Terminals](sb)
 		if !ok {
 			return sandbox.TerminalOutput{}, fmt.Errorf("sandbox %s cannot run programs on a terminal: %w", sb.ID(), sandbox.ErrUnsupported)
@@ -54,7 +54,7 @@ func (s *Session) StartTerminal(ctx context.Context, req sandbox.TerminalRequest
 // TerminalIO talks to a terminal of the current sandbox. A terminal whose program ended
 // (or that the sandbox no longer has) is forgotten.
 func (s *Session) TerminalIO(ctx context.Context, id string, input []byte, sig sandbox.Signal, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
-	out, err := doOp(ctx, s, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
+	out, err := doOp(ctx, s, w.Wait, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
 		t, ok := sandbox.As[sandbox.Terminals](sb)
 		if !ok {
 			return sandbox.TerminalOutput{}, fmt.Errorf("sandbox %s cannot run programs on a terminal: %w", sb.ID(), sandbox.ErrUnsupported)

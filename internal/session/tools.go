@@ -15,11 +15,16 @@ import (
 var (
 	_ sandbox.Remover         = (*Session)(nil)
 	_ sandbox.ProcessSignaler = (*Session)(nil)
+	_ sandbox.ProcessLister   = (*Session)(nil)
 )
 
 // Remove removes a workspace entry in the current sandbox.
 func (s *Session) Remove(ctx context.Context, path string) error {
-	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sandbox.Remove(ctx, sb, path) })
+	tries := 0
+	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
+		tries++
+		return struct{}{}, goneOnRetry(tries, sandbox.Remove(ctx, sb, path))
+	})
 	return err
 }
 
@@ -30,12 +35,18 @@ func (s *Session) Signal(ctx context.Context, id string, sig sandbox.Signal) err
 	if sig == sandbox.SignalTerm || sig == sandbox.SignalKill {
 		s.forget(id)
 	}
+	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		ps, ok := sandbox.As[sandbox.ProcessSignaler](sb)
 		if !ok {
 			return struct{}{}, errNoBackground(sb)
 		}
-		return struct{}{}, ps.Signal(ctx, id, sig)
+		tries++
+		err := ps.Signal(ctx, id, sig)
+		if sig == sandbox.SignalTerm || sig == sandbox.SignalKill {
+			err = goneOnRetry(tries, err) // it ended with the old sandbox, and was not restarted
+		}
+		return struct{}{}, err
 	})
 	return err
 }
@@ -50,4 +61,18 @@ func (s *Session) forget(id string) {
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	s.bg.procs = slices.DeleteFunc(s.bg.procs, func(p *bgProc) bool { return p.tag == id })
+}
+
+// Processes lists the background processes of the current sandbox, under the session's
+// lock like every call (found through Unwrap, the sandbox's own would run beside a swap,
+// on a sandbox being retired). Under one that cannot tell, the error wraps
+// sandbox.ErrUnsupported.
+func (s *Session) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	return do(ctx, s, func(sb sandbox.Sandbox) ([]sandbox.ProcessInfo, error) {
+		pl, ok := sandbox.As[sandbox.ProcessLister](sb)
+		if !ok {
+			return nil, fmt.Errorf("sandbox %s cannot list its background processes: %w", sb.ID(), sandbox.ErrUnsupported)
+		}
+		return pl.Processes(ctx)
+	})
 }

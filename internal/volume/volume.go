@@ -60,10 +60,13 @@ var (
 	// sandbox first, then Close again.
 	ErrBusy = errors.New("volume busy: a process still uses it")
 	// ErrMountedElsewhere: Close unmounted the volume and removed it from the host's view,
-	// but its filesystem is still mounted in another mount namespace (a sandbox that is
-	// still running holds its bind mount). The filesystem, its loop device and its space
-	// live until that namespace ends; nothing else is left to do.
-	ErrMountedElsewhere = errors.New("volume still mounted in another mount namespace (is its sandbox still running?)")
+	// but its filesystem is still mounted in another mount namespace: a sandbox that is
+	// still running holds its bind mount, or a namespace that any process of the host made
+	// while the volume was mounted holds a copy of it that the unmount does not reach (a
+	// private namespace, as unshare(1) makes; one a user namespace owns, whose copies are
+	// locked). The filesystem, its loop device and its space live until that namespace
+	// ends; nothing else is left to do. The error names the processes holding it.
+	ErrMountedElsewhere = errors.New("volume still mounted in another mount namespace")
 )
 
 const (
@@ -452,25 +455,37 @@ func (v *Volume) Usage() (used, size int64, err error) {
 // filesystem a while. While a process still uses the volume (the sandbox was not
 // killed first) the unmount fails with ErrBusy and the volume stays as it was: Close
 // never detaches lazily, which would leave the filesystem alive behind the caller's back.
-// When the filesystem outlives the unmount because another mount namespace still holds
-// it, Close finishes and returns ErrMountedElsewhere. Close after a Close that finished
-// is a no-op.
+//
+// Every mount namespace made on the host while the volume is mounted (a sandbox being set
+// up, any process's unshare) gets a copy of its mount, and the unmount does not reach the
+// copies of a private namespace, nor the locked ones of a namespace a user namespace owns.
+// Such a copy sits on the mount point, which Close removes right after the unmount: the
+// kernel then detaches every mount on that directory in every namespace, so no copy of
+// another process keeps the filesystem. What can still keep it is a bind of it elsewhere
+// (a sandbox still running holds its workspace at /home/user) or a process with a file or
+// directory open in it: then Close finishes and returns ErrMountedElsewhere, naming the
+// processes. Close after a Close that finished is a no-op.
 func (v *Volume) Close() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
 		return nil
 	}
-	elsewhere := false
+	wasMounted := v.mounted
 	if v.mounted {
 		if err := unmount(v.path); err != nil {
 			return fmt.Errorf("close volume %s: %w", v.name, err)
 		}
 		v.mounted = false
-		elsewhere = stillBound(v.dev, v.p.image(v.name))
 	}
+	// Before the wait below: removing the mount point detaches the copies of the mount
+	// that other namespaces hold on it.
 	if err := os.Remove(v.path); err != nil && !errors.Is(err, fs.ErrNotExist) { // still locked: no one else cleans meanwhile
 		return fmt.Errorf("close volume %s: %w", v.name, err)
+	}
+	held := ""
+	if wasMounted && stillBound(v.dev, v.p.image(v.name)) {
+		held = holders(v.dev)
 	}
 	// The image moves out of the name's way at once and is deleted in the background,
 	// under the name's lock: the lock file goes last, so a Prune of another process never
@@ -497,21 +512,59 @@ func (v *Volume) Close() error {
 		})
 	}
 	v.closed = true
-	if elsewhere {
-		v.p.log.Info("workspace volume unmounted but still mounted in another mount namespace", "name", v.name, "device", v.dev)
-		return fmt.Errorf("close volume %s (%s): %w", v.name, v.dev, ErrMountedElsewhere)
+	if held != "" {
+		v.p.log.Info("workspace volume unmounted but still mounted in another mount namespace", "name", v.name, "device", v.dev, "held_by", held)
+		return fmt.Errorf("close volume %s (%s): %w: held by %s", v.name, v.dev, ErrMountedElsewhere, held)
 	}
 	return nil
 }
 
+// holders names the processes (pid and command) whose mount namespaces mount the
+// filesystem on device dev, one per namespace and at most maxHolders, from /proc: who
+// keeps a closed volume alive. A copy detached from its namespace but busy (a process's
+// working directory in it) is in no mountinfo, and is not named.
+func holders(dev string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return "unknown processes"
+	}
+	want := fmt.Sprintf(" %d:%d ", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	seen := map[string]bool{}
+	var out []string
+	for _, pd := range procs {
+		ns, err := os.Readlink(pd + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		b, err := os.ReadFile(pd + "/mountinfo")
+		if err != nil || !strings.Contains(string(b), want) {
+			continue
+		}
+		seen[ns] = true
+		comm, _ := os.ReadFile(pd + "/comm")
+		out = append(out, fmt.Sprintf("pid %s (%s)", filepath.Base(pd), strings.TrimSpace(string(comm))))
+		if len(out) == maxHolders {
+			out = append(out, "...")
+			break
+		}
+	}
+	if len(out) == 0 {
+		return "no mount of it in any namespace: a process still has a file or directory open in it"
+	}
+	return strings.Join(out, ", ")
+}
+
+// maxHolders bounds the processes holders names.
+const maxHolders = 3
+
 // stillBound reports whether loop device dev is still bound to image after its mount
-// went. The last unmount clears an autoclear device, but not at once: the filesystem's
-// last reference may be dropped by the kernel a moment later (a mount namespace that
-// just ended is torn down asynchronously, a transient opener such as udev's probe holds
-// the device briefly, and another sandbox's namespace being set up at that instant holds
-// a copy of every mount until bubblewrap detaches the old root). So the binding is
-// watched for up to stillBoundWait, a hang bound: a binding that outlives it means the
-// filesystem is mounted somewhere that lasts.
+// went and its mount point was removed. The last unmount clears an autoclear device, but
+// not at once: the filesystem's last reference may be dropped by the kernel a moment
+// later (a mount namespace that just ended is torn down asynchronously, a transient
+// opener such as udev's probe holds the device briefly). So the binding is watched for up
+// to stillBoundWait, a hang bound: a binding that outlives it means the filesystem is
+// held by something that lasts (a bind of it elsewhere, a process working in it).
 func stillBound(dev, image string) bool {
 	f := "/sys/block/" + filepath.Base(dev) + "/loop/backing_file"
 	deadline := time.Now().Add(stillBoundWait)

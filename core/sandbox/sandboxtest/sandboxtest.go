@@ -1038,7 +1038,7 @@ func testExpiry(t *testing.T, p sandbox.Provider) {
 }
 
 // testShortened: SetTimeout brings the end closer too, and the sandbox ends then; a
-// command still running at that moment fails with ErrClosed.
+// command still running at that moment fails with ErrClosed, and not ErrNotRun.
 func testShortened(t *testing.T, p sandbox.Provider) {
 	sb := create(t, p, sandbox.CreateOptions{Timeout: time.Hour})
 	ctx := ctxFor(t)
@@ -1058,6 +1058,9 @@ func testShortened(t *testing.T, p sandbox.Provider) {
 	case err := <-inflight:
 		if !errors.Is(err, sandbox.ErrClosed) {
 			t.Errorf("a command running at the end time: %v, want ErrClosed", err)
+		}
+		if errors.Is(err, sandbox.ErrNotRun) { // a session would run it again
+			t.Errorf("a command cut short by the end time says it did not run: %v", err)
 		}
 	case <-time.After(bound):
 		t.Fatalf("a command running at the end time has not returned %s later", bound)

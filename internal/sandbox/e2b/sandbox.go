@@ -99,7 +99,8 @@ func (s *Sandbox) Refresh(ctx context.Context) error {
 }
 
 // closedErr reports a sandbox that was closed, found gone, or is past its end time (E2B
-// has killed it, or is about to).
+// has killed it, or is about to). Every call checks it before it sends anything, so it
+// wraps ErrNotRun too.
 func (s *Sandbox) closedErr() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,7 +110,7 @@ func (s *Sandbox) closedErr() error {
 	if s.reason == "" {
 		return nil
 	}
-	return fmt.Errorf("E2B sandbox %s %s: %w", s.id, s.reason, sandbox.ErrClosed)
+	return fmt.Errorf("E2B sandbox %s %s: %w (%w)", s.id, s.reason, sandbox.ErrClosed, sandbox.ErrNotRun)
 }
 
 func (s *Sandbox) markGone(reason string) {

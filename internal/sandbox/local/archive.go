@@ -24,7 +24,7 @@ func (s *Sandbox) Archive(ctx context.Context, w io.Writer, excludes []string) e
 // ArchiveReport is Archive that also returns the agent's report: what it packed and what
 // it left out because a snapshot cannot hold it (the sandbox's word: names are hostile).
 func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []string) (sandbox.ArchiveReport, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.ArchiveReport{}, err
 	}
 	res, err := s.client.Archive(ctx, w, excludes)
@@ -37,7 +37,7 @@ func (s *Sandbox) ArchiveReport(ctx context.Context, w io.Writer, excludes []str
 
 // Processes lists the background processes that still run (sandbox.ProcessLister).
 func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return nil, err
 	}
 	procs, err := s.client.BackgroundProcesses(ctx)
@@ -51,7 +51,7 @@ func (s *Sandbox) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) 
 // files are the sandbox user's, within its disk limit, and an entry that would land
 // outside the workspace is refused (archive.Extract).
 func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return err
 	}
 	res, err := s.client.Extract(ctx, r)
@@ -65,7 +65,7 @@ func (s *Sandbox) Extract(ctx context.Context, r io.Reader) error {
 // TreeList has the agent list the workspace from the sandbox's own view (tree.Source): a
 // chunked save lists first and reads only what changed.
 func (s *Sandbox) TreeList(ctx context.Context, excludes []string) ([]tree.Entry, tree.WalkStats, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return nil, tree.WalkStats{}, err
 	}
 	es, st, err := s.client.TreeList(ctx, excludes)
@@ -77,7 +77,7 @@ func (s *Sandbox) TreeList(ctx context.Context, excludes []string) ([]tree.Entry
 
 // TreeRead has the agent read files of the workspace (tree.Source).
 func (s *Sandbox) TreeRead(ctx context.Context, paths []string, fn func(tree.Entry, io.Reader) error) error {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return err
 	}
 	if err := s.client.TreeRead(ctx, paths, fn); err != nil {

@@ -812,6 +812,15 @@ func (s *Sandbox) closedErr() error {
 	return fmt.Errorf("sandbox %s %s: %w", s.id, s.reason, sandbox.ErrClosed)
 }
 
+// refused is closedErr for a call that has done nothing yet: it wraps sandbox.ErrNotRun
+// too, so a session may run it on the next sandbox whatever it is.
+func (s *Sandbox) refused() error {
+	if err := s.closedErr(); err != nil {
+		return fmt.Errorf("%w (%w)", err, sandbox.ErrNotRun)
+	}
+	return nil
+}
+
 // wrap turns a failure of a sandbox that died meanwhile into ErrClosed, and ends a
 // sandbox whose agent stopped answering (it wraps both ErrUnresponsive and ErrClosed then).
 func (s *Sandbox) wrap(err error) error {
@@ -1055,7 +1064,7 @@ func (s *Sandbox) kill() {
 
 // Exec runs a foreground command.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	kills := s.oomKills()
@@ -1080,7 +1089,7 @@ func (s *Sandbox) oomKills() int64 {
 
 // Start runs a background command.
 func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.Process{}, err
 	}
 	pr, err := s.client.Start(ctx, req)
@@ -1089,7 +1098,7 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.P
 
 // ReadFile reads a workspace file.
 func (s *Sandbox) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return nil, err
 	}
 	b, err := s.client.ReadFile(ctx, path, maxBytes)
@@ -1098,7 +1107,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string, maxBytes int64) ([]
 
 // WriteFile writes a workspace file.
 func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte) error {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return err
 	}
 	return s.wrap(s.client.WriteFile(ctx, path, data))
@@ -1107,7 +1116,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte) error
 // ReadFileGuarded reads a workspace file with the guard checked by the agent as it opens
 // the path (sandbox.GuardedFiles).
 func (s *Sandbox) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return nil, err
 	}
 	b, err := s.client.ReadFileGuarded(ctx, path, maxBytes, g)
@@ -1118,7 +1127,7 @@ func (s *Sandbox) ReadFileGuarded(ctx context.Context, path string, maxBytes int
 // step: a versioned write is decided under a lock on the file's directory that every
 // sandbox sharing the directory takes (sandbox.GuardedFiles).
 func (s *Sandbox) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return err
 	}
 	return s.wrap(s.client.WriteFileGuarded(ctx, path, data, g))
@@ -1127,7 +1136,7 @@ func (s *Sandbox) WriteFileGuarded(ctx context.Context, path string, data []byte
 // StatGuarded, ListGuarded and RemoveFileGuarded are Stat, List and a file's removal with
 // the guard checked by the agent as it opens the path (sandbox.GuardedFiles).
 func (s *Sandbox) StatGuarded(ctx context.Context, path string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.FileInfo{}, err
 	}
 	fi, err := s.client.StatGuarded(ctx, path, g)
@@ -1135,7 +1144,7 @@ func (s *Sandbox) StatGuarded(ctx context.Context, path string, g sandbox.FileGu
 }
 
 func (s *Sandbox) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.ListResult{}, err
 	}
 	res, err := s.client.ListGuarded(ctx, req, g)
@@ -1143,7 +1152,7 @@ func (s *Sandbox) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sa
 }
 
 func (s *Sandbox) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return err
 	}
 	return s.wrap(s.client.RemoveFileGuarded(ctx, path, g))
@@ -1151,7 +1160,7 @@ func (s *Sandbox) RemoveFileGuarded(ctx context.Context, path string, g sandbox.
 
 // Stat describes a workspace path.
 func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.FileInfo{}, err
 	}
 	fi, err := s.client.Stat(ctx, path)
@@ -1160,7 +1169,7 @@ func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, erro
 
 // List lists a workspace directory.
 func (s *Sandbox) List(ctx context.Context, req sandbox.ListRequest) (sandbox.ListResult, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return sandbox.ListResult{}, err
 	}
 	res, err := s.client.List(ctx, req)

@@ -26,7 +26,7 @@ var _ sandbox.PortLister = (*Sandbox)(nil)
 // Ports lists the TCP ports that processes of the sandbox listen on (never the host's,
 // even with the host network).
 func (s *Sandbox) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
-	if err := s.closedErr(); err != nil {
+	if err := s.refused(); err != nil {
 		return nil, err
 	}
 	ps, err := s.client.Ports(ctx)
@@ -107,7 +107,7 @@ func (p *previews) url(s *Sandbox, port int) (*url.URL, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		if err := s.closedErr(); err != nil {
+		if err := s.refused(); err != nil {
 			return nil, err
 		}
 		return nil, sandbox.ErrClosed

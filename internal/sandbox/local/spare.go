@@ -67,7 +67,7 @@ func (s *spareVolume) refill() {
 		case err != nil:
 			// Not fatal: the next sandbox makes its volume itself and says why if it fails.
 		case s.closed:
-			_ = v.Close()
+			_ = closeVolume(v)
 		default:
 			s.ready = v
 		}
@@ -84,7 +84,7 @@ func (s *spareVolume) close() error {
 	s.cancel()
 	s.wg.Wait()
 	if v != nil {
-		return v.Close()
+		return closeVolume(v)
 	}
 	return nil
 }

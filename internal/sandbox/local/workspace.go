@@ -155,15 +155,7 @@ func (w *workspace) release() error {
 	var err error
 	switch {
 	case w.kind == "volume":
-		err = w.vol.Close()
-		if errors.Is(err, volume.ErrMountedElsewhere) {
-			// Every process of the sandbox is dead, or frozen and about to be killed (Close
-			// kills first; a handoff freezes the old sandbox and kills it after): what
-			// holds the filesystem is a mount namespace the kernel has not torn down yet,
-			// or another sandbox's being set up. The volume did its part (image unlinked,
-			// device cleared with the last mount); nothing is left for this host to do.
-			err = nil
-		}
+		err = closeVolume(w.vol)
 	case w.kind == "private":
 		err = os.RemoveAll(w.path)
 	case w.stage:
@@ -179,6 +171,21 @@ func (w *workspace) release() error {
 		w.unlock()
 	}
 	return err
+}
+
+// closeVolume closes a workspace volume: a sandbox's, or the spare made ahead. A
+// filesystem that outlives the close in another mount namespace is no failure of it:
+// every process of the sandbox is dead, or frozen and about to be killed (Close kills
+// first; a handoff freezes the old sandbox and kills it after), and the copies other
+// namespaces held on the mount point went with it (volume.Close); what still holds it is
+// a namespace the kernel has not torn down yet, or a process of the host's that is none
+// of this provider's (the volume's log names it). The volume did its part (image
+// unlinked, device cleared with the last holder); nothing is left for this host to do.
+func closeVolume(v *volume.Volume) error {
+	if err := v.Close(); !errors.Is(err, volume.ErrMountedElsewhere) {
+		return err
+	}
+	return nil
 }
 
 // unlock drops the workspace's lock file.
