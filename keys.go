@@ -299,7 +299,9 @@ refused on every port). A CIDR here refuses the addresses any name resolves to.`
 bound.`},
 	{name: "sandbox.egress.max_conns", flag: "egress-max-conns", def: 256,
 		usage: "connections a sandbox may have open through the gateway at once",
-		doc:   `Connections a sandbox may have open through the gateway at once; one more is refused.`},
+		doc: `Connections a sandbox may have open through the gateway at once; one more is refused,
+saying why. As many more may wait to send their first byte; past that the oldest of those
+is closed.`},
 	{name: "sandbox.egress.idle_timeout", flag: "egress-idle-timeout", def: 5 * time.Minute,
 		usage: "end a connection with no byte either way for this long",
 		doc:   `A connection through the gateway with no byte either way for this long is ended.`},
