@@ -271,7 +271,7 @@ func (s *Server) newMCPServer(project, owner string) *mcp.Server {
 	return ms
 }
 
-// Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
+// Serve runs one MCP session over t (stdio: StdioTransport) for opts.Project,
 // until the client goes or ctx ends; the session's workspace is then committed and its
 // sandbox closed. At the end of its input every request read is answered first, so a
 // client that writes its requests and closes its end still gets every answer.
