@@ -355,7 +355,8 @@ bounded. -1: no limit.`},
 	{name: "limits.memory_mib", flag: "memory-mib", def: 128,
 		usage: "memory limit per plugin instance, MiB",
 		doc: `Linear memory cap of each plugin instance, MiB (1 to 4096). A plugin that exceeds it
-fails the call and its instance is discarded.`},
+fails the call and its instance is discarded. Each plugin is told its own in
+TOOLHOST_MEMORY_LIMIT_MIB (read_file refuses an image that would not fit, saying so).`},
 	{name: "limits.call_timeout", flag: "call-timeout", def: 10 * time.Second,
 		usage: "deadline for a plugin's own work per call",
 		doc: `Deadline for a plugin's own work in one call. Time spent in host functions (running a
