@@ -309,7 +309,9 @@ refused on every port). A CIDR here refuses the addresses any name resolves to.`
 bound.`},
 	{name: "sandbox.egress.max_conns", flag: "egress-max-conns", def: 256,
 		usage: "connections a sandbox may have open through the gateway at once",
-		doc:   `Connections a sandbox may have open through the gateway at once; one more is refused.`},
+		doc: `Connections a sandbox may have open through the gateway at once; one more is refused,
+saying why. As many more may wait to send their first byte; past that the oldest of those
+is closed.`},
 	{name: "sandbox.egress.idle_timeout", flag: "egress-idle-timeout", def: 5 * time.Minute,
 		usage: "end a connection with no byte either way for this long",
 		doc:   `A connection through the gateway with no byte either way for this long is ended.`},
@@ -363,7 +365,8 @@ bounded. -1: no limit.`},
 	{name: "limits.memory_mib", flag: "memory-mib", def: 128,
 		usage: "memory limit per plugin instance, MiB",
 		doc: `Linear memory cap of each plugin instance, MiB (1 to 4096). A plugin that exceeds it
-fails the call and its instance is discarded.`},
+fails the call and its instance is discarded. Each plugin is told its own in
+TOOLHOST_MEMORY_LIMIT_MIB (read_file refuses an image that would not fit, saying so).`},
 	{name: "limits.call_timeout", flag: "call-timeout", def: 10 * time.Second,
 		usage: "deadline for a plugin's own work per call",
 		doc: `Deadline for a plugin's own work in one call. Time spent in host functions (running a

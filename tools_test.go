@@ -285,6 +285,74 @@ func TestReadFileSees(t *testing.T) {
 	expect(t, s, "read_file", `{"path":"a.ipynb"}`, false, "[notebook a.ipynb: 1 cell, python]", "x = 6 * 7\nx\n--- output ---\n42")
 }
 
+// bigPNG is a Python program that writes an RGBA PNG of the size its arguments give, all
+// transparent black (a small file; decoding it takes 4 bytes a pixel all the same).
+const bigPNG = `import struct, sys, zlib
+w, h, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+z, row, idat = zlib.compressobj(9), b"\x00" * (1 + 4 * w), []
+for _ in range(h): idat.append(z.compress(row))
+idat.append(z.flush())
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)) + chunk(b"IDAT", b"".join(idat)) + chunk(b"IEND", b"")
+open(out, "wb").write(png)
+`
+
+// An image within the pixel cap whose decoding would take more memory than the plugin
+// has is refused with what to do, before it is decoded: the plugin's memory limit is not
+// what answers (it answered "wasm error: unreachable"). One that fits is shown, and under
+// a lower limit it is shown in a format whose encoder fits (lossless WebP's takes 54
+// bytes a pixel, and ran a 64 MiB instance out of memory on a 1568x922 image).
+func TestReadFileImageTooBigToDecode(t *testing.T) {
+	testenv.NeedBwrap(t)
+	for _, mem := range []string{"128", "64"} {
+		cfg := testConfig(t)
+		// A hang bound, not a timing: decoding takes seconds on a loaded machine.
+		if err := cfg.Set("limits.call_timeout", testenv.HangBound.String()); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Set("limits.memory_mib", mem); err != nil {
+			t.Fatal(err)
+		}
+		th := newToolhost(t, cfg)
+		// Decoding in the interpreter's form takes minutes on a loaded machine: wait for the
+		// compiled one (a hang bound).
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+		if err := th.host.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		s := open(t, th, SessionOptions{Project: "bigimage" + mem})
+		call := func(input string, isErr bool, wants ...string) string {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+			defer cancel()
+			res, err := s.Dispatch(ctx, "read_file", json.RawMessage(input))
+			if err != nil {
+				t.Fatalf("%s MiB: read_file %s: host error %v", mem, input, err)
+			}
+			got := testenv.ResultText(res)
+			if res.IsError != isErr {
+				t.Errorf("%s MiB: read_file %s: is_error %v, want %v: %q", mem, input, res.IsError, isErr, got)
+			}
+			for _, w := range wants {
+				if !strings.Contains(got, w) {
+					t.Errorf("%s MiB: read_file %s: %q does not say %q", mem, input, got, w)
+				}
+			}
+			return got
+		}
+		expect(t, s, "write_file", `{"path":"big.py","content":`+quote(bigPNG)+`}`, false)
+		expect(t, s, "bash", `{"command":"python3 big.py 6300 6300 huge.png && python3 big.py 1700 1000 wide.png && ls -la *.png"}`, false, "huge.png")
+		call(`{"path":"huge.png"}`, true, "huge.png is 6300x6300 (PNG)", "to decode and scale", "its memory limit is "+mem+" MiB", "scale it down first")
+		got := call(`{"path":"wide.png"}`, false, "PNG, 1700x1000", "shown at 1568x922")
+		if mem == "64" && !strings.Contains(got, " as png,") {
+			t.Errorf("64 MiB: shown as %q, want png (WebP's encoder does not fit)", got)
+		}
+		// The instance that answered is whole: the next call works.
+		call(`{"path":"big.py","limit":1}`, false, "import struct")
+	}
+}
+
 // twoPagePDF is a minimal PDF of two pages, each with one line of text.
 func twoPagePDF() []byte {
 	objs := []string{

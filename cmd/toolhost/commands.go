@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/mcpserve"
 )
 
 // writeJSON writes v as JSON, indented or on one line, without escaping <, > and & (tool
@@ -44,8 +46,10 @@ func toolsCommand() *command {
 "input_schema"}, ready for the "tools" of an Anthropic Messages API request.
 --format openai prints a JSON array of {"type": "function", "function": {"name",
 "description", "parameters"}}, the "tools" of an OpenAI Chat Completions request.
---format mcp prints {"tools": [{"name", "description", "inputSchema", "outputSchema"?}]}, the result of
-an MCP tools/list request.
+--format mcp prints the tools toolhost mcp lists in answer to an MCP tools/list request:
+{"tools": [{"name", "title", "description", "inputSchema", "outputSchema"?,
+"annotations"}, ...]}, the plugins' tools and the server's own (commit, checkpoints,
+rewind).
 --format json prints the plugins with their versions, grants, imports and tools.
 --warm compiles every plugin into the compilation cache first (make build does it), so
 that no first call runs a plugin in its slower interpreted form.`,
@@ -78,7 +82,15 @@ that no first call runs a plugin in its slower interpreted form.`,
 		case "openai":
 			return writeJSON(c.stdout, openAITools(tools), true)
 		case "mcp":
-			return writeJSON(c.stdout, mcpTools(tools), true)
+			// The tools alone: the rest of the answer (cache hints, server info) depends on
+			// the client's revision.
+			res, err := mcpserve.New(th, mcpserve.Options{Logger: c.log}).ListTools(ctx)
+			if err != nil {
+				return err
+			}
+			return writeJSON(c.stdout, struct {
+				Tools []*mcp.Tool `json:"tools"`
+			}{res.Tools}, true)
 		case "json":
 			return writeJSON(c.stdout, pluginsJSON(th), true)
 		}
@@ -120,26 +132,6 @@ func openAITools(tools []abi.Tool) []openAITool {
 	for _, t := range tools {
 		out = append(out, openAITool{Type: "function",
 			Function: openAIFunction{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
-	}
-	return out
-}
-
-// mcpToolList is the result of an MCP tools/list request (written without the MCP SDK).
-type mcpToolList struct {
-	Tools []mcpTool `json:"tools"`
-}
-
-type mcpTool struct {
-	Name         string      `json:"name"`
-	Description  string      `json:"description"`
-	InputSchema  abi.RawJSON `json:"inputSchema"`
-	OutputSchema abi.RawJSON `json:"outputSchema,omitempty"`
-}
-
-func mcpTools(tools []abi.Tool) mcpToolList {
-	out := mcpToolList{Tools: make([]mcpTool, 0, len(tools))}
-	for _, t := range tools {
-		out.Tools = append(out.Tools, mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
 	}
 	return out
 }

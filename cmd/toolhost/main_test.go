@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -349,37 +350,97 @@ func TestToolsOpenAIAndMCP(t *testing.T) {
 		sameSchema("openai", anthropic[i].Name, tool.Function.Parameters, json.RawMessage(anthropic[i].InputSchema))
 	}
 
+	// --format mcp prints the tools toolhost mcp lists in answer to tools/list: the
+	// plugins' with their titles and annotations, and the server's own (commit,
+	// checkpoints, rewind).
 	r = runCLI(t, nil, "tools", "--format", "mcp")
 	if r.code != 0 {
 		t.Fatal(r)
 	}
-	if k := keysOf(json.RawMessage(r.stdout)); !slices.Equal(k, []string{"tools"}) {
-		t.Fatalf("--format mcp: keys %v, want tools alone", k)
+	var printed any
+	if err := json.Unmarshal([]byte(r.stdout), &printed); err != nil {
+		t.Fatalf("--format mcp: %v\n%s", err, r.stdout)
+	}
+	if answered := map[string]any{"tools": toolsListAnswer(t)["tools"]}; !reflect.DeepEqual(printed, answered) {
+		t.Errorf("--format mcp printed\n%s\nwhile toolhost mcp answers tools/list with\n%s", r.stdout, mustJSON(answered))
 	}
 	var mcp struct{ Tools []json.RawMessage }
-	if err := json.Unmarshal([]byte(r.stdout), &mcp); err != nil || len(mcp.Tools) != len(anthropic) {
+	if err := json.Unmarshal([]byte(r.stdout), &mcp); err != nil || len(mcp.Tools) != len(anthropic)+3 {
 		t.Fatalf("--format mcp: %d tools, %v\n%s", len(mcp.Tools), err, r.stdout)
 	}
-	for i, raw := range mcp.Tools {
+	byName := map[string]json.RawMessage{}
+	for _, raw := range mcp.Tools {
 		var tool struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			InputSchema json.RawMessage `json:"inputSchema"`
+			Name        string `json:"name"`
+			Title       string `json:"title"`
+			Annotations struct {
+				Title string `json:"title"`
+			} `json:"annotations"`
 		}
 		json.Unmarshal(raw, &tool)
-		// A tool with an output schema (bash, grep, glob) has it as outputSchema.
-		if k := keysOf(raw); !slices.Equal(k, []string{"description", "inputSchema", "name"}) &&
-			!slices.Equal(k, []string{"description", "inputSchema", "name", "outputSchema"}) {
-			t.Errorf("--format mcp: tool %d has keys %v", i, k)
+		byName[tool.Name] = raw
+		if tool.Title == "" || tool.Annotations.Title != tool.Title {
+			t.Errorf("--format mcp: %s has title %q and annotations' title %q", tool.Name, tool.Title, tool.Annotations.Title)
 		}
+		// A tool with an output schema (bash, grep, glob) has it as outputSchema.
 		if k := keysOf(raw); slices.Contains(k, "outputSchema") != slices.Contains([]string{"bash", "grep", "glob"}, tool.Name) {
 			t.Errorf("--format mcp: %s has keys %v", tool.Name, k)
 		}
-		if tool.Name != anthropic[i].Name || tool.Description != anthropic[i].Description {
-			t.Errorf("--format mcp: tool %d is %s, want %s with its description", i, tool.Name, anthropic[i].Name)
-		}
-		sameSchema("mcp", tool.Name, tool.InputSchema, json.RawMessage(anthropic[i].InputSchema))
 	}
+	for _, name := range []string{"commit", "checkpoints", "rewind"} {
+		if byName[name] == nil {
+			t.Errorf("--format mcp: no %s", name)
+		}
+	}
+	for _, want := range anthropic {
+		var tool struct {
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"inputSchema"`
+		}
+		if err := json.Unmarshal(byName[want.Name], &tool); err != nil || tool.Description != want.Description {
+			t.Errorf("--format mcp: %s is missing or has another description", want.Name)
+			continue
+		}
+		sameSchema("mcp", want.Name, tool.InputSchema, json.RawMessage(want.InputSchema))
+	}
+}
+
+// toolsListAnswer is the result toolhost mcp answers a tools/list with.
+func toolsListAnswer(t *testing.T) map[string]any {
+	t.Helper()
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, toolBin, "mcp", "--log-level", "warn")
+	cmd.Dir = t.TempDir()
+	cmd.Env = cliEnv(t, "TOOLHOST_STORE_DIR="+t.TempDir())
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("toolhost mcp: %v\n%s", err, stderr.String())
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		var msg struct {
+			ID     int
+			Result map[string]any
+		}
+		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 {
+			return msg.Result
+		}
+	}
+	t.Fatalf("no answer to tools/list:\n%s\n%s", out, stderr.String())
+	return nil
+}
+
+func mustJSON(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
 }
 
 func TestToolsUnknownFormat(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/pflag"
 
 	"github.com/toolhost/toolhost"
@@ -71,7 +70,7 @@ Example (.mcp.json or claude_desktop_config.json):
 		}
 		s := mcpserve.New(th, opts)
 		c.log.Debug("mcp: serving on stdio", "project", th.Config().Project)
-		return s.Serve(ctx, &mcp.IOTransport{Reader: io.NopCloser(c.stdin), Writer: out})
+		return s.Serve(ctx, mcpserve.StdioTransport(c.stdin, out, 0, c.log))
 	}
 	return cmd
 }

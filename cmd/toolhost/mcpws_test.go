@@ -225,3 +225,60 @@ func TestMCPConfigClaudeCode(t *testing.T) {
 	}
 	oneLineError(t, runCLIIn(t, ws, nil, "mcp", "config", "vim"), 2, `unknown client "vim"`)
 }
+
+// TestMCPBadLines: a line on toolhost mcp's stdin that is too long, or is not a JSON-RPC
+// message, is answered with a JSON-RPC error (the request's id when it can be read, else
+// null) and the server goes on to answer the requests after it.
+func TestMCPBadLines(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	big := strings.Repeat("a", 20<<20)
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"big.txt","content":"` + big + `"}}}`,
+		`garbage`,
+		`{"jsonrpc":"2.0","id":4,"method":"tools/list"}`,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, toolBin, "mcp", "--project", "badlines", "--log-level", "error")
+	cmd.Dir = t.TempDir()
+	cmd.Env = cliEnv(t, "TOOLHOST_STORE_DIR="+t.TempDir())
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("toolhost mcp: %v\n%s", err, stderr.String())
+	}
+	type answer struct {
+		Result json.RawMessage
+		Error  *struct {
+			Code    int
+			Message string
+		}
+	}
+	byID := map[string]answer{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var msg struct {
+			ID json.RawMessage
+			answer
+		}
+		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil {
+			t.Fatalf("not JSON-RPC: %q", sc.Text())
+		}
+		byID[string(msg.ID)] = msg.answer
+	}
+	if a := byID["3"]; a.Error == nil || !strings.Contains(a.Error.Message, "request too large") || !strings.Contains(a.Error.Message, "16.0 MiB") {
+		t.Errorf("the 20 MiB request's answer: %+v", a)
+	}
+	if a := byID["null"]; a.Error == nil || a.Error.Code != -32700 {
+		t.Errorf("the line that is not JSON: %+v", a)
+	}
+	if a := byID["4"]; !strings.Contains(string(a.Result), `"write_file"`) {
+		t.Errorf("tools/list after the bad lines: %+v\nstderr:\n%s", a, stderr.String())
+	}
+}

@@ -41,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -217,7 +218,9 @@ func resolveFailure(err error) string {
 
 // Limits bound one sandbox's use of the gateway; zero fields take the defaults.
 type Limits struct {
-	// MaxConns is how many connections the sandbox may have open at once.
+	// MaxConns is how many connections the sandbox may have open at once, and how many
+	// more may wait to send their first byte: past that the oldest that sent nothing is
+	// closed.
 	MaxConns int
 	// IdleTimeout ends a connection with no bytes either way for this long.
 	IdleTimeout time.Duration
@@ -266,6 +269,7 @@ type Client struct {
 	mu      sync.Mutex
 	closed  bool
 	conns   map[net.Conn]struct{}
+	waiting []waiter // the connections that have sent nothing yet, oldest first
 	wg      sync.WaitGroup
 	refused refusals
 
@@ -332,7 +336,7 @@ type ConnInfo struct {
 // ServeConn serves one connection from the sandbox until it ends, the sandbox's limits
 // end it, or the client is closed; it closes conn.
 func (c *Client) ServeConn(conn net.Conn, info ConnInfo) {
-	if !c.track(conn) {
+	if !c.track(conn, info) {
 		conn.Close()
 		return
 	}
@@ -376,18 +380,58 @@ func (c *Client) Serve(l net.Listener) error {
 	}
 }
 
-func (c *Client) track(conn net.Conn) bool {
+// waiter is a connection that has sent nothing yet.
+type waiter struct {
+	conn net.Conn
+	info ConnInfo
+}
+
+// track counts conn among the client's connections and among those that have sent
+// nothing yet; when MaxConns of those wait already, the oldest is closed (it ends its
+// ServeConn), so a flood of connections that send nothing costs the host a bounded
+// number of them and never keeps a request from being served.
+func (c *Client) track(conn net.Conn, info ConnInfo) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return false
 	}
 	c.conns[conn] = struct{}{}
 	c.wg.Add(1)
+	var oldest waiter
+	if len(c.waiting) >= c.limits.MaxConns {
+		oldest = c.waiting[0]
+		c.waiting = slices.Delete(c.waiting, 0, 1)
+	}
+	c.waiting = append(c.waiting, waiter{conn: conn, info: info})
+	c.mu.Unlock()
+	if oldest.conn != nil {
+		oldest.conn.Close()
+		c.idleClosed(oldest.info)
+	}
 	return true
 }
 
+// spoke takes conn off the connections that have sent nothing: it sent its first byte,
+// or it ended.
+func (c *Client) spoke(conn net.Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.IndexFunc(c.waiting, func(w waiter) bool { return w.conn == conn }); i >= 0 {
+		c.waiting = slices.Delete(c.waiting, i, i+1)
+	}
+}
+
+// idleClosed audits the close of a connection that sent nothing while newer ones came,
+// and tells its command why.
+func (c *Client) idleClosed(info ConnInfo) {
+	reason := fmt.Sprintf("egress: more than %d connections of this sandbox to the gateway sent nothing, so the oldest of them were closed; send the request as soon as the connection is open, and close connections you do not use", c.limits.MaxConns)
+	c.refused.add(info.Command, "connections that sent nothing", reason)
+	c.audit(&Record{Time: time.Now(), Sandbox: c.id, Command: info.Command, Decision: Deny, Rule: "idle connections", Reason: reason})
+}
+
 func (c *Client) untrack(conn net.Conn) {
+	c.spoke(conn)
 	c.mu.Lock()
 	delete(c.conns, conn)
 	c.mu.Unlock()
@@ -549,6 +593,7 @@ func (s *session) serve() {
 	s.br = bufio.NewReaderSize(s.m, maxHead)
 	_ = s.conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	first, err := s.br.Peek(1)
+	c.spoke(s.conn)
 	if err != nil {
 		return
 	}
@@ -584,14 +629,15 @@ func (s *session) refuseSOCKS4() {
 
 // refuseEarly answers a connection over the limit, in the protocol it started.
 func (s *session) refuseEarly(first byte, reason string) {
-	r := &Record{Time: time.Now(), Sandbox: s.c.id, Command: s.info.Command, Decision: Deny, Rule: "too many connections", Reason: reason}
+	r := &Record{Time: time.Now(), Sandbox: s.c.id, Command: s.info.Command, Proto: "http", Decision: Deny, Rule: "too many connections", Reason: reason}
+	if first == socks5Version {
+		r.Proto = "socks5"
+	}
 	s.c.refused.add(s.info.Command, "more connections", reason)
 	s.c.audit(r)
 	if first == socks5Version {
-		r.Proto = "socks5"
 		_, _ = s.conn.Write([]byte{socks5Version, 0xff}) // no acceptable method: the client stops
 	} else {
-		r.Proto = "http"
 		writeRefusal(s.conn, Verdict{Reason: reason, Status: http.StatusServiceUnavailable}, false)
 	}
 }

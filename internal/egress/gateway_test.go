@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -648,4 +649,36 @@ func TestResolverFailureTellsTheModel(t *testing.T) {
 		}
 		check(c.what, v.Reason, c.why)
 	}
+
+// Connections that send nothing cannot pile up at the gateway: past MaxConns of them the
+// oldest is closed, so the gateway holds a bounded number of a sandbox's connections
+// however many it opens, and a request made during such a flood is served.
+func TestIdleConnsAreBounded(t *testing.T) {
+	const maxConns = 4
+	f := newFixture(t, testSpec, func(_ *egress.Config, cc *egress.ClientConfig) { cc.Limits.MaxConns = maxConns })
+	const idle = 5 * maxConns
+	var closed atomic.Int64
+	for range idle {
+		c := f.conn("idle")
+		go func() { // ends when the gateway (or the test's cleanup) closes the connection
+			_, _ = c.Read(make([]byte, 1))
+			closed.Add(1)
+		}()
+	}
+	// All but maxConns of them are closed (a hang bound: each is served on its own
+	// goroutine).
+	testenv.WaitFor(t, "the gateway to close the oldest idle connections", func() bool { return closed.Load() == idle-maxConns })
+	line, conn, _ := f.connect("work", "registry.test:80")
+	conn.Close()
+	if line != "HTTP/1.1 200 Connection established" {
+		t.Errorf("a CONNECT during the flood: %q", line)
+	}
+	testenv.WaitFor(t, "the CONNECT's connection to take an idle one's place", func() bool { return closed.Load() == idle-maxConns+1 })
+	rs := f.c.TakeRefusals("idle")
+	if len(rs) != 1 || !strings.Contains(rs[0].Reason, "sent nothing") {
+		t.Errorf("refusals: %+v", rs)
+	}
+	f.audit.find(t, "a closed idle connection", func(r egress.Record) bool {
+		return r.Command == "idle" && r.Decision == egress.Deny && r.Rule == "idle connections"
+	})
 }

@@ -12,11 +12,14 @@ import (
 // guest's memory.grow fails, as it would at the runtime's cap, and the call fails.
 
 // memoryLimitMiB is the plugin's memory limit per instance.
-func (p *plugin) memoryLimitMiB() int {
-	if p.spec.MemoryLimitMiB > 0 {
-		return p.spec.MemoryLimitMiB
+func (p *plugin) memoryLimitMiB() int { return p.h.specMemoryMiB(p.spec) }
+
+// specMemoryMiB is the memory limit per instance of the plugin of spec.
+func (h *Host) specMemoryMiB(spec PluginSpec) int {
+	if spec.MemoryLimitMiB > 0 {
+		return spec.MemoryLimitMiB
 	}
-	return p.h.cfg.MemoryLimitMiB
+	return h.cfg.MemoryLimitMiB
 }
 
 // memoryContext is ctx carrying the allocator that holds an instance of p to its memory

@@ -496,15 +496,22 @@ const (
 	EnvExecTimeoutMax     = "TOOLHOST_EXEC_TIMEOUT_MAX_MS"
 )
 
-// pluginEnv is the plugin's environment: its spec's, plus the host's command timeouts for
-// a plugin that may run commands.
+// EnvMemoryLimit is the memory limit of each of the plugin's instances, in MiB (as decimal
+// text), told to every plugin, so that a plugin can refuse work that would not fit (an
+// image too large to decode) with a message of its own instead of running out of memory.
+// It overrides the same name in PluginSpec.Env.
+const EnvMemoryLimit = "TOOLHOST_MEMORY_LIMIT_MIB"
+
+// pluginEnv is the plugin's environment: its spec's, plus its memory limit, plus the
+// host's command timeouts for a plugin that may run commands.
 func (h *Host) pluginEnv(spec PluginSpec) map[string]string {
-	if !slices.Contains(spec.Grants, abi.CapSandboxExec) {
-		return spec.Env
-	}
 	env := maps.Clone(spec.Env)
 	if env == nil {
 		env = map[string]string{}
+	}
+	env[EnvMemoryLimit] = strconv.Itoa(h.specMemoryMiB(spec))
+	if !slices.Contains(spec.Grants, abi.CapSandboxExec) {
+		return env
 	}
 	def, maxTimeout := h.cfg.DefaultExecTimeout, h.cfg.MaxExecTimeout
 	if e := spec.Scope.Exec; e != nil && e.MaxTimeout > 0 && e.MaxTimeout < maxTimeout {

@@ -252,10 +252,18 @@ func (s *Server) verify(_ context.Context, token string, r *http.Request) (*auth
 		Extra: map[string]any{"projects": match.Projects}}, nil
 }
 
-// countRefusals counts the requests h answers 401.
+// countRefusals counts the requests h answers 401, and gives each 401 the challenge it
+// must carry (RFC 9110 section 11.6.1): a bearer token in realm toolhost, and when the
+// request sent one, that it was refused (RFC 6750 section 3). The tokens are static, with
+// no OAuth authorization server behind them, so there is no protected resource metadata
+// to point to (the resource_metadata of MCP's authorization, for servers that have one).
 func (s *Server) countRefusals(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		challenge := `Bearer realm="toolhost"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token", error_description="the bearer token is not one of this server's"`
+		}
+		sw := &statusWriter{ResponseWriter: w, challenge: challenge}
 		h.ServeHTTP(sw, r)
 		if sw.status == http.StatusUnauthorized {
 			s.metrics.authRefused.Add(1)
@@ -265,12 +273,16 @@ func (s *Server) countRefusals(h http.Handler) http.Handler {
 
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status    int
+	challenge string // WWW-Authenticate of a 401 that has none
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+	}
+	if code == http.StatusUnauthorized && w.challenge != "" && w.Header().Get("WWW-Authenticate") == "" {
+		w.Header().Set("WWW-Authenticate", w.challenge)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -235,8 +235,13 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 			Annotations: &mcp.ToolAnnotations{Title: "Rewind the workspace", DestructiveHint: &yes, OpenWorldHint: &no},
 		})
 	}
+	// A tool's title (what clients show since 2025-06-18) is its annotations' (what older
+	// clients read).
 	names := make([]string, 0, len(s.tools))
 	for _, t := range s.tools {
+		if t.Title == "" && t.Annotations != nil {
+			t.Title = t.Annotations.Title
+		}
 		names = append(names, t.Name)
 	}
 	s.metrics = newMetrics(names)
@@ -311,14 +316,56 @@ func (s *Server) newMCPServerID(project, owner, id string) *mcp.Server {
 			return next(ctx, method, req)
 		}
 	})
-	for _, t := range s.tools {
-		ms.AddTool(t, b.handler(t.Name))
-	}
+	s.addTools(ms, b.handler)
 	ms.AddResourceTemplate(storedTemplate, b.readStored)
 	return ms
 }
 
-// Serve runs one MCP session over t (stdio: &mcp.StdioTransport{}) for opts.Project,
+// addTools adds the tools of every session's server to ms, each with its handler.
+func (s *Server) addTools(ms *mcp.Server, handler func(name string) mcp.ToolHandler) {
+	for _, t := range s.tools {
+		ms.AddTool(t, handler(t.Name))
+	}
+}
+
+// ListTools is what a session's server answers tools/list with (over stdio, whatever the
+// client's revision): a server with the same tools answers it here, over a connection in
+// memory. `toolhost tools --format mcp` prints it. Nothing is called: no session opens.
+func (s *Server) ListTools(ctx context.Context) (*mcp.ListToolsResult, error) {
+	ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version}, nil)
+	s.addTools(ms, func(name string) mcp.ToolHandler {
+		return func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, fmt.Errorf("%s: only listed here", name)
+		}
+	})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := ms.Connect(ctx, st, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the tools: %w", err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the tools: %w", err)
+	}
+	defer cs.Close()
+	var all []*mcp.Tool
+	params := &mcp.ListToolsParams{}
+	for {
+		res, err := cs.ListTools(ctx, params)
+		if err != nil {
+			return nil, fmt.Errorf("list the tools: %w", err)
+		}
+		all = append(all, res.Tools...)
+		if res.NextCursor == "" {
+			res.Tools = all
+			return res, nil
+		}
+		params.Cursor = res.NextCursor
+	}
+}
+
+// Serve runs one MCP session over t (stdio: StdioTransport) for opts.Project,
 // until the client goes or ctx ends; the session's workspace is then committed and its
 // sandbox closed. At the end of its input every request read is answered first, so a
 // client that writes its requests and closes its end still gets every answer.

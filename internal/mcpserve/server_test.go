@@ -155,8 +155,11 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	got := map[string]*mcp.Tool{}
 	for _, tl := range lt.Tools {
 		got[tl.Name] = tl
+		if tl.Title == "" {
+			t.Errorf("tools/list: %s has no title", tl.Name)
+		}
 	}
-	for _, want := range []string{"bash", "read_file", "write_file", "edit_file", "grep", "glob", "take_screenshot", CommitTool} {
+	for _, want := range []string{"bash", "read_file", "write_file", "edit_file", "grep", "glob", "take_screenshot", CommitTool, CheckpointsTool, RewindTool} {
 		if got[want] == nil {
 			t.Errorf("tools/list lacks %s (has %d tools)", want, len(lt.Tools))
 		}
@@ -423,13 +426,16 @@ func TestHTTP(t *testing.T) {
 		}
 	}
 	// Raw statuses.
+	// A 401 carries its challenge (RFC 9110 section 11.6.1): a bearer token, and why the
+	// one sent was refused (RFC 6750 section 3).
 	for _, tc := range []struct {
 		name, token, project string
 		want                 int
+		challenge            string
 	}{
-		{"no token", "", "", 401},
-		{"wrong token", tokenA + "x", "", 401},
-		{"project not named", tokenB, "beta", 403},
+		{"no token", "", "", 401, `Bearer realm="toolhost"`},
+		{"wrong token", tokenA + "x", "", 401, `Bearer realm="toolhost", error="invalid_token", error_description="the bearer token is not one of this server's"`},
+		{"project not named", tokenB, "beta", 403, ""},
 	} {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -448,6 +454,9 @@ func TestHTTP(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.want)
 		}
+		if got := resp.Header.Values("WWW-Authenticate"); tc.challenge != "" && (len(got) != 1 || got[0] != tc.challenge) {
+			t.Errorf("%s: WWW-Authenticate %q, want %q", tc.name, got, tc.challenge)
+		}
 	}
 	// Token b may open alpha, its project.
 	cs, err = connectHTTP(ctx, url, tokenB, "alpha", nil)
@@ -464,8 +473,8 @@ func TestHTTP(t *testing.T) {
 		t.Errorf("healthz: %v %v", resp, err)
 	}
 	resp, err = http.Get(srv.URL + "/metrics")
-	if err != nil || resp.StatusCode != 401 {
-		t.Errorf("metrics without a token: %v %v, want 401", resp, err)
+	if err != nil || resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != `Bearer realm="toolhost"` {
+		t.Errorf("metrics without a token: %v %v, want 401 with a challenge", resp, err)
 	}
 	req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+tokenA)

@@ -66,13 +66,13 @@ func (s *Server) statelessServer() *mcp.Server {
 			st.InputSchema = withSessionArg(t.InputSchema)
 			ms.AddTool(&st, s.statelessHandler(t.Name))
 		}
-		ms.AddTool(&mcp.Tool{Name: SessionStartTool,
+		ms.AddTool(&mcp.Tool{Name: SessionStartTool, Title: "Start a session",
 			Description: "Open a new session: a sandbox of its own, woken from the project's newest snapshot. " +
 				"Answers its handle; pass it as \"session\" to the other tools to work there. Without a handle, " +
 				"tools work in the project's default session, which is enough for one line of work.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)},
 			s.sessionStart)
-		ms.AddTool(&mcp.Tool{Name: SessionEndTool,
+		ms.AddTool(&mcp.Tool{Name: SessionEndTool, Title: "End a session",
 			Description: "End a session: its workspace is saved as the project's newest snapshot and its sandbox closed. " +
 				"Sessions also end after a while without calls, saved the same way.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"session":{"type":"string","description":"the handle session_start answered"}},"required":["session"],"additionalProperties":false}`)},

@@ -53,6 +53,9 @@ func TestTwoRevisions(t *testing.T) {
 			t.Fatal(err)
 		}
 		tools[tool.Name] = tool
+		if tool.Title == "" {
+			t.Errorf("the stateless revision's %s has no title", tool.Name)
+		}
 	}
 	if tools[SessionStartTool] == nil || tools[SessionEndTool] == nil || tools["bash"] == nil {
 		t.Fatalf("the stateless revision's tools: %v", tools)

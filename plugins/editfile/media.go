@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
+	"image/color"
 	"image/gif"
 	"image/jpeg"
 	"image/png"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -26,8 +29,10 @@ import (
 // images), Jupyter notebooks as their cells with their outputs. Decoding happens here, in
 // the plugin's own sandbox: an image or a notebook is the sandbox's output, hostile input
 // to anything that parses it, and a decoder bomb here costs one instance at its memory
-// limit, never the host. PDFs are read by poppler's pdftotext and pdftoppm inside the
-// sandbox, for the same reason.
+// limit, never the host. What an image's decoding and encoding take is estimated from its
+// header and checked against that limit first, so that an image too large is refused
+// with a word for the model instead of the instance running out of memory. PDFs are read
+// by poppler's pdftotext and pdftoppm inside the sandbox, for the same reason.
 
 const (
 	// maxImageEdge is the longest side an image is shown at: what the Anthropic API
@@ -35,8 +40,8 @@ const (
 	maxImageEdge = 1568
 	// maxImageBytes keeps an image under the API's 5 MB of base64.
 	maxImageBytes = 3_750_000
-	// maxImagePixels refuses images whose decoding would take more memory than an
-	// instance has (a 16384 x 16384 image is 1 GiB of RGBA).
+	// maxImagePixels bounds the work of decoding and scaling one image; what decoding
+	// would take in memory is bounded apart (decodeMemory against the instance's limit).
 	maxImagePixels = 40_000_000
 	// maxPDFPages is the most pages one call shows as text; maxPDFImages as images.
 	maxPDFPages  = 20
@@ -128,24 +133,209 @@ func readImage(path string, data []byte) abi.Result {
 	}
 	if cfg.Width*cfg.Height > maxImagePixels {
 		return abi.ErrorText("Error: " + path + " is " + dims(cfg.Width, cfg.Height) + ", too large to decode here (at most " +
-			strconv.Itoa(maxImagePixels/1_000_000) + " megapixels); scale it down first (for example with python3 and Pillow, or ImageMagick's convert)")
+			strconv.Itoa(maxImagePixels/1_000_000) + " megapixels); " + scaleDown)
+	}
+	w, h := fit(cfg.Width, cfg.Height, maxImageEdge)
+	// Decoding, then scaling into the w x h image, must fit in what the instance has left.
+	if need, room := decodeMemory(data, cfg, format)+int64(w)*int64(h)*4, memoryRoom(); need > room {
+		return abi.ErrorText("Error: " + path + " is " + dims(cfg.Width, cfg.Height) + " (" + strings.ToUpper(format) + "), which takes about " +
+			mib(need) + " to decode and scale, and read_file has " + mib(room) + " for it (its memory limit is " + mib(memoryLimit()) + "); " + scaleDown)
 	}
 	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return abi.ErrorText("Error: " + path + " could not be decoded: " + err.Error())
 	}
-	w, h := fit(cfg.Width, cfg.Height, maxImageEdge)
 	dst := image.NewNRGBA(image.Rect(0, 0, w, h))
 	draw.ApproxBiLinear.Scale(dst, dst.Bounds(), img, img.Bounds(), draw.Src, nil)
-	out, outType := encodeSmallest(dst, format == "jpeg")
+	img = nil
+	runtime.GC() // what decoding took is the encoder's now
+	out, outType := encodeSmallest(dst, format == "jpeg", memoryRoom())
 	return imageResult(desc+"; shown at "+dims(w, h)+" as "+strings.TrimPrefix(outType, "image/")+", "+size(len(out))+"]", outType, out)
 }
 
+// scaleDown is what to do with an image too large to decode.
+const scaleDown = "scale it down first, to at most 1568x1568 (what a model is shown), and read the smaller copy (for example `convert big.png -resize 1568x1568 small.png` with ImageMagick, or python3 with Pillow)"
+
+// The memory decoding may take. The host tells each instance its memory limit
+// (TOOLHOST_MEMORY_LIMIT_MIB, ABI.md section 6); past it the instance would run out of
+// memory and the call fail with no word for the model, so an image that would not fit is
+// refused, saying so, before it is decoded.
+const (
+	// defaultMemoryMiB is the host's default limit, for a host that does not say.
+	defaultMemoryMiB = 128
+	// memoryMargin is kept for what the estimates leave out: the module's own data (3.4
+	// MiB of initial memory), the decoders' and encoders' buffers.
+	memoryMargin = 16 << 20
+)
+
+// memoryLimit is this instance's memory limit in bytes.
+func memoryLimit() int64 {
+	if n, err := strconv.Atoi(pdk.Config("TOOLHOST_MEMORY_LIMIT_MIB")); err == nil && n > 0 {
+		return int64(n) << 20
+	}
+	return defaultMemoryMiB << 20
+}
+
+// memoryRoom is how many bytes the plugin may still take: the limit, less what it holds
+// now, less the margin.
+func memoryRoom() int64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	held := int64(ms.Sys - ms.HeapIdle) // idle heap is reused before memory grows
+	return max(0, memoryLimit()-held-memoryMargin)
+}
+
+// decodeMemory estimates what decoding data (whose header said cfg and format) takes in
+// memory: the decoded image, and what the decoder holds besides it while it works. It
+// errs high where the header does not tell.
+func decodeMemory(data []byte, cfg image.Config, format string) int64 {
+	px := int64(cfg.Width) * int64(cfg.Height)
+	switch format {
+	case "png":
+		n := px * pngBytesPerPixel(data, cfg.ColorModel)
+		if len(data) > 28 && data[28] == 1 {
+			n += n / 2 // Adam7: each pass is decoded into an image of its own, then merged
+		}
+		return n
+	case "gif":
+		return px // the first frame, paletted
+	case "jpeg":
+		return jpegMemory(data, cfg)
+	case "webp":
+		if len(data) >= 16 && string(data[12:16]) == "VP8 " {
+			return px * 3 / 2 // lossy without alpha: Y'CbCr 4:2:0
+		}
+		return px * 8 // lossless or with alpha: NRGBA, and the decoder's own pixels
+	}
+	return px * 8
+}
+
+// pngBytesPerPixel is what the PNG decoder's image takes a pixel: by the color model its
+// header gives, except that a gray image with a tRNS chunk decodes to NRGBA.
+func pngBytesPerPixel(data []byte, m color.Model) int64 {
+	switch m {
+	case color.GrayModel:
+		if pngHasTRNS(data) {
+			return 4
+		}
+		return 1
+	case color.Gray16Model:
+		if pngHasTRNS(data) {
+			return 8
+		}
+		return 2
+	case color.RGBAModel, color.NRGBAModel:
+		return 4
+	}
+	if _, ok := m.(color.Palette); ok {
+		return 1
+	}
+	return 8
+}
+
+// pngHasTRNS reports whether a tRNS chunk comes before the image data.
+func pngHasTRNS(data []byte) bool {
+	for i := 8; i+8 <= len(data); {
+		n := int(binary.BigEndian.Uint32(data[i:]))
+		switch string(data[i+4 : i+8]) {
+		case "tRNS":
+			return true
+		case "IDAT", "IEND":
+			return false
+		}
+		if n < 0 || n > len(data) {
+			return false
+		}
+		i += 12 + n
+	}
+	return false
+}
+
+// jpegMemory is what the JPEG decoder takes: the samples of every component (padded to
+// whole blocks), and for a progressive JPEG its coefficients too (four bytes a sample);
+// a four-component (CMYK) one is converted into an image of four bytes a pixel besides.
+func jpegMemory(data []byte, cfg image.Config) int64 {
+	px := int64(cfg.Width) * int64(cfg.Height)
+	progressive, comps, ok := jpegFrame(data)
+	if !ok {
+		return px * 24 // unread: as if progressive, four components, no subsampling
+	}
+	hmax, vmax := 1, 1
+	if len(comps) > 1 {
+		for _, c := range comps {
+			hmax, vmax = max(hmax, c[0]), max(vmax, c[1])
+		}
+	}
+	// Whole MCUs, as the decoder allocates them: 8*hmax x 8*vmax pixels each.
+	mx, my := int64((cfg.Width+8*hmax-1)/(8*hmax)), int64((cfg.Height+8*vmax-1)/(8*vmax))
+	var samples int64
+	for _, c := range comps {
+		h, v := min(c[0], hmax), min(c[1], vmax)
+		samples += 8 * int64(h) * mx * 8 * int64(v) * my
+	}
+	n := samples
+	if progressive {
+		n += 4 * samples
+	}
+	if len(comps) == 4 {
+		n += 4 * px
+	}
+	return n
+}
+
+// jpegFrame reads a JPEG's frame header: whether it is progressive, and each component's
+// sampling factors (horizontal, vertical).
+func jpegFrame(data []byte) (progressive bool, comps [][2]int, ok bool) {
+	for i := 2; i+4 <= len(data); {
+		if data[i] != 0xff {
+			return false, nil, false
+		}
+		m := data[i+1]
+		if m == 0xff { // fill
+			i++
+			continue
+		}
+		if m == 0xd8 || m == 0x01 || (m >= 0xd0 && m <= 0xd7) { // no length
+			i += 2
+			continue
+		}
+		n := int(data[i+2])<<8 | int(data[i+3])
+		if n < 2 || i+2+n > len(data) {
+			return false, nil, false
+		}
+		if m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc {
+			seg := data[i+4 : i+2+n] // P, Y, X, Nf, then Nf of (C, H<<4|V, Tq)
+			if len(seg) < 6 || len(seg) < 6+3*int(seg[5]) || seg[5] == 0 {
+				return false, nil, false
+			}
+			for k := range int(seg[5]) {
+				hv := seg[6+3*k+1]
+				comps = append(comps, [2]int{max(1, int(hv>>4)), max(1, int(hv&15))})
+			}
+			return m == 0xc2 || m == 0xc6 || m == 0xca || m == 0xce, comps, true
+		}
+		i += 2 + n
+	}
+	return false, nil, false
+}
+
+// mib is n bytes in MiB, whole.
+func mib(n int64) string { return strconv.FormatInt((n+(1<<20)-1)>>20, 10) + " MiB" }
+
+// webpBytesPerPixel is what nativewebp's lossless encoder takes for each pixel of the
+// image it encodes (its pixels, hash chain and tokens, held at once: 52 bytes allocated,
+// and in a plugin instance the memory grew by 54 for a 1568x1176 image).
+const webpBytesPerPixel = 54
+
 // encodeSmallest encodes img as lossless WebP and, for a photo (the source was a JPEG),
-// as JPEG too, and keeps the smaller.
-func encodeSmallest(img image.Image, photo bool) ([]byte, string) {
+// as JPEG too, and keeps the smaller. WebP's encoder takes many times the image's own
+// memory: past room bytes it is not tried, and the image is PNG (or JPEG, for a photo).
+func encodeSmallest(img image.Image, photo bool, room int64) ([]byte, string) {
 	var wb bytes.Buffer
-	errW := encodeWebP(&wb, img)
+	errW := errors.New("webp: not enough memory to encode")
+	if b := img.Bounds(); int64(b.Dx())*int64(b.Dy())*webpBytesPerPixel <= room {
+		errW = encodeWebP(&wb, img)
+	}
 	if photo {
 		var jb bytes.Buffer
 		if jpeg.Encode(&jb, img, &jpeg.Options{Quality: 85}) == nil && (errW != nil || jb.Len() < wb.Len()) {

@@ -5,7 +5,10 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"image"
+	"image/jpeg"
 	"image/png"
 	"math/rand/v2"
 	"os"
@@ -360,7 +363,7 @@ func TestEncodeSmallestNoise(t *testing.T) {
 	for i := 0; i < len(img.Pix); i += 4 {
 		img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = uint8(r.Uint32()), uint8(r.Uint32()), uint8(r.Uint32()), 255
 	}
-	out, mt := encodeSmallest(img, false)
+	out, mt := encodeSmallest(img, false, 1<<40)
 	t.Logf("encoded as %s, %d bytes", mt, len(out))
 	if mt == "image/webp" {
 		return // the encoder coped: nothing to fall back from
@@ -371,5 +374,83 @@ func TestEncodeSmallestNoise(t *testing.T) {
 	got, err := png.Decode(bytes.NewReader(out))
 	if err != nil || got.Bounds() != img.Bounds() {
 		t.Fatalf("the fallback PNG: %v, %v", err, got)
+	}
+}
+
+// TestDecodeMemory: the estimate of what decoding takes follows what the decoders
+// allocate: the pixel format of a PNG (and its tRNS, and Adam7), a JPEG's components,
+// subsampling and progressive coefficients.
+func TestDecodeMemory(t *testing.T) {
+	est := func(data []byte) int64 {
+		t.Helper()
+		cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeMemory(data, cfg, format)
+	}
+	enc := func(img image.Image) []byte {
+		var b bytes.Buffer
+		if err := png.Encode(&b, img); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	r := image.Rect(0, 0, 100, 80)
+	if got := est(enc(image.NewNRGBA(r))); got != 100*80*4 {
+		t.Errorf("NRGBA PNG: %d", got)
+	}
+	gray := enc(image.NewGray(r))
+	if got := est(gray); got != 100*80 {
+		t.Errorf("gray PNG: %d", got)
+	}
+	// A tRNS chunk before IDAT: the decoder makes NRGBA of it.
+	i := bytes.Index(gray, []byte("IDAT")) - 4
+	trns := binary.BigEndian.AppendUint32(nil, 2)
+	trns = append(trns, "tRNS\x00\x00"...)
+	trns = binary.BigEndian.AppendUint32(trns, crc32.ChecksumIEEE(trns[4:]))
+	if got := est(append(append(append([]byte(nil), gray[:i]...), trns...), gray[i:]...)); got != 100*80*4 {
+		t.Errorf("gray PNG with tRNS: %d", got)
+	}
+	if got := est(enc(image.NewRGBA64(r))); got != 100*80*8 {
+		t.Errorf("16-bit PNG: %d", got)
+	}
+	interlaced := enc(image.NewNRGBA(r))
+	interlaced[28] = 1 // IHDR's interlace method, and its checksum after it
+	binary.BigEndian.PutUint32(interlaced[29:], crc32.ChecksumIEEE(interlaced[12:29]))
+	if got := est(interlaced); got != 100*80*6 {
+		t.Errorf("Adam7 PNG: %d", got)
+	}
+
+	// Go's encoder writes baseline 4:2:0: Y in 16x16 MCUs, Cb and Cr a quarter.
+	var jb bytes.Buffer
+	if err := jpeg.Encode(&jb, image.NewRGBA(image.Rect(0, 0, 100, 70)), nil); err != nil {
+		t.Fatal(err)
+	}
+	baseline := int64(112*80 + 2*56*40)
+	if got := est(jb.Bytes()); got != baseline {
+		t.Errorf("baseline JPEG: %d, want %d", got, baseline)
+	}
+	// The same frame marked progressive: four bytes of coefficients a sample besides.
+	prog := bytes.Replace(jb.Bytes(), []byte{0xff, 0xc0}, []byte{0xff, 0xc2}, 1)
+	if _, err := jpeg.DecodeConfig(bytes.NewReader(prog)); err != nil {
+		t.Fatal(err)
+	}
+	if got := est(prog); got != 5*baseline {
+		t.Errorf("progressive JPEG: %d, want %d", got, 5*baseline)
+	}
+}
+
+// TestReadImageTooLarge: the refusal names the image, what decoding it takes, the limit the
+// host gave (TOOLHOST_MEMORY_LIMIT_MIB) and what to do.
+func TestReadImageTooLarge(t *testing.T) {
+	w := pdktest.New(t)
+	t.Setenv("TOOLHOST_MEMORY_LIMIT_MIB", "32")
+	w.Write("big.png", string(testPNG(t, 3000, 3000)))
+	got, isErr := w.Call("read_file", `{"path":"big.png"}`)
+	for _, want := range []string{"Error: big.png is 3000x3000 (PNG)", "about 44 MiB to decode and scale", "its memory limit is 32 MiB", "scale it down first"} {
+		if !isErr || !strings.Contains(got, want) {
+			t.Errorf("%v %q does not say %q", isErr, got, want)
+		}
 	}
 }

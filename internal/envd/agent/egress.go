@@ -13,7 +13,6 @@ package agent
 // from there; the agent keeps no copy.
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -50,12 +48,18 @@ type EgressMessage struct {
 // MaxEgressMessage bounds a control message.
 const MaxEgressMessage = 512
 
+// maxEgressBatch bounds the connections the agent holds that it has not handed over: as
+// many wait for the next batch, as many are being attributed; past that it stops
+// accepting (the kernel's backlog holds the rest) until a batch is handed over. A flood of
+// connections costs it that many descriptors at most, never memory per connection.
+const maxEgressBatch = 256
+
 // egress is the running listener.
 type egress struct {
 	l       net.Listener
 	control *net.UnixConn
 	port    int
-	mu      sync.Mutex // serialises sends (a SEQPACKET send is one message anyway)
+	pending chan *net.TCPConn // accepted, not yet attributed; closed when accepting ends
 }
 
 // startEgress listens on the egress port; Serve hands connections over until it returns.
@@ -78,13 +82,21 @@ func (s *Server) startEgress() error {
 		uc.Close()
 		return fmt.Errorf("listen on the egress port: %w", err)
 	}
-	s.egress = &egress{l: l, control: uc, port: cfg.Port}
+	s.egress = &egress{l: l, control: uc, port: cfg.Port, pending: make(chan *net.TCPConn, maxEgressBatch)}
 	return nil
 }
 
-// serveEgress accepts until the listener is closed.
+// serveEgress accepts until the listener is closed; one goroutine hands the connections
+// over in batches, so a burst of connections costs one read of the sandbox's TCP table
+// and one walk of its processes per batch, not per connection.
 func (s *Server) serveEgress() {
 	e := s.egress
+	s.wg.Add(1)
+	go func() { // counted in s.wg: ends once accepting has ended and pending is drained
+		defer s.wg.Done()
+		s.handOverBatches()
+	}()
+	defer close(e.pending)
 	for {
 		c, err := e.l.Accept()
 		if err != nil {
@@ -95,20 +107,48 @@ func (s *Server) serveEgress() {
 			continue
 		}
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
 			c.Close()
 			return
 		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() { // counted in s.wg: ends once the descriptor is handed over
-			defer s.wg.Done()
-			defer c.Close()
-			if err := s.handOver(c); err != nil {
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		e.pending <- tc // waits while a full batch is attributed: the backlog holds the rest
+	}
+}
+
+// handOverBatches takes what is pending (up to a batch), attributes it at once and hands
+// each connection to the host, until pending is closed.
+func (s *Server) handOverBatches() {
+	e := s.egress
+	batch := make([]*net.TCPConn, 0, maxEgressBatch)
+	for c := range e.pending {
+		batch = append(batch[:0], c)
+	more:
+		for len(batch) < maxEgressBatch {
+			select {
+			case c, ok := <-e.pending:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		msgs := s.attribute(batch)
+		for i, c := range batch {
+			if err := s.handOver(c, msgs[i]); err != nil {
 				s.log.Debug("egress hand-over", "err", err)
 			}
-		}()
+			c.Close()
+			batch[i] = nil
+		}
 	}
 }
 
@@ -121,24 +161,17 @@ func (s *Server) closeEgress() {
 }
 
 // handOver sends c's descriptor to the host with the command that made it.
-func (s *Server) handOver(c net.Conn) error {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return fmt.Errorf("egress connection is a %T", c)
-	}
-	msg := s.attribute(tc)
+func (s *Server) handOver(c *net.TCPConn, msg EgressMessage) error {
 	b, err := json.Marshal(msg)
 	if err != nil || len(b) > MaxEgressMessage {
 		b = []byte("{}")
 	}
-	raw, err := tc.SyscallConn()
+	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		s.egress.mu.Lock()
-		defer s.egress.mu.Unlock()
 		_, _, serr = s.egress.control.WriteMsgUnix(b, unix.UnixRights(int(fd)), nil)
 	}); err != nil {
 		return err
@@ -146,48 +179,54 @@ func (s *Server) handOver(c net.Conn) error {
 	return serr
 }
 
-// attribute finds the command of a connection to the egress port: the process holding the
-// other end (by its socket's inode in the sandbox's /proc/net/tcp), then the command the
-// agent started that the process belongs to (its process group, else its parents).
-func (s *Server) attribute(c *net.TCPConn) EgressMessage {
-	peer, ok := c.RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return EgressMessage{}
+// attribute finds the command of each connection to the egress port: the process holding
+// the other end (by its socket's inode in the sandbox's /proc/net/tcp), then the command
+// the agent started that the process belongs to (its process group, else its parents).
+// The table is read once, streamed, and the processes walked once, for the whole batch.
+func (s *Server) attribute(conns []*net.TCPConn) []EgressMessage {
+	msgs := make([]EgressMessage, len(conns))
+	byClient := make(map[netip.AddrPort]int, len(conns)) // the client's end -> its index
+	for i, c := range conns {
+		if peer, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			ap := peer.AddrPort()
+			byClient[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = i
+		}
 	}
-	inode := clientInode(s.cfg.ProcDir, peer.Port, s.egress.port)
-	if inode == 0 {
-		return EgressMessage{}
+	inodes := clientInodes(s.cfg.ProcDir, byClient, netip.AddrPortFrom(loop4, uint16(s.egress.port)))
+	if len(inodes) == 0 {
+		return msgs
 	}
-	owners := procnet.SocketOwners(s.cfg.ProcDir, map[uint64]bool{inode: true})
-	o, ok := owners[inode]
-	if !ok {
-		return EgressMessage{}
+	want := make(map[uint64]bool, len(inodes))
+	for _, inode := range inodes {
+		want[inode] = true
 	}
-	return EgressMessage{Command: s.commandOf(o.PID), PID: o.PID}
+	owners := procnet.SocketOwners(s.cfg.ProcDir, want)
+	for i, inode := range inodes {
+		if o, ok := owners[inode]; ok {
+			msgs[i] = EgressMessage{Command: s.commandOf(o.PID), PID: o.PID}
+		}
+	}
+	return msgs
 }
 
-// clientInode finds the inode of the client's socket of a loopback connection
-// 127.0.0.1:from -> 127.0.0.1:to in /proc/net/tcp.
-func clientInode(procDir string, from, to int) uint64 {
-	b, err := os.ReadFile(filepath.Join(procDir, "net", "tcp"))
+// clientInodes finds the inodes of the clients' sockets of loopback connections to
+// server in /proc/net/tcp: by the index byClient gives each client's address.
+func clientInodes(procDir string, byClient map[netip.AddrPort]int, server netip.AddrPort) map[int]uint64 {
+	out := map[int]uint64{}
+	f, err := os.Open(filepath.Join(procDir, "net", "tcp"))
 	if err != nil {
-		return 0
+		return out
 	}
-	var lo [4]byte
-	copy(lo[:], loop4.AsSlice())
-	host := fmt.Sprintf("%08X", binary.NativeEndian.Uint32(lo[:]))
-	local := fmt.Sprintf("%s:%04X", host, from)
-	remote := fmt.Sprintf("%s:%04X", host, to)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[1] != local || f[2] != remote {
-			continue
+	defer f.Close()
+	_ = procnet.ScanTCPTable(f, func(r procnet.Row) bool {
+		if r.Remote == server && r.Inode != 0 {
+			if i, ok := byClient[r.Local]; ok {
+				out[i] = r.Inode
+			}
 		}
-		if n, err := strconv.ParseUint(f[9], 10, 64); err == nil {
-			return n
-		}
-	}
-	return 0
+		return len(out) < len(byClient)
+	})
+	return out
 }
 
 // commandOf is the tag of the command pid belongs to: the command whose process group it

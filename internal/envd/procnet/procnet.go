@@ -1,11 +1,13 @@
 package procnet
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -84,55 +86,141 @@ func ReadListenSockets(procDir string) ([]Socket, error) {
 		v6   bool
 	}{{"tcp", false}, {"tcp6", true}} {
 		p := filepath.Join(procDir, "net", t.name)
-		b, err := os.ReadFile(p)
+		f, err := os.Open(p)
 		if err != nil {
 			if t.v6 && errors.Is(err, fs.ErrNotExist) {
 				continue // IPv6 disabled
 			}
 			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
-		socks, err := ParseTCPTable(b, t.v6)
+		err = ScanTCPTable(f, func(r Row) bool {
+			out = r.appendListen(out, t.v6)
+			return true
+		})
+		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", p, err)
 		}
-		out = append(out, socks...)
 	}
 	return out, nil
 }
 
-// parseTCPTable picks the LISTEN rows of a /proc/net/tcp{,6} table:
+// ParseTCPTable picks the LISTEN rows of a /proc/net/tcp{,6} table (see ScanTCPTable),
+// leaving out those without a socket file (inode 0: nobody can hold them).
+func ParseTCPTable(b []byte, v6 bool) ([]Socket, error) {
+	var out []Socket
+	err := ScanTCPTable(bytes.NewReader(b), func(r Row) bool {
+		out = r.appendListen(out, v6)
+		return true
+	})
+	return out, err
+}
+
+// Row is one row of a /proc/net/tcp{,6} table.
+type Row struct {
+	Local, Remote netip.AddrPort // 4-byte addresses from tcp, 16 from tcp6
+	State         string         // the state column, "0A" for LISTEN
+	// RxQueue is the bytes waiting to be read, or for a listener the connections
+	// waiting to be accepted.
+	RxQueue int
+	Inode   uint64
+}
+
+// Listen reports whether the row is a listening socket.
+func (r Row) Listen() bool { return r.State == tcpListen }
+
+// appendListen appends the row to out if it is a listener with a socket file (inode 0 has
+// none: nobody can hold it).
+func (r Row) appendListen(out []Socket, v6 bool) []Socket {
+	if !r.Listen() || r.Inode == 0 {
+		return out
+	}
+	return append(out, Socket{Addr: r.Local.Addr(), Port: int(r.Local.Port()), Inode: r.Inode, V6: v6})
+}
+
+// maxTCPLine bounds one line of a TCP table (the kernel's are under 200 bytes).
+const maxTCPLine = 1 << 10
+
+// ScanTCPTable reads a /proc/net/tcp{,6} table line by line, with one line's memory
+// however long the table, and calls fn with each row until fn returns false:
 //
 //	sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...
 //	0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1000 0 12345 ...
-func ParseTCPTable(b []byte, v6 bool) ([]Socket, error) {
-	var out []Socket
-	for i, line := range bytes.Split(b, []byte("\n")) {
-		f := strings.Fields(string(line))
-		if i == 0 || len(f) < 10 || f[3] != tcpListen {
+//
+// The header line and lines of fewer than 10 fields are skipped; a row it cannot read is
+// an error.
+func ScanTCPTable(r io.Reader, fn func(Row) bool) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 512), maxTCPLine)
+	var f [10][]byte
+	for i := 1; sc.Scan(); i++ {
+		n := fields(sc.Bytes(), f[:])
+		if i == 1 || n < len(f) {
 			continue
 		}
-		host, portHex, ok := strings.Cut(f[1], ":")
-		if !ok {
-			return nil, fmt.Errorf("line %d: local address %q", i+1, f[1])
+		var row Row
+		var err error
+		if row.Local, err = parseHexAddrPort(f[1]); err != nil {
+			return fmt.Errorf("line %d: local address: %w", i, err)
 		}
-		port, err := strconv.ParseUint(portHex, 16, 16)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: port %q: %w", i+1, portHex, err)
+		if row.Remote, err = parseHexAddrPort(f[2]); err != nil {
+			return fmt.Errorf("line %d: remote address: %w", i, err)
 		}
-		addr, err := parseHexAddr(host)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		row.State = string(f[3])
+		if _, rx, ok := bytes.Cut(f[4], []byte(":")); ok {
+			q, err := strconv.ParseUint(string(rx), 16, 31)
+			if err != nil {
+				return fmt.Errorf("line %d: rx_queue %q: %w", i, rx, err)
+			}
+			row.RxQueue = int(q)
 		}
-		inode, err := strconv.ParseUint(f[9], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: inode %q: %w", i+1, f[9], err)
+		if row.Inode, err = strconv.ParseUint(string(f[9]), 10, 64); err != nil {
+			return fmt.Errorf("line %d: inode %q: %w", i, f[9], err)
 		}
-		if inode == 0 {
-			continue // no socket file behind it: nobody can hold it
+		if !fn(row) {
+			return nil
 		}
-		out = append(out, Socket{Addr: addr, Port: int(port), Inode: inode, V6: v6})
 	}
-	return out, nil
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read the TCP table: %w", err)
+	}
+	return nil
+}
+
+// fields splits line at runs of spaces into f (as many as fit) and returns how many
+// fields it found, up to len(f).
+func fields(line []byte, f [][]byte) int {
+	n := 0
+	for n < len(f) {
+		line = bytes.TrimLeft(line, " \t")
+		if len(line) == 0 {
+			break
+		}
+		end := bytes.IndexAny(line, " \t")
+		if end < 0 {
+			end = len(line)
+		}
+		f[n], line = line[:end], line[end:]
+		n++
+	}
+	return n
+}
+
+// parseHexAddrPort decodes "0100007F:1F90", an address and port column.
+func parseHexAddrPort(b []byte) (netip.AddrPort, error) {
+	host, portHex, ok := bytes.Cut(b, []byte(":"))
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("%q: no port", b)
+	}
+	port, err := strconv.ParseUint(string(portHex), 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("port %q: %w", portHex, err)
+	}
+	addr, err := parseHexAddr(string(host))
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(addr, uint16(port)), nil
 }
 
 // parseHexAddr decodes the kernel's address column: the address's 32-bit words, each

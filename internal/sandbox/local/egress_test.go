@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/egress"
+	"github.com/toolhost/toolhost/internal/envd/procnet"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testnet"
 )
@@ -422,4 +423,122 @@ func searchMemory(pid int, needle []byte) string {
 		}
 	}
 	return ""
+}
+
+// A program that opens thousands of connections to the gateway's port and sends nothing
+// on them: the agent attributes them without reading the sandbox's whole TCP table once
+// per connection (its peak memory stays bounded, and it survives), the host holds a
+// bounded number of them (the oldest that sent nothing are closed), and a new request
+// still goes through while the flood holds its connections open.
+func TestEgressIdleFlood(t *testing.T) {
+	const (
+		flood    = 6000
+		maxConns = 64
+		// agentBound bounds the agent's peak resident set's growth over the flood (about
+		// 7 MiB, 21 under the race detector, which multiplies what each allocation costs;
+		// before the bound, one read of the whole table per connection ran it past 2 GiB).
+		agentBound = 64 << 10 // kB
+	)
+	e := newEgressNet(t)
+	p := newProvider(t, Config{})
+	_, opts := e.session(t, egress.Spec{Allow: []string{"registry.test"}}, egress.SessionConfig{Limits: egress.Limits{MaxConns: maxConns}})
+	sb := newSandbox(t, p, opts)
+	agentPID := agentHostPID(t, sb)
+	if res := run(t, sb, "warm", `curl -sS --max-time 60 http://registry.test/hello`); string(res.Stdout) != "hello from registry.test" {
+		t.Fatalf("before the flood: %q %q", res.Stdout, res.Stderr)
+	}
+	fdsBefore := countFDs(t, agentPID)
+	hwmBefore := vmHWM(t, agentPID)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := sb.Start(ctx, sandbox.ExecRequest{Tag: "flood", Argv: []string{"bash", "-c", fmt.Sprintf(
+		`for i in $(seq %d); do exec {fd}<>/dev/tcp/127.0.0.1/%d || exit 1; done; touch /tmp/flooded; exec sleep 600`, flood, sandbox.EgressPort)}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the flood's connections", func() bool {
+		return run(t, sb, "probe", `test -e /tmp/flooded`).ExitCode == 0
+	})
+	// The agent has handed every connection over once its accept queue is empty and it
+	// holds no more descriptors than before.
+	testenv.WaitFor(t, "the agent to hand the flood over", func() bool {
+		return listenQueue(t, sb, sandbox.EgressPort) == 0 && countFDs(t, agentPID) <= fdsBefore+2
+	})
+	hwm := vmHWM(t, agentPID)
+	t.Logf("agent VmHWM %d kB before, %d kB after %d idle connections", hwmBefore, hwm, flood)
+	if hwm-hwmBefore > agentBound {
+		t.Errorf("the agent's peak memory grew by %d kB over %d idle connections (bound %d kB)", hwm-hwmBefore, flood, agentBound)
+	}
+	if held := hostHeld(t, sb, sandbox.EgressPort); held > 2*maxConns {
+		t.Errorf("the host holds %d of the sandbox's connections to the gateway (bound %d)", held, 2*maxConns)
+	}
+	// The flood still holds its connections; a request made now is served.
+	if res := run(t, sb, "after", `curl -sS --max-time 60 http://registry.test/hello`); string(res.Stdout) != "hello from registry.test" {
+		t.Errorf("a request during the flood: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if got := agentHostPID(t, sb); got != agentPID {
+		t.Errorf("the agent is pid %d, was %d", got, agentPID)
+	}
+}
+
+// countFDs counts a host process's open descriptors.
+func countFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// sandboxTCP reads the rows of the sandbox's IPv4 TCP table (through its pid 1).
+func sandboxTCP(t *testing.T, sb *Sandbox) []procnet.Row {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", sb.initPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rows []procnet.Row
+	if err := procnet.ScanTCPTable(f, func(r procnet.Row) bool { rows = append(rows, r); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// listenQueue is how many connections wait in the accept queue of the sandbox's listener
+// on port.
+func listenQueue(t *testing.T, sb *Sandbox, port int) int {
+	t.Helper()
+	for _, r := range sandboxTCP(t, sb) {
+		if r.Listen() && r.Local.Port() == uint16(port) {
+			return r.RxQueue
+		}
+	}
+	t.Fatalf("nothing listens on %d in the sandbox", port)
+	return 0
+}
+
+// hostHeld counts the descriptors this (host) process holds of the sandbox's connections
+// to its port.
+func hostHeld(t *testing.T, sb *Sandbox, port int) int {
+	t.Helper()
+	ours := map[uint64]bool{}
+	for _, r := range sandboxTCP(t, sb) {
+		if !r.Listen() && r.Local.Port() == uint16(port) && r.Inode != 0 {
+			ours[r.Inode] = true
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		link, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if inode, ok := procnet.SocketInode(link); ok && ours[inode] {
+			n++
+		}
+	}
+	return n
 }
