@@ -649,6 +649,7 @@ func TestResolverFailureTellsTheModel(t *testing.T) {
 		}
 		check(c.what, v.Reason, c.why)
 	}
+}
 
 // Connections that send nothing cannot pile up at the gateway: past MaxConns of them the
 // oldest is closed, so the gateway holds a bounded number of a sandbox's connections
