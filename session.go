@@ -490,9 +490,11 @@ func (s *Session) Close(ctx context.Context) error {
 // process is left running for that process to reconnect to, and the lease is released.
 // It reports whether the sandbox was left running; one that cannot be is closed.
 func (s *Session) handoff(ctx context.Context) (bool, error) {
-	_, cerr := s.Commit(ctx, "handoff")
-	if cerr != nil {
-		cerr = fmt.Errorf("committing before the handoff: %w", cerr)
+	var cerr error
+	if s.leaseErr() == nil { // else the project is another's: nothing of it to save
+		if _, err := s.Commit(ctx, "handoff"); err != nil {
+			cerr = fmt.Errorf("committing before the handoff: %w", err)
+		}
 	}
 	kept, derr := s.live.Detach(ctx)
 	s.recordOnce.Do(func() {

@@ -84,6 +84,9 @@ var (
 	ErrBadSignature = errors.New("the fleet request's signature does not hold")
 	// ErrNotPeer: an address a record names is not one of the fleet's.
 	ErrNotPeer = errors.New("the address is not a replica of this fleet")
+	// ErrMisdirected: a fleet request, signed with the fleet's secret, meant for another
+	// replica: the one it names no longer lives at this address (a replica restarted there).
+	ErrMisdirected = errors.New("the fleet request is meant for another replica")
 )
 
 // Config is a replica's place in the fleet.
@@ -460,7 +463,7 @@ func (f *Fleet) Verify(r *http.Request, body []byte) (principal, from string, er
 		return "", "", fmt.Errorf("%w: made with another secret, or the request was changed", ErrBadSignature)
 	}
 	if to := r.Header.Get(HeaderTo); to != f.cfg.Instance {
-		return "", "", fmt.Errorf("%w: it is meant for replica %q, not this one", ErrBadSignature, to)
+		return "", "", fmt.Errorf("%w %q, not this one (%s)", ErrMisdirected, to, f.cfg.Instance)
 	}
 	sec, err := strconv.ParseInt(r.Header.Get(HeaderTime), 10, 64)
 	now := time.Now()

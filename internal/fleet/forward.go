@@ -13,7 +13,8 @@ import (
 )
 
 // ErrUnreachable: a forwarded request never reached the holder (its connection was
-// refused): nothing was sent, and the caller may serve the request itself.
+// refused, or another replica of the fleet answers at its address): nothing was served,
+// and the caller may serve the request itself.
 var ErrUnreachable = errors.New("the replica holding the project did not answer")
 
 // ErrNotHolder: the replica a request was forwarded to does not hold its project (it
@@ -24,6 +25,11 @@ var ErrNotHolder = errors.New("the replica forwarded to does not hold the projec
 // HeaderNotHolder marks a 409 answer of a replica that does not hold the project of a
 // request forwarded to it.
 const HeaderNotHolder = "Toolhost-Fleet-Not-Holder"
+
+// HeaderInstance, on a 421 answer to a fleet request meant for another replica, names
+// the replica that answered: the one meant is not at that address any more (Dead, as a
+// probe would find it).
+const HeaderInstance = "Toolhost-Fleet-Instance"
 
 // Forward relays r (whose body, already read, is body) to the replica instance at addr,
 // signed for principal, and copies its answer, streamed, to w. CheckTarget must have
@@ -53,6 +59,10 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 				resp.Body.Close()
 				return ErrNotHolder
 			}
+			if resp.StatusCode == http.StatusMisdirectedRequest && resp.Header.Get(HeaderInstance) != "" {
+				resp.Body.Close()
+				return fmt.Errorf("%w: replica %s answers at its address", ErrMisdirected, resp.Header.Get(HeaderInstance))
+			}
 			if resp.Header.Get(HeaderHop) == "" {
 				resp.Header.Set(HeaderHop, instance)
 			}
@@ -60,7 +70,7 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			failed = err
-			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotHolder) {
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotHolder) || errors.Is(err, ErrMisdirected) {
 				return // written nothing: the caller serves it, or finds the holder again
 			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -74,7 +84,7 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 	switch {
 	case failed == nil:
 		return nil
-	case errors.Is(failed, syscall.ECONNREFUSED):
+	case errors.Is(failed, syscall.ECONNREFUSED), errors.Is(failed, ErrMisdirected):
 		return fmt.Errorf("%w: %v", ErrUnreachable, failed)
 	case errors.Is(failed, ErrNotHolder):
 		return failed

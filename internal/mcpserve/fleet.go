@@ -167,6 +167,13 @@ func (s *Server) fleetIn(h http.Handler) http.Handler {
 			return
 		}
 		principal, from, err := s.opts.Fleet.Verify(r, body)
+		if errors.Is(err, fleet.ErrMisdirected) {
+			// A replica of the fleet (the signature holds) that thinks another one lives
+			// here: it is gone; the sender serves the request itself.
+			w.Header().Set(fleet.HeaderInstance, s.opts.Fleet.Instance())
+			http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+			return
+		}
 		if err != nil {
 			s.metrics.fleetRefused.Add(1)
 			s.log.Warn("fleet: refused a fleet request", "from", r.Header.Get(fleet.HeaderFrom), "remote", r.RemoteAddr, "err", err)

@@ -176,8 +176,8 @@ func TestFleetRefusesForgedRequests(t *testing.T) {
 	defer peer.Close(context.Background())
 	req = newReq()
 	peer.Sign(req, "someotherreplica", "alice", body)
-	if code := do(req); code != http.StatusUnauthorized {
-		t.Errorf("meant for another replica: %d, want 401", code)
+	if code := do(req); code != http.StatusMisdirectedRequest {
+		t.Errorf("meant for another replica: %d, want 421 (the one meant is not here)", code)
 	}
 	req = newReq()
 	peer.Sign(req, r.f.Instance(), "alice", body)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/rootapi"
 )
@@ -63,6 +65,12 @@ func (b *binding) handoff(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the calls of project %s to end: %w", b.project, ctx.Err())
 	}
+	var ss *mcp.ServerSession
+	defer func() { // after b.mu is released: see let
+		if ss != nil {
+			ss.Close()
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended || b.sess == nil {
@@ -72,7 +80,7 @@ func (b *binding) handoff(ctx context.Context) error {
 	kept, err := rootapi.Handoff(ctx, b.sess)
 	b.ended = true
 	close(b.gone)
-	b.let()
+	ss = b.let()
 	if err != nil {
 		s.log.Error("fleet: handing a session over", "project", b.project, "kept_sandbox", kept, "err", err)
 		return fmt.Errorf("handing project %s over: %w", b.project, err)

@@ -554,6 +554,14 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 
 // finish commits b's workspace and closes its sandbox and MCP session, once.
 func (b *binding) finish(ctx context.Context, why string) error {
+	// The MCP session is closed once b.mu is released (this defer runs last): its close
+	// waits for the handlers under way, which may be waiting for b.mu (watch).
+	var ss *mcp.ServerSession
+	defer func() {
+		if ss != nil {
+			ss.Close()
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended {
@@ -562,9 +570,7 @@ func (b *binding) finish(ctx context.Context, why string) error {
 	b.ended = true
 	defer close(b.gone)
 	if b.sess == nil {
-		if b.ss != nil {
-			b.ss.Close()
-		}
+		ss = b.ss
 		return nil
 	}
 	s := b.srv
@@ -580,22 +586,21 @@ func (b *binding) finish(ctx context.Context, why string) error {
 	if err := b.sess.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("closing the sandbox of project %s: %w", b.project, err))
 	}
-	b.let()
+	ss = b.let()
 	b.endErr = errors.Join(errs...)
 	return b.endErr
 }
 
-// let closes b's MCP session here and gives its slot up, once its sandbox is closed or
-// handed over. Called with b.mu held.
-func (b *binding) let() {
-	if b.ss != nil {
-		b.ss.Close()
-	}
+// let gives b's slot up, once its sandbox is closed or handed over, and returns its MCP
+// session for the caller to close once it has released b.mu (the close waits for the
+// handlers under way, which may wait for b.mu). Called with b.mu held.
+func (b *binding) let() *mcp.ServerSession {
 	s := b.srv
 	s.mu.Lock()
 	delete(s.open, b)
 	s.mu.Unlock()
 	s.metrics.sessionClosed()
+	return b.ss
 }
 
 // handler is the tools/call handler of tool in b's session.
