@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/rootapi"
 )
@@ -65,12 +63,6 @@ func (b *binding) handoff(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the calls of project %s to end: %w", b.project, ctx.Err())
 	}
-	var ss *mcp.ServerSession
-	defer func() { // after b.mu is released: see let
-		if ss != nil {
-			ss.Close()
-		}
-	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended || b.sess == nil {
@@ -78,9 +70,12 @@ func (b *binding) handoff(ctx context.Context) error {
 	}
 	s := b.srv
 	kept, err := rootapi.Handoff(ctx, b.sess)
-	b.ended = true
+	b.ended, b.handedOver = true, true
 	close(b.gone)
-	ss = b.let()
+	// The MCP session stays open here until Shutdown, after the HTTP server has
+	// finished the requests under way: the answer to the call just ended is still on its
+	// way to the client.
+	b.let()
 	if err != nil {
 		s.log.Error("fleet: handing a session over", "project", b.project, "kept_sandbox", kept, "err", err)
 		return fmt.Errorf("handing project %s over: %w", b.project, err)

@@ -437,6 +437,13 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, grace time.Dur
 	var derr error
 	if s.opts.Drain == toolhost.DrainHandoff && s.opts.Fleet != nil {
 		derr = s.Drain(sctx)
+		// The answers of the calls that ended during the drain are written before the
+		// sessions' streams are closed: the HTTP server stops taking connections (the
+		// balancer sends them elsewhere) and finishes the requests under way; a stream
+		// still open after the bound (a client's standalone GET) is cut below.
+		fctx, fcancel := context.WithTimeout(sctx, 5*time.Second)
+		hs.Shutdown(fctx)
+		fcancel()
 	}
 	// Sessions first: Shutdown closes their MCP sessions, which ends their open streams,
 	// so the HTTP server's own shutdown has nothing long left to wait for.

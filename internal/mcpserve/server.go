@@ -434,15 +434,18 @@ type binding struct {
 	egress    *toolhost.EgressPolicy // the token's narrowing of the egress policy, or nil
 	gone      chan struct{}          // closed when the session has ended (finish)
 
-	mu      sync.Mutex     // held while opening
-	moving  bool           // being handed over (drain): calls are refused, to be made again
-	active  sync.WaitGroup // calls running (begin), which a handover waits for
-	sess    *toolhost.Session
-	ss      *mcp.ServerSession
-	watched bool
-	ended   bool
-	endErr  error
-	endInfo toolhost.SnapshotInfo // the commit at the end, when it saved
+	mu     sync.Mutex // held while opening
+	moving bool       // being handed over (drain): calls are refused, to be made again
+	// handedOver: its session went to another replica (handoff); its MCP session is
+	// closed by finish, at Shutdown.
+	handedOver bool
+	active     sync.WaitGroup // calls running (begin), which a handover waits for
+	sess       *toolhost.Session
+	ss         *mcp.ServerSession
+	watched    bool
+	ended      bool
+	endErr     error
+	endInfo    toolhost.SnapshotInfo // the commit at the end, when it saved
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
@@ -565,6 +568,9 @@ func (b *binding) finish(ctx context.Context, why string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended {
+		if b.handedOver {
+			ss = b.ss // its session went to another replica: its MCP session ends here now
+		}
 		return b.endErr
 	}
 	b.ended = true
