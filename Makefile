@@ -29,13 +29,14 @@ GATEWAY      := internal/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test bench duel build cross plugins examples setup setup-test vet clean help
+.PHONY: all run test test-fleet bench duel build cross plugins examples setup setup-test vet clean help
 
 all: build
 
 help:
 	@echo "make run      install what is missing, build, run the demo (bin/toolhost demo)"
 	@echo "make test     install what is missing, gofmt, go vet, staticcheck, go test -race ./..."
+	@echo "make test-fleet  the fleet test: 3 replicas, HAProxy, 8 MCP agents, kills and a rolling restart"
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
@@ -114,6 +115,13 @@ vet:
 # of the machine fails instead of skipping.
 test: setup-test vet cross
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
+
+# The fleet test (cmd/toolhost TestFleet, build tag fleet): three serve replicas behind
+# HAProxy on the S3 test gateway and the E2B fake, eight agents of the official MCP
+# TypeScript client for FLEET_TEST_SECONDS (120) while replicas are killed, stopped and
+# rolled. Not yet part of make test (see docs/FLEET.md, "Status").
+test-fleet: setup-test
+	$(GO) test -tags fleet -count=1 -run '^TestFleet$$' -timeout $(TEST_TIMEOUT) -v ./cmd/toolhost
 
 bench: setup
 	@mkdir -p $(BIN)

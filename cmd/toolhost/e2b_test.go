@@ -22,7 +22,7 @@ var (
 // startE2BFake runs cmd/e2bfake, the fake E2B on its own, as E2B's users would: it prints
 // the variables the official SDKs read, which are returned, and serves until the test
 // ends (SIGTERM: it kills its sandboxes and exits).
-func startE2BFake(t *testing.T) []string {
+func startE2BFake(t testing.TB) []string {
 	t.Helper()
 	requireBwrap(t) // its sandboxes are local ones
 	e2bfakeOnce.Do(func() {
@@ -95,7 +95,7 @@ func startE2BFake(t *testing.T) []string {
 
 // e2bDataDir is a data dir of the test's own (the quota ledger is in it) that shares the
 // compilation cache.
-func e2bDataDir(t *testing.T) string {
+func e2bDataDir(t testing.TB) string {
 	d := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(testDataDir, "cache"), 0o700); err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ func trackSources() {
 var testStores sync.Map
 
 // testStore is t's own store directory (env may still name another).
-func testStore(t *testing.T) string {
+func testStore(t testing.TB) string {
 	if d, ok := testStores.Load(t.Name()); ok {
 		return d.(string)
 	}
@@ -193,7 +193,7 @@ func (r runResult) String() string {
 	return fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", r.code, r.stdout, r.stderr)
 }
 
-func requireBwrap(t *testing.T) {
+func requireBwrap(t testing.TB) {
 	t.Helper()
 	testenv.NeedBwrap(t)
 }

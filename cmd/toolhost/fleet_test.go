@@ -1,0 +1,192 @@
+//go:build fleet
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolhost/toolhost/internal/haproxytest"
+	"github.com/toolhost/toolhost/internal/store/s3/s3test"
+)
+
+// agentReport is what testdata/fleet/agent.cjs prints.
+type agentReport struct {
+	Project        string   `json:"project"`
+	Calls          int      `json:"calls"`
+	Retries        int      `json:"retries"`
+	Failures       []string `json:"failures"`
+	Reconnects     int      `json:"reconnects"`
+	Written        int      `json:"written"`
+	Missing        []string `json:"missing"`
+	ServerStarted  bool     `json:"serverStarted"`
+	ServerAnswered bool     `json:"serverAnswered"`
+	Fatal          string   `json:"fatal"`
+}
+
+// fleetSeconds is how long the fleet test's agents work (FLEET_TEST_SECONDS, default
+// 120): the chaos is timed as fractions of it.
+func fleetSeconds() int {
+	if v, err := strconv.Atoi(os.Getenv("FLEET_TEST_SECONDS")); err == nil && v >= 30 {
+		return v
+	}
+	return 120
+}
+
+// TestFleet: three serve replicas sharing an S3 store (the test gateway), sandboxes on
+// the E2B fake, behind HAProxy round robin with no affinity; eight agents (the official
+// MCP TypeScript client) work for fleetSeconds while the test kills one replica (-9),
+// stops another for longer than the lease's ttl and continues it, and rolls all three
+// (SIGTERM with serve.drain handoff, start again) one by one. Every call is answered (a
+// retry allowed once per failure, and it succeeds), no file a call reported written is
+// missing, the background server each agent started at the beginning still answers at
+// the end, and the stopped replica's writes after it woke were refused.
+func TestFleet(t *testing.T) {
+	requireBwrap(t)
+	node, clientDir := npmMCPClient(t)
+	fake := startE2BFake(t)
+
+	srv, err := s3test.Start(t.TempDir())
+	if err != nil {
+		t.Fatalf("starting the S3 server: %v", err)
+	}
+	defer srv.Close()
+	bucket, err := srv.NewBucket(t.Context(), "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "fleet-secret")
+	if err := os.WriteFile(secret, []byte("fleet-test-secret-0123456789abcdef0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const token = "fleet-test-token-0123456789abcdef"
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 6 * time.Second
+	common := append(append([]string{}, fake...),
+		"AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey,
+		"AWS_REGION="+s3test.Region, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+		"AWS_EC2_METADATA_DISABLED=true",
+		"TOOLHOST_STORE_KIND=s3", "TOOLHOST_STORE_S3_BUCKET="+bucket, "TOOLHOST_STORE_S3_ENDPOINT="+srv.Endpoint,
+		"TOOLHOST_STORE_S3_PATH_STYLE=true",
+		"TOOLHOST_SANDBOX_PROVIDER=e2b", "TOOLHOST_SCREENSHOT_ENABLED=false",
+		"TOOLHOST_SERVE_TOKENS_FILE="+tokens, "TOOLHOST_SERVE_DRAIN=handoff",
+		"TOOLHOST_SERVE_FLEET_SECRET_FILE="+secret,
+		"TOOLHOST_LEASE_TTL="+ttl.String(), "TOOLHOST_LEASE_RENEW=2s",
+		"TOOLHOST_LOG_LEVEL=debug")
+	ports := freePorts(t, 3)
+	log := &syncBuilder{done: make(chan struct{})}
+	var rs []*fleetReplica
+	for i, p := range ports {
+		env := cliEnv(t, append(append([]string{}, common...),
+			"TOOLHOST_DATA_DIR="+e2bDataDir(t),
+			fmt.Sprintf("TOOLHOST_SERVE_FLEET_ADVERTISE=http://127.0.0.1:%d", p))...)
+		r := &fleetReplica{t: t, n: i, port: p, env: env, log: log}
+		r.start()
+		rs = append(rs, r)
+	}
+	t.Cleanup(func() {
+		for _, r := range rs {
+			r.signal(syscall.SIGCONT)
+			r.signal(syscall.SIGKILL)
+			r.wait(time.Minute)
+		}
+	})
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	lb := haproxytest.Start(t, addrs...).URL
+
+	secs := fleetSeconds()
+	script, err := filepath.Abs("testdata/fleet/agent.cjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const agents = 8
+	reports := make([]agentReport, agents)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+15*time.Minute)
+	defer cancel()
+	for i := range agents {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, node, script)
+			cmd.Env = append(os.Environ(), "TOOLHOST_MCP_CLIENT_DIR="+clientDir, "MCP_URL="+lb+"/mcp", "MCP_TOKEN="+token,
+				fmt.Sprintf("PROJECT=agent%d", i), fmt.Sprintf("FLEET_SECONDS=%d", secs), fmt.Sprintf("SERVER_PORT=%d", 8100+i))
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if jerr := json.Unmarshal(out, &reports[i]); jerr != nil {
+				reports[i].Fatal = fmt.Sprintf("agent %d: %v, %v: %s\n%s", i, err, jerr, out, stderr.String())
+			}
+		})
+	}
+
+	// The chaos, timed as fractions of the agents' work.
+	at := func(frac float64) <-chan time.Time {
+		return time.After(time.Duration(float64(secs)*frac) * time.Second)
+	}
+	start := time.Now()
+	step := func(what string) { t.Logf("%5.1fs: %s", time.Since(start).Seconds(), what) }
+	<-at(0.15)
+	step("kill -9 replica 0")
+	rs[0].signal(syscall.SIGKILL)
+	rs[0].wait(time.Minute)
+	rs[0].start()
+	step("replica 0 back")
+	<-at(0.15)
+	step("SIGSTOP replica 1")
+	rs[1].signal(syscall.SIGSTOP)
+	time.Sleep(ttl + 4*time.Second)
+	rs[1].signal(syscall.SIGCONT)
+	step("SIGCONT replica 1")
+	<-at(0.15)
+	for _, r := range rs {
+		step(fmt.Sprintf("rolling replica %d: SIGTERM", r.n))
+		r.signal(syscall.SIGTERM)
+		if !r.wait(5 * time.Minute) {
+			t.Errorf("replica %d did not exit within 5 minutes of SIGTERM", r.n)
+			r.signal(syscall.SIGKILL)
+			r.wait(time.Minute)
+		}
+		r.start()
+		step(fmt.Sprintf("replica %d back", r.n))
+	}
+	wg.Wait()
+
+	for i, rep := range reports {
+		if rep.Fatal != "" {
+			t.Errorf("agent %d: %s", i, rep.Fatal)
+			continue
+		}
+		t.Logf("agent %d: %d calls, %d retries, %d reconnects, %d files", i, rep.Calls, rep.Retries, rep.Reconnects, rep.Written)
+		if len(rep.Failures) > 0 {
+			t.Errorf("agent %d: %d calls failed after their retry: %v", i, len(rep.Failures), rep.Failures)
+		}
+		if len(rep.Missing) > 0 {
+			t.Errorf("agent %d: files reported written are missing: %v", i, rep.Missing)
+		}
+		if !rep.ServerStarted || !rep.ServerAnswered {
+			t.Errorf("agent %d: background server started %v, answered at the end %v", i, rep.ServerStarted, rep.ServerAnswered)
+		}
+	}
+	if t.Failed() {
+		// The whole log, for the post-mortem: it outlives the test's directories.
+		full := filepath.Join(os.TempDir(), fmt.Sprintf("toolhost-fleet-test-%d.log", os.Getpid()))
+		os.WriteFile(full, []byte(log.String()), 0o600)
+		t.Logf("replicas' log (the whole of it is in %s):\n%s", full, tail(log.String(), 200))
+	}
+}
