@@ -307,6 +307,7 @@ func (s *Server) newMCPServerID(project, owner, id string) *mcp.Server {
 			return next(ctx, method, req)
 		}
 	})
+	ms.AddReceivingMiddleware(s.traceMCP(project)) // outermost: its span holds the rest
 	for _, t := range s.tools {
 		ms.AddTool(t, b.handler(t.Name))
 	}
@@ -383,7 +384,7 @@ type binding struct {
 	egress    *toolhost.EgressPolicy // the token's narrowing of the egress policy, or nil
 	gone      chan struct{}          // closed when the session has ended (finish)
 
-	mu      sync.Mutex // held while opening
+	mu      sync.Mutex     // held while opening
 	moving  bool           // being handed over (drain): calls are refused, to be made again
 	active  sync.WaitGroup // calls running (begin), which a handover waits for
 	sess    *toolhost.Session
