@@ -128,6 +128,19 @@ func TestLightImports(t *testing.T) {
 			}
 		}
 	}
+	// Traces: the packages an embedder links use the OpenTelemetry API alone; the SDK, the
+	// exporter and what it drags in (gRPC) are the CLI's (internal/telemetry).
+	for _, pkg := range []string{".", "./internal/host", "./internal/mcpserve"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, "go.opentelemetry.io/otel/sdk") || strings.Contains(dep, "otlp") || strings.HasPrefix(dep, "google.golang.org/grpc") {
+				t.Errorf("%s links %s", pkg, dep)
+			}
+		}
+	}
 	gomod, err := os.ReadFile("go.mod")
 	if err != nil {
 		t.Fatal(err)

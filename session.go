@@ -14,6 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
@@ -24,6 +28,7 @@ import (
 	"github.com/toolhost/toolhost/internal/sessionstate"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/storekeys"
+	"github.com/toolhost/toolhost/internal/tracing"
 	"github.com/toolhost/toolhost/internal/tree"
 )
 
@@ -358,14 +363,46 @@ func (s *Session) Tools() []abi.Tool { return s.th.Tools() }
 // content and is_error out. A tool's own failure is a Result with IsError set and a nil
 // error; an error means the host could not run the tool, and the Result still holds an
 // is_error text to send back.
+//
+// Each call is a span ("execute_tool TOOL") of the global OpenTelemetry tracer provider
+// (otel.GetTracerProvider), under ctx's span: an embedder that sets a provider sees its
+// tool calls, the plugins' runs and their host calls (docs/MCP.md, "Traces").
 func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessage) (abi.Result, error) {
+	ctx, span := tracer.Start(ctx, tracing.SpanTool, trace.SpanKindInternal)
+	defer span.End()
 	if err := s.leaseErr(); err != nil {
+		endToolSpan(span, s, tool, abi.Result{IsError: true}, err)
 		return abi.Result{IsError: true, Content: []abi.Content{{Type: abi.ContentText,
 			Text: fmt.Sprintf("The tool did not run: project %s may be open on another host now (this session could not keep it). Start a new session.", s.project)}}}, err
 	}
 	res, err := s.tools.Dispatch(ctx, tool, input)
 	s.rec.changed() // the shell's directory, a process started or stopped: the record follows
+	endToolSpan(span, s, tool, res, err)
 	return res, err
+}
+
+// tracer starts the spans of the root package's calls, with the global provider.
+var tracer = tracing.NewTracer(otel.GetTracerProvider)
+
+// endToolSpan names and describes a tool call's span when it records: the tool (its name
+// only when a plugin gives it: a model may call anything), the project, how it ended.
+func endToolSpan(span trace.Span, s *Session, tool string, res abi.Result, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if s.tools.HasTool(tool) {
+		span.SetName(tracing.SpanTool + " " + tool)
+		span.SetAttributes(tracing.ToolName.String(tool))
+	}
+	span.SetAttributes(tracing.Operation.String(tracing.ExecuteToolOp), tracing.Project.String(s.project),
+		tracing.ResultIsError.Bool(res.IsError))
+	switch {
+	case err != nil:
+		span.SetAttributes(tracing.ErrorType.String(tracing.ErrHostFailure))
+		span.SetStatus(codes.Error, "the host could not run the tool")
+	case res.IsError:
+		span.SetAttributes(tracing.ErrorType.String(tracing.ErrToolResult))
+	}
 }
 
 // Commit saves a snapshot of the workspace (a phase commit) and, when a dev server runs,

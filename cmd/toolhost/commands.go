@@ -184,6 +184,7 @@ func importNames(imps []toolhost.PluginImport) []string {
 func callCommand() *command {
 	cmd := &command{
 		words:   []string{"call"},
+		traces:  true,
 		args:    "TOOL JSON",
 		summary: "run one tool call in a sandbox and print its result",
 		help: `Runs TOOL with the JSON input ("-" reads it from stdin) in a sandbox of the

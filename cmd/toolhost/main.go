@@ -41,6 +41,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 	"unicode"
 
 	"github.com/spf13/pflag"
@@ -48,7 +49,11 @@ import (
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
+	"github.com/toolhost/toolhost/internal/telemetry"
 )
+
+// traceFlushBound bounds the export of the last spans at exit.
+const traceFlushBound = 5 * time.Second
 
 // Exit codes.
 const (
@@ -75,6 +80,9 @@ type command struct {
 	// report: the command lists or reports, and takes --format text|json (json: one JSON
 	// document on stdout, for scripts).
 	report bool
+	// traces: the command runs tool calls, traced when the OTEL_* environment asks for it
+	// (package telemetry).
+	traces bool
 	run    func(ctx context.Context, c *cli, args []string) error
 }
 
@@ -250,6 +258,22 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	// After the first signal, cleanup runs (bounded); a second one kills the process.
 	context.AfterFunc(ctx, stop)
+	if cmd.traces {
+		tr, err := telemetry.Start(ctx, telemetry.Service{Version: toolhost.ReadBuildInfo().Version}, c.log)
+		if err != nil {
+			fmt.Fprintf(stderr, "toolhost %s: %s\n", cmd.name(), oneLine(err))
+			return exitUsage
+		}
+		defer func() {
+			// The spans not yet sent go before the process does, waiting at most this long
+			// for a collector that does not answer.
+			sctx, cancel := context.WithTimeout(context.Background(), traceFlushBound)
+			defer cancel()
+			if err := tr.Shutdown(sctx); err != nil {
+				c.log.Warn("traces: the last spans could not be exported", "err", err)
+			}
+		}()
+	}
 	err = cmd.run(ctx, c, rest)
 	switch {
 	case err == nil:

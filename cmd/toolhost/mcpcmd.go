@@ -22,6 +22,7 @@ const shutdownGrace = 5 * time.Minute
 func mcpCommand() *command {
 	cmd := &command{
 		words:   []string{"mcp"},
+		traces:  true,
 		summary: "serve the tools to one MCP client on stdio",
 		help: `Serves the tools over the Model Context Protocol on stdin and stdout, for an MCP
 client that starts toolhost itself (Claude Code, Claude Desktop, Cursor, Zed...). The
@@ -82,6 +83,7 @@ func (nopWriteCloser) Close() error { return nil }
 func serveCommand() *command {
 	cmd := &command{
 		words:   []string{"serve"},
+		traces:  true,
 		summary: "serve the tools to many MCP clients over streamable HTTP",
 		help: `Serves the tools over the Model Context Protocol's streamable HTTP transport at
 http://ADDR/mcp (--listen, serve.listen), with /healthz and /metrics (Prometheus text).

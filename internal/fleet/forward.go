@@ -10,6 +10,12 @@ import (
 	"net/url"
 	"strconv"
 	"syscall"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolhost/toolhost/internal/tracing"
 )
 
 // ErrUnreachable: a forwarded request never reached the holder (its connection was
@@ -42,6 +48,15 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 		return fmt.Errorf("%w: %v", ErrNotPeer, err)
 	}
 	var failed error
+	// A span of its own under the request's (when that records), whose W3C trace context
+	// (traceparent) goes with the request: the holder's spans continue this trace. The
+	// signature does not cover it: it is trusted for nothing but correlation.
+	ctx, span := tracing.Child(r.Context(), trace.SpanKindClient, tracing.SpanForward, "")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Instance.String(f.Instance()), tracing.Target.String(tracing.Text(instance)))
+		r = r.WithContext(ctx)
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -50,6 +65,7 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 			pr.Out.Header.Del("X-Forwarded-For") // the receiver trusts the signature, not these
+			propagation.TraceContext{}.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 			f.Sign(pr.Out, instance, principal, body)
 		},
 		Transport:     f.client.Transport,
@@ -65,6 +81,9 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 			}
 			if resp.Header.Get(HeaderHop) == "" {
 				resp.Header.Set(HeaderHop, instance)
+			}
+			if span.IsRecording() {
+				span.SetAttributes(tracing.HTTPStatus.Int(resp.StatusCode))
 			}
 			return nil
 		},
@@ -85,10 +104,12 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 	case failed == nil:
 		return nil
 	case errors.Is(failed, syscall.ECONNREFUSED), errors.Is(failed, ErrMisdirected):
+		span.SetStatus(codes.Error, "the replica refused the connection, or is gone")
 		return fmt.Errorf("%w: %v", ErrUnreachable, failed)
 	case errors.Is(failed, ErrNotHolder):
 		return failed
 	default:
+		span.SetStatus(codes.Error, "the replica did not answer")
 		return fmt.Errorf("forwarding to replica %s: %w", instance, failed)
 	}
 }

@@ -15,11 +15,14 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/policy"
+	"github.com/toolhost/toolhost/internal/tracing"
 )
 
 // Host functions never trap on guest input: a bad pointer or length gives StatusBadPointer,
@@ -160,6 +163,7 @@ func (inst *instance) reply(outPtr, outCap uint32, data []byte) uint64 {
 // policy allowed it, and audits the call: the one decision point of every acting host
 // call.
 func acting(fn *hostFn) api.GoModuleFunc {
+	subject := string(fn.cap) + "." + fn.op // the name of its span: "host sandbox_exec.run"
 	return func(ctx context.Context, _ api.Module, stack []uint64) {
 		inst := enter(ctx)
 		if inst == nil {
@@ -172,27 +176,50 @@ func acting(fn *hostFn) api.GoModuleFunc {
 		if h.audit != nil {
 			start = time.Now()
 		}
+		ctx, span := tracing.Child(ctx, trace.SpanKindInternal, tracing.SpanHostCall, subject)
 		c := hostCalls.Get().(*hostCall)
 		defer hostCalls.Put(c)
 		*c = hostCall{req: policy.Request{Cap: fn.cap, Op: fn.op}}
+		decision, why := audit.Allow, ""
 		if !fn.decode(h, ctx, inst, stack, c) {
-			h.auditCall(ctx, inst, c, start, audit.Invalid, inst.lastErr, stack[0])
-			return
+			decision, why = audit.Invalid, inst.lastErr
+		} else {
+			d, st, ok := h.decide(ctx, inst, c)
+			why = d.Rule
+			switch {
+			case !ok:
+				stack[0] = st
+			case !d.Allowed:
+				stack[0] = inst.status(abi.StatusPermission, "%s", d.Message)
+				decision = audit.Deny
+			default:
+				c.noLinks = d.CheckLinks // the sandbox checks again as it uses the path
+				stack[0] = fn.run(h, ctx, inst, c)
+			}
 		}
-		d, st, ok := h.decide(ctx, inst, c)
-		switch {
-		case !ok:
-			stack[0] = st
-		case !d.Allowed:
-			stack[0] = inst.status(abi.StatusPermission, "%s", d.Message)
-			h.auditCall(ctx, inst, c, start, audit.Deny, d.Rule, stack[0])
-			return
-		default:
-			c.noLinks = d.CheckLinks // the sandbox checks again as it uses the path
-			stack[0] = fn.run(h, ctx, inst, c)
-		}
-		h.auditCall(ctx, inst, c, start, audit.Allow, d.Rule, stack[0])
+		h.auditCall(ctx, inst, c, start, decision, why, stack[0])
+		endHostSpan(span, fn, decision, stack[0])
 	}
+}
+
+// endHostSpan ends a host call's span (when it records): its capability, operation, the
+// policy's decision and, when it failed, its status. Never its path, data or arguments.
+func endHostSpan(span trace.Span, fn *hostFn, decision string, result uint64) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(tracing.Capability.String(string(fn.cap)), tracing.HostOp.String(fn.op),
+		tracing.Decision.String(decision))
+	if n := int64(result); n < 0 {
+		span.SetAttributes(tracing.Status.String(abi.Status(n).String()))
+	}
+	switch decision {
+	case audit.Deny:
+		span.SetStatus(codes.Error, "refused by the plugin's policy")
+	case audit.Invalid:
+		span.SetStatus(codes.Error, "the call's arguments were invalid")
+	}
+	span.End()
 }
 
 // enter is the common start of a host function that acts: it finds the call's instance,
@@ -395,10 +422,15 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 		maps.Copy(env, secrets)
 		sreq.Env = env
 	}
+	ctx, span := tracing.Child(ctx, trace.SpanKindInternal, tracing.SpanExec, "")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Sandbox.String(tracing.Text(inst.sb.ID())), tracing.Background.Bool(req.Background))
+	}
 	if req.Background {
 		proc, err := inst.sb.Start(ctx, sreq)
 		if err != nil {
-			return inst.execStatus(err)
+			return inst.execFailed(span, err)
 		}
 		if inst.session != nil && proc.ID != "" {
 			inst.session.owned.addProc(inst.p.name, proc.ID, proc.LogPath)
@@ -417,7 +449,10 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	res, err := inst.sb.Exec(ctx, sreq)
 	inst.refused = append(inst.refused, sandbox.EgressRefused(inst.sb, sreq.Tag)...)
 	if err != nil {
-		return inst.execStatus(err)
+		return inst.execFailed(span, err)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(tracing.ExitCode.Int(res.ExitCode), tracing.TimedOut.Bool(res.TimedOut), tracing.OOMKilled.Bool(res.OOMKilled))
 	}
 	stdout, stderr := h.secrets.redactBytes(res.Stdout), h.secrets.redactBytes(res.Stderr)
 	header, err := json.Marshal(abi.ExecResult{
@@ -437,6 +472,16 @@ func (h *Host) exec(ctx context.Context, inst *instance, c *hostCall) uint64 {
 	out := make([]byte, 0, len(header)+1+len(stdout)+len(stderr))
 	out = append(append(append(append(out, header...), '\n'), stdout...), stderr...)
 	return inst.reply(c.outPtr, c.outCap, out)
+}
+
+// execFailed is execStatus of a command that could not be run, its span marked so with
+// the words the plugin gets.
+func (inst *instance) execFailed(span trace.Span, err error) uint64 {
+	st := inst.execStatus(err)
+	if span.IsRecording() {
+		span.SetStatus(codes.Error, inst.lastErr)
+	}
+	return st
 }
 
 // execStatus maps a failure to start a command. A program that does not exist is a

@@ -9,11 +9,15 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/framedinput"
+	"github.com/toolhost/toolhost/internal/tracing"
 )
 
 // Session dispatches tool calls into one sandbox. It is safe for concurrent use; calls
@@ -75,13 +79,16 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 
 	pool := t.plugin.pool
-	inst, err := t.plugin.acquire(ctx)
+	pctx, span := tracing.Child(ctx, trace.SpanKindInternal, tracing.SpanPlugin, t.plugin.name)
+	inst, err := t.plugin.acquire(pctx)
 	if err != nil {
+		endPluginSpan(span, t, err)
 		return hostFailure(name, err)
 	}
-	raw, err := inst.call(ctx, req, s, t.plugin.callTimeout())
+	raw, err := inst.call(pctx, req, s, t.plugin.callTimeout())
 	refused := inst.takeRefused()
 	stored := inst.takeStored()
+	endPluginSpan(span, t, err)
 	if err != nil {
 		pool.discard(ctx, inst)
 		s.h.log.Warn("tool call failed", "tool", name, "plugin", t.plugin.name, "err", s.h.secrets.redact(err.Error()))
@@ -121,6 +128,33 @@ func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessa
 	}
 	return res, nil
 }
+
+// endPluginSpan ends the span of a plugin's run (when it records), saying how the run
+// failed, if it did: in general words, never the error's text (a plugin's stderr, quoted
+// in it, may hold what the plugin read).
+func endPluginSpan(span trace.Span, t *tool, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(tracing.Plugin.String(t.plugin.name), tracing.ToolName.String(t.def.Name))
+	if err != nil {
+		kind, msg := tracing.ErrHostFailure, "the plugin could not run"
+		switch {
+		case errors.Is(err, ErrPluginTimeout):
+			kind, msg = "timeout", "the plugin used more than its time budget"
+		case errors.Is(err, ErrPluginFailed):
+			kind, msg = "plugin_failed", "the plugin failed (trapped, or answered what the host refuses)"
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			kind, msg = "cancelled", "the call was stopped"
+		}
+		span.SetAttributes(tracing.ErrorType.String(kind))
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End()
+}
+
+// HasTool reports whether a plugin gives the tool name.
+func (s *Session) HasTool(name string) bool { return s.h.tools[name] != nil }
 
 func hostFailure(tool string, err error) (abi.Result, error) {
 	return abi.ErrorText(fmt.Sprintf("[%s: the tool could not run: %v]", tool, err)), err

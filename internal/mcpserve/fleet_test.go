@@ -34,9 +34,16 @@ type replica struct {
 // newFleet starts n replicas sharing cfg's store, with tokens.
 func newFleet(t testing.TB, n int, tokens []Token) []*replica {
 	t.Helper()
+	return newFleetWrapped(t, n, tokens, nil)
+}
+
+// newFleetWrapped is newFleet whose replica i serves wrap(i, its handler) when wrap is
+// not nil.
+func newFleetWrapped(t testing.TB, n int, tokens []Token, wrap func(i int, h http.Handler) http.Handler) []*replica {
+	t.Helper()
 	cfg := testConfig(t)
 	var rs []*replica
-	for range n {
+	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +57,11 @@ func newFleet(t testing.TB, n int, tokens []Token) []*replica {
 		}
 		// The server was made before its fleet: made again with it (New wires the fleet).
 		s2 := New(th, Options{Tokens: tokens, Fleet: f, Logger: quietLog()})
-		hs := &http.Server{Handler: s2.Handler()}
+		h := s2.Handler()
+		if wrap != nil {
+			h = wrap(i, h)
+		}
+		hs := &http.Server{Handler: h}
 		go hs.Serve(ln)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -202,6 +202,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Fleet != nil {
 		mcpH = s.fleetIn(mcpH) // a signed request stands in for its principal's token
 	}
+	mcpH = s.traceHTTP(mcpH) // each request a span, continuing the trace it came with
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpH)
 	mux.Handle("GET /metrics", metricsH)

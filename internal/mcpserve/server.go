@@ -316,6 +316,7 @@ func (s *Server) newMCPServerID(project, owner, id string) *mcp.Server {
 			return next(ctx, method, req)
 		}
 	})
+	ms.AddReceivingMiddleware(s.traceMCP(project)) // outermost: its span holds the rest
 	s.addTools(ms, b.handler)
 	ms.AddResourceTemplate(storedTemplate, b.readStored)
 	return ms

@@ -61,6 +61,7 @@ func (s *Server) statelessServer() *mcp.Server {
 	s.statelessOnce.Do(func() {
 		ms := mcp.NewServer(&mcp.Implementation{Name: "toolhost", Version: s.opts.Version},
 			&mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
+		ms.AddReceivingMiddleware(s.traceMCP(""))
 		for _, t := range s.tools {
 			st := *t
 			st.InputSchema = withSessionArg(t.InputSchema)
