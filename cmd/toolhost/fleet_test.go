@@ -65,28 +65,14 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "fleet-secret")
-	if err := os.WriteFile(secret, []byte("fleet-test-secret-0123456789abcdef0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const token = "fleet-test-token-0123456789abcdef"
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const ttl = 6 * time.Second
-	common := append(append([]string{}, fake...),
+	common, token := fleetEnv(t, fake,
 		"AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey,
 		"AWS_REGION="+s3test.Region, "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
 		"AWS_EC2_METADATA_DISABLED=true",
 		"TOOLHOST_STORE_KIND=s3", "TOOLHOST_STORE_S3_BUCKET="+bucket, "TOOLHOST_STORE_S3_ENDPOINT="+srv.Endpoint,
-		"TOOLHOST_STORE_S3_PATH_STYLE=true",
-		"TOOLHOST_SANDBOX_PROVIDER=e2b", "TOOLHOST_SCREENSHOT_ENABLED=false",
-		"TOOLHOST_SERVE_TOKENS_FILE="+tokens, "TOOLHOST_SERVE_DRAIN=handoff",
-		"TOOLHOST_SERVE_FLEET_SECRET_FILE="+secret,
-		"TOOLHOST_LEASE_TTL="+ttl.String(), "TOOLHOST_LEASE_RENEW=2s",
-		"TOOLHOST_LOG_LEVEL=debug")
+		"TOOLHOST_STORE_S3_PATH_STYLE=true", "TOOLHOST_SERVE_DRAIN=handoff",
+		"TOOLHOST_LEASE_TTL="+ttl.String(), "TOOLHOST_LEASE_RENEW=2s", "TOOLHOST_LOG_LEVEL=debug")
 	ports := freePorts(t, 3)
 	log := &syncBuilder{done: make(chan struct{})}
 	var rs []*fleetReplica

@@ -112,8 +112,8 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// fleetEnv is the environment of a fleet's replicas on the E2B fake and a shared store
-// directory, with a bearer token and the fleet secret; and the token.
+// fleetEnv is the environment of a fleet's replicas on the E2B fake (and extra: the store
+// they share, ...), with a bearer token and the fleet secret; and the token.
 func fleetEnv(t testing.TB, fake []string, extra ...string) ([]string, string) {
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "fleet-secret")
@@ -125,7 +125,7 @@ func fleetEnv(t testing.TB, fake []string, extra ...string) ([]string, string) {
 	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := append(append([]string{}, fake...), "TOOLHOST_STORE_DIR="+testStore(t),
+	env := append(append([]string{}, fake...),
 		"TOOLHOST_SANDBOX_PROVIDER=e2b", "TOOLHOST_SCREENSHOT_ENABLED=false",
 		"TOOLHOST_SERVE_TOKENS_FILE="+tokens, "TOOLHOST_SERVE_FLEET_SECRET_FILE="+secret)
 	return append(env, extra...), token
@@ -139,7 +139,7 @@ func fleetEnv(t testing.TB, fake []string, extra ...string) ([]string, string) {
 func BenchmarkFleetFailover(b *testing.B) {
 	requireBwrap(b)
 	fake := startE2BFake(b)
-	env, token := fleetEnv(b, fake)
+	env, token := fleetEnv(b, fake, "TOOLHOST_STORE_DIR="+testStore(b))
 	log := &syncBuilder{done: make(chan struct{})}
 	ports := freePorts(b, 2)
 	var rs []*fleetReplica
