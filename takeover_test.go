@@ -279,7 +279,7 @@ func TestTakeoverE2B(t *testing.T) {
 	f := e2bfake.Start(t, e2bfake.Config{Logger: slog.New(slog.DiscardHandler)})
 	base := e2bConfig(t, "e2b", f) // clears the SDK's variables, links the compilation cache
 	h := holderSpec{
-		Store: t.TempDir(), DataDir: base.DataDir, RunDir: t.TempDir(), Provider: "e2b", Project: "shop",
+		Store: t.TempDir(), DataDir: base.DataDir, RunDir: testenv.RunDir(t), Provider: "e2b", Project: "shop",
 		E2B: map[string]string{"e2b.api_key": f.APIKey(), "e2b.domain": f.Domain(), "e2b.api_url": f.URL(), "e2b.sandbox_url": f.URL()},
 		Steps: []holderStep{
 			{Tool: "write_file", Input: `{"path":"notes.txt","content":"written, never committed\n"}`},
@@ -345,7 +345,7 @@ func TestTakeoverTwoSessions(t *testing.T) {
 	f := e2bfake.Start(t, e2bfake.Config{Logger: slog.New(slog.DiscardHandler)})
 	base := e2bConfig(t, "e2b", f)
 	h := holderSpec{
-		Store: t.TempDir(), DataDir: base.DataDir, RunDir: t.TempDir(), Provider: "e2b", Project: "duo",
+		Store: t.TempDir(), DataDir: base.DataDir, RunDir: testenv.RunDir(t), Provider: "e2b", Project: "duo",
 		E2B:    map[string]string{"e2b.api_key": f.APIKey(), "e2b.domain": f.Domain(), "e2b.api_url": f.URL(), "e2b.sandbox_url": f.URL()},
 		Steps:  []holderStep{{Tool: "write_file", Input: `{"path":"who.txt","content":"first\n"}`}},
 		Second: []holderStep{{Tool: "write_file", Input: `{"path":"who.txt","content":"second\n"}`}},
@@ -395,7 +395,7 @@ func TestTakeoverLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := holderSpec{
-		Store: t.TempDir(), DataDir: dataDir, RunDir: shortDir(t), Provider: "local", Project: "desk",
+		Store: t.TempDir(), DataDir: dataDir, RunDir: testenv.RunDir(t), Provider: "local", Project: "desk",
 		Steps: []holderStep{
 			{Tool: "write_file", Input: `{"path":"committed.txt","content":"in the snapshot\n"}`},
 			{Commit: "phase one"},
@@ -439,17 +439,6 @@ func TestTakeoverLocal(t *testing.T) {
 	th = newToolhost(t, h.config(t))
 	s = openAfterExpiry(t, th, "desk")
 	expect(t, s, "read_file", `{"path":"autosaved.txt"}`, false, "kept by autosave", "restored from the last snapshot")
-}
-
-// shortDir is a temporary directory with a path short enough for the local provider's
-// unix sockets.
-func shortDir(t *testing.T) string {
-	d, err := os.MkdirTemp("", "th-takeover-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 // TestTakeoverRefusesHostileRecord: a record is data from the store. One that names

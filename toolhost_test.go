@@ -69,7 +69,7 @@ func testConfig(t testing.TB) Config {
 	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+	if err := cfg.Set("sandbox.run_dir", testenv.RunDir(t)); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Project = "test"

@@ -81,7 +81,7 @@ func session(t *testing.T, ctx context.Context) *toolhost.Session {
 	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+	if err := cfg.Set("sandbox.run_dir", testenv.RunDir(t)); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Project = "builtin"

@@ -48,7 +48,7 @@ func TestAgentAgainstFakeMessagesAPI(t *testing.T) {
 	if err := cfg.Set("store.dir", t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Set("sandbox.run_dir", t.TempDir()); err != nil {
+	if err := cfg.Set("sandbox.run_dir", testenv.RunDir(t)); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Project = "agent-loop"

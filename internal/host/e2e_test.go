@@ -77,7 +77,7 @@ func newHost(t testing.TB) *host.Host {
 func newProvider(t testing.TB) *local.Provider {
 	t.Helper()
 	testenv.NeedBwrap(t)
-	p, err := local.New(local.Config{RunDir: t.TempDir()})
+	p, err := local.New(local.Config{RunDir: testenv.RunDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func provider(t testing.TB, pool ...int) *local.Provider {
 	if len(pool) > 0 {
 		n = pool[0]
 	}
-	p, err := local.New(local.Config{RunDir: t.TempDir(), MaxLifetime: time.Hour, Pool: n})
+	p, err := local.New(local.Config{RunDir: testenv.RunDir(t), MaxLifetime: time.Hour, Pool: n})
 	if err != nil {
 		t.Fatal(err)
 	}

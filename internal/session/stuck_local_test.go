@@ -21,7 +21,7 @@ import (
 // is not started again on the new sandbox (the agent is told).
 func TestStuckLocalSandboxIsReplaced(t *testing.T) {
 	testenv.NeedBwrap(t)
-	p, err := local.New(local.Config{RunDir: t.TempDir(), MaxLifetime: time.Hour, Limits: local.Limits{Processes: 64}})
+	p, err := local.New(local.Config{RunDir: testenv.RunDir(t), MaxLifetime: time.Hour, Limits: local.Limits{Processes: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}

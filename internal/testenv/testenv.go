@@ -87,3 +87,22 @@ func ResultText(r abi.Result) string {
 	}
 	return b.String()
 }
+
+// RunDir is a directory for a test's sandboxes (sandbox.run_dir), removed when t ends.
+// Their agents' unix sockets live in it, and a socket's path may be at most 107 bytes:
+// t.TempDir's names (the test's name, then digits) under a TMPDIR longer than /tmp pass
+// that with the sandbox's own part of the path, so this is a short name under TMPDIR, or
+// under /tmp when TMPDIR itself is long.
+func RunDir(t testing.TB) string {
+	t.Helper()
+	parent := os.TempDir()
+	if len(parent) > 32 {
+		parent = "/tmp"
+	}
+	d, err := os.MkdirTemp(parent, "th-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}

@@ -26,7 +26,7 @@ func TestCloseWithTheSpareVolumeHeldElsewhere(t *testing.T) {
 	}
 	testenv.NeedBwrap(t)
 	// Not newProvider: this test closes the provider itself, once.
-	p, err := New(Config{RunDir: t.TempDir()})
+	p, err := New(Config{RunDir: testenv.RunDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func newProvider(t testing.TB, cfg Config) *Provider {
 	t.Helper()
 	testenv.NeedBwrap(t)
 	if cfg.RunDir == "" {
-		cfg.RunDir = t.TempDir()
+		cfg.RunDir = testenv.RunDir(t)
 	}
 	// The agent is this test binary (race-instrumented under -race): its stderr reaches the
 	// provider's logger, so a race or panic inside a sandbox fails the test too.

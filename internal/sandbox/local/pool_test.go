@@ -255,7 +255,7 @@ func TestPoolDrainedOnClose(t *testing.T) {
 		testenv.Skipf(t, "spare sandboxes need root (the host mounts each workspace for its sandbox)")
 	}
 	testenv.NeedBwrap(t)
-	p, err := New(Config{RunDir: t.TempDir(), Pool: 2})
+	p, err := New(Config{RunDir: testenv.RunDir(t), Pool: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
