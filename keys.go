@@ -467,6 +467,17 @@ group or others. Needed when serve.fleet.advertise is set.`},
 are in. A lease record in the store naming an address outside them is not trusted: no
 request is forwarded there. Empty: the advertised address's own host only, which is
 what a fleet of replicas on one machine needs.`},
+	{name: "serve.fleet.orphan_after", flag: "fleet-orphan-after", def: 15 * time.Minute,
+		usage: "how long a project's sandboxes wait for a replica when nobody holds the project, before they are killed",
+		doc: `When nobody holds a project (its holder died, or handed it over at a drain and no request
+for it came since), its sandboxes wait this long for a replica to reconnect to them
+(the next request for the project, on any replica, does); after it, any replica of the
+fleet that finds them kills them (each replica looks every third of this, at most every
+minute), taking the project's lease while it does. Only sandboxes the fleet's replicas
+started are judged: they carry the fleet's name (toolhost_fleet) from the store. Work
+committed is in the snapshots; what was not, and the background processes, are lost
+with the sandbox: session.autosave bounds that. toolhost fleet status lists each
+sandbox and when it becomes an orphan.`},
 
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",

@@ -3,10 +3,12 @@ package toolhost
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/rootapi"
 )
 
@@ -38,6 +40,12 @@ func init() {
 		return e.l != nil && e.l.Err() == nil
 	}
 	rootapi.Handoff = func(ctx context.Context, s any) (bool, error) { return s.(*Session).handoff(ctx) }
+	rootapi.FleetSandboxes = func(ctx context.Context, t any, id string, after time.Duration) ([]fleet.Sandbox, error) {
+		return t.(*Toolhost).fleetSandboxes(ctx, id, after)
+	}
+	rootapi.ReapOrphans = func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error) {
+		return t.(*Toolhost).reapOrphans(ctx, after)
+	}
 	rootapi.SetFleet = func(t any, m rootapi.FleetMember) {
 		th := t.(*Toolhost)
 		th.leaseMu.Lock()

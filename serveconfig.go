@@ -38,6 +38,10 @@ type FleetConfig struct {
 	Advertise  string   `key:"advertise"`
 	SecretFile string   `key:"secret_file"`
 	Peers      []string `key:"peers"`
+	// OrphanAfter is how long the sandboxes of a project nobody holds (its holder died,
+	// or handed it over and no request came) wait for a replica to reconnect before any
+	// replica kills them.
+	OrphanAfter time.Duration `key:"orphan_after"`
 }
 
 // InFleet reports whether serve runs as a replica of a fleet (serve.fleet.advertise set).
@@ -126,6 +130,9 @@ func validateFleet(f *FleetConfig, bad badKey) error {
 	}
 	if !filepath.IsAbs(f.SecretFile) {
 		return bad("serve.fleet.secret_file", "must be an absolute path, got %q", f.SecretFile)
+	}
+	if f.OrphanAfter < time.Second {
+		return bad("serve.fleet.orphan_after", "must be at least 1s, got %s (how long the sandboxes of a project nobody holds wait for a replica to reconnect; default 15m)", f.OrphanAfter)
 	}
 	for _, p := range f.Peers {
 		if _, err := netip.ParsePrefix(p); err != nil {

@@ -182,6 +182,9 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		session.LabelProject: project, session.LabelEpoch: strconv.FormatUint(epoch, 10),
 		session.LabelInstance: t.instance, session.LabelSession: s.id,
 	}
+	if f := t.fleetMember(); f != nil && f.ID != "" {
+		labels[session.LabelFleet] = f.ID
+	}
 	live, err := session.Open(ctx, session.Config{
 		Provider:        prov,
 		Sandbox:         sandbox.CreateOptions{Workspace: ws, Network: cfg.Sandbox.Network, Egress: eg, Labels: labels},

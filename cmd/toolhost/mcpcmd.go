@@ -157,7 +157,7 @@ Example:
 				return err
 			}
 			defer f.Close(context.WithoutCancel(ctx))
-			opts.Fleet = f
+			opts.Fleet, opts.OrphanAfter = f, sc.Fleet.OrphanAfter
 		}
 		s := mcpserve.New(th, opts)
 		return s.ListenAndServe(ctx, sc.Listen, shutdownGrace, func(a net.Addr) {

@@ -131,6 +131,7 @@ type Fleet struct {
 	cfg    Config
 	log    *slog.Logger
 	client *http.Client
+	id     string // the fleet's name (ID)
 	self   Replica
 
 	mu       sync.Mutex
@@ -218,9 +219,13 @@ func Join(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err := checkPeer(cfg.Peers, cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("fleet: serve.fleet.peers does not hold this replica's own address %s", cfg.Advertise)
 	}
+	id, err := ID(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
-	f := &Fleet{cfg: cfg, log: cfg.Logger, client: &http.Client{Transport: cfg.Transport,
+	f := &Fleet{cfg: cfg, log: cfg.Logger, id: id, client: &http.Client{Transport: cfg.Transport,
 		// A forwarded request follows no redirect: a peer that answers one is answered as is.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		self:   Replica{Instance: cfg.Instance, Addr: cfg.Advertise, Started: now, PID: os.Getpid(), Host: host},
@@ -231,6 +236,9 @@ func Join(ctx context.Context, cfg Config) (*Fleet, error) {
 	go f.heartbeat() // owned by f: Close stops it
 	return f, nil
 }
+
+// ID is the fleet's name (see ID): the sandboxes its replicas start carry it.
+func (f *Fleet) ID() string { return f.id }
 
 // Instance is this replica's name.
 func (f *Fleet) Instance() string { return f.cfg.Instance }

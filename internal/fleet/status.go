@@ -28,6 +28,9 @@ type Status struct {
 	// Elsewhere are projects held by holders that are no replica of the registry (a CLI,
 	// a replica that left without removing its lease).
 	Elsewhere []Holding `json:"held_elsewhere"`
+	// Sandboxes are the sandboxes the fleet's replicas started, judged (see Judge); nil
+	// when the provider cannot list its sandboxes.
+	Sandboxes []Sandbox `json:"sandboxes,omitempty"`
 }
 
 // ReplicaStatus is a replica and the projects it holds.
@@ -92,4 +95,64 @@ func leasedProjects(ctx context.Context, st store.Store) ([]string, error) {
 		}
 	}
 	return slices.Compact(out), nil
+}
+
+// Sandbox is a sandbox the fleet's replicas started (it carries the fleet's name), as
+// its labels and the provider describe it: data from the provider and from whoever
+// created it, judged against the store's leases, never trusted to name a holder.
+type Sandbox struct {
+	ID        string    `json:"id"`
+	Project   string    `json:"project"`
+	Epoch     uint64    `json:"epoch"`
+	Instance  string    `json:"instance,omitempty"`
+	Session   string    `json:"session,omitempty"`
+	State     string    `json:"state,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndsAt    time.Time `json:"ends_at,omitzero"`
+	// Verdict is what the sandbox is (Held, Waiting, Orphan).
+	Verdict Verdict `json:"verdict"`
+	// Until is, for a Waiting sandbox, when it becomes an orphan.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// Verdict says what a sandbox of the fleet is.
+type Verdict string
+
+const (
+	// Held: its project's lease is held; its holder keeps it, or kills it as an orphan
+	// of an earlier epoch when a session of the project opens.
+	Held Verdict = "held"
+	// Waiting: nobody holds its project since less than the orphan bound: the next
+	// request for the project, on any replica, reconnects to it.
+	Waiting Verdict = "waiting"
+	// Orphan: nobody has held its project for longer than the bound: any replica that
+	// finds it kills it.
+	Orphan Verdict = "orphan"
+)
+
+// Judge gives each of sbs its Verdict from its project's lease as peek reads it: a
+// project nobody holds since more than after ago makes its sandboxes orphans. A project
+// whose lease cannot be read leaves its sandboxes Held: nothing is killed on a guess.
+func Judge(ctx context.Context, sbs []Sandbox, peek func(ctx context.Context, project string) (lease.State, error), now time.Time, after time.Duration) {
+	leases := map[string]*lease.State{}
+	for i := range sbs {
+		sb := &sbs[i]
+		s, ok := leases[sb.Project]
+		if !ok {
+			st, err := peek(ctx, sb.Project)
+			if err == nil {
+				s = &st
+			}
+			leases[sb.Project] = s
+		}
+		switch {
+		case s == nil || s.Held:
+			sb.Verdict = Held
+		case s.Generation == 0 || now.Sub(s.Expires) >= after:
+			// Free for longer than the bound, or never leased in this store.
+			sb.Verdict = Orphan
+		default:
+			sb.Verdict, sb.Until = Waiting, s.Expires.Add(after)
+		}
+	}
 }

@@ -239,6 +239,11 @@ func (s *Server) route(next http.Handler) http.Handler {
 			if !ok {
 				return
 			}
+			if project != "" {
+				if _, ok := s.awaitHandoff(r.Context(), project); !ok {
+					return
+				}
+			}
 			if project != "" && !rootapi.Holds(s.th, project) {
 				if t, _, err := s.findHolder(r.Context(), project, false); err != nil || t != "" {
 					w.Header().Set(fleet.HeaderNotHolder, "1")
@@ -266,6 +271,13 @@ func (s *Server) route(next http.Handler) http.Handler {
 		ctx := r.Context()
 		for attempt := 0; ; attempt++ {
 			if rootapi.Holds(s.th, project) {
+				waited, ok := s.awaitHandoff(ctx, project)
+				if !ok {
+					return
+				}
+				if waited && attempt < 3 {
+					continue // handed over: find where it went
+				}
 				next.ServeHTTP(w, r)
 				return
 			}

@@ -20,7 +20,9 @@ import (
 // left running, the project's lease released. The client's next request, on any replica,
 // opens the project there, which connects to that sandbox; the MCP session is adopted
 // under its id (fleet.go). A call that arrives for a session while it is being handed
-// over is answered with an error saying to make it again.
+// over waits at the routing until the handoff has ended, then goes where the project
+// went (a replica that is not draining); only one that passed the routing just before
+// the handoff began is answered with an error saying to make it again.
 
 // errMoving answers a call that arrived while its session was handed over.
 var errMoving = errors.New("this session is moving to another server of the fleet (a deploy); make the call again: it will run there, on the same workspace")
@@ -51,7 +53,13 @@ func (b *binding) begin(ctx context.Context) (*toolhost.Session, func(), error) 
 // or ctx has.
 func (b *binding) handoff(ctx context.Context) error {
 	b.mu.Lock()
+	if b.moving {
+		b.mu.Unlock()
+		return nil
+	}
 	b.moving = true
+	b.handing = make(chan struct{})
+	defer close(b.handing)
 	b.mu.Unlock()
 	idle := make(chan struct{})
 	go func() { // owned by handoff: ends when the calls do, which ctx bounds (they are cancelled at the end)
@@ -84,6 +92,53 @@ func (b *binding) handoff(ctx context.Context) error {
 	s.log.Info("fleet: session handed over", "project", b.project, "kept_sandbox", kept)
 	return nil
 }
+
+// handingOver returns a channel closed when the handoff of a session of project on this
+// replica has ended, or nil when none is being handed over. A request for the project
+// that reaches this replica meanwhile waits for it, then goes where the project went
+// (route), instead of being answered errMoving.
+func (s *Server) handingOver(project string) <-chan struct{} {
+	s.mu.Lock()
+	var bs []*binding
+	for b := range s.open {
+		if b.project == project {
+			bs = append(bs, b)
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range bs { // b.mu is taken before s.mu elsewhere (let): never under it here
+		b.mu.Lock()
+		moving, done := b.moving, b.handing
+		b.mu.Unlock()
+		if moving && done != nil {
+			return done
+		}
+	}
+	return nil
+}
+
+// awaitHandoff waits, when a session of project is being handed over here, for the
+// handoff to end (at most handoffWait); false when ctx ended first.
+func (s *Server) awaitHandoff(ctx context.Context, project string) (waited, ok bool) {
+	done := s.handingOver(project)
+	if done == nil {
+		return false, true
+	}
+	t := time.NewTimer(handoffWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+		return true, false
+	}
+	s.holders.drop(project)
+	return true, true
+}
+
+// handoffWait bounds how long a request waits at the routing for the handoff of its
+// session: one call's end (the handoff waits for the calls under way) and a commit.
+const handoffWait = time.Minute
 
 // Drain hands every open session over (serve.drain handoff; see the top of this file).
 // Sessions not handed over by the time ctx ends are left to Shutdown.

@@ -425,6 +425,12 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, grace time.Dur
 	if ready != nil {
 		ready(ln.Addr())
 	}
+	if s.opts.Fleet != nil {
+		rctx, stop := context.WithCancel(ctx)
+		reaped := make(chan struct{})
+		go func() { defer close(reaped); s.reapOrphans(rctx) }() // owned here: stopped below
+		defer func() { stop(); <-reaped }()
+	}
 	s.log.Info("mcp: serving", "addr", ln.Addr().String(), "endpoint", "/mcp", "tokens", len(s.opts.Tokens))
 	select {
 	case err := <-errc:

@@ -103,6 +103,10 @@ type Options struct {
 	// project another replica holds are forwarded there, and sessions of other replicas
 	// are adopted.
 	Fleet *fleet.Fleet
+	// OrphanAfter is how long, in a fleet, the sandboxes of a project nobody holds wait
+	// for a replica to reconnect before any replica kills them (DefaultOrphanAfter when
+	// zero): serve.fleet.orphan_after.
+	OrphanAfter time.Duration
 	// Drain is what Shutdown does with open sessions: toolhost.DrainClose (commit, close
 	// the sandbox; also the zero value) or toolhost.DrainHandoff (in a fleet: hand each
 	// over, see handoff.go).
@@ -173,7 +177,7 @@ func New(th *toolhost.Toolhost, opts Options) *Server {
 	if f := opts.Fleet; f != nil {
 		// Leases this replica takes name it and its address; a live lease whose holder is
 		// proven gone (refused, or another replica at its address) is taken over at once.
-		rootapi.SetFleet(th, rootapi.FleetMember{Instance: f.Instance(), Addr: f.Advertise(),
+		rootapi.SetFleet(th, rootapi.FleetMember{ID: f.ID(), Instance: f.Instance(), Addr: f.Advertise(),
 			Probe: func(ctx context.Context, h lease.Holder) lease.Liveness {
 				if h.Instance == "" || h.Instance == f.Instance() {
 					return lease.Unknown
@@ -437,6 +441,8 @@ type binding struct {
 
 	mu     sync.Mutex // held while opening
 	moving bool       // being handed over (drain): calls are refused, to be made again
+	// handing is closed when the handoff that set moving has ended (handingOver).
+	handing chan struct{}
 	// handedOver: its session went to another replica (handoff); its MCP session is
 	// closed by finish, at Shutdown.
 	handedOver bool

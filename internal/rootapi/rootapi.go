@@ -7,10 +7,12 @@ package rootapi
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/lease"
 )
 
@@ -18,6 +20,8 @@ import (
 // tells its leases: its instance and advertised address, written into every lease it
 // takes, and how to tell that another holder is gone.
 type FleetMember struct {
+	// ID is the fleet's name (fleet.ID): the sandboxes of the replica's sessions carry it.
+	ID             string
 	Instance, Addr string
 	// Probe tells whether the holder of a live lease is gone (lease.Config.Probe).
 	Probe func(ctx context.Context, h lease.Holder) lease.Liveness
@@ -45,6 +49,14 @@ var (
 	// the workspace committed, a sandbox that lives apart from this process left running
 	// (kept reports it), the project's lease released.
 	Handoff func(ctx context.Context, s any) (kept bool, err error)
+	// FleetSandboxes lists the sandboxes that the fleet named id started (their provider
+	// a sandbox.Lister), each judged against its project's lease (fleet.Judge, with the
+	// orphan bound after); nil when the provider cannot list.
+	FleetSandboxes func(ctx context.Context, t any, id string, after time.Duration) ([]fleet.Sandbox, error)
+	// ReapOrphans kills the orphans of the fleet a *toolhost.Toolhost is a replica of
+	// (SetFleet): the sandboxes of projects nobody has held for longer than after. It
+	// returns those it killed.
+	ReapOrphans func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error)
 	// SetFleet makes a *toolhost.Toolhost a replica of a fleet, before its first session.
 	SetFleet func(t any, m FleetMember)
 )

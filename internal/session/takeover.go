@@ -34,6 +34,9 @@ const (
 	LabelEpoch    = "toolhost_epoch"
 	LabelInstance = "toolhost_instance"
 	LabelSession  = "toolhost_session"
+	// LabelFleet names the fleet whose replica started the sandbox (the fleet's ID in
+	// its store): a fleet reaps only its own orphans.
+	LabelFleet = "toolhost_fleet"
 )
 
 // AutosaveLabel labels the commits Config.Autosave makes.

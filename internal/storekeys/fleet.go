@@ -3,10 +3,15 @@ package storekeys
 // The fleet's records: the replicas that serve from one store, and the MCP sessions any
 // of them may be asked to serve.
 //
+//	fleet/id                      the fleet's name: labels its sandboxes (made once)
 //	fleet/replicas/{instance}     a replica: its advertised address, when it last said so
 //	fleet/sessions/{session id}   an MCP session: its project, owner and handshake
 const (
 	fleetRoot = "fleet/"
+	// FleetID is the fleet's name, made by the first replica that joins: the sandboxes
+	// the fleet's replicas start carry it, so that a fleet tells its own from those of
+	// another deployment sharing the provider's account.
+	FleetID = fleetRoot + "id"
 	// FleetReplicas is the folder of the replicas' records.
 	FleetReplicas = fleetRoot + "replicas/"
 	// FleetSessions is the folder of the MCP sessions' records.

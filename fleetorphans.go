@@ -1,0 +1,162 @@
+package toolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/fleet"
+	"github.com/toolhost/toolhost/internal/lease"
+	"github.com/toolhost/toolhost/internal/rootapi"
+	"github.com/toolhost/toolhost/internal/session"
+	"github.com/toolhost/toolhost/internal/storekeys"
+)
+
+// The sandboxes of a fleet (internal/fleet): those its replicas' sessions started carry
+// the fleet's name (session.LabelFleet), their project and their lease epoch. A sandbox
+// whose project nobody has held for longer than serve.fleet.orphan_after is an orphan:
+// its holder died or handed it over and no request for the project came since. Any
+// replica that finds one kills it, holding the project's lease while it does, so that no
+// other replica reconnects to it meanwhile.
+
+// fleetMember is the fleet this process serves in, or nil.
+func (t *Toolhost) fleetMember() *rootapi.FleetMember {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	return t.fleet
+}
+
+// fleetSandboxes lists the sandboxes labelled with the fleet named id, judged against
+// their projects' leases; nil, nil when the provider cannot list its sandboxes. A
+// sandbox whose labels do not name a valid project and epoch is left out: not the
+// fleet's to judge.
+func (t *Toolhost) fleetSandboxes(ctx context.Context, id string, after time.Duration) ([]fleet.Sandbox, error) {
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := sandbox.ProviderAs[sandbox.Lister](p)
+	if !ok {
+		return nil, nil
+	}
+	infos, err := l.List(ctx, map[string]string{session.LabelFleet: id})
+	if err != nil {
+		return nil, fmt.Errorf("listing the fleet's sandboxes: %w", err)
+	}
+	out := []fleet.Sandbox{}
+	for _, in := range infos {
+		if sb, ok := fleetSandbox(in, id); ok {
+			out = append(out, sb)
+		}
+	}
+	st := t.storage.store
+	fleet.Judge(ctx, out, func(ctx context.Context, project string) (lease.State, error) {
+		return lease.Peek(ctx, st, project)
+	}, time.Now(), after)
+	return out, nil
+}
+
+// fleetSandbox reads a listed sandbox's labels; false when they are not the fleet's.
+func fleetSandbox(in sandbox.SandboxInfo, id string) (fleet.Sandbox, bool) {
+	project := in.Labels[session.LabelProject]
+	epoch, err := strconv.ParseUint(in.Labels[session.LabelEpoch], 10, 64)
+	if in.Labels[session.LabelFleet] != id || storekeys.ValidProject(project) != nil || err != nil {
+		return fleet.Sandbox{}, false
+	}
+	return fleet.Sandbox{ID: in.ID, Project: project, Epoch: epoch, Instance: in.Labels[session.LabelInstance],
+		Session: in.Labels[session.LabelSession], State: in.State, StartedAt: in.StartedAt, EndsAt: in.EndsAt}, true
+}
+
+// reapOrphans kills the orphans of this replica's fleet (after: the orphan bound). For
+// each project with orphans it takes the project's lease (a project taken meanwhile is
+// left to its new holder), lists the project's sandboxes again and kills those of an
+// earlier epoch than its own, which is all of them, and releases the lease.
+func (t *Toolhost) reapOrphans(ctx context.Context, after time.Duration) ([]fleet.Sandbox, error) {
+	m := t.fleetMember()
+	if m == nil || m.ID == "" {
+		return nil, errors.New("reaping orphans: this process is no replica of a fleet")
+	}
+	sbs, err := t.fleetSandboxes(ctx, m.ID, after)
+	if err != nil || sbs == nil {
+		return nil, err
+	}
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k, ok := sandbox.ProviderAs[sandbox.Killer](p)
+	if !ok {
+		return nil, nil
+	}
+	l, _ := sandbox.ProviderAs[sandbox.Lister](p)
+	var killed []fleet.Sandbox
+	var errs []error
+	done := map[string]bool{}
+	for _, sb := range sbs {
+		if sb.Verdict != fleet.Orphan || done[sb.Project] {
+			continue
+		}
+		done[sb.Project] = true
+		k, err := t.reapProject(ctx, m, l, k, sb.Project, after)
+		killed = append(killed, k...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return killed, errors.Join(errs...)
+}
+
+// reapProject holds project's lease while it kills the project's orphans.
+func (t *Toolhost) reapProject(ctx context.Context, m *rootapi.FleetMember, l sandbox.Lister, k sandbox.Killer, project string, after time.Duration) ([]fleet.Sandbox, error) {
+	t.leaseMu.Lock()
+	mine := t.leases[project] != nil
+	t.leaseMu.Unlock()
+	if mine {
+		return nil, nil // a session of this process is taking it: the session judges
+	}
+	// Judged again under the lease: a project taken since the listing is its holder's,
+	// and one free for less than the bound is not reaped yet.
+	st, err := lease.Peek(ctx, t.storage.store, project)
+	if err != nil || st.Held || st.Generation > 0 && time.Since(st.Expires) < after {
+		return nil, err
+	}
+	ls, err := lease.Acquire(ctx, lease.Config{Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew,
+		Host: hostName(), Instance: m.Instance, Addr: m.Addr, Logger: t.opts.log}, project)
+	if err != nil {
+		var held *lease.HeldError
+		if errors.As(err, &held) {
+			return nil, nil // taken meanwhile
+		}
+		return nil, fmt.Errorf("reaping the orphans of project %s: %w", project, err)
+	}
+	defer ls.Release(context.WithoutCancel(ctx))
+	infos, err := l.List(ctx, map[string]string{session.LabelFleet: m.ID, session.LabelProject: project})
+	if err != nil {
+		return nil, fmt.Errorf("reaping the orphans of project %s: %w", project, err)
+	}
+	var killed []fleet.Sandbox
+	var errs []error
+	for _, in := range infos {
+		sb, ok := fleetSandbox(in, m.ID)
+		if !ok || sb.Project != project || sb.Epoch >= ls.Epoch() {
+			continue
+		}
+		if err := ls.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("reaping the orphans of project %s: %w", project, err))
+			break // lost the lease: another replica judges now
+		}
+		if err := k.Kill(ctx, sb.ID); err != nil {
+			errs = append(errs, fmt.Errorf("killing orphan sandbox %s of project %s: %w", sb.ID, project, err))
+			continue
+		}
+		sb.Verdict = fleet.Orphan
+		killed = append(killed, sb)
+		t.opts.log.Warn("fleet: killed an orphan sandbox: nobody held its project for longer than serve.fleet.orphan_after",
+			"project", project, "sandbox", sb.ID, "sandbox_epoch", sb.Epoch, "started_by", sb.Instance,
+			"lease_free_since", st.Expires, "epoch", ls.Epoch())
+	}
+	return killed, errors.Join(errs...)
+}
