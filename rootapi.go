@@ -46,6 +46,7 @@ func init() {
 	rootapi.ReapOrphans = func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error) {
 		return t.(*Toolhost).reapOrphans(ctx, after)
 	}
+	rootapi.LeaseLost = func(s any) error { return s.(*Session).leaseErr() }
 	rootapi.SetFleet = func(t any, m rootapi.FleetMember) {
 		th := t.(*Toolhost)
 		th.leaseMu.Lock()

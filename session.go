@@ -541,8 +541,11 @@ func (s *Session) handoff(ctx context.Context) (bool, error) {
 		s.rec.close()
 		if kept {
 			// The record is what the next holder takes over from: it stays, written last
-			// now that the session has stopped changing.
+			// now that the session has stopped changing (a write the store refuses, the
+			// lease lost, leaves the last one written), and a later session of this
+			// process may take it over too.
 			s.rec.flush(ctx)
+			s.th.leave(s.project, s.id)
 		} else if s.leaseErr() == nil {
 			// Nothing runs on to take over: the next holder wakes from the commit above.
 			if err := sessionstate.Delete(ctx, s.store, s.project, s.id); err != nil {

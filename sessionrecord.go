@@ -1,6 +1,7 @@
 package toolhost
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,9 +95,10 @@ func (t *Toolhost) takeoverFrom(ctx context.Context, project string, epoch uint6
 		case rec.Epoch >= epoch:
 			// This lease's (another session of this process), or a future epoch's: never
 			// a dead holder's.
-		case rec.Instance == t.instance:
+		case rec.Instance == t.instance && !t.wasLeft(project, rec.Session):
 			// An earlier lease of this very process: its session may still be open here
-			// (it lost the lease and keeps its sandbox until it closes).
+			// (it lost the lease and keeps its sandbox until it closes), unless it was
+			// handed over (a fleet's session that lost its lease and is opened again).
 		default:
 			dead = append(dead, rec)
 		}
@@ -153,6 +156,24 @@ func (t *Toolhost) takeoverFrom(ctx context.Context, project string, epoch uint6
 	return tk, release
 }
 
+// leave marks the record of session sess of project, handed over by this process, as one
+// a later session of this process may take over.
+func (t *Toolhost) leave(project, sess string) {
+	t.claimMu.Lock()
+	defer t.claimMu.Unlock()
+	if t.left == nil || len(t.left) >= 16384 {
+		t.left = map[string]bool{}
+	}
+	t.left[project+"/"+sess] = true
+}
+
+// wasLeft reports whether this process handed over the session sess of project.
+func (t *Toolhost) wasLeft(project, sess string) bool {
+	t.claimMu.Lock()
+	defer t.claimMu.Unlock()
+	return t.left[project+"/"+sess]
+}
+
 // orphansOf says which sandboxes of the project are orphans for a session at epoch: those
 // labelled with an earlier epoch (their holder lost the project), except those of sessions
 // whose records wait for a later session to take them over. Nil with leases off.
@@ -185,9 +206,48 @@ func (s *Session) adoptCarried(rec sessionstate.Record) {
 			}
 		}
 	}
+	for plugin, vals := range rec.State {
+		for k, v := range vals {
+			s.tools.SetPluginState(plugin, k, v)
+		}
+	}
 	if rec.Cwd != "" {
 		s.tools.SetPluginState(bashPlugin, bashCwdKey, []byte(rec.Cwd))
 	}
+}
+
+// carriedState is the plugins' session values a record carries: whole plugins, the
+// smallest first, while they fit in sessionstate.MaxStateBytes (a plugin's values are
+// carried all or none: a part of them could say something none of them says).
+func carriedState(all map[string]map[string][]byte) map[string]map[string][]byte {
+	type sized struct {
+		plugin string
+		n      int
+	}
+	var ps []sized
+	for plugin, vals := range all {
+		n := 0
+		for k, v := range vals {
+			n += len(k) + len(v)
+		}
+		if len(vals) > 0 {
+			ps = append(ps, sized{plugin, n})
+		}
+	}
+	slices.SortFunc(ps, func(a, b sized) int { return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.plugin, b.plugin)) })
+	var out map[string]map[string][]byte
+	total := 0
+	for _, p := range ps {
+		if total+p.n > sessionstate.MaxStateBytes {
+			break
+		}
+		total += p.n
+		if out == nil {
+			out = map[string]map[string][]byte{}
+		}
+		out[p.plugin] = all[p.plugin]
+	}
+	return out
 }
 
 // record is what the session's record says now.
@@ -200,6 +260,7 @@ func (s *Session) record() sessionstate.Record {
 	if cwd, ok := s.tools.PluginState(bashPlugin, bashCwdKey); ok && sessionstate.CheckPath(string(cwd), false) == nil {
 		rec.Cwd = string(cwd)
 	}
+	rec.State = carriedState(s.tools.PluginStates())
 	owner := map[string]string{}
 	for _, o := range s.tools.OwnedProcesses() {
 		owner[o.ID] = o.Plugin

@@ -285,6 +285,7 @@ func TestTakeoverE2B(t *testing.T) {
 			{Tool: "write_file", Input: `{"path":"notes.txt","content":"written, never committed\n"}`},
 			{Tool: "bash", Input: `{"command":"mkdir -p web && cd web && echo '<h1>still here</h1>' > index.html"}`},
 			{Tool: "bash", Input: `{"command":"python3 -m http.server 8000","background":true}`},
+			{Tool: "write_file", Input: `{"path":"draft.txt","content":"first draft\n"}`},
 		},
 	}
 	rep := runHolder(t, h)
@@ -311,6 +312,9 @@ func TestTakeoverE2B(t *testing.T) {
 	if strings.Contains(testenv.ResultText(second), "took over") {
 		t.Errorf("the takeover notice came twice: %q", testenv.ResultText(second))
 	}
+	// The plugins' session state came over too: edit_file knows the model wrote
+	// draft.txt, so it edits it without asking for a read first.
+	expect(t, s, "edit_file", `{"path":"draft.txt","old_string":"first","new_string":"second"}`, false)
 	if !previewServes(t, s, 8000, "<h1>still here</h1>\n") {
 		t.Error("the server the holder started does not answer after the takeover")
 	}

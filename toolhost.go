@@ -201,6 +201,9 @@ type Toolhost struct {
 
 	claimMu sync.Mutex
 	claimed map[string]bool // "project/session": records a session of this process took over
+	// left are "project/session" of this process's sessions handed over (handoff): their
+	// records may be taken over by a later session of this very process, as by another's.
+	left map[string]bool
 
 	closeOnce sync.Once
 	closeErr  error

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/haproxytest"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
@@ -84,6 +85,14 @@ func TestFleet(t *testing.T) {
 		r.start()
 		rs = append(rs, r)
 	}
+	defer func() {
+		if t.Failed() {
+			// The whole log, for the post-mortem: it outlives the test's directories.
+			full := filepath.Join(os.TempDir(), fmt.Sprintf("toolhost-fleet-test-%d.log", os.Getpid()))
+			os.WriteFile(full, []byte(log.String()), 0o600)
+			t.Logf("replicas' log (the whole of it is in %s):\n%s", full, tail(log.String(), 200))
+		}
+	}()
 	t.Cleanup(func() {
 		for _, r := range rs {
 			r.signal(syscall.SIGCONT)
@@ -169,10 +178,33 @@ func TestFleet(t *testing.T) {
 			t.Errorf("agent %d: background server started %v, answered at the end %v", i, rep.ServerStarted, rep.ServerAnswered)
 		}
 	}
-	if t.Failed() {
-		// The whole log, for the post-mortem: it outlives the test's directories.
-		full := filepath.Join(os.TempDir(), fmt.Sprintf("toolhost-fleet-test-%d.log", os.Getpid()))
-		os.WriteFile(full, []byte(log.String()), 0o600)
-		t.Logf("replicas' log (the whole of it is in %s):\n%s", full, tail(log.String(), 200))
+	// No sandbox is left but those of open sessions: the agents ended theirs (DELETE),
+	// so the fleet's status (which lists the E2B sandboxes the fleet started) must come
+	// to none.
+	// The CLI reads the replicas' configuration, but is no replica: no serve.fleet.* keys.
+	var statusEnv []string
+	for _, kv := range cliEnv(t, append(append([]string{}, common...), "TOOLHOST_DATA_DIR="+e2bDataDir(t))...) {
+		if !strings.HasPrefix(kv, "TOOLHOST_SERVE_FLEET_") {
+			statusEnv = append(statusEnv, kv)
+		}
+	}
+	var left []fleet.Sandbox
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		res := runCLI(t, statusEnv, "fleet", "status", "--format", "json")
+		var st fleet.Status
+		if err := json.Unmarshal([]byte(res.stdout), &st); res.code != 0 || err != nil {
+			t.Fatalf("fleet status: exit %d, %v\n%s%s", res.code, err, res.stdout, res.stderr)
+		}
+		if st.Sandboxes == nil {
+			t.Fatalf("fleet status lists no sandboxes on the E2B provider (nil, not empty): %s", res.stdout)
+		}
+		left = st.Sandboxes
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, sb := range left {
+		t.Errorf("sandbox %s of project %s (epoch %d, started by %s) is left after every agent ended its session: %s",
+			sb.ID, sb.Project, sb.Epoch, sb.Instance, sb.Verdict)
 	}
 }

@@ -29,8 +29,8 @@ type Status struct {
 	// a replica that left without removing its lease).
 	Elsewhere []Holding `json:"held_elsewhere"`
 	// Sandboxes are the sandboxes the fleet's replicas started, judged (see Judge); nil
-	// when the provider cannot list its sandboxes.
-	Sandboxes []Sandbox `json:"sandboxes,omitempty"`
+	// (null in JSON) when the provider cannot list its sandboxes.
+	Sandboxes []Sandbox `json:"sandboxes"`
 }
 
 // ReplicaStatus is a replica and the projects it holds.

@@ -70,3 +70,10 @@ func (s *Session) SetPluginState(plugin, key string, value []byte) bool {
 	st, _ := s.state.set(plugin, key, value)
 	return st == 0
 }
+
+// PluginStates is a copy of every plugin's session values, by plugin then key: what a
+// session's record carries so that the session taking over starts from it (the files the
+// model has read, for edit_file's guard).
+func (s *Session) PluginStates() map[string]map[string][]byte {
+	return s.state.all()
+}

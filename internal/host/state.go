@@ -53,6 +53,21 @@ func (st *sessionState) get(plugin, key string) ([]byte, bool) {
 	return append([]byte(nil), v...), ok
 }
 
+// all returns a copy of every plugin's values.
+func (st *sessionState) all() map[string]map[string][]byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[string]map[string][]byte, len(st.plugins))
+	for plugin, ps := range st.plugins {
+		vals := make(map[string][]byte, len(ps.vals))
+		for k, v := range ps.vals {
+			vals[k] = append([]byte(nil), v...)
+		}
+		out[plugin] = vals
+	}
+	return out
+}
+
 // set stores value under key for the plugin (an empty value deletes the key). It refuses,
 // with what is over, a value or a total over the bounds.
 func (st *sessionState) set(plugin, key string, value []byte) (abi.Status, string) {

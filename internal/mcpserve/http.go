@@ -394,14 +394,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "draining: not taking new requests", http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if _, err := s.fleetStore().List(ctx, store.ListOptions{Prefix: storekeys.FleetReplicas, MaxKeys: 1}); err != nil {
+	if err := s.storeAnswers(r.Context()); err != nil {
 		s.log.Warn("readyz: the store does not answer", "err", err)
 		http.Error(w, "the store does not answer", http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ready")
+}
+
+// readyCheckTTL is how long the answer of the store to readyz's check is reused: the
+// balancers' probes of every replica, every second or two, would otherwise each cost a
+// request to the store (a paid LIST on S3).
+const readyCheckTTL = 2 * time.Second
+
+// storeAnswers checks that the store answers, at most once per readyCheckTTL; probes
+// that arrive while a check runs wait for it.
+func (s *Server) storeAnswers(ctx context.Context) error {
+	s.ready.mu.Lock()
+	defer s.ready.mu.Unlock()
+	if !s.ready.at.IsZero() && time.Since(s.ready.at) < readyCheckTTL {
+		return s.ready.err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := s.fleetStore().List(cctx, store.ListOptions{Prefix: storekeys.FleetReplicas, MaxKeys: 1})
+	if ctx.Err() != nil {
+		return err // this probe went away: its answer says nothing of the store
+	}
+	s.ready.at, s.ready.err = time.Now(), err
+	return err
 }
 
 // ListenAndServe serves Handler on addr until ctx ends (SIGTERM, say), then stops taking

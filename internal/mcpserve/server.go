@@ -138,6 +138,12 @@ type Server struct {
 	sessRecs sessionRecords // the fleet's MCP session records read (fleet.go)
 	holders  holderCache    // the fleet's projects' holders, recently read (fleet.go)
 
+	ready struct { // readyz's last check of the store (storeAnswers)
+		mu  sync.Mutex
+		at  time.Time
+		err error
+	}
+
 	statelessOnce sync.Once
 	stateless     *mcp.Server // the server of the stateless revision's requests (stateless.go)
 }
@@ -515,10 +521,13 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	if b.ended {
 		return nil, errors.New("this session has ended (its work was committed); reconnect to open a new one")
 	}
-	if b.sess != nil {
-		return b.sess, nil
-	}
 	s := b.srv
+	if b.sess != nil {
+		if s.opts.Fleet == nil || rootapi.LeaseLost(b.sess) == nil {
+			return b.sess, nil
+		}
+		b.retake(ctx)
+	}
 	s.mu.Lock()
 	switch {
 	case s.closing:
@@ -560,6 +569,25 @@ func (b *binding) session(ctx context.Context) (*toolhost.Session, error) {
 	s.log.Info("mcp: session opened", "project", b.project, "owner", b.owner, "took", time.Since(start).Round(time.Millisecond),
 		"woke_from", woke.Key, "woke", ok)
 	return sess, nil
+}
+
+// retake ends b's session, which lost its project's lease (its replica stalled past the
+// lease's ttl, or the store did not answer its renewals), so that a new one opens in its
+// place: the routing sent the call here because nobody else holds the project now. The
+// old session is handed over (its E2B sandbox left running, its record left to take
+// over) and the new one takes the lease anew and reconnects to that sandbox, files and
+// background processes included. Called with b.mu held.
+func (b *binding) retake(ctx context.Context) {
+	s := b.srv
+	old := b.sess
+	b.sess = nil
+	kept, err := rootapi.Handoff(context.WithoutCancel(ctx), old)
+	s.mu.Lock()
+	delete(s.open, b)
+	s.mu.Unlock()
+	s.metrics.sessionClosed()
+	s.log.Warn("fleet: a session lost its project's lease; opening the project again here", "project", b.project,
+		"kept_sandbox", kept, "err", err)
 }
 
 // finish commits b's workspace and closes its sandbox and MCP session, once.

@@ -57,6 +57,9 @@ var (
 	// (SetFleet): the sandboxes of projects nobody has held for longer than after. It
 	// returns those it killed.
 	ReapOrphans func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error)
+	// LeaseLost is why a *toolhost.Session may no longer act on its project (it lost the
+	// project's lease), or nil.
+	LeaseLost func(s any) error
 	// SetFleet makes a *toolhost.Toolhost a replica of a fleet, before its first session.
 	SetFleet func(t any, m FleetMember)
 )

@@ -38,10 +38,12 @@ const (
 	MaxBytes     = 256 << 10 // a record larger than this is not read
 	MaxProcesses = 16        // the background processes a session carries over
 	MaxTerminals = 16
-	maxArgs      = 256
-	maxArgvBytes = 16 << 10
-	maxPath      = 4096
-	maxName      = 128
+	// MaxStateBytes bounds the plugins' session values a record carries (keys and values).
+	MaxStateBytes = 128 << 10
+	maxArgs       = 256
+	maxArgvBytes  = 16 << 10
+	maxPath       = 4096
+	maxName       = 128
 )
 
 // ErrInvalid: a record is not one this version reads, or a field fails its check.
@@ -61,6 +63,11 @@ type Record struct {
 	Cwd       string     `json:"cwd,omitempty"`
 	Processes []Process  `json:"processes,omitempty"`
 	Terminals []Terminal `json:"terminals,omitempty"`
+	// State is the plugins' session values (toolhost_session.set), by plugin then key:
+	// the files the model has read (edit_file's guard), the shell's directory. A session
+	// whose values are over MaxStateBytes carries those that fit, smallest plugins
+	// first; what is left out, the plugin asks for again (read the file first).
+	State map[string]map[string][]byte `json:"state,omitempty"`
 	// Epoch is the lease generation the writer held the project at (0: leases off).
 	Epoch uint64 `json:"epoch"`
 	// Instance names the writer's process.
@@ -129,6 +136,21 @@ func (r *Record) Check(project string) error {
 	if err := CheckPath(r.Cwd, false); err != nil {
 		return bad("cwd: %v", err)
 	}
+	n := 0
+	for plugin, vals := range r.State {
+		if !pluginRE.MatchString(plugin) {
+			return bad("state of plugin %q", plugin)
+		}
+		for k, v := range vals {
+			if !validStateKey(k) || len(v) == 0 {
+				return bad("state of plugin %s: key %q", plugin, k)
+			}
+			n += len(k) + len(v)
+		}
+	}
+	if n > MaxStateBytes {
+		return bad("plugin state of %d bytes, at most %d", n, MaxStateBytes)
+	}
 	seen := map[string]bool{}
 	for i, p := range r.Processes {
 		if seen[p.ID] {
@@ -149,6 +171,22 @@ func (r *Record) Check(project string) error {
 		}
 	}
 	return nil
+}
+
+// validStateKey reports whether k is a key of a plugin's session value as the host allows
+// it: 1 to 512 of A-Z a-z 0-9 . _ / : @ + = -.
+func validStateKey(k string) bool {
+	if len(k) == 0 || len(k) > 512 {
+		return false
+	}
+	for _, c := range []byte(k) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("._/:@+=-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Check reports what of p fails its check, or nil.

@@ -30,6 +30,7 @@ func good() Record {
 		Processes: []Process{{ID: "bg-1a2b", Plugin: "bash", Argv: []string{"bash", "-c", "python3 -m http.server 8000\necho ok"},
 			Cwd: "/home/user", PID: 42, Log: "/tmp/toolhost/bg-1a2b.log"}},
 		Terminals: []Terminal{{ID: "term-9", Plugin: "bash", Argv: []string{"python3"}, Cols: 120, Rows: 40}},
+		State:     map[string]map[string][]byte{"editfile": {"seen/0a1b": []byte("9f8e")}, "bash": {"shell/cwd": []byte("/home/user/web")}},
 		Epoch:     7, Instance: "i-0123abcd", WrittenAt: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC),
 	}
 }
@@ -118,6 +119,14 @@ func TestHostileRecords(t *testing.T) {
 				p.ID = "bg-" + strings.Repeat("x", i+1)
 				r.Processes = append(r.Processes, p)
 			}
+			return r
+		}()),
+		"state of a plugin named a path": encode(func() Record { r := good(); r.State["../bash"] = map[string][]byte{"k": []byte("v")}; return r }()),
+		"state key with a space":         encode(func() Record { r := good(); r.State["bash"]["a b"] = []byte("v"); return r }()),
+		"state value empty":              encode(func() Record { r := good(); r.State["bash"]["k"] = nil; return r }()),
+		"state over its bound": encode(func() Record {
+			r := good()
+			r.State["big"] = map[string][]byte{"a": bytes.Repeat([]byte("x"), MaxStateBytes/2), "b": bytes.Repeat([]byte("x"), MaxStateBytes/2)}
 			return r
 		}()),
 		"terminal size": encode(func() Record { r := good(); r.Terminals[0].Cols = 1 << 20; return r }()),

@@ -98,6 +98,9 @@ async function main() {
   }
   const s = await call("bash", { command: `python3 -c 'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:${port}/").read().decode())'` }, "served for");
   out.serverAnswered = s !== null;
+  // The session ends as the MCP spec says (DELETE with its id): its replica commits and
+  // closes its sandbox, so none is left but those of open sessions.
+  try { await transport.terminateSession(); } catch (e) { out.failures.push(`ending the session: ${String(e && e.message || e).slice(0, 300)}`); }
   await client.close();
 }
 
