@@ -51,7 +51,9 @@ func fleetSeconds() int {
 // (SIGTERM with serve.drain handoff, start again) one by one. Every call is answered (a
 // retry allowed once per failure, and it succeeds), no file a call reported written is
 // missing, the background server each agent started at the beginning still answers at
-// the end, and the stopped replica's writes after it woke were refused.
+// the end, and when every agent has ended its session no sandbox is left (the fleet's
+// status lists none). That the stopped replica's writes after it woke are refused is
+// TestLeaseFencedAfterPause's to prove, with the paused process's own attempts.
 func TestFleet(t *testing.T) {
 	requireBwrap(t)
 	node, clientDir := npmMCPClient(t)
