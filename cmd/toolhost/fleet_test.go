@@ -180,6 +180,12 @@ func TestFleet(t *testing.T) {
 			t.Errorf("agent %d: background server started %v, answered at the end %v", i, rep.ServerStarted, rep.ServerAnswered)
 		}
 	}
+	// What the fleet did, for the reader of the test's output.
+	for _, ev := range []string{"fleet: adopted a session", "took over the sandbox of an earlier session",
+		"fleet: session handed over", "lost its project's lease; opening the project again here",
+		"took over the project lease of a holder found dead", "took over an expired project lease", "killed an orphan sandbox"} {
+		t.Logf("replicas' log: %3d × %q", strings.Count(log.String(), ev), ev)
+	}
 	// No sandbox is left but those of open sessions: the agents ended theirs (DELETE),
 	// so the fleet's status (which lists the E2B sandboxes the fleet started) must come
 	// to none.
