@@ -68,7 +68,9 @@ async function call(name, args, want) {
 }
 
 async function main() {
-  await connect();
+  // The handshake is a request like any other: one in flight when its replica is killed
+  // fails, and is made again once.
+  try { await connect(); } catch (e) { out.retries++; await sleep(500); await connect(); }
   const port = Number(process.env.SERVER_PORT);
   const deadline = Date.now() + Number(process.env.FLEET_SECONDS) * 1000;
   const files = new Map();
