@@ -40,12 +40,33 @@ func (m *Manager) saveChunkedStream(ctx context.Context, projectID, label string
 	}()
 	src := &chunked.TarSource{R: pr, Opts: m.walkOptions()}
 	info, _, err := m.saveChunked(ctx, projectID, label, src, func() (uint32, int64) { return src.RootMode, src.RootMTime })
-	pr.CloseWithError(errors.New("the snapshot stopped reading"))
-	if perr := <-done; perr != nil && err == nil {
+	if err == nil {
+		// The archive ended (its end marker was read), but its writer may not have: the
+		// tar's last zero block and the gzip trailer may still be on their way, and a
+		// pipe closed under them would fail a save that is whole. They are read to the
+		// end, within a bound: a sandbox that writes on past it is cut off.
+		cut := time.AfterFunc(trailerWait, func() { pr.CloseWithError(errStoppedReading) })
+		io.Copy(io.Discard, io.LimitReader(pr, maxArchiveTrailer))
+		cut.Stop()
+	}
+	pr.CloseWithError(errStoppedReading)
+	if perr := <-done; perr != nil && err == nil && !errors.Is(perr, errStoppedReading) {
 		err = fmt.Errorf("%w: project %s: pack: %w", ErrSaveFailed, projectID, perr)
 	}
 	return info, err
 }
+
+// errStoppedReading is what the writer of a sandbox's archive gets when the snapshot
+// stops reading it: before its end, because the save failed; after it, because the
+// sandbox wrote on past maxArchiveTrailer or trailerWait.
+var errStoppedReading = errors.New("the snapshot stopped reading")
+
+// maxArchiveTrailer and trailerWait bound what is read of an archive after its end
+// marker (tar's padding to its record size, gzip's trailer), and how long it is waited for.
+const (
+	maxArchiveTrailer = 1 << 20
+	trailerWait       = 5 * time.Second
+)
 
 // saveChunkedDir saves a host directory in the chunked format: only the files whose size
 // or times changed since the project's newest snapshot are read.

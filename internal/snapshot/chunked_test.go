@@ -348,3 +348,39 @@ func TestExportEqualsTarGzSave(t *testing.T) {
 		t.Errorf("content digests differ: %s vs %s", it.Tree, ic.Tree)
 	}
 }
+
+// TestChunkedSaveWaitsForTheArchiveEnd: a sandbox's archive whose last bytes (tar's
+// closing zero block, gzip's trailer) arrive after its end marker was read is saved
+// whole and reported saved; one that writes on and on after its end is cut off.
+func TestChunkedSaveWaitsForTheArchiveEnd(t *testing.T) {
+	m, _, _ := chunkedManager(t, newDir(t).s)
+	data := tarGz(t, "note.txt", "all of it\n")
+	late := func(w io.Writer) error {
+		// All but the trailer at once; the trailer once the reader had time to stop.
+		if _, err := w.Write(data[:len(data)-8]); err != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+		_, err := w.Write(data[len(data)-8:])
+		return err
+	}
+	for i := range 3 {
+		if _, err := m.Save(context.Background(), "late", late); err != nil {
+			t.Fatalf("save %d, its trailer late: %v", i, err)
+		}
+	}
+	endless := func(w io.Writer) error {
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+		junk := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(junk); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := m.Save(context.Background(), "endless", endless); err != nil {
+		t.Fatalf("a save whose archive writes on past its end: %v (the snapshot is whole: the rest is cut off)", err)
+	}
+}
