@@ -37,3 +37,10 @@ func TestGoKit(t *testing.T) {
 func TestRustKit(t *testing.T) {
 	kit(t, "notes-rust", func() (string, error) { return testplugins.BuildRust("notes") })
 }
+
+// TestAssemblyScriptKit holds the AssemblyScript kit's example
+// (pdk/assemblyscript/example/notes.ts), built with the assemblyscript compiler that
+// package-lock.json pins, to the suite.
+func TestAssemblyScriptKit(t *testing.T) {
+	kit(t, "notes-as", func() (string, error) { return testplugins.BuildAssemblyScript("notes") })
+}
