@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/testenv"
@@ -315,6 +316,7 @@ func TestHeaderBuildsAPlugin(t *testing.T) {
 	cmd := exec.Command("clang", "--target=wasm32-wasi", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-mexec-model=reactor", "-I", abiDir, "-o", wasm, c)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
 		if strings.Contains(out.String(), "error:") && !strings.Contains(out.String(), "cannot open") && !strings.Contains(out.String(), "file not found") {
 			t.Fatalf("the header does not compile:\n%s\n%s", out.String(), src.String())

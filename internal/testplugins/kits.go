@@ -108,6 +108,15 @@ func run(dir string, env []string, name string, args ...string) error {
 	return nil
 }
 
+// output runs a toolchain's query (a version, a target list) and returns its stdout.
+func output(name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), kitBuildBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = 10 * time.Second
+	return cmd.Output()
+}
+
 // RustToolchain finds the Rust compiler and cargo that build the Rust kit, and the name
 // of its wasm32 WASI target: Debian's in /usr/bin first (scripts/setup.sh --test installs
 // rustc, cargo and libstd-rust-dev-wasm32), whatever rustup put first on PATH, then PATH's.
@@ -122,7 +131,7 @@ func RustToolchain() (rustc, cargo, target string, err error) {
 	if _, err := os.Stat(cargo); cargo == "" || err != nil {
 		return "", "", "", fmt.Errorf("%w: cargo (Debian package cargo)", ErrNoToolchain)
 	}
-	list, err := exec.Command(rustc, "--print", "target-list").Output()
+	list, err := output(rustc, "--print", "target-list")
 	if err != nil {
 		return "", "", "", fmt.Errorf("%w: %s --print target-list: %v", ErrNoToolchain, rustc, err)
 	}
@@ -132,7 +141,7 @@ func RustToolchain() (rustc, cargo, target string, err error) {
 			target = t
 		}
 	}
-	sysroot, err := exec.Command(rustc, "--print", "sysroot").Output()
+	sysroot, err := output(rustc, "--print", "sysroot")
 	if err != nil {
 		return "", "", "", fmt.Errorf("%w: %s --print sysroot: %v", ErrNoToolchain, rustc, err)
 	}
@@ -151,7 +160,7 @@ func BuildRust(example string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	version, err := exec.Command(rustc, "--version").Output()
+	version, err := output(rustc, "--version")
 	if err != nil {
 		return "", fmt.Errorf("%w: %s --version: %v", ErrNoToolchain, rustc, err)
 	}

@@ -400,8 +400,23 @@ export function toolhost_call(len: i32): i64 {
   return pack(output);
 }
 
-/** The abort every AssemblyScript module needs (asconfig.json's "use"): it traps, which
- * the host reports as a plugin failure, after logging where it happened. */
+@external("wasi_snapshot_preview1", "fd_write")
+declare function wasi_fd_write(fd: u32, iovs: usize, iovsLen: usize, nwritten: usize): u16;
+
+/**
+ * The abort every AssemblyScript module needs (asconfig.json's "use" names it): it writes
+ * the message and where to stderr, which the host quotes in its error when the instance
+ * dies, and traps (a plugin failure).
+ */
 export function toolhost_abort(message: string | null, file: string | null, line: u32, column: u32): void {
+  // Static memory, not a global: abort may come before the globals are set.
+  const st = memory.data(16); // the iovec, the count written, a flag
+  if (load<u32>(st, 12) == 0) {
+    store<u32>(st, 1, 12); // an abort while writing (out of memory) only traps
+    const b = utf8("abort: " + (message !== null ? message : "") + " at " + (file !== null ? file : "?") + ":" + line.toString() + ":" + column.toString() + "\n");
+    store<u32>(st, <u32>b.dataStart);
+    store<u32>(st, <u32>b.length, 4);
+    wasi_fd_write(2, st, 1, st + 8);
+  }
   unreachable();
 }
