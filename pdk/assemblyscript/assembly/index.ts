@@ -208,38 +208,105 @@ function num(v: Value, key: string): i64 {
 
 // ---- Tools, input, results.
 
-/** A tool's input: the JSON object the host checked against the tool's schema. */
+/**
+ * A tool's input: the object the host checked against the tool's schema. It comes framed
+ * (ABI.md section 9: string members as their UTF-8 bytes, nothing to unescape) from a
+ * host that knows that form, as JSON from an older one; the accessors read both.
+ */
 export class Input {
-  constructor(public value: Value) {}
+  // Framed: each member's key, kind ('s' or 'j') and bytes (a view of the request).
+  private keys: string[] = [];
+  private kinds: u8[] = [];
+  private vals: Uint8Array[] = [];
+  private json: Value | null = null;
+
+  static fromJSON(v: Value): Input {
+    const in_ = new Input();
+    in_.json = v;
+    return in_;
+  }
+
+  /** Reads the members after a framed request's tool name; null if they are malformed. */
+  static fromFramed(b: Uint8Array, at: i32): Input | null {
+    const in_ = new Input();
+    while (at < b.length) {
+      if (at + 5 > b.length) return null;
+      const kind = b[at];
+      const klen = <i32>load<u32>(b.dataStart + <usize>at + 1);
+      at += 5;
+      if (klen < 0 || at + klen + 4 > b.length) return null;
+      const key = String.UTF8.decodeUnsafe(b.dataStart + <usize>at, <usize>klen);
+      at += klen;
+      const vlen = <i32>load<u32>(b.dataStart + <usize>at);
+      at += 4;
+      if (vlen < 0 || at + vlen > b.length) return null;
+      in_.keys.push(key);
+      in_.kinds.push(kind);
+      in_.vals.push(b.subarray(at, at + vlen));
+      at += vlen;
+    }
+    return in_;
+  }
+
+  private index(key: string): i32 {
+    for (let k = this.keys.length - 1; k >= 0; k--) {
+      if (this.keys[k] == key) return k;
+    }
+    return -1;
+  }
 
   has(key: string): bool {
-    return this.value.get(key) !== null;
+    const j = this.json;
+    if (j !== null) return j.get(key) !== null;
+    return this.index(key) >= 0;
   }
 
+  /** The member key as a JSON value (null when missing). */
   get(key: string): Value | null {
-    return this.value.get(key);
+    const j = this.json;
+    if (j !== null) return j.get(key);
+    const k = this.index(key);
+    if (k < 0) return null;
+    if (this.kinds[k] == 0x73) {
+      const v = new Value();
+      v.kind = Kind.String;
+      v.str = fromUTF8(this.vals[k]);
+      return v;
+    }
+    return parse(this.vals[k]);
   }
 
-  /** The string member key ("" when missing or not a string: the schema says which it is). */
+  /** The string member key as UTF-8 bytes, without a trip through UTF-16 (empty when
+   * missing or not a string: the schema says which it is). */
+  getBytes(key: string): Uint8Array {
+    if (this.json === null) {
+      const k = this.index(key);
+      return k >= 0 && this.kinds[k] == 0x73 ? this.vals[k] : new Uint8Array(0);
+    }
+    const v = this.get(key);
+    return v !== null && v.kind == Kind.String ? utf8(v.str) : new Uint8Array(0);
+  }
+
+  /** The string member key ("" when missing or not a string). */
   getString(key: string): string {
-    const v = this.value.get(key);
+    const v = this.get(key);
     return v !== null && v.kind == Kind.String ? v.str : "";
   }
 
   getInt(key: string, def: i64 = 0): i64 {
-    const v = this.value.get(key);
+    const v = this.get(key);
     return v !== null && v.kind == Kind.Number ? v.asI64() : def;
   }
 
   getBool(key: string, def: bool = false): bool {
-    const v = this.value.get(key);
+    const v = this.get(key);
     return v !== null && v.kind == Kind.Bool ? v.bool : def;
   }
 
   /** The member key, an array of strings (other items are left out). */
   getStrings(key: string): string[] {
     const out = new Array<string>();
-    const v = this.value.get(key);
+    const v = this.get(key);
     if (v === null || v.kind != Kind.Array) return out;
     for (let k = 0; k < v.items.length; k++) {
       if (v.items[k].kind == Kind.String) out.push(v.items[k].str);
@@ -329,25 +396,38 @@ export class Plugin {
       out.appendString(t.schema);
       out.push(0x7d);
     }
-    out.appendString("]}");
+    // Requests come framed (section 9) from hosts that know the form; JSON from others.
+    out.appendString('],"input_forms":["framed1"]}');
     return out;
   }
 
-  /** Handles one request (ABI.md section 5). */
+  /** Handles one request: framed (ABI.md section 9) or JSON (section 5). */
   handle(request: Uint8Array): ToolResult {
-    const req = parse(request);
-    if (req === null || req.kind != Kind.Object) return ToolResult.error("the request is not a JSON object: " + parseError);
-    const nameV = req.get("tool");
-    const name = nameV !== null && nameV.kind == Kind.String ? nameV.str : "";
+    let name = "";
+    let input: Input | null = null;
+    if (request.length > 0 && request[0] == 0) {
+      if (request.length < 6 || fromUTF8(request.subarray(1, 5)) != "thi1") return ToolResult.error("the request is in a framed form this plugin does not read");
+      const n = <i32>request[5];
+      if (6 + n > request.length) return ToolResult.error("the framed request is cut short");
+      name = fromUTF8(request.subarray(6, 6 + n));
+      input = Input.fromFramed(request, 6 + n);
+      if (input === null) return ToolResult.error("the framed request's input is malformed");
+    } else {
+      const req = parse(request);
+      if (req === null || req.kind != Kind.Object) return ToolResult.error("the request is not a JSON object: " + parseError);
+      const nameV = req.get("tool");
+      name = nameV !== null && nameV.kind == Kind.String ? nameV.str : "";
+      const inV = req.get("input");
+      let v = new Value();
+      v.kind = Kind.Object;
+      if (inV !== null && inV.kind == Kind.Object) v = inV;
+      input = Input.fromJSON(v);
+    }
     for (let k = 0; k < this.tools.length; k++) {
       const t = this.tools[k];
       if (t.name == name) {
-        const inV = req.get("input");
-        let input = new Value();
-        input.kind = Kind.Object;
-        if (inV !== null && inV.kind == Kind.Object) input = inV;
         const run = t.run;
-        return run(new Input(input));
+        return run(input);
       }
     }
     return ToolResult.error("unknown tool " + name);

@@ -7,17 +7,17 @@
 //   npx asc example/notes.ts --config asconfig.json --outFile notes.wasm
 
 import {
-  Input, Plugin, ToolResult, exec, log, readFile, register, utf8, writeFileString, Bytes, LEVEL_INFO,
+  Input, Plugin, ToolResult, exec, log, readFile, register, utf8, writeFile, Bytes, LEVEL_INFO,
 } from "../assembly/index";
 
 export { toolhost_abi_version, toolhost_describe, toolhost_input_buffer, toolhost_call } from "../assembly/index";
 
 function writeNote(input: Input): ToolResult {
   const path = input.getString("path");
-  const text = input.getString("text");
-  const err = writeFileString(path, text);
+  const text = input.getBytes("text"); // UTF-8 as it came: no trip through a string
+  const err = writeFile(path, text);
   if (err !== null) return ToolResult.hostError(err);
-  const msg = "wrote " + String.UTF8.byteLength(text).toString() + " bytes to " + path;
+  const msg = "wrote " + text.length.toString() + " bytes to " + path;
   log(LEVEL_INFO, msg);
   return ToolResult.text(msg);
 }

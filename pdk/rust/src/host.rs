@@ -138,7 +138,7 @@ static mut BUF: Vec<u8> = Vec::new();
 /// Calls a host function with an output buffer and returns its whole reply, through
 /// toolhost.take when it is larger than the buffer.
 fn reply(op: &str, f: impl Fn(*mut u8, u32) -> i64) -> Result<Vec<u8>, Error> {
-    let buf = unsafe { &mut BUF };
+    let buf = unsafe { &mut *std::ptr::addr_of_mut!(BUF) };
     if buf.is_empty() {
         *buf = vec![0; 4096];
     }

@@ -93,27 +93,65 @@ impl Plugin {
             out.push_str(t.schema);
             out.push('}');
         }
-        out.push_str("]}");
+        // Requests come framed (section 9) from hosts that know the form; JSON from others.
+        out.push_str("],\"input_forms\":[\"framed1\"]}");
         out
     }
 
-    /// Handles one request (ABI.md section 5) and returns the framed result.
+    /// Handles one request, framed (ABI.md section 9) or JSON (section 5), and returns the
+    /// framed result.
     pub fn handle(&self, request: &[u8]) -> Vec<u8> {
-        let req = match json::parse(request) {
-            Ok(v) => v,
-            Err(e) => return ToolResult::error(format!("the request is not valid JSON: {}", e)).framed(),
+        let (name, input) = if request.first() == Some(&0) {
+            match framed_request(request) {
+                Ok(r) => r,
+                Err(e) => return ToolResult::error(e).framed(),
+            }
+        } else {
+            let req = match json::parse(request) {
+                Ok(v) => v,
+                Err(e) => return ToolResult::error(format!("the request is not valid JSON: {}", e)).framed(),
+            };
+            let name = req.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
+            (name, req.get("input").cloned().unwrap_or(Value::Object(Vec::new())))
         };
-        let name = req.get("tool").and_then(Value::as_str).unwrap_or("");
         let tool = match self.tools.iter().find(|t| t.name == name) {
             Some(t) => t,
             None => return ToolResult::error(format!("unknown tool {}", name)).framed(),
         };
-        let input = Input { value: req.get("input").cloned().unwrap_or(Value::Object(Vec::new())) };
-        match (tool.run)(&input) {
+        match (tool.run)(&Input { value: input }) {
             Ok(r) => r.framed(),
             Err(e) => ToolResult::error(format!("Error: {}", e)).framed(),
         }
     }
+}
+
+/// Reads a framed request (ABI.md section 9): the tool's name and its input as an object
+/// (a string member is its bytes, taken as UTF-8; any other member is JSON text).
+fn framed_request(b: &[u8]) -> Result<(String, Value), String> {
+    if !b.starts_with(b"\x00thi1") || b.len() < 6 {
+        return Err("the request is in a framed form this plugin does not read".to_string());
+    }
+    let n = b[5] as usize;
+    let name = b.get(6..6 + n).ok_or("the framed request is cut short")?;
+    let mut members = Vec::new();
+    let mut at = 6 + n;
+    let u32_at = |at: usize| -> Option<usize> { Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize) };
+    while at < b.len() {
+        let malformed = || "the framed request's input is malformed".to_string();
+        let kind = b[at];
+        let klen = u32_at(at + 1).ok_or_else(malformed)?;
+        let key = b.get(at + 5..at + 5 + klen).ok_or_else(malformed)?;
+        at += 5 + klen;
+        let vlen = u32_at(at).ok_or_else(malformed)?;
+        let val = b.get(at + 4..at + 4 + vlen).ok_or_else(malformed)?;
+        at += 4 + vlen;
+        let v = match kind {
+            b's' => Value::String(String::from_utf8_lossy(val).into_owned()),
+            _ => json::parse(val).map_err(|e| format!("the framed request's member {}: {}", String::from_utf8_lossy(key), e))?,
+        };
+        members.push((String::from_utf8_lossy(key).into_owned(), v));
+    }
+    Ok((String::from_utf8_lossy(name).into_owned(), Value::Object(members)))
 }
 
 /// A tool's input: the JSON object the host checked against the tool's schema.
@@ -222,33 +260,40 @@ fn pack(b: &[u8]) -> i64 {
     ((b.as_ptr() as u32 as i64) << 32) | b.len() as u32 as i64
 }
 
+// Through raw pointers (addr_of_mut!), never a reference to the static itself: the one
+// export running at a time is the only user.
+fn input() -> &'static mut Vec<u8> {
+    unsafe { &mut *std::ptr::addr_of_mut!(INPUT) }
+}
+
+fn output() -> &'static mut Vec<u8> {
+    unsafe { &mut *std::ptr::addr_of_mut!(OUTPUT) }
+}
+
 #[doc(hidden)]
 pub fn __describe(p: fn() -> Plugin) -> i64 {
-    unsafe {
-        OUTPUT = p().manifest().into_bytes();
-        pack(&OUTPUT)
-    }
+    let out = output();
+    *out = p().manifest().into_bytes();
+    pack(out)
 }
 
 #[doc(hidden)]
 pub fn __input_buffer(size: i32) -> i32 {
-    unsafe {
-        let size = size as u32 as usize;
-        if INPUT.len() < size {
-            INPUT = vec![0; size];
-        }
-        INPUT.as_mut_ptr() as i32
+    let buf = input();
+    let size = size as u32 as usize;
+    if buf.len() < size {
+        *buf = vec![0; size];
     }
+    buf.as_mut_ptr() as i32
 }
 
 #[doc(hidden)]
 pub fn __call(p: fn() -> Plugin, len: i32) -> i64 {
-    unsafe {
-        let len = (len as u32 as usize).min(INPUT.len());
-        OUTPUT = Vec::new(); // the last result's memory back before this call's
-        OUTPUT = p().handle(&INPUT[..len]);
-        pack(&OUTPUT)
-    }
+    let (buf, out) = (input(), output());
+    let len = (len as u32 as usize).min(buf.len());
+    *out = Vec::new(); // the last result's memory back before this call's
+    *out = p().handle(&buf[..len]);
+    pack(out)
 }
 
 /// Exports the ABI's functions for the plugin that `f` (a `fn() -> Plugin`) describes.
