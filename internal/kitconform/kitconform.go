@@ -34,9 +34,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/host"
-	"github.com/toolhost/toolhost/internal/sandbox/local"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
 	"github.com/toolhost/toolhost/policy"
@@ -142,7 +140,6 @@ type env struct {
 
 func newEnv(t *testing.T, name string, wasm []byte, scope policy.Scope) *env {
 	t.Helper()
-	testenv.NeedBwrap(t)
 	logs := &logBuffer{}
 	h, err := host.New(context.Background(), host.Config{
 		DataDir: testplugins.DataDir(),
@@ -155,17 +152,7 @@ func newEnv(t *testing.T, name string, wasm []byte, scope policy.Scope) *env {
 		t.Fatalf("load %s: %v", name, err)
 	}
 	t.Cleanup(func() { h.Close(context.Background()) })
-	p, err := local.New(local.Config{RunDir: testenv.RunDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close(context.Background()) })
-	ws := t.TempDir()
-	sb, err := p.Create(context.Background(), sandbox.CreateOptions{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
+	sb, ws := newSandbox(t)
 	return &env{name: name, s: h.OpenSession(sb), ws: ws, logs: logs}
 }
 
@@ -274,7 +261,7 @@ func (e *env) run(t *testing.T) {
 // cuts to its head and tail.
 func (e *env) large(t *testing.T) {
 	var b strings.Builder
-	for i := 0; b.Len() < 3<<20; i++ {
+	for i := 0; b.Len() < 1<<20; i++ { // 16 times the largest buffer of a kit (64 KiB)
 		b.WriteString("line " + strconv.Itoa(i) + " \u00e9\u20ac\U0001F600\n")
 	}
 	big := b.String()
