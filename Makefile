@@ -53,12 +53,16 @@ setup:
 # Tests also need what internal/screenshot drives: Chromium and the Playwright driver (tests
 # that need a missing one skip, saying so; with CI=true they fail); and E2B's official
 # JavaScript SDK, which drives the fake E2B in a test (it needs Node.js >= 20: where the
-# machine has no such Node, the script says so and, unless CI=true, the test skips).
+# machine has no such Node, the script says so and, unless CI=true, the test skips); and
+# the AssemblyScript compiler that builds the AssemblyScript plugin kit's example
+# (pdk/assemblyscript, internal/kitconform), likewise. The Rust kit's toolchain is
+# Debian's rustc and cargo, from scripts/setup.sh --test.
 setup-test:
 	@scripts/setup.sh --test
 	@scripts/setup-browser.sh
 	@scripts/setup-e2b-sdk.sh || [ "$${CI:-}" != true ]
 	@scripts/setup-mcp-client.sh || [ "$${CI:-}" != true ]
+	@scripts/setup-assemblyscript.sh || [ "$${CI:-}" != true ]
 
 # The plugins are WASI reactors, built with -trimpath (no path of this machine in them)
 # and recorded with the digest of their sources in internal/builtins/wasm/manifest.json.

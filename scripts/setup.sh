@@ -8,6 +8,8 @@
 #   scripts/setup.sh --test   also a C toolchain, which `go test -race` needs (cgo),
 #                             clang for wasm32-wasi (clang, lld, wasi-libc and the
 #                             wasm32 compiler runtime), which builds the C example plugin,
+#                             Debian's rustc, cargo and wasm32 Rust standard library
+#                             (the Rust plugin kit, pdk/rust),
 #                             iproute2 (the egress tests' network namespaces), HAProxy
 #                             (the fleet's balancer, deploy/haproxy) and kubectl (Debian's
 #                             kubernetes-client, unless a kubectl is on PATH), which checks
@@ -26,7 +28,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--test) want_test=true ;;
 	-h | --help)
-		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -61,6 +63,12 @@ if $want_test; then
 	command -v clang >/dev/null 2>&1 || missing+=(clang)
 	command -v wasm-ld >/dev/null 2>&1 || missing+=(lld)
 	[ -e /usr/include/wasm32-wasi/stdio.h ] || missing+=(wasi-libc)
+	# The Rust plugin kit (pdk/rust) and its example: Debian's rustc and cargo and the
+	# standard library for wasm32-wasi (crates.io is not needed: the kit has no dependencies).
+	# Debian's own, in /usr/bin, whatever rustup has put first on PATH.
+	[ -x /usr/bin/rustc ] || missing+=(rustc)
+	[ -x /usr/bin/cargo ] || missing+=(cargo)
+	compgen -G "/usr/lib/rustlib/wasm32-wasi*/lib/libstd-*.rlib" >/dev/null || missing+=(libstd-rust-dev-wasm32)
 	# The egress tests build their own internet in network namespaces with ip(8).
 	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 	# The fleet tests put HAProxy with deploy/haproxy/haproxy.cfg in front of the replicas.
