@@ -67,7 +67,10 @@ type Session struct {
 	wake    *wakeRecorder
 	lease   *projectLease // nil when leases are off
 	rec     *recorder     // keeps the session's record in the store (sessionrecord.go)
-	log     *slog.Logger
+	// takeoverable: the provider's sandboxes outlive this process (sandbox.Reconnector),
+	// so the record is written before each call's result is answered.
+	takeoverable bool
+	log          *slog.Logger
 	// store is where the session writes: the store, fenced by the lease (lease.Fence)
 	// when leases are on; snaps is the snapshot manager on it.
 	store store.Store
@@ -207,6 +210,7 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 		return nil, fmt.Errorf("opening a session for project %s: %w", project, err)
 	}
 	s.live = live
+	_, s.takeoverable = sandbox.ProviderAs[sandbox.Reconnector](prov)
 	s.tools = t.host.OpenSession(live, hostOpts...)
 	if tk.to != nil {
 		s.adoptCarried(tk.rec)
@@ -379,7 +383,15 @@ func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessa
 			Text: fmt.Sprintf("The tool did not run: project %s may be open on another host now (this session could not keep it). Start a new session.", s.project)}}}, err
 	}
 	res, err := s.tools.Dispatch(ctx, tool, input)
-	s.rec.changed() // the shell's directory, a process started or stopped: the record follows
+	// The shell's directory, a process started or stopped, a file read: the record
+	// follows. Where another process could take the sandbox over (sandbox.Reconnector),
+	// before the result is answered: a kill right after must not lose what the call did
+	// to the session (edit_file would refuse a file the model just wrote).
+	if s.takeoverable {
+		s.rec.flush(context.WithoutCancel(ctx))
+	} else {
+		s.rec.changed()
+	}
 	endToolSpan(span, s, tool, res, err)
 	return res, err
 }

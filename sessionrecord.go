@@ -293,6 +293,7 @@ type recorder struct {
 	stop context.CancelFunc
 	done chan struct{}
 
+	wmu     sync.Mutex // held by a flush from reading the session to writing its record
 	mu      sync.Mutex
 	last    sessionstate.Record
 	written bool
@@ -346,6 +347,8 @@ func (r *recorder) close() {
 // flush writes the record if it changed since it was last written. A failed write is
 // tried again after recordRetry.
 func (r *recorder) flush(ctx context.Context) {
+	r.wmu.Lock() // two flushes at once could write an older record over a newer one
+	defer r.wmu.Unlock()
 	s := r.s
 	if s.leaseErr() != nil {
 		return // the project is another's now: its record is too

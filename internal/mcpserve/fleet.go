@@ -308,6 +308,11 @@ func (s *Server) route(next http.Handler) http.Handler {
 				s.holders.drop(project)
 				reset()
 				continue // it moved: find it again
+			case err != nil:
+				// Answered 502 (retry): the next attempt reads the lease again.
+				s.holders.drop(project)
+				s.log.Warn("fleet: a forwarded request got no answer from the project's replica", "project", project,
+					"instance", target, "addr", addr, "err", err)
 			}
 			return
 		}
