@@ -151,6 +151,11 @@ func mapValue(m *yaml.Node, key string) *yaml.Node {
 func setMapValue(m *yaml.Node, key string, v *yaml.Node) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
+			if old := m.Content[i+1]; old.Kind == yaml.ScalarNode && v.Kind == yaml.ScalarNode {
+				old.Value, old.Tag, old.Style = v.Value, v.Tag, v.Style // keeps its comments
+				return
+			}
+			v.LineComment = m.Content[i+1].LineComment
 			m.Content[i+1] = v
 			return
 		}

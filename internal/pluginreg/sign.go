@@ -251,7 +251,9 @@ func Bundles(ctx context.Context, repo, digest string, o Options) ([][]byte, err
 	}
 	ctx, cancel := o.context(ctx)
 	defer cancel()
-	ro := append(o.remote(ctx), remote.WithFilter("artifactType", BundleMediaType))
+	// Not filtered by artifactType: registries that predate it report the config's media
+	// type instead (the empty one, for a bundle). Each referrer's manifest says.
+	ro := o.remote(ctx)
 	idx, err := remote.Referrers(r.Digest(digest), ro...)
 	if err != nil {
 		return nil, fmt.Errorf("%s@%s: its signatures: %w", repo, digest, deadline(ctx, err))
@@ -261,8 +263,11 @@ func Bundles(ctx context.Context, repo, digest string, o Options) ([][]byte, err
 		return nil, err
 	}
 	var out [][]byte
-	for _, desc := range im.Manifests {
-		if desc.ArtifactType != BundleMediaType {
+	for i, desc := range im.Manifests {
+		if i == maxReferrers {
+			break
+		}
+		if desc.ArtifactType != BundleMediaType && desc.ArtifactType != emptyMediaType {
 			continue
 		}
 		if len(out) == maxBundles {
@@ -279,7 +284,7 @@ func Bundles(ctx context.Context, repo, digest string, o Options) ([][]byte, err
 			continue
 		}
 		var m v1.Manifest
-		if err := json.Unmarshal(md.Manifest, &m); err != nil || len(m.Layers) != 1 || m.Layers[0].MediaType != types.MediaType(BundleMediaType) ||
+		if err := json.Unmarshal(md.Manifest, &m); err != nil || m.ArtifactType != BundleMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != types.MediaType(BundleMediaType) ||
 			m.Layers[0].Size > maxManifestBytes || m.Subject == nil || m.Subject.Digest.String() != digest {
 			continue
 		}
@@ -292,8 +297,12 @@ func Bundles(ctx context.Context, repo, digest string, o Options) ([][]byte, err
 	return out, nil
 }
 
-// maxBundles bounds the signatures looked at for one plugin.
-const maxBundles = 16
+// maxBundles bounds the signatures kept for one plugin; maxReferrers the artifacts
+// looked at to find them.
+const (
+	maxBundles   = 16
+	maxReferrers = 64
+)
 
 // VerifyArtifact checks the signatures of a: one of them by one of keys. It returns the
 // signer's key ID, or ErrUnsigned, or ErrUntrusted.
