@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -191,6 +192,9 @@ func ParseRef(ref string) (name.Reference, error) {
 	if !ok || rest == "" || !(strings.ContainsAny(first, ".:") || first == "localhost") {
 		return nil, fmt.Errorf("%q: name the registry (registry.example/team/plugin:1.0): %w", ref, ErrRef)
 	}
+	if !registryRE.MatchString(first) {
+		return nil, fmt.Errorf("%q: %q is not a registry host[:port]: %w", ref, first, ErrRef)
+	}
 	for _, part := range strings.Split(rest, "/") {
 		if part == "" || part == "." || part == ".." {
 			return nil, fmt.Errorf("%q: %q is not a repository path component: %w", ref, part, ErrRef)
@@ -202,6 +206,10 @@ func ParseRef(ref string) (name.Reference, error) {
 	}
 	return r, nil
 }
+
+// registryRE is a registry's host (a DNS name of labels, or an IPv4 or bracketed IPv6
+// address) and optional port.
+var registryRE = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$`)
 
 // Digest is the sha256 digest of b, "sha256:hex".
 func Digest(b []byte) string {

@@ -410,7 +410,7 @@ func TestRefusals(t *testing.T) {
 		in := newInstaller(t, pub)
 		before := files(t, in)
 		for _, ref := range []string{reg.host + "/../etc/wc:1", reg.host + "/a/./wc:1", reg.host + "/a//wc:1", "http://" + reg.host + "/wc:1",
-			"wc:1", "team/wc:1", reg.host + "/a\\..\\b:1", "", reg.host + "/wc:../../x"} {
+			"wc:1", "team/wc:1", "../x:1", "./x/y:1", "-a.b/x:1", "a..b/x:1", ".:1/x", reg.host + "/a\\..\\b:1", "", reg.host + "/wc:../../x"} {
 			_, err := in.Add(ctx, ref, grants)
 			mustFail(t, in, ErrRef, err, before)
 		}

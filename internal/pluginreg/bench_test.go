@@ -1,0 +1,83 @@
+package pluginreg
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/toolhost/toolhost"
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/internal/testplugins"
+)
+
+// BenchmarkAdd is `plugin add` of the wc test plugin (about 2 MB) from a registry on
+// loopback: pull, digest check, signature, inspection, config and lock written.
+func BenchmarkAdd(b *testing.B) {
+	ctx := context.Background()
+	reg := startRegistry(b)
+	key, pub := newKey(b)
+	wasm := wasmOf(b, "internal/pluginreg/testdata/wc1")
+	ref := reg.host + "/team/wc:0.1.0"
+	push(b, ref, wasm, key)
+	keys, err := ReadPublicKeys([]string{pub})
+	if err != nil {
+		b.Fatal(err)
+	}
+	grants, _ := ParseGrants([]string{"sandbox_files"})
+	b.SetBytes(int64(len(wasm)))
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		in := &Installer{ConfigFile: filepath.Join(dir, "toolhost.yaml"), DataDir: filepath.Join(dir, "data"),
+			Current: toolhost.DefaultConfig().Plugins, Keys: keys}
+		b.StartTimer()
+		if _, err := in.Add(ctx, ref, grants); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad loads a configuration of one plugin by path, and the same with the
+// plugin pinned in a lock (the digest check included), compilation cached.
+func BenchmarkLoad(b *testing.B) {
+	wasm := wasmOf(b, "internal/pluginreg/testdata/wc1")
+	dir := b.TempDir()
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(data, 0o700)
+	if err := testplugins.LinkCache(data); err != nil {
+		b.Fatal(err)
+	}
+	path, err := CachePut(data, wasm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lock := &Lock{Version: 1, Plugins: []LockedPlugin{{Name: "wc", Path: path, Wasm: Digest(wasm)}}}
+	cfg := toolhost.DefaultConfig()
+	cfg.DataDir = data
+	cfg.Plugins = []toolhost.Plugin{{Path: path, Grants: []abi.Capability{abi.CapSandboxFiles}}}
+	cfg.Screenshot.Enabled = false
+	ctx := context.Background()
+	load := func(b *testing.B, locked bool) {
+		for b.Loop() {
+			if locked {
+				if err := lock.Check([]string{path}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			th, err := toolhost.New(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			th.Close(ctx)
+		}
+	}
+	// Warm the compilation cache.
+	if th, err := toolhost.New(ctx, cfg); err != nil {
+		b.Fatal(err)
+	} else {
+		th.Close(ctx)
+	}
+	b.Run("path", func(b *testing.B) { load(b, false) })
+	b.Run("locked", func(b *testing.B) { load(b, true) })
+}
