@@ -270,5 +270,9 @@ func checkLock(l *config.Loaded) error {
 		}
 		paths = append(paths, path)
 	}
-	return lock.Check(paths)
+	dataDir := l.DataDir
+	if dataDir == "" {
+		dataDir = host.DefaultDataDir()
+	}
+	return lock.Check(paths, pluginreg.StampDir(dataDir))
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
@@ -61,7 +62,7 @@ func BenchmarkLoad(b *testing.B) {
 	load := func(b *testing.B, locked bool) {
 		for b.Loop() {
 			if locked {
-				if err := lock.Check([]string{path}); err != nil {
+				if err := lock.Check([]string{path}, StampDir(data)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -72,6 +73,8 @@ func BenchmarkLoad(b *testing.B) {
 			th.Close(ctx)
 		}
 	}
+	// A stamp is trusted only for a file unchanged for a second (stampOf).
+	time.Sleep(1100 * time.Millisecond)
 	// Warm the compilation cache.
 	if th, err := toolhost.New(ctx, cfg); err != nil {
 		b.Fatal(err)

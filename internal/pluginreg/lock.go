@@ -96,12 +96,24 @@ func (l *Lock) Marshal() ([]byte, error) {
 }
 
 // Check reads the file of each locked plugin the configuration loads (paths, absolute)
-// and refuses one whose bytes differ from the lock, naming both digests. It returns the
-// locked entries it checked.
-func (l *Lock) Check(paths []string) error {
+// and refuses one whose bytes differ from the lock, naming both digests. With stampDir
+// (a directory only this user writes, under data_dir), a file whose stamp (stampOf) is
+// the one recorded when its digest last matched is not read again: that is what keeps a
+// locked load as fast as a load by path.
+func (l *Lock) Check(paths []string, stampDir string) error {
 	for _, p := range l.Plugins {
 		if !slices.Contains(paths, p.Path) {
 			continue
+		}
+		var stamp, stampFile string
+		if stampDir != "" {
+			if fi, err := os.Stat(p.Path); err == nil {
+				stamp = stampOf(fi)
+			}
+			stampFile = filepath.Join(stampDir, strings.TrimPrefix(Digest([]byte(p.Path+"\x00"+p.Wasm)), "sha256:"))
+			if b, err := os.ReadFile(stampFile); stamp != "" && err == nil && string(b) == stamp {
+				continue
+			}
 		}
 		b, err := os.ReadFile(p.Path)
 		if err != nil {
@@ -111,9 +123,18 @@ func (l *Lock) Check(paths []string) error {
 			return fmt.Errorf("plugin %s: %s has digest %s, the lock pins %s (installed from %s); reinstall it with toolhost plugin add, or upgrade it: %w",
 				p.Name, p.Path, got, p.Wasm, p.Ref, ErrLockDiffers)
 		}
+		if stamp != "" {
+			// Best effort: without it, the next check reads the file again.
+			if os.MkdirAll(stampDir, 0o700) == nil {
+				WriteFiles(map[string][]byte{stampFile: []byte(stamp)}, []string{stampFile})
+			}
+		}
 	}
 	return nil
 }
+
+// StampDir is where Check keeps its stamps under dataDir.
+func StampDir(dataDir string) string { return filepath.Join(dataDir, "plugins", "verified") }
 
 // WriteFiles writes each file atomically (a temporary file in the same directory,
 // synced, then renamed over it), the files in order, keeping an existing file's mode.

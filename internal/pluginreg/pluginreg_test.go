@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -275,7 +276,7 @@ func TestPublishInstallUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lock.Check([]string{lp.Path}); err != nil {
+	if err := lock.Check([]string{lp.Path}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := in.Verify(ctx); err != nil || len(problems) > 0 {
@@ -309,7 +310,7 @@ func TestPublishInstallUpgrade(t *testing.T) {
 	t.Run("tampered module and lock", func(t *testing.T) {
 		orig, _ := os.ReadFile(lp.Path)
 		os.WriteFile(lp.Path, append(bytes.Clone(orig), 0), 0o600)
-		err := lock.Check([]string{lp.Path})
+		err := lock.Check([]string{lp.Path}, "")
 		if !errors.Is(err, ErrLockDiffers) || !strings.Contains(err.Error(), lp.Wasm) || !strings.Contains(err.Error(), Digest(append(bytes.Clone(orig), 0))) {
 			t.Fatalf("a changed module: %v", err)
 		}
@@ -322,7 +323,7 @@ func TestPublishInstallUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l2.Check([]string{lp.Path}); !errors.Is(err, ErrLockDiffers) || !strings.Contains(err.Error(), Digest([]byte("other"))) {
+		if err := l2.Check([]string{lp.Path}, ""); !errors.Is(err, ErrLockDiffers) || !strings.Contains(err.Error(), Digest([]byte("other"))) {
 			t.Fatalf("a changed lock: %v", err)
 		}
 		before := files(t, in)
@@ -453,5 +454,36 @@ func TestEditConfigKeepsEntries(t *testing.T) {
 	}
 	if _, err := EditConfig(f, nil, "none.wasm", Entry{Path: "/x"}); err == nil {
 		t.Error("replacing a plugin the config does not have succeeded")
+	}
+}
+
+// TestLockStamps: a module checked once is not read again while its stamp holds, and any
+// write to it (whatever times it sets back) makes the next check read it again and
+// refuse it.
+func TestLockStamps(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stamps are trusted on Linux only")
+	}
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "m.wasm")
+	orig := []byte("\x00asm\x01\x00\x00\x00 a module")
+	os.WriteFile(mod, orig, 0o600)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(mod, old, old)
+	lock := &Lock{Version: 1, Plugins: []LockedPlugin{{Name: "m", Path: mod, Wasm: Digest(orig)}}}
+	stamps := filepath.Join(dir, "stamps")
+	// A stamp is only taken of a file whose change time is a second old.
+	time.Sleep(1100 * time.Millisecond)
+	if err := lock.Check([]string{mod}, stamps); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(stamps); len(ents) != 1 {
+		t.Fatalf("%d stamps after a check", len(ents))
+	}
+	// Same size, same modification time: only the change time tells.
+	os.WriteFile(mod, append(bytes.Clone(orig[:len(orig)-1]), 'X'), 0o600)
+	os.Chtimes(mod, old, old)
+	if err := lock.Check([]string{mod}, stamps); !errors.Is(err, ErrLockDiffers) {
+		t.Fatalf("a module written after its stamp: %v", err)
 	}
 }
