@@ -87,3 +87,25 @@ func BenchmarkLoad(b *testing.B) {
 	b.ReportMetric(float64(locked.Nanoseconds())/float64(b.N), "locked-ns/load")
 	b.ReportMetric(100*(float64(locked)/float64(byPath)-1), "locked-%-over")
 }
+
+// BenchmarkLockCheck is the lock's check of one 2.75 MB module alone: with its stamp
+// (what a load pays) and reading and hashing it (the first load after a change).
+func BenchmarkLockCheck(b *testing.B) {
+	dir := b.TempDir()
+	wasm := make([]byte, 2750000)
+	path, err := CachePut(dir, wasm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lock := &Lock{Version: 1, Plugins: []LockedPlugin{{Name: "m", Path: path, Wasm: Digest(wasm)}}}
+	time.Sleep(1100 * time.Millisecond) // a stamp is taken of a file unchanged for a second
+	for _, c := range []struct{ name, stamps string }{{"stamped", StampDir(dir)}, {"hashed", ""}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := lock.Check([]string{path}, c.stamps); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
