@@ -212,7 +212,7 @@ func ParseGrants(specs []string) (Entry, error) {
 			}
 			add(abi.CapSandboxFiles)
 		default:
-			return Entry{}, fmt.Errorf("--grant %s: a grant is CAPABILITY, sandbox_exec=PROGRAM,..., sandbox_files.read=GLOB,... or sandbox_files.write=GLOB,...", s)
+			return Entry{}, fmt.Errorf("--grant %s: a grant is CAPABILITY, sandbox_exec=PROGRAM,..., sandbox_files.read=GLOB,... or sandbox_files.write=GLOB,... (see toolhost plugin add --help)", s)
 		}
 	}
 	return e, nil
