@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -195,7 +196,8 @@ func pluginUpgradeCommand() *command {
 reference it was installed from again), verifies it as plugin add does, and shows what
 changes: grants it needs that the configuration does not give (+), host imports, tools
 added and removed, input schema changes that break callers (!). A version that needs
-more grants is refused unless --accept (scope the new grant with --grant). On any
+more grants is refused unless --accept, or unless the operator answers yes when asked
+on a terminal (scope the new grant with --grant). On any
 failure the configuration and the lock stay as they were.`,
 		nargs: [2]int{1, 1},
 		flags: func(fs *pflag.FlagSet) {
@@ -215,6 +217,16 @@ failure the configuration and the lock stay as they were.`,
 		in, err := installer(c)
 		if err != nil {
 			return err
+		}
+		if f, ok := c.stdin.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				in.Confirm = func(q string) bool { // a terminal: ask
+					fmt.Fprint(c.stdout, q)
+					line, _ := bufio.NewReader(f).ReadString('\n')
+					a := strings.ToLower(strings.TrimSpace(line))
+					return a == "y" || a == "yes"
+				}
+			}
 		}
 		_, err = in.Upgrade(ctx, name, version, accept, extra)
 		return refError(cmd, err)

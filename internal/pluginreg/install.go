@@ -37,6 +37,9 @@ type Installer struct {
 	Options       Options
 	// Out is where what is pulled and what changes are told.
 	Out io.Writer
+	// Confirm, when set, asks the operator to accept what an upgrade widens (a terminal's
+	// prompt); nil: only the accept argument accepts.
+	Confirm func(question string) bool
 }
 
 // Fetched is a pulled plugin, verified and inspected.
@@ -223,6 +226,9 @@ func (in *Installer) Upgrade(ctx context.Context, name, version string, accept b
 	}
 	if len(changes) == 0 {
 		in.printf("    (none the host sees)\n")
+	}
+	if len(widens) > 0 && !accept && in.Confirm != nil {
+		accept = in.Confirm(fmt.Sprintf("accept what plugin %s %s needs more (%s)? [y/N] ", name, f.Actual.Manifest.Version, strings.Join(widens, "; ")))
 	}
 	if len(widens) > 0 && !accept {
 		return changes, fmt.Errorf("plugin %s %s: %s; accept with --accept (scope it with --grant): %w", name, f.Actual.Manifest.Version, strings.Join(widens, "; "), ErrWidens)

@@ -331,10 +331,17 @@ func TestPublishInstallUpgrade(t *testing.T) {
 		mustFail(t, in, ErrLockDiffers, err, before)
 	})
 
-	// The upgrade needs sandbox_exec: refused, then accepted with the diff shown.
+	// The upgrade needs sandbox_exec: refused (the operator asked says no), then accepted
+	// with the diff shown.
 	before = files(t, in)
+	var asked string
+	in.Confirm = func(q string) bool { asked = q; return false }
 	changes, err := in.Upgrade(ctx, "wc", "0.2.0", false, Entry{})
 	mustFail(t, in, ErrWidens, err, before)
+	if !strings.Contains(asked, "sandbox_exec") {
+		t.Errorf("the operator was asked %q", asked)
+	}
+	in.Confirm = nil
 	var text []string
 	for _, c := range changes {
 		text = append(text, c.Text)
