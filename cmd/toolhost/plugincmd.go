@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/cmd/toolhost/internal/config"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/pluginreg"
@@ -46,7 +47,12 @@ func installer(c *cli) (*pluginreg.Installer, error) {
 		dataDir = host.DefaultDataDir()
 	}
 	return &pluginreg.Installer{ConfigFile: file, DataDir: dataDir, Current: c.cfg.Plugins, Keys: keys,
-		AllowUnsigned: c.cfg.Registry.AllowUnsigned, Options: registryOptions(c), Out: c.stdout}, nil
+		AllowUnsigned: c.cfg.Registry.AllowUnsigned, Options: registryOptions(c), Out: c.stdout,
+		Validate: func(plugins []toolhost.Plugin) error {
+			cfg := c.cfg.Config
+			cfg.Plugins = plugins
+			return cfg.Validate()
+		}}, nil
 }
 
 func pluginPushCommand() *command {

@@ -37,6 +37,9 @@ type Installer struct {
 	Options       Options
 	// Out is where what is pulled and what changes are told.
 	Out io.Writer
+	// Validate, when set, checks the plugins the configuration would load after the
+	// change, before anything is written.
+	Validate func(plugins []toolhost.Plugin) error
 	// Confirm, when set, asks the operator to accept what an upgrade widens (a terminal's
 	// prompt); nil: only the accept argument accepts.
 	Confirm func(question string) bool
@@ -133,6 +136,9 @@ func (in *Installer) Add(ctx context.Context, ref string, grants Entry) (*Locked
 		return nil, err
 	}
 	grants.Path = path
+	if err := in.validate(-1, grants); err != nil {
+		return nil, err
+	}
 	cfg, err := EditConfig(in.ConfigFile, in.Current, "", grants)
 	if err != nil {
 		return nil, err
@@ -149,6 +155,33 @@ func (in *Installer) Add(ctx context.Context, ref string, grants Entry) (*Locked
 	}
 	in.printf("added    %s to %s, granted %s\n", name, in.ConfigFile, orNone(capList(grants.Grants)))
 	return &lp, nil
+}
+
+// validate runs Validate on the current plugins with e in place of the i-th (i < 0: added).
+func (in *Installer) validate(i int, e Entry) error {
+	if in.Validate == nil {
+		return nil
+	}
+	ps := slices.Clone(in.Current)
+	p := toolhost.Plugin{Path: e.Path, Grants: e.Grants}
+	if i >= 0 {
+		p = ps[i]
+		p.Path, p.Grants = e.Path, e.Grants
+	}
+	p.Exec, p.Files = cmpPtr(e.Exec, p.Exec), cmpPtr(e.Files, p.Files)
+	if i >= 0 {
+		ps[i] = p
+	} else {
+		ps = append(ps, p)
+	}
+	return in.Validate(ps)
+}
+
+func cmpPtr[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // UpgradeRef is the reference an upgrade of lp to version pulls: lp's repository at that
@@ -251,6 +284,9 @@ func (in *Installer) Upgrade(ctx context.Context, name, version string, accept b
 		return nil, err
 	}
 	e.Path = path
+	if err := in.validate(i, e); err != nil {
+		return nil, err
+	}
 	cfg, err := EditConfig(in.ConfigFile, in.Current, lp.Path, e)
 	if err != nil {
 		return nil, err

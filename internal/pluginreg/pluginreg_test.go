@@ -396,6 +396,27 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("unsigned from an allowed registry: %+v %v", lp, err)
 		}
 	})
+	t.Run("a scope the configuration refuses", func(t *testing.T) {
+		in := newInstaller(t, pub)
+		in.Validate = func(ps []toolhost.Plugin) error {
+			cfg := toolhost.DefaultConfig()
+			cfg.Plugins = ps
+			return cfg.Validate()
+		}
+		push(t, reg.host+"/scoped/wc:1", wc1, key)
+		bad, err := ParseGrants([]string{"sandbox_files.read=/etc/**"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := files(t, in)
+		_, err = in.Add(ctx, reg.host+"/scoped/wc:1", bad)
+		if err == nil || !strings.Contains(err.Error(), "absolute") {
+			t.Fatalf("an absolute pattern: %v", err)
+		}
+		if after := files(t, in); after != before {
+			t.Fatalf("a failure changed the files:\nbefore %s\nafter %s", before, after)
+		}
+	})
 	t.Run("a description that lies", func(t *testing.T) {
 		in := newInstaller(t, pub)
 		meta, err := Describe(ctx, wc1)
