@@ -43,6 +43,7 @@ type Config struct {
 	Sandbox    SandboxConfig    `key:"sandbox"`
 	Limits     LimitsConfig     `key:"limits"`
 	Audit      AuditConfig      `key:"audit"`
+	Registry   RegistryConfig   `key:"registry"`
 	Serve      ServeConfig      `key:"serve"`
 	LogLevel   string           `key:"log_level"`
 	LogFormat  string           `key:"log_format"`
@@ -89,6 +90,13 @@ type PluginLimits struct {
 // AuditConfig is the audit.* keys.
 type AuditConfig struct {
 	File string `key:"file"`
+}
+
+// RegistryConfig is the registry.* keys: whom `toolhost plugin add` and `upgrade` trust
+// to sign the plugins they install from OCI registries.
+type RegistryConfig struct {
+	Keys          []string `key:"keys"`
+	AllowUnsigned []string `key:"allow_unsigned"`
 }
 
 // StoreConfig is the store.* keys that every store shares: which one, and where its keys
@@ -392,6 +400,11 @@ func (c *Config) validatePlugins(bad badKey) error {
 	}
 	if c.Audit.File != "" && strings.TrimSpace(c.Audit.File) == "" {
 		return bad("audit.file", "is blank")
+	}
+	for _, k := range c.Registry.Keys {
+		if !filepath.IsAbs(k) {
+			return bad("registry.keys", "%q is not an absolute path (a key file relative to the working directory could be one a sandbox wrote)", k)
+		}
 	}
 	for i, p := range c.Plugins {
 		key := fmt.Sprintf("plugins[%d]", i)

@@ -10,6 +10,7 @@ import (
 	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/policy"
 )
 
 // EnvPrefix starts the environment variable of every configuration key.
@@ -96,7 +97,11 @@ func builtinPlugins() []Plugin {
 		if b.OptIn {
 			continue
 		}
-		out = append(out, Plugin{Path: b.File, Grants: b.Grants})
+		p := Plugin{Path: b.File, Grants: b.Grants}
+		if len(b.Programs) > 0 {
+			p.Exec = &policy.Exec{Programs: b.Programs}
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -479,6 +484,16 @@ committed is in the snapshots; what was not, and the background processes, are l
 with the sandbox: session.autosave bounds that. toolhost fleet status lists each
 sandbox and when it becomes an orphan.`},
 
+	{name: "registry.keys", flag: "registry-keys", def: []string{},
+		usage: "public keys (PEM files) trusted to sign the plugins installed from registries (comma-separated)",
+		doc: `The public keys (PEM files, ECDSA P-256, as cosign and ` + "`toolhost plugin sign --generate-key`" + `
+make them) whose signatures ` + "`toolhost plugin add`" + ` and ` + "`upgrade`" + ` accept on a plugin pulled
+from an OCI registry. A plugin signed by no key here is refused.`},
+	{name: "registry.allow_unsigned", flag: "registry-allow-unsigned", def: []string{},
+		usage: "registries (host:port) whose unsigned plugins are accepted (comma-separated)",
+		doc: `The registries (host or host:port, as in the reference) whose unsigned plugins are
+installed all the same: a registry of your own on a trusted network. Empty: every
+plugin must be signed.`},
 	{name: "log_level", flag: "log-level", def: "info",
 		usage: "log level: debug, info, warn or error",
 		doc:   `debug, info, warn or error. Logs go to stderr; results go to stdout.`},
@@ -507,6 +522,8 @@ provider starts (a limit the host cannot enforce is a warning).`},
 Every connection is audited (audit.file: cap egress).`},
 	{"limits", `What plugins and commands may use.`},
 	{"audit", `A record of what plugins do, for whoever tests or reviews tool policy.`},
+	{"registry", `Plugins installed from OCI registries (toolhost plugin add REF): the signers trusted.
+What was installed is pinned in toolhost.lock beside this file.`},
 	{"serve", `toolhost serve: the tools over MCP (streamable HTTP) for many clients at once. One MCP
 session is one session of a project: a sandbox woken from the project's newest snapshot,
 committed when the session ends (closed, idle, or the server stopping on SIGTERM).`},

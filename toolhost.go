@@ -306,6 +306,7 @@ func cloneConfig(c Config) Config {
 		p.Scope = cloneScope(p.Scope)
 	}
 	c.Snapshot.Excludes = append([]string(nil), c.Snapshot.Excludes...)
+	c.Registry.Keys, c.Registry.AllowUnsigned = slices.Clone(c.Registry.Keys), slices.Clone(c.Registry.AllowUnsigned)
 	e := &c.Sandbox.Egress
 	e.Allow, e.Deny, e.Ports, e.Inject = slices.Clone(e.Allow), slices.Clone(e.Deny), slices.Clone(e.Ports), slices.Clone(e.Inject)
 	c.modules = cloneModules(c.modules)

@@ -86,6 +86,13 @@ func (c *Config) CheckWorkspace(dir, configFile string) error {
 			list = append(list, trusted{what: "the plugins dir", path: pd})
 		}
 	}
+	for _, k := range cfg.Registry.Keys {
+		list = append(list, trusted{what: "a signing key trusted for plugins (registry.keys)", path: k})
+	}
+	if configFile != "" {
+		// toolhost.lock (package pluginreg), beside the config file
+		list = append(list, trusted{what: "the plugin lock file", path: filepath.Join(filepath.Dir(configFile), "toolhost.lock")})
+	}
 	for _, p := range cfg.Plugins {
 		path := p.Path
 		switch {

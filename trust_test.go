@@ -128,3 +128,14 @@ func TestTrustCheckSeesThroughBindMounts(t *testing.T) {
 		t.Errorf("a workspace staged in the sandboxes' workspace dir: %v", err)
 	}
 }
+
+// TestWorkspaceMayNotHoldARegistryKey: a sandbox that could write a key registry.keys
+// trusts could sign the plugins the next plugin add installs.
+func TestWorkspaceMayNotHoldARegistryKey(t *testing.T) {
+	cfg := testConfig(t)
+	ws := t.TempDir()
+	cfg.Registry.Keys = []string{filepath.Join(ws, "keys", "author.pub")}
+	if err := cfg.CheckWorkspace(ws, ""); err == nil || !strings.Contains(err.Error(), "registry.keys") {
+		t.Errorf("a workspace holding a trusted signing key: %v", err)
+	}
+}

@@ -8,7 +8,9 @@
 //	toolhost screenshot list                          a project's stored screenshots
 //	toolhost quota [--live]                           E2B usage this month, as toolhost counted it
 //	toolhost plugin inspect FILE.wasm                 show a plugin's manifest, imports and needs
+//	toolhost plugin push|sign|add|upgrade|verify      publish, sign, install, upgrade plugins (OCI)
 //	toolhost policy test CASES.yaml                   prove a tool policy holds
+//	toolhost policy replay --audit FILE --config NEW  the recorded calls another policy decides otherwise
 //	toolhost audit [FILE]                             show the audit of what plugins did
 //	toolhost mcp [--workspace DIR]                    serve the tools to one MCP client on stdio
 //	toolhost mcp config CLIENT                        the MCP configuration of Claude Code, Desktop, Cursor
@@ -112,7 +114,8 @@ func commands() []*command {
 		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotReleaseCommand(), snapshotDiffCommand(), snapshotExportCommand(),
 		snapshotForkCommand(), snapshotRewindCommand(), snapshotMergeCommand(), snapshotGCCommand(),
 		screenshotListCommand(), quotaCommand(), fleetStatusCommand(),
-		inspectCommand(), policyTestCommand(), auditCommand(), versionCommand(),
+		inspectCommand(), pluginPushCommand(), pluginSignCommand(), pluginAddCommand(), pluginUpgradeCommand(), pluginVerifyCommand(),
+		policyTestCommand(), policyReplayCommand(), auditCommand(), versionCommand(),
 		mcpConfigCommand(), mcpCommand(), serveCommand(),
 		sessionStartCommand(), sessionListCommand(), sessionStopCommand(), sessionCommitCommand(),
 		doctorCommand(), completionCommand()}
@@ -245,6 +248,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		c.cfg = l
+		// The plugin commands report a module that differs from the lock themselves.
+		if cmd.words[0] != "plugin" {
+			if err := checkLock(l); err != nil {
+				fmt.Fprintf(stderr, "toolhost %s: %s\n", cmd.name(), oneLine(err))
+				return exitFailure
+			}
+		}
 		c.log = slog.New(logHandler(stderr, l.LogFormat, l.Level()))
 		slog.SetDefault(c.log)
 		if l.File != "" {

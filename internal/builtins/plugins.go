@@ -60,6 +60,9 @@ type Builtin struct {
 	File string
 	// Grants are the capabilities it needs.
 	Grants []abi.Capability
+	// Programs, when set, are the only programs it runs: the default configuration scopes
+	// its sandbox_exec to them.
+	Programs []string
 	// OptIn: not among the default plugins; a configuration that wants it lists it.
 	// webfetch is: it reaches the web from the host, which the operator decides.
 	OptIn bool
@@ -75,6 +78,7 @@ var builtins = []Builtin{
 	// editfile runs poppler (pdfinfo, pdftotext, pdftoppm) in the sandbox to read PDFs.
 	// `toolhost call` turns its guard off.
 	{Name: "editfile", File: "editfile.wasm", Grants: []abi.Capability{abi.CapSandboxFiles, abi.CapSandboxExec, abi.CapLog},
+		Programs: []string{"pdfinfo", "pdftotext", "pdftoppm"},
 		SeedEnvs: []map[string]string{{EditfileGuard: "off"}}},
 	{Name: "grepglob", File: "grepglob.wasm", Grants: []abi.Capability{abi.CapSandboxExec, abi.CapSandboxFiles, abi.CapLog}},
 	{Name: "screenshot", File: "screenshot.wasm", Grants: []abi.Capability{abi.CapCapture, abi.CapLog}},
@@ -95,6 +99,7 @@ func Builtins() []Builtin {
 	out := slices.Clone(builtins)
 	for i := range out {
 		out[i].Grants = slices.Clone(out[i].Grants)
+		out[i].Programs = slices.Clone(out[i].Programs)
 		out[i].SeedEnvs = slices.Clone(out[i].SeedEnvs)
 		for j, env := range out[i].SeedEnvs {
 			out[i].SeedEnvs[j] = maps.Clone(env)

@@ -353,7 +353,15 @@ func defaultMap(t *table) map[string]any {
 				for i, g := range p.Grants {
 					grants[i] = string(g)
 				}
-				list = append(list, map[string]any{"path": p.Path, "grants": grants})
+				entry := map[string]any{"path": p.Path, "grants": grants}
+				if p.Exec != nil {
+					progs := make([]any, len(p.Exec.Programs))
+					for i, prog := range p.Exec.Programs {
+						progs[i] = prog
+					}
+					entry["sandbox_exec"] = map[string]any{"programs": progs}
+				}
+				list = append(list, entry)
 			}
 			m[k.Name] = list
 		case v.Kind() == reflect.Slice:

@@ -92,6 +92,9 @@ func Example() []byte {
 					grants = append(grants, string(g))
 				}
 				fmt.Fprintf(&b, "  - path: %s\n    grants: [%s]\n", p.Path, strings.Join(grants, ", "))
+				if p.Exec != nil {
+					fmt.Fprintf(&b, "    sandbox_exec: {programs: [%s]}\n", strings.Join(p.Exec.Programs, ", "))
+				}
 			}
 			b.WriteString(examplePlugins)
 		case k.Example != "":

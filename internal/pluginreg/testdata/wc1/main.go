@@ -1,0 +1,29 @@
+// Command wc1 is version 0.1.0 of the test plugin "wc": one tool, sandbox_files only.
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/pdk"
+)
+
+func init() {
+	pdk.Plugin("wc", "0.1.0")
+	pdk.Register(pdk.Tool{
+		Name:        "word_count",
+		Description: "Counts the words in a text file of the workspace.",
+		Schema: `{"type": "object", "properties": {"path": {"type": "string"}},
+		          "required": ["path"], "additionalProperties": false}`,
+		Run: func(in pdk.Input) abi.Result {
+			data, err := pdk.ReadFile(in.String("path"))
+			if err != nil {
+				return pdk.Errorf("Error: could not read %s: %v", in.String("path"), err)
+			}
+			return abi.Text(fmt.Sprintf("%d words", len(strings.Fields(string(data)))))
+		},
+	})
+}
+
+func main() {}
