@@ -260,19 +260,17 @@ Example:
 		}
 
 		oneShotGuard(&c.cfg.Config)
-		th, err := c.newToolhost(ctx)
+		// One call: only its own plugin is compiled (from the cache, or interpreted when
+		// it was never compiled here), not every plugin in the background.
+		th, err := toolhost.New(ctx, c.cfg.Config, append(c.options(), experimental.OneShot())...)
 		if err != nil {
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
-		// A plugin never compiled here answers in its interpreted form while it compiles
-		// in the background; before exiting (the result printed, the sandbox closed), wait
-		// for that compile, so that the next call finds it in the cache.
-		defer func() {
-			if err := experimental.Settle(ctx, th); err != nil {
-				c.quietLog().Debug("compiling the called plugin for the next start", "err", err)
-			}
-		}()
+		// A plugin never compiled here answers in its interpreted form; once the result
+		// is printed and the sandbox closed, its compile is handed to a process of its
+		// own, so that this one exits and the next call finds it in the cache.
+		defer c.settleOneShot(ctx, th)
 		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
 			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
 		}
