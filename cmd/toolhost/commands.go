@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -260,6 +261,7 @@ Example:
 		}
 
 		oneShotGuard(&c.cfg.Config)
+		oneShotGC()
 		// One call: only its own plugin is compiled (from the cache, or interpreted when
 		// it was never compiled here), not every plugin in the background.
 		th, err := toolhost.New(ctx, c.cfg.Config, append(c.options(), experimental.OneShot())...)
@@ -320,6 +322,20 @@ func oneShotGuard(cfg *toolhost.Config) {
 			p.Env = env
 		}
 	}
+}
+
+// oneShotGC lets a one-shot call's heap grow to five times what is live before the
+// collector runs (GOGC=400; a soft limit of 1 GiB keeps that bounded), unless GOGC or
+// GOMEMLIMIT say otherwise: the process lives for one call, and most of what it allocates
+// (the called plugin's module, decoded and validated) is garbage within it. A warm call's
+// CPU, with its sandbox's, median of nine interleaved (perf stat): 196 ms with the
+// default, 176 ms with this (load 35); again 253 ms against 215 ms (load 39-45).
+func oneShotGC() {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(400)
+	debug.SetMemoryLimit(1 << 30)
 }
 
 // checkJSON says what is wrong with a tool input, in one line.
