@@ -29,7 +29,7 @@ GATEWAY      := internal/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test test-fleet bench duel build cross plugins examples setup setup-test vet clean help
+.PHONY: all run test test-fleet bench bench-check duel build cross plugins examples setup setup-test vet clean help
 
 all: build
 
@@ -38,6 +38,7 @@ help:
 	@echo "make test     install what is missing, gofmt, go vet, staticcheck, go test -race ./..."
 	@echo "make test-fleet  the fleet test: 3 replicas, HAProxy, 8 MCP agents, kills and a rolling restart"
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
+	@echo "make bench-check  each headline figure of docs/BENCHMARKS.md as a ratio, 3 repeats: min/median/max, load, date"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
 	@echo "make cross    build every package for each of CROSS_TARGETS (GOOS/GOARCH)"
@@ -132,6 +133,17 @@ bench: setup
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCHFLAGS) $(BENCH_PKGS) | tee $(BIN)/bench.txt
 	@echo "saved to $(BIN)/bench.txt"
+
+# The headline figures of docs/BENCHMARKS.md as an outside run checks them: each a ratio
+# of two things measured in one run (or a time), three repeats, the table printed with
+# min/median/max, the load average before and after, the date and the commit, and saved
+# to bin/bench-check.md (BENCH_CHECK_ONLY=regexp narrows it to some figures). It judges
+# nothing: a slow machine fails no target.
+BENCH_CHECK_REPEATS ?= 3
+BENCH_CHECK_ONLY    ?=
+bench-check: setup
+	@mkdir -p $(BIN)
+	$(GO) run ./bench/check -repeats $(BENCH_CHECK_REPEATS) -only '$(BENCH_CHECK_ONLY)' -out $(BIN)/bench-check.md
 
 # The duel against Extism's Go SDK: a module of its own (bench/duel), so Extism never
 # enters toolhost's go.mod. It prints its table; benchstat, when installed, compares the

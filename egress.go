@@ -175,7 +175,7 @@ type gatewayState struct {
 	host *egress.Policy
 	// trust is sandbox.egress.ca_file's certificates, which sandboxes trust too; roots
 	// are the host's roots with them, which verify the servers the host itself talks to
-	// through the gateway (web fetches).
+	// through the gateway (web fetches); nil without a CA file: the host's roots.
 	trust  []byte
 	roots  *x509.CertPool
 	inject []egress.Injection
@@ -204,11 +204,14 @@ func (t *Toolhost) makeGateway(s *gatewayState) error {
 		return fmt.Errorf("sandbox.egress: %w", err)
 	}
 	gc := egress.Config{Logger: t.opts.log.With("component", "egress"), Audit: t.egressAudit}
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
+	// Without a CA file the roots stay nil, the host's own, which crypto/tls loads at the
+	// first TLS handshake: parsing the system's roots costs ~20 ms of CPU, which a
+	// session that never speaks TLS from the host (every one-shot call) need not pay.
+	var roots *x509.CertPool
 	if cfg.CAFile != "" {
+		if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
+			roots = x509.NewCertPool()
+		}
 		b, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
 			return fmt.Errorf("sandbox.egress.ca_file: %w", err)

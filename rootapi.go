@@ -22,6 +22,8 @@ func init() {
 	}
 	rootapi.Prepare = func(t any, tool string) { t.(*Toolhost).host.Prepare(tool) }
 	rootapi.Settle = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Settle(ctx) }
+	rootapi.OneShot = func() any { return Option(func(o *options) { o.onDemand = true }) }
+	rootapi.Unsettled = func(t any) []string { return t.(*Toolhost).host.Unsettled() }
 	rootapi.CompilePlugins = func(ctx context.Context, t any) error { return t.(*Toolhost).host.Ready(ctx) }
 	rootapi.Store = func(t any) store.Store { return t.(*Toolhost).storage.store }
 	rootapi.Holds = func(t any, project string) bool {

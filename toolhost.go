@@ -62,6 +62,7 @@ type options struct {
 	configFile string
 	audit      audit.Sink
 	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
+	onDemand   bool       // host.Config.OnDemand (experimental.OneShot)
 }
 
 // WithLogger sends the logs of the host, the plugins, the sandbox provider, the browser
@@ -239,6 +240,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Toolhost, error) {
 		MaxExecOutputBytes: cfg.Limits.ExecOutputMaxBytes,
 		Logger:             o.log,
 		Store:              st.store,
+		OnDemand:           o.onDemand,
 	}
 	if cfg.Audit.File != "" {
 		w, err := audit.Create(cfg.Audit.File)

@@ -48,6 +48,17 @@ func Prepare(t *toolhost.Toolhost, tool string) { rootapi.Prepare(t, tool) }
 // them again.
 func Settle(ctx context.Context, t *toolhost.Toolhost) error { return rootapi.Settle(ctx, t) }
 
+// OneShot is an option for a program that makes one call and exits (the CLI's call): New
+// then compiles no plugin ahead, and a call compiles only its own plugin (a cache hit
+// when it was compiled before, its interpreted form otherwise). Settle, or a later
+// CompilePlugins, still fills the cache for the next start.
+func OneShot() toolhost.Option { return rootapi.OneShot().(toolhost.Option) }
+
+// Unsettled names the plugins that have served a call and are not yet compiled into the
+// cache: what Settle would wait for. A program that would rather exit at once can leave
+// them to another process (toolhost tools --warm).
+func Unsettled(t *toolhost.Toolhost) []string { return rootapi.Unsettled(t) }
+
 // CompilePlugins compiles every plugin into the compilation cache and waits for it (what
 // toolhost tools --warm and make build do), so that no first call is interpreted.
 func CompilePlugins(ctx context.Context, t *toolhost.Toolhost) error {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -260,19 +261,18 @@ Example:
 		}
 
 		oneShotGuard(&c.cfg.Config)
-		th, err := c.newToolhost(ctx)
+		oneShotGC()
+		// One call: only its own plugin is compiled (from the cache, or interpreted when
+		// it was never compiled here), not every plugin in the background.
+		th, err := toolhost.New(ctx, c.cfg.Config, append(c.options(), experimental.OneShot())...)
 		if err != nil {
 			return err
 		}
 		defer c.closeToolhost(ctx, th)
-		// A plugin never compiled here answers in its interpreted form while it compiles
-		// in the background; before exiting (the result printed, the sandbox closed), wait
-		// for that compile, so that the next call finds it in the cache.
-		defer func() {
-			if err := experimental.Settle(ctx, th); err != nil {
-				c.quietLog().Debug("compiling the called plugin for the next start", "err", err)
-			}
-		}()
+		// A plugin never compiled here answers in its interpreted form; once the result
+		// is printed and the sandbox closed, its compile is handed to a process of its
+		// own, so that this one exits and the next call finds it in the cache.
+		defer c.settleOneShot(ctx, th)
 		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
 			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
 		}
@@ -322,6 +322,20 @@ func oneShotGuard(cfg *toolhost.Config) {
 			p.Env = env
 		}
 	}
+}
+
+// oneShotGC lets a one-shot call's heap grow to five times what is live before the
+// collector runs (GOGC=400; a soft limit of 1 GiB keeps that bounded), unless GOGC or
+// GOMEMLIMIT say otherwise: the process lives for one call, and most of what it allocates
+// (the called plugin's module, decoded and validated) is garbage within it. A warm call's
+// CPU, with its sandbox's, median of nine interleaved (perf stat): 196 ms with the
+// default, 176 ms with this (load 35); again 253 ms against 215 ms (load 39-45).
+func oneShotGC() {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(400)
+	debug.SetMemoryLimit(1 << 30)
 }
 
 // checkJSON says what is wrong with a tool input, in one line.

@@ -502,11 +502,25 @@ func TestCallWriteThenRead(t *testing.T) {
 // every built-in from its seed (internal/builtins' SeedEnvs cover the environment the call
 // gives each, such as editfile's guard off), so it compiles only the plugin it calls.
 // Without editfile's seed for its guard off, the call waited ~0.7 s for editfile.
+//
+// The call exits as soon as it has answered: the compile of bash is handed to a detached
+// `toolhost tools --warm`, which holds the data dir's compile lock while it runs. Once it
+// has, the next call finds bash compiled (it hands nothing on) and compiles no other
+// plugin (OneShot).
 func TestCallFreshDataDirLoadsNothingInFull(t *testing.T) {
 	requireBwrap(t)
 	t.Parallel()
-	r := runCLI(t, []string{"TOOLHOST_DATA_DIR=" + filepath.Join(t.TempDir(), "data"), "TOOLHOST_LOG_LEVEL=debug"},
-		"call", "bash", `{"command":"true"}`, "--workspace", t.TempDir())
+	dataDir := filepath.Join(t.TempDir(), "data")
+	ws := t.TempDir()
+	t.Cleanup(func() { // the detached compile writes into dataDir: let it end first
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if err := waitCompiled(ctx, dataDir); err != nil {
+			t.Error(err)
+		}
+	})
+	env := []string{"TOOLHOST_DATA_DIR=" + dataDir, "TOOLHOST_LOG_LEVEL=debug"}
+	r := runCLI(t, env, "call", "bash", `{"command":"true"}`, "--workspace", ws)
 	if r.code != 0 || decodeResult(t, r).IsError {
 		t.Fatalf("call bash:\n%s", r)
 	}
@@ -515,6 +529,24 @@ func TestCallFreshDataDirLoadsNothingInFull(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "loaded in full") {
 		t.Errorf("a built-in was loaded in full on a fresh data dir: a seed is missing (internal/builtins SeedEnvs, make plugins):\n%s", r)
+	}
+	if !strings.Contains(r.stderr, "in a process of its own") || strings.Contains(r.stderr, "plugin compiled") {
+		t.Errorf("the first call did not hand the compile of bash to a process of its own, or compiled a plugin itself:\n%s", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang bound
+	defer cancel()
+	if err := waitCompiled(ctx, dataDir); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, env, "call", "bash", `{"command":"true"}`, "--workspace", ws)
+	if r.code != 0 || decodeResult(t, r).IsError {
+		t.Fatalf("second call bash:\n%s", r)
+	}
+	if strings.Contains(r.stderr, "in a process of its own") {
+		t.Errorf("the second call found bash not compiled:\n%s", r)
+	}
+	if n := strings.Count(r.stderr, `msg="plugin compiled"`); n != 1 || !strings.Contains(r.stderr, "plugin compiled\" plugin=bash") {
+		t.Errorf("the second call compiled %d plugins, want bash alone (from the cache):\n%s", n, r)
 	}
 }
 

@@ -111,25 +111,91 @@ func p50(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkGatewayConnectThroughput: 64 MiB down one connection, directly and through a
-// CONNECT tunnel.
-func BenchmarkGatewayConnectThroughput(b *testing.B) {
-	const size = 64 << 20
-	f := newFixture(b, testSpec)
-	gw := gatewayOnHostSide(b, f)
-	get := func(c net.Conn) error {
-		defer c.Close()
-		fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: registry.test\r\nConnection: close\r\n\r\n", size)
-		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil)
-		if err != nil {
-			return err
-		}
-		n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 64<<10))
-		if err == nil && n != size {
-			err = fmt.Errorf("read %d bytes of %d", n, size)
-		}
+// throughputSize is what one download of the throughput benchmarks moves.
+const throughputSize = 64 << 20
+
+// download sends a GET of throughputSize bytes from registry.test on c, with target as the
+// request's target (a path, or an absolute URL for the forward proxy), reads the answer
+// to its end and closes c.
+func download(c net.Conn, target string) error {
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: registry.test\r\nConnection: close\r\n\r\n", target)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 64<<10), nil)
+	if err != nil {
 		return err
 	}
+	n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 64<<10))
+	if err == nil && n != throughputSize {
+		err = fmt.Errorf("read %d bytes of %d", n, throughputSize)
+	}
+	return err
+}
+
+// interleaved runs direct and through alternately, the first of each round turning, and
+// reports both throughputs and their ratio (name: "tunnel" or "proxy").
+func interleaved(b *testing.B, name string, direct, through func() (time.Duration, error)) {
+	var dt, gt time.Duration
+	b.SetBytes(2 * throughputSize)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		first, second := direct, through
+		if i%2 == 1 {
+			first, second = through, direct
+		}
+		x, err := first()
+		if err != nil {
+			b.Fatal(err)
+		}
+		y, err := second()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i%2 == 1 {
+			x, y = y, x
+		}
+		dt += x
+		gt += y
+	}
+	mbps := func(d time.Duration) float64 { return float64(throughputSize) * float64(b.N) / d.Seconds() / (1 << 20) }
+	b.ReportMetric(mbps(dt), "direct-MiB/s")
+	b.ReportMetric(mbps(gt), name+"-MiB/s")
+	b.ReportMetric(mbps(gt)/mbps(dt), name+"/direct")
+}
+
+// BenchmarkGatewayForwardThroughput: 64 MiB down one connection, directly and through
+// the gateway as a plain-http forward proxy (an absolute-form GET, what HTTP_PROXY does),
+// alternately in one run.
+func BenchmarkGatewayForwardThroughput(b *testing.B) {
+	f := newFixture(b, testSpec)
+	gw := gatewayOnHostSide(b, f)
+	direct := func() (time.Duration, error) {
+		start := time.Now()
+		c, err := f.n.DialContext(context.Background(), "tcp", netip.AddrPortFrom(f.reg, 80).String())
+		if err != nil {
+			return 0, err
+		}
+		err = download(c, fmt.Sprintf("/bytes?n=%d", throughputSize))
+		return time.Since(start), err
+	}
+	proxy := func() (time.Duration, error) {
+		start := time.Now()
+		c, err := f.n.DialContext(context.Background(), "tcp", gw)
+		if err != nil {
+			return 0, err
+		}
+		err = download(c, fmt.Sprintf("http://registry.test/bytes?n=%d", throughputSize))
+		return time.Since(start), err
+	}
+	interleaved(b, "proxy", direct, proxy)
+}
+
+// BenchmarkGatewayConnectThroughput: 64 MiB down one connection, directly and through a
+// CONNECT tunnel, alternately in one run.
+func BenchmarkGatewayConnectThroughput(b *testing.B) {
+	const size = throughputSize
+	f := newFixture(b, testSpec)
+	gw := gatewayOnHostSide(b, f)
+	get := func(c net.Conn) error { return download(c, fmt.Sprintf("/bytes?n=%d", size)) }
 	direct := func() (time.Duration, error) {
 		start := time.Now()
 		c, err := f.n.DialContext(context.Background(), "tcp", netip.AddrPortFrom(f.reg, 80).String())
@@ -155,23 +221,5 @@ func BenchmarkGatewayConnectThroughput(b *testing.B) {
 		err = get(c)
 		return time.Since(start), err
 	}
-	var dt, gt time.Duration
-	b.SetBytes(2 * size)
-	b.ResetTimer()
-	for b.Loop() {
-		d, err := direct()
-		if err != nil {
-			b.Fatal(err)
-		}
-		g, err := tunnel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		dt += d
-		gt += g
-	}
-	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / (1 << 20) }
-	b.ReportMetric(mbps(dt), "direct-MiB/s")
-	b.ReportMetric(mbps(gt), "tunnel-MiB/s")
-	b.ReportMetric(mbps(gt)/mbps(dt), "tunnel/direct")
+	interleaved(b, "tunnel", direct, tunnel)
 }

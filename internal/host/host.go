@@ -78,6 +78,14 @@ type Config struct {
 	// audit); nil, the default, records nothing and costs nothing.
 	Audit audit.Sink
 
+	// OnDemand: compile a plugin only when a call (or Prepare, Settle, Ready) asks for
+	// it, not every plugin in the background from New on. A program that makes one call
+	// and exits (the CLI's call) pays for its one plugin only: decoding, validating and
+	// loading each built-in from the cache is tens of milliseconds of CPU apiece. A
+	// plugin never compiled here is then not compiled at all unless Settle or Ready asks:
+	// its calls are served in its quick form (tier.go).
+	OnDemand bool
+
 	// noQuick: never run a plugin in its quick form (tier.go); tests compare the two.
 	noQuick bool
 }
@@ -376,17 +384,18 @@ func (h *Host) load(ctx context.Context, specs []PluginSpec) (err error) {
 		case !p.warm && !h.cfg.noQuick:
 			cold = append(cold, p)
 			continue
+		case h.cfg.OnDemand:
+			continue // finished when first asked for (plugin.kick)
 		}
-		h.finishing.Go(func() {
-			select {
-			case sem <- struct{}{}:
-				defer func() { <-sem }()
-			case <-h.finishCtx.Done():
-			}
-			p.finish(h.finishCtx)
-			if p.loadErr != nil && h.finishCtx.Err() == nil {
-				h.log.Warn("plugin failed to load", "plugin", p.name, "err", p.loadErr)
-			}
+		p.finishOnce.Do(func() {
+			h.finishing.Go(func() {
+				select {
+				case sem <- struct{}{}:
+					defer func() { <-sem }()
+				case <-h.finishCtx.Done():
+				}
+				p.finishLogged(h.finishCtx)
+			})
 		})
 	}
 	if len(cold) > 0 {

@@ -59,6 +59,9 @@ type plugin struct {
 	recorded *record
 	quick    quickForm   // the interpreter's form (tier.go)
 	called   atomic.Bool // a call has asked for an instance
+	// finishOnce starts finish for a plugin that is not one of compileCold's: at New, or
+	// with Config.OnDemand when first asked for (kick).
+	finishOnce sync.Once
 }
 
 // The name patterns are compiled at first use, not at package init: a counted repetition
@@ -296,6 +299,7 @@ func (p *plugin) finish(ctx context.Context) {
 
 // await waits until the plugin is ready to serve calls.
 func (p *plugin) await(ctx context.Context) error {
+	p.kick()
 	select {
 	case <-p.ready:
 		return p.loadErr
@@ -306,6 +310,43 @@ func (p *plugin) await(ctx context.Context) error {
 		return p.loadErr
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for plugin %s to load: %w", p, ctx.Err())
+	}
+}
+
+// kick starts the plugin's compiled form on its way if nothing has yet (Config.OnDemand):
+// a plugin this engine compiled before is finished now, in the background; one it never
+// compiled is compileCold's, which kick lets begin.
+func (p *plugin) kick() {
+	if !p.deferred {
+		return
+	}
+	h := p.h
+	if !p.warm && !h.cfg.noQuick {
+		h.startCold()
+		return
+	}
+	p.finishOnce.Do(func() {
+		if !h.background(func() { p.finishLogged(h.finishCtx) }) {
+			p.finish(closedCtx) // the host is closing: ready closes with ErrClosed
+		}
+	})
+}
+
+// closedCtx is a context that has ended.
+var closedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// finishLogged finishes the plugin and logs a load failure (not the host's closing).
+func (p *plugin) finishLogged(ctx context.Context) {
+	start := time.Now()
+	p.finish(ctx)
+	if p.loadErr != nil && ctx.Err() == nil {
+		p.h.log.Warn("plugin failed to load", "plugin", p.name, "err", p.loadErr)
+	} else if p.loadErr == nil {
+		p.h.log.Debug("plugin compiled", "plugin", p.name, "took", time.Since(start))
 	}
 }
 

@@ -226,7 +226,9 @@ func (p *plugin) acquire(ctx context.Context) (*instance, error) {
 		select {
 		case <-p.ready:
 		case <-q.done:
-			p.h.startCold()
+			if !p.h.cfg.OnDemand {
+				p.h.startCold()
+			}
 			switch {
 			case q.err == nil:
 				return p.pool.acquire(ctx, q.t)
@@ -260,10 +262,7 @@ func (h *Host) compileCold(cold []*plugin) {
 		i := max(0, slices.IndexFunc(cold, func(p *plugin) bool { return p.called.Load() }))
 		p := cold[i]
 		cold = slices.Delete(cold, i, i+1)
-		p.finish(ctx)
-		if p.loadErr != nil && ctx.Err() == nil {
-			h.log.Warn("plugin failed to load", "plugin", p.name, "err", p.loadErr)
-		}
+		p.finishLogged(ctx)
 	}
 }
 
@@ -272,6 +271,7 @@ func (h *Host) compileCold(cold []*plugin) {
 // and exits (the CLI's call) settles before it exits, or its next start would interpret
 // again.
 func (h *Host) Settle(ctx context.Context) error {
+	h.startCold()
 	var errs []error
 	for _, p := range h.plugins {
 		if p.called.Load() {
@@ -293,8 +293,27 @@ func (h *Host) Prepare(tool string) {
 		return
 	}
 	p := t.plugin
-	if _, _, ok := p.compiledTier(); ok || p.warm {
+	if _, _, ok := p.compiledTier(); ok {
+		return
+	}
+	if p.warm {
+		p.kick() // a cache hit: with OnDemand, nothing has started it yet
 		return
 	}
 	p.quickTier()
+}
+
+// Unsettled names the plugins that have served a call and are not yet compiled (and so
+// not in the compilation cache for the next start): what Settle would wait for.
+func (h *Host) Unsettled() []string {
+	var out []string
+	for _, p := range h.plugins {
+		if !p.called.Load() {
+			continue
+		}
+		if _, _, ok := p.compiledTier(); !ok {
+			out = append(out, p.name)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
@@ -147,5 +148,76 @@ func TestSeed(t *testing.T) {
 	other.Manifest = lying.Manifest
 	if p := open(other).plugins[0]; p.fromRecord {
 		t.Fatal("a seed made with another environment was used")
+	}
+}
+
+// With Config.OnDemand (a program that makes one call: the CLI's call) New compiles
+// nothing ahead, even what the cache holds; a call compiles its own plugin only, and
+// Ready the rest. Without it every plugin this engine compiled before is compiled in the
+// background from New on: decoding and validating each is tens of milliseconds of CPU.
+func TestOnDemand(t *testing.T) {
+	ctx := context.Background()
+	var specs []PluginSpec
+	for _, b := range builtins.Builtins() {
+		if b.File != "grepglob.wasm" && b.File != "screenshot.wasm" {
+			continue
+		}
+		wasm, err := builtins.Wasm(b.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, PluginSpec{Path: "builtin:" + b.File, Wasm: wasm, Grants: b.Grants})
+	}
+	if len(specs) != 2 {
+		t.Fatalf("%d of the built-ins grepglob and screenshot found", len(specs))
+	}
+	records := filepath.Join(t.TempDir(), recordsDir) // the compilation cache is the package's
+	cfg := Config{DataDir: dataDir, Plugins: specs}
+	h, err := newWithRecords(ctx, cfg, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // a hang bound
+	defer cancel()
+	if err := h.Ready(rctx); err != nil { // both compiled and recorded so
+		t.Fatal(err)
+	}
+	h.Close(ctx)
+
+	cfg.OnDemand = true
+	h, err = newWithRecords(ctx, cfg, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	byName := map[string]*plugin{}
+	for _, p := range h.plugins {
+		if !p.warm {
+			t.Fatalf("plugin %s is not recorded as compiled by this engine", p.name)
+		}
+		byName[p.name] = p
+	}
+	grep, shot := byName["grepglob"], byName["screenshot"]
+	if grep == nil || shot == nil {
+		t.Fatalf("plugins %v", maps.Keys(byName))
+	}
+	if res, err := h.OpenSession(memsandbox.New()).Dispatch(rctx, "glob", json.RawMessage(`{"pattern":"*"}`)); err != nil || res.IsError {
+		t.Fatalf("glob: %+v, %v", res, err)
+	}
+	h.finishing.Wait() // whatever New or the call started in the background has ended
+	if _, err, ok := grep.compiledTier(); !ok || err != nil {
+		t.Fatalf("the called plugin: compiled %v, %v", ok, err)
+	}
+	if _, _, ok := shot.compiledTier(); ok {
+		t.Fatal("a plugin no call asked for was compiled")
+	}
+	if u := h.Unsettled(); len(u) != 0 {
+		t.Errorf("Unsettled after a call of a compiled plugin: %v", u)
+	}
+	if err := h.Ready(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, ok := shot.compiledTier(); !ok || err != nil {
+		t.Fatalf("after Ready: compiled %v, %v", ok, err)
 	}
 }

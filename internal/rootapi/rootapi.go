@@ -41,6 +41,10 @@ var (
 	Prepare        func(t any, tool string)
 	Settle         func(ctx context.Context, t any) error
 	CompilePlugins func(ctx context.Context, t any) error
+	// OneShot returns a toolhost.Option that compiles plugins only when asked for
+	// (host.Config.OnDemand); Unsettled is the host's method of that name.
+	OneShot   func() any
+	Unsettled func(t any) []string
 	// Store is a *toolhost.Toolhost's store (the one its leases and snapshots are in).
 	Store func(t any) store.Store
 	// Holds reports whether a *toolhost.Toolhost holds project's lease now.

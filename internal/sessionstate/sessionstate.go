@@ -23,6 +23,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -98,14 +99,17 @@ type Terminal struct {
 	Rows   int      `json:"rows,omitempty"`
 }
 
+// The patterns are compiled at first use, not at package init: a counted repetition
+// compiles into that many copies of its class (~0.5 MB allocated at the start of every
+// process that links this package, a one-shot call's included).
 var (
-	idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`) })
 	// sessionRE names a session: one segment of a store key.
-	sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	pluginRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	sessionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`) })
+	nameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`) })
+	pluginRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 	// providerRE is a sandbox.provider value: names and commas.
-	providerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._, -]{0,127}$`)
+	providerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._, -]{0,127}$`) })
 )
 
 // Check reports the first field of r that fails its check for project, or nil.
@@ -118,13 +122,13 @@ func (r *Record) Check(project string) error {
 		return bad("version %d, this toolhost reads %d", r.V, Version)
 	case r.Project != project:
 		return bad("it names project %q, not %q", r.Project, project)
-	case !sessionRE.MatchString(r.Session):
+	case !sessionRE().MatchString(r.Session):
 		return bad("session %q", r.Session)
-	case !providerRE.MatchString(r.Provider):
+	case !providerRE().MatchString(r.Provider):
 		return bad("provider %q", r.Provider)
-	case !idRE.MatchString(r.SandboxID):
+	case !idRE().MatchString(r.SandboxID):
 		return bad("sandbox id %q", r.SandboxID)
-	case r.Instance != "" && !nameRE.MatchString(r.Instance):
+	case r.Instance != "" && !nameRE().MatchString(r.Instance):
 		return bad("instance %q", r.Instance)
 	case r.WrittenAt.IsZero():
 		return bad("no time written")
@@ -138,7 +142,7 @@ func (r *Record) Check(project string) error {
 	}
 	n := 0
 	for plugin, vals := range r.State {
-		if !pluginRE.MatchString(plugin) {
+		if !pluginRE().MatchString(plugin) {
 			return bad("state of plugin %q", plugin)
 		}
 		for k, v := range vals {
@@ -192,9 +196,9 @@ func validStateKey(k string) bool {
 // Check reports what of p fails its check, or nil.
 func (p Process) Check() error {
 	switch {
-	case !idRE.MatchString(p.ID):
+	case !idRE().MatchString(p.ID):
 		return fmt.Errorf("id %q", p.ID)
-	case p.Plugin != "" && !pluginRE.MatchString(p.Plugin):
+	case p.Plugin != "" && !pluginRE().MatchString(p.Plugin):
 		return fmt.Errorf("%s: plugin %q", p.ID, p.Plugin)
 	case p.PID <= 0 || p.PID > 1<<22:
 		return fmt.Errorf("%s: pid %d", p.ID, p.PID)
@@ -216,9 +220,9 @@ func (p Process) Check() error {
 // Check reports what of t fails its check, or nil.
 func (t Terminal) Check() error {
 	switch {
-	case !idRE.MatchString(t.ID):
+	case !idRE().MatchString(t.ID):
 		return fmt.Errorf("id %q", t.ID)
-	case t.Plugin != "" && !pluginRE.MatchString(t.Plugin):
+	case t.Plugin != "" && !pluginRE().MatchString(t.Plugin):
 		return fmt.Errorf("%s: plugin %q", t.ID, t.Plugin)
 	case t.Cols < 0 || t.Cols > 1000 || t.Rows < 0 || t.Rows > 1000:
 		return fmt.Errorf("%s: size %dx%d", t.ID, t.Cols, t.Rows)
@@ -279,7 +283,7 @@ const MaxRecords = 64
 // large or fails Check gives an error wrapping ErrInvalid (the caller goes on as if there
 // were none, and says so).
 func Read(ctx context.Context, st store.Store, project, session string) (rec Record, ok bool, err error) {
-	if !sessionRE.MatchString(session) {
+	if !sessionRE().MatchString(session) {
 		return Record{}, false, fmt.Errorf("the session state of project %s: %w: session %q", project, ErrInvalid, session)
 	}
 	key := storekeys.SessionState(project, session)
@@ -367,7 +371,7 @@ func Write(ctx context.Context, st store.Store, rec Record) error {
 
 // Delete removes a session's record (it closed, or another took over from it).
 func Delete(ctx context.Context, st store.Store, project, session string) error {
-	if !sessionRE.MatchString(session) {
+	if !sessionRE().MatchString(session) {
 		return fmt.Errorf("delete the session state of project %s: %w: session %q", project, ErrInvalid, session)
 	}
 	key := storekeys.SessionState(project, session)
