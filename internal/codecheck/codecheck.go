@@ -116,7 +116,13 @@ func isPkg(x ast.Expr, name string) bool {
 	return ok && id.Name == name
 }
 
-// ReadAndCheck runs ExecWithoutWaitDelay over files.
+// Rule is one check of a file: path names it, src is its text.
+type Rule func(path string, src []byte) ([]Finding, error)
+
+// Rules are the rules ReadAndCheck runs.
+var Rules = []Rule{ExecWithoutWaitDelay, ExitInInit}
+
+// ReadAndCheck runs every rule of Rules over files.
 func ReadAndCheck(files []string) ([]Finding, error) {
 	var out []Finding
 	for _, p := range files {
@@ -124,11 +130,49 @@ func ReadAndCheck(files []string) ([]Finding, error) {
 		if err != nil {
 			return nil, err
 		}
-		fs, err := ExecWithoutWaitDelay(p, src)
-		if err != nil {
-			return nil, err
+		for _, rule := range Rules {
+			fs, err := rule(p, src)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fs...)
 		}
-		out = append(out, fs...)
+	}
+	return out, nil
+}
+
+// ExitInInit finds the init functions of file that end the process (os.Exit, log.Fatal*,
+// or a helper's main run from init): any program that imports the package would inherit
+// them. A re-executed helper registers with internal/reexec, whose Main the program calls
+// first.
+func ExitInInit(path string, src []byte) ([]Finding, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Body == nil || fd.Recv != nil || fd.Name.Name != "init" {
+			continue
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if _, ok := n.(*ast.FuncLit); ok {
+				return false // a closure registered for later is not run by init
+			}
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+				if (isPkg(sel.X, "os") && sel.Sel.Name == "Exit") ||
+					(isPkg(sel.X, "log") && strings.HasPrefix(sel.Sel.Name, "Fatal")) {
+					out = append(out, Finding{fset.Position(call.Pos()), "init ends the process: every program importing the package would inherit it; register a helper with internal/reexec instead"})
+				}
+			}
+			return true
+		})
 	}
 	return out, nil
 }

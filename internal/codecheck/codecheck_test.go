@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// Every exec.Cmd of the repository's code has a WaitDelay.
-func TestEveryExecCmdHasWaitDelay(t *testing.T) {
+// The repository's code keeps every rule of Rules: each exec.Cmd has a WaitDelay, no init
+// ends the process.
+func TestHouseRules(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,27 @@ func TestExecWithoutWaitDelay(t *testing.T) {
 		{"no exec", `package p; func f() {}`, 0},
 	} {
 		got, err := ExecWithoutWaitDelay(c.name+".go", []byte(strings.ReplaceAll(c.src, "; ", "\n")))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(got) != c.want {
+			t.Errorf("%s: %d findings %v, want %d", c.name, len(got), got, c.want)
+		}
+	}
+}
+
+func TestExitInInit(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      int
+	}{
+		{"exit", `package p; import "os"; func init() { if os.Getenv("X") != "" { os.Exit(1) } }`, 1},
+		{"fatal", `package p; import "log"; func init() { log.Fatalf("x") }`, 1},
+		{"registered", `package p; import "os"; func init() { register(func() { os.Exit(1) }) }; func register(func()) {}`, 0},
+		{"elsewhere", `package p; import "os"; func main() { os.Exit(1) }`, 0},
+		{"method", `package p; import "os"; type T struct{}; func (T) init() { os.Exit(1) }`, 0},
+	} {
+		got, err := ExitInInit(c.name+".go", []byte(strings.ReplaceAll(c.src, "; ", "\n")))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
