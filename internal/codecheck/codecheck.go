@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -120,7 +121,7 @@ func isPkg(x ast.Expr, name string) bool {
 type Rule func(path string, src []byte) ([]Finding, error)
 
 // Rules are the rules ReadAndCheck runs.
-var Rules = []Rule{ExecWithoutWaitDelay, ExitInInit}
+var Rules = []Rule{ExecWithoutWaitDelay, ExitInInit, ErrorText}
 
 // ReadAndCheck runs every rule of Rules over files.
 func ReadAndCheck(files []string) ([]Finding, error) {
@@ -175,4 +176,80 @@ func ExitInInit(path string, src []byte) ([]Finding, error) {
 		})
 	}
 	return out, nil
+}
+
+// ErrTextMark is the comment that allows one match of an error's text, on its line or the
+// line above, with the reason: an error the project does not make and cannot match
+// otherwise (a standard library sentinel it keeps unexported, an SDK's untyped error), or
+// text a user wrote.
+const ErrTextMark = "codecheck:errtext"
+
+// textFuncs are the functions of package strings that match text.
+var textFuncs = map[string]bool{"Contains": true, "ContainsAny": true, "HasPrefix": true, "HasSuffix": true, "EqualFold": true}
+
+// ErrorText finds errors matched by their text: x.Error() given to strings.Contains and
+// its kin, compared with ==, != or switched on. The project's errors are matched with
+// errors.Is and errors.As (a sentinel or a type), so that a message can change without
+// changing what the code does. A match the project cannot avoid carries ErrTextMark.
+func ErrorText(path string, src []byte) ([]Finding, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	marked := map[int]bool{}
+	for _, cg := range f.Comments {
+		for _, c := range cg.List {
+			if strings.Contains(c.Text, ErrTextMark) {
+				l := fset.Position(c.Pos()).Line
+				marked[l], marked[l+1] = true, true
+			}
+		}
+	}
+	stringsName := ""
+	for _, imp := range f.Imports {
+		if imp.Path.Value == `"strings"` {
+			stringsName = "strings"
+			if imp.Name != nil {
+				stringsName = imp.Name.Name
+			}
+		}
+	}
+	var out []Finding
+	report := func(at ast.Node) {
+		pos := fset.Position(at.Pos())
+		if !marked[pos.Line] {
+			out = append(out, Finding{pos, "an error matched by its text: match it with errors.Is or errors.As (a sentinel or a type of the package that makes it), or mark why it cannot be (" + ErrTextMark + ")"})
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && stringsName != "" && isPkg(sel.X, stringsName) && textFuncs[sel.Sel.Name] {
+				if slices.ContainsFunc(n.Args, isErrorCall) {
+					report(n)
+				}
+			}
+		case *ast.BinaryExpr:
+			if (n.Op == token.EQL || n.Op == token.NEQ) && (isErrorCall(n.X) || isErrorCall(n.Y)) {
+				report(n)
+			}
+		case *ast.SwitchStmt:
+			if n.Tag != nil && isErrorCall(n.Tag) {
+				report(n)
+			}
+		}
+		return true
+	})
+	return out, nil
+}
+
+// isErrorCall reports whether e is a call x.Error() with no arguments.
+func isErrorCall(e ast.Expr) bool {
+	call, ok := e.(*ast.CallExpr)
+	if !ok || len(call.Args) != 0 {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == "Error"
 }
