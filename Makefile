@@ -41,7 +41,7 @@ help:
 	@echo "make bench-check  each headline figure of docs/BENCHMARKS.md as a ratio, 3 repeats: min/median/max, load, date"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
-	@echo "make cross    build every package for each of CROSS_TARGETS (GOOS/GOARCH)"
+	@echo "make cross    vet what differs per platform and link the CLI, for each of CROSS_TARGETS"
 	@echo "make plugins  rebuild the built-in plugins into internal/builtins/wasm (commit the result)"
 	@echo "make examples build the C example plugin (examples/c-wordcount; make test builds and tests it)"
 	@echo "make clean    remove bin/"
@@ -96,11 +96,12 @@ endif
 	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
 		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
-# Every package builds for every target (go build ./..., GOOS/GOARCH set): a Linux-only
-# call outside a _linux.go file or a //go:build linux file fails here, not on a user's Mac.
+# What differs per platform, for every target (scripts/cross.sh): go vet of the packages
+# with platform files (and of those outside the CLI that import them), one link of the
+# CLI. A Linux-only call outside a _linux.go file or a //go:build linux file fails here,
+# not on a user's Mac.
 cross:
-	@for t in $(CROSS_TARGETS); do echo "GOOS=$${t%/*} GOARCH=$${t#*/} go build ./..."; \
-	  GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./... || exit 1; done
+	@CROSS_TARGETS="$(CROSS_TARGETS)" GO="$(GO)" scripts/cross.sh
 
 run: setup build
 	$(BIN)/toolhost demo

@@ -169,7 +169,7 @@ func doctorStoreHint(cfg *Config, err error) string {
 	case cfg.Store.Kind == "dir":
 		hint = "check that store.dir is a directory this user can write"
 	case errors.Is(err, store.ErrNoCredentials):
-		hint = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for the bucket"
+		// The S3 store's error says which variables to set (internal/store/s3/errors.go).
 	case errors.Is(err, store.ErrAccessDenied):
 		hint = "the credentials are refused: check the key, and that its policy allows s3:PutObject, GetObject, DeleteObject and ListBucket on the bucket"
 	case errors.Is(err, store.ErrNoBucket):
@@ -177,7 +177,7 @@ func doctorStoreHint(cfg *Config, err error) string {
 	case errors.Is(err, store.ErrUnreachable):
 		hint = "check store.s3.endpoint and store.s3.region, and that the endpoint answers from here"
 	}
-	if hint == "" || strings.Contains(err.Error(), hint) {
+	if hint == "" {
 		return err.Error()
 	}
 	return err.Error() + ": " + hint

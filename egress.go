@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -95,13 +96,8 @@ func (c *Config) validateEgress(bad badKey) error {
 	}
 	if _, err := c.hostPolicy(); err != nil {
 		key := "sandbox.egress"
-		switch {
-		case strings.HasPrefix(err.Error(), "allow"):
-			key += ".allow"
-		case strings.HasPrefix(err.Error(), "deny"):
-			key += ".deny"
-		case strings.HasPrefix(err.Error(), "port"):
-			key += ".ports"
+		if se, ok := errors.AsType[*egress.SpecError](err); ok {
+			key += "." + se.Field // the Spec's fields are named as the keys are
 		}
 		return bad(key, "%v", err)
 	}

@@ -218,3 +218,22 @@ func TestEgressAuditFile(t *testing.T) {
 		t.Errorf("%d lines of the injected connection and %d of the refusal, want 1 and 1:\n%s", injected, refused, raw)
 	}
 }
+
+// A bad egress entry is reported under its own key, which egress.Compile's error names by
+// its field.
+func TestValidateEgressNamesTheKey(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Sandbox.Egress.Allow = []string{"bad host!"} }, "config: sandbox.egress.allow: allow entry"},
+		{func(c *Config) { c.Sandbox.Egress.Deny = []string{"*"} }, "config: sandbox.egress.deny: deny entry"},
+		{func(c *Config) { c.Sandbox.Egress.Ports = []int{0} }, "config: sandbox.egress.ports: port 0"},
+	} {
+		cfg := DefaultConfig()
+		c.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%v, want %q...", err, c.want)
+		}
+	}
+}

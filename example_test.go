@@ -18,7 +18,6 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
-	"github.com/toolhost/toolhost/internal/screenshot"
 )
 
 // A session of an agent: it serves a page from its sandbox, looks at it with
@@ -95,7 +94,7 @@ func Example() {
 	}
 	fmt.Println("committed under", path.Dir(info.Key))
 
-	stored, err := sess.Screenshots(ctx, screenshot.KindAgent)
+	stored, err := sess.Screenshots(ctx, toolhost.ScreenshotsAgent)
 	if err != nil {
 		log.Fatal(err)
 	}

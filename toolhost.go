@@ -45,6 +45,7 @@ import (
 	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
+	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/rootapi"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
@@ -209,6 +210,14 @@ type Toolhost struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// Reexec runs this process as one of toolhost's helpers when toolhost started it as one
+// and then exits; otherwise it returns at once. The local sandbox's agent and the browser
+// sandbox's wrapper and forwarder are the program's own binary, re-executed: call Reexec
+// first in main (and in TestMain of tests that open sessions or take screenshots). Without
+// it the local provider and the sandboxed browser refuse to start, rather than run the
+// program's main in the helper's place.
+func Reexec() { reexec.Main() }
 
 // New validates cfg, opens the store and loads the plugins. The sandbox provider is made
 // when the first session opens (so listing tools needs no sandbox), and the browser when

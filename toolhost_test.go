@@ -34,6 +34,7 @@ import (
 // TestMain leaves the Example out, saying why, when the machine lacks what it needs (it
 // cannot skip itself); on CI it runs and fails instead.
 func TestMain(m *testing.M) {
+	Reexec() // the sandbox agent and the browser's wrapper are this test binary, re-executed
 	flag.Parse()
 	if why := exampleMissing(); why != "" && !testenv.CI() {
 		fmt.Fprintf(os.Stderr, "toolhost: not running Example: %s\n", why)

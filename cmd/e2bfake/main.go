@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/sandbox/e2b/e2bfake"
 	"github.com/toolhost/toolhost/internal/sandbox/local"
 )
@@ -51,6 +52,7 @@ func (t *templates) Set(v string) error {
 }
 
 func main() {
+	reexec.Main() // the local provider's sandbox agent is this binary, re-executed
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2bfake:", err)
 		os.Exit(1)

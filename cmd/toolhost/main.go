@@ -66,6 +66,7 @@ const (
 )
 
 func main() {
+	toolhost.Reexec() // the sandbox agent and the browser's wrapper are this binary, re-executed
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/testenv"
@@ -37,6 +38,7 @@ var (
 func builtinDir() string { return filepath.Join(moduleRoot, "internal", "builtins", "wasm") }
 
 func TestMain(m *testing.M) {
+	toolhost.Reexec() // the sandbox agent and the browser's wrapper are this test binary, re-executed
 	os.Exit(testMain(m))
 }
 

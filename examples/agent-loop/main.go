@@ -36,6 +36,7 @@ import (
 const defaultTask = "Write a page that says hello, serve it on port 8000 and check how it looks."
 
 func main() {
+	toolhost.Reexec() // first: the sandbox's agent and the browser's wrapper are this program, re-executed
 	task := flag.String("task", defaultTask, "what the agent is asked to do")
 	model := flag.String("model", string(anthropic.ModelClaudeSonnet5_5), "the Claude model")
 	project := flag.String("project", "agent-loop", "the toolhost project (its snapshots and screenshots)")

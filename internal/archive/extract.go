@@ -122,13 +122,15 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 // it) keeps seeing the old tree.
 func ExtractReplace(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) (ExtractStats, error) {
 	var st ExtractStats
+	extracting := false // Extract's errors say "archive: extract into" already
 	backup, err := Replace(dir, func(tmp string) error {
 		var err error
 		st, err = Extract(ctx, r, tmp, opts)
+		extracting = err != nil
 		return err
 	})
 	st.Backup = backup
-	if err != nil && !errors.Is(err, ErrUnsafe) && !errors.Is(err, ErrTooLarge) && !strings.HasPrefix(err.Error(), "archive:") {
+	if err != nil && !extracting {
 		err = fmt.Errorf("archive: extract into %s: %w", dir, err)
 	}
 	return st, err

@@ -507,7 +507,7 @@ func fieldsOf(b []byte, err error) []string {
 
 // errText is err's text with "permission denied" made explicit for the unprivileged case.
 func errText(err error) string {
-	if errors.Is(err, fs.ErrPermission) && !strings.Contains(err.Error(), "permission denied") {
+	if errors.Is(err, syscall.EPERM) { // "operation not permitted"; EACCES says "permission denied"
 		return err.Error() + " (permission denied)"
 	}
 	return err.Error()

@@ -643,3 +643,19 @@ func BenchmarkCreateClose(b *testing.B) {
 		}
 	}
 }
+
+// errText says "permission denied" where the kernel's EPERM does not, and only there.
+func TestErrTextPermission(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&fs.PathError{Op: "write", Path: "cgroup.procs", Err: syscall.EPERM}, "write cgroup.procs: operation not permitted (permission denied)"},
+		{&fs.PathError{Op: "write", Path: "cgroup.procs", Err: syscall.EACCES}, "write cgroup.procs: permission denied"},
+		{&fs.PathError{Op: "write", Path: "cgroup.procs", Err: syscall.ENOENT}, "write cgroup.procs: no such file or directory"},
+	} {
+		if got := errText(c.err); got != c.want {
+			t.Errorf("%q, want %q", got, c.want)
+		}
+	}
+}

@@ -178,3 +178,34 @@ func freshRepo(t *testing.T, st store.Store) *chunked.Repo {
 	}
 	return r
 }
+
+// A commit under a manifest key another writer took (other contents) fails with ErrTaken,
+// which the snapshot manager matches to pick another key; the same contents are taken as
+// stored (a retry that finds its own write).
+func TestCommitKeyTaken(t *testing.T) {
+	ctx := ctxOf(t)
+	st, err := dir.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := freshRepo(t, st)
+	ws := t.TempDir()
+	build := func(body string) *chunked.BuildResult {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(ws, "f"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Build(ctx, chunked.DirSource{Dir: ws}, chunked.BuildOptions{Project: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	key := chunked.ManifestKey("p", time.Now(), chunked.NewNonce())
+	if err := r.Commit(ctx, build("one\n"), key); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(ctx, build("two\n"), key); !errors.Is(err, chunked.ErrTaken) {
+		t.Fatalf("a commit over another manifest: %v, want ErrTaken", err)
+	}
+}

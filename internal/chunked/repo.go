@@ -223,11 +223,15 @@ func (r *Repo) put(ctx context.Context, key string, b []byte, ct string, md map[
 			if oi, herr := r.st.Head(ctx, key); herr == nil && oi.Metadata["sha256"] == h {
 				return nil
 			}
-			return &permanent{fmt.Errorf("%s exists already with other contents", key)}
+			return &permanent{fmt.Errorf("%s %w", key, ErrTaken)}
 		}
 		return err
 	})
 }
+
+// ErrTaken is a write whose key holds another object already: a save that picked a
+// manifest key another writer took picks another.
+var ErrTaken = errors.New("exists already with other contents")
 
 func unwrapPermanent(err error) error {
 	var p *permanent

@@ -250,7 +250,7 @@ func dialFailure(d decision, err error) Verdict {
 		why = "the connection was refused"
 	case errors.As(err, &ne) && ne.Timeout():
 		why = "the connection timed out"
-	case strings.Contains(err.Error(), "unreachable"):
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		why = "there is no route to it"
 	}
 	return Verdict{Allowed: true, Rule: d.v.Rule, Reason: fmt.Sprintf("egress: %s could not be reached: %s", dest(d.h, d.port), why), Status: http.StatusBadGateway}

@@ -150,14 +150,26 @@ func (r rule) describe(verb string) string {
 	return verb + " " + r.text + " (" + r.source + ")"
 }
 
-// Compile checks a Spec and makes its Policy. Errors name the entry and what is wrong
-// with it.
+// SpecError is Compile's error: Field is the Spec's field at fault, by its configuration
+// name ("preset", "allow", "deny" or "ports"), and the text names the entry and what is
+// wrong with it.
+type SpecError struct {
+	Field string
+	err   error
+}
+
+func specError(field string, err error) *SpecError { return &SpecError{Field: field, err: err} }
+
+func (e *SpecError) Error() string { return e.err.Error() }
+func (e *SpecError) Unwrap() error { return e.err }
+
+// Compile checks a Spec and makes its Policy. Errors are *SpecError.
 func Compile(s Spec) (*Policy, error) {
 	p := &Policy{preset: s.Preset}
 	if s.Preset != "" {
 		entries, ok := presets[s.Preset]
 		if !ok {
-			return nil, fmt.Errorf("unknown preset %q (known: %s)", s.Preset, strings.Join(PresetNames(), ", "))
+			return nil, specError("preset", fmt.Errorf("unknown preset %q (known: %s)", s.Preset, strings.Join(PresetNames(), ", ")))
 		}
 		for _, e := range entries {
 			r, err := parseRule(e, "preset "+s.Preset)
@@ -170,17 +182,17 @@ func Compile(s Spec) (*Policy, error) {
 	for _, e := range s.Allow {
 		r, err := parseRule(e, "allow")
 		if err != nil {
-			return nil, fmt.Errorf("allow entry %q: %w", e, err)
+			return nil, specError("allow", fmt.Errorf("allow entry %q: %w", e, err))
 		}
 		p.allow = append(p.allow, r)
 	}
 	for _, e := range s.Deny {
 		r, err := parseRule(e, "deny")
 		if err != nil {
-			return nil, fmt.Errorf("deny entry %q: %w", e, err)
+			return nil, specError("deny", fmt.Errorf("deny entry %q: %w", e, err))
 		}
 		if r.any {
-			return nil, fmt.Errorf("deny entry %q: * denies everything; use the preset none and no allow entries instead", e)
+			return nil, specError("deny", fmt.Errorf("deny entry %q: * denies everything; use the preset none and no allow entries instead", e))
 		}
 		p.deny = append(p.deny, r)
 	}
@@ -190,7 +202,7 @@ func Compile(s Spec) (*Policy, error) {
 	}
 	for _, port := range ports {
 		if port < 1 || port > 65535 {
-			return nil, fmt.Errorf("port %d: not a port (1..65535)", port)
+			return nil, specError("ports", fmt.Errorf("port %d: not a port (1..65535)", port))
 		}
 	}
 	p.ports = slices.Clone(ports)

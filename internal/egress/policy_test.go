@@ -2,10 +2,13 @@ package egress
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -496,6 +499,43 @@ func TestHostAddrsUnknownRefuses(t *testing.T) {
 		v := p.checkAddrs(h, port, p.checkHost(h, port), []netip.Addr{h.addr}, unknown)
 		if v.Allowed || !strings.HasPrefix(v.Rule, c.rule) || !strings.Contains(v.Reason, c.reason) {
 			t.Errorf("%s: %+v; want refused by %q saying %q", c.dest, v, c.rule, c.reason)
+		}
+	}
+}
+
+// Compile's errors say which field of the Spec is at fault (the configuration names its key
+// from it), as a *SpecError, not in their text.
+func TestCompileErrorNamesTheField(t *testing.T) {
+	for _, c := range []struct {
+		spec  Spec
+		field string
+	}{
+		{Spec{Preset: "nope"}, "preset"},
+		{Spec{Allow: []string{"bad host!"}}, "allow"},
+		{Spec{Deny: []string{"bad host!"}}, "deny"},
+		{Spec{Deny: []string{"*"}}, "deny"},
+		{Spec{Ports: []int{70000}}, "ports"},
+	} {
+		_, err := Compile(c.spec)
+		se, ok := errors.AsType[*SpecError](err)
+		if !ok || se.Field != c.field {
+			t.Errorf("%+v: %v (%T), want a *SpecError of field %s", c.spec, err, err, c.field)
+		}
+	}
+}
+
+// An allowed destination with no route to it says so, whether the host or its network is
+// unreachable (the errnos, not their texts: EHOSTUNREACH's says "no route to host").
+func TestDialFailureNoRoute(t *testing.T) {
+	h, err := parseHost("registry.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, errno := range []syscall.Errno{syscall.EHOSTUNREACH, syscall.ENETUNREACH} {
+		err := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errno)}
+		v := dialFailure(decision{h: h, port: 443}, fmt.Errorf("dial: %w", err))
+		if !strings.HasSuffix(v.Reason, "there is no route to it") {
+			t.Errorf("%v: %q", errno, v.Reason)
 		}
 	}
 }

@@ -82,7 +82,7 @@ const ErrPathEscapes = "path escapes from parent"
 
 // classify maps an agent-side Go error to a Connect code and a kind name.
 func Classify(err error) (code, kind string) {
-	if strings.Contains(err.Error(), ErrPathEscapes) {
+	if strings.Contains(err.Error(), ErrPathEscapes) { // codecheck:errtext os keeps its sentinel unexported
 		return CodePermissionDenied, "outside"
 	}
 	switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/testenv"
 	"github.com/toolhost/toolhost/internal/testplugins"
@@ -28,6 +29,7 @@ var allGrants = []abi.Capability{abi.CapLog, abi.CapSandboxExec, abi.CapSandboxF
 var dataDir string
 
 func TestMain(m *testing.M) {
+	reexec.Main() // the local sandbox's agent is this test binary, re-executed
 	dataDir = testplugins.DataDir()
 	os.Exit(m.Run())
 }

@@ -106,7 +106,7 @@ func CheckListen(addr string, tokens int) error {
 // and such a sandbox reaches the host's loopback, so any command run in one could call
 // the server and act in every project it serves.
 func CheckNetwork(network string, tokens int) error {
-	if tokens > 0 || network != "host" {
+	if tokens > 0 || network != toolhost.NetworkHost {
 		return nil
 	}
 	return errors.New("refusing to serve without bearer tokens while sandbox.network is host: a sandbox on the host's network reaches this server on loopback, and without tokens it could run commands in every project served; set serve.tokens or serve.tokens_file, or give sandboxes another network")

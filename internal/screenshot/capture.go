@@ -414,7 +414,7 @@ func upstreamKind(err error) error {
 	case isNetTimeout(err):
 		return ErrTimeout
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		strings.Contains(err.Error(), "server closed idle connection"): // net/http's errServerClosedIdle
+		strings.Contains(err.Error(), "server closed idle connection"): // codecheck:errtext net/http's errServerClosedIdle, unexported
 		// A port forwarder (a sandbox preview) accepts the connection and drops it when
 		// nothing listens behind it.
 		return ErrEmptyResponse

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/playwright-community/playwright-go"
+	"github.com/toolhost/toolhost/internal/reexec"
 )
 
 // On Linux the browser runs in a bubblewrap sandbox of its own (sandbox.go), its network
@@ -37,6 +38,9 @@ func checkBwrap() error {
 func (c *Capturer) newBrowserNet() (browserNet, error) {
 	if c.cfg.direct {
 		return directNet{}, nil
+	}
+	if err := reexec.Check(); err != nil { // the wrapper is this binary, re-executed
+		return nil, fmt.Errorf("the browser's sandbox: %w", err)
 	}
 	return newRouter(c.log)
 }

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/seccomp"
 )
 
@@ -28,7 +29,7 @@ import (
 // sandbox has to sit between the driver and Chromium. The ExecutablePath this package gives
 // Playwright is this very binary, as /proc/<pid>/exe of the capturing process (always the
 // exact code of the host, even if the file on disk was replaced since), and the launch
-// environment makes it the wrapper: init below takes over before main, prepares
+// environment makes it the wrapper: reexec.Main takes over at the start of main, prepares
 // descriptors, drops to the sandbox uid when it runs as root, and replaces itself with
 // bubblewrap. No wrapper process stays behind: the driver's child is bubblewrap itself.
 //
@@ -80,13 +81,13 @@ var sandboxEtc = []string{
 	"/etc/ssl/certs", "/etc/ca-certificates",
 }
 
+// init registers the wrapper and the forwarder as this package's reexec helpers: a binary
+// whose main calls reexec.Main (toolhost.Reexec) first becomes one of them when its
+// variable is set. newBrowserNet refuses to launch the sandboxed browser without that entry
+// point (reexec.Check).
 func init() {
-	if v, ok := os.LookupEnv(envWrapper); ok {
-		os.Exit(wrapperMain(v, os.Args[1:]))
-	}
-	if v, ok := os.LookupEnv(envForwarder); ok {
-		os.Exit(forwarderMain(v, os.Args[1:]))
-	}
+	reexec.Register(envWrapper, func(v string) int { return wrapperMain(v, os.Args[1:]) })
+	reexec.Register(envForwarder, func(v string) int { return forwarderMain(v, os.Args[1:]) })
 }
 
 // wrapperConfig is what the capturer tells the wrapper, through envWrapper.

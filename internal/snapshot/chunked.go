@@ -179,7 +179,7 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 		info.Time = m.claim(projectID, after)
 		info.Key = chunked.ManifestKey(projectID, info.Time, NewNonce())
 		err = m.repo.Commit(ctx, res, info.Key)
-		if err == nil || !strings.Contains(err.Error(), "exists already") {
+		if !errors.Is(err, chunked.ErrTaken) {
 			break
 		}
 	}

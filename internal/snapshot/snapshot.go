@@ -1,5 +1,9 @@
-// Package snapshot saves a workspace to an object store as one tar.gz per sync, keeps the
-// newest few per project, and restores the newest one that restores.
+// Package snapshot saves a workspace to an object store, keeps the newest few per project,
+// and restores the newest one that restores. A snapshot is in one of two formats
+// (Config.Format): chunked, content-addressed chunks under a manifest (package chunked,
+// chunked.go here; toolhost's default), or tar.gz, one archive per save (this package's
+// zero value, and what older versions wrote). What follows is the tar.gz format's; the
+// ordering of keys holds for both.
 //
 // Keys: projects/{project_id}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.tar.gz, for
 // example projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz: the UTC time, to

@@ -259,7 +259,7 @@ func mapErr(op, p string, err error) error {
 		return fail(op, abi.StatusNotDir, p, "not a directory")
 	case errors.Is(err, fs.ErrPermission):
 		return fail(op, abi.StatusPermission, p, "permission denied")
-	case strings.Contains(err.Error(), "escapes"):
+	case strings.Contains(err.Error(), "escapes"): // codecheck:errtext os.Root's "path escapes from parent": os keeps its sentinel unexported
 		return fail(op, abi.StatusOutside, p, "path is outside the workspace")
 	}
 	return fail(op, abi.StatusIO, p, err.Error())

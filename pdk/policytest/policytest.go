@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,7 +216,7 @@ func (h *Host) decide(req policyengine.Request, raw string, start time.Time) (po
 		link, err := policyengine.CheckLinks(req.Path, func(rel string) (bool, bool, error) {
 			fi, err := os.Lstat(filepath.Join(h.Root, filepath.FromSlash(rel)))
 			switch {
-			case errors.Is(err, os.ErrNotExist), err != nil && strings.Contains(err.Error(), "not a directory"):
+			case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 				return false, false, nil
 			case err != nil:
 				return false, false, err

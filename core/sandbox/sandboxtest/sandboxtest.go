@@ -1012,6 +1012,7 @@ func testLifetime(t *testing.T, p sandbox.Provider) {
 	}
 	end := sb.EndsAt()
 	err := sb.SetTimeout(ctx, century)
+	// codecheck:errtext the refusal is a message the caller reads: it must name the bound
 	if err == nil || !strings.Contains(err.Error(), "maximum lifetime") || errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("SetTimeout of a century: %v, want a refusal that names the maximum lifetime", err)
 	}

@@ -868,7 +868,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 			if c.wrapTimeout != nil && !errors.Is(err, sandbox.ErrClosed) {
 				c.giveUp(ctx, pid, tag)
 			}
-			return finish(), fmt.Errorf("exec %s: stream ended without end-of-stream: %w", cmdName, err)
+			return finish(), fmt.Errorf("exec %s: %w", cmdName, &StreamCutError{Missing: "end-of-stream", Err: err})
 		}
 		if flags&envd.FlagEndStream != 0 {
 			var es envd.EndStreamResponse
@@ -887,7 +887,7 @@ func (c *Client) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExecR
 				return finish(), fmt.Errorf("exec %s: %w", cmdName, e)
 			}
 			if !sawEnd {
-				return finish(), fmt.Errorf("exec %s: stream ended without an end event", cmdName)
+				return finish(), fmt.Errorf("exec %s: %w", cmdName, &StreamCutError{Missing: "an end event"})
 			}
 			return finish(), nil
 		}
@@ -1079,3 +1079,20 @@ func (b *bufferedConn) CloseWrite() error {
 	}
 	return b.Conn.Close()
 }
+
+// StreamCutError is a command's stream that ended before its end: the exchange with the
+// agent broke (a proxy, the network), which says nothing of the command. Missing is what
+// did not come; Err, when set, is how the stream ended.
+type StreamCutError struct {
+	Missing string
+	Err     error
+}
+
+func (e *StreamCutError) Error() string {
+	if e.Err == nil {
+		return "stream ended without " + e.Missing
+	}
+	return "stream ended without " + e.Missing + ": " + e.Err.Error()
+}
+
+func (e *StreamCutError) Unwrap() error { return e.Err }

@@ -1,11 +1,14 @@
 package e2b
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 func TestCompileNetwork(t *testing.T) {
@@ -52,5 +55,18 @@ func TestCompileNetwork(t *testing.T) {
 	}
 	if _, err := compileNetwork(sandbox.EgressPolicy{Allow: []string{"not a name"}}); err == nil {
 		t.Error("a bad entry compiled")
+	}
+}
+
+// A command's stream cut short is a transport failure, known by its type (whatever its
+// text says); an answer of envd is not, even inside a cut stream.
+func TestTransportFailureStreamCut(t *testing.T) {
+	cut := fmt.Errorf("exec sh: %w", &client.StreamCutError{Missing: "an end event"})
+	if !transportFailure(cut) {
+		t.Errorf("%v: not a transport failure", cut)
+	}
+	answered := fmt.Errorf("exec sh: %w", &client.StreamCutError{Missing: "end-of-stream", Err: &envd.Error{Status: 500, Code: envd.CodeInternal}})
+	if transportFailure(answered) {
+		t.Errorf("%v: an answer of envd taken for a transport failure", answered)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,8 +166,9 @@ func transportFailure(err error) bool {
 	}
 	var ue *url.Error
 	var ne net.Error
+	var cut *client.StreamCutError
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ue) || errors.As(err, &ne) ||
-		strings.Contains(err.Error(), "stream ended without")
+		errors.As(err, &cut)
 }
 
 // SetTimeout moves the end time to now+d (POST /sandboxes/{id}/timeout), within the

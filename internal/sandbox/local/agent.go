@@ -24,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/toolhost/toolhost/internal/envd/agent"
+	"github.com/toolhost/toolhost/internal/reexec"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,17 +36,14 @@ const (
 	envAgentEgress  = "TOOLHOST_AGENT_EGRESS"  // "FD:PORT": the egress control socket and port
 )
 
-// init turns any binary that imports this package into the sandbox agent when the
-// provider re-executes it inside bubblewrap (docker's "reexec" pattern). This way the
-// agent is always the exact code of the host that speaks to it — the CLI, an embedding
-// program and every test binary alike — with no second build artifact to install, find
-// or keep in version step. It runs before main (or the testing framework) gets control
-// and never returns.
+// init registers the sandbox agent as this package's reexec helper: a binary whose main
+// calls reexec.Main (toolhost.Reexec) first becomes the agent when the provider
+// re-executes it inside bubblewrap (docker's "reexec" pattern). This way the agent is
+// always the exact code of the host that speaks to it — the CLI, an embedding program and
+// every test binary alike — with no second build artifact to install, find or keep in
+// version step. New refuses to start without that entry point (reexec.Check).
 func init() {
-	if os.Getenv(envAgent) != "1" {
-		return
-	}
-	os.Exit(agentMain())
+	reexec.Register(envAgent, func(string) int { return agentMain() })
 }
 
 func agentMain() int {

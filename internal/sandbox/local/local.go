@@ -42,6 +42,7 @@ import (
 	"github.com/toolhost/toolhost/internal/cgroup"
 	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/lockfile"
+	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/seccomp"
 	"github.com/toolhost/toolhost/internal/volume"
 )
@@ -159,6 +160,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if _, err := os.Stat(BwrapPath); err != nil {
 		return nil, fmt.Errorf("local provider: %w: %v", ErrNoBwrap, err)
+	}
+	if err := reexec.Check(); err != nil {
+		return nil, fmt.Errorf("local provider: the sandbox's agent: %w", err)
 	}
 	id, err := newIdentity(cfg.HostUID, cfg.HostGID)
 	if err != nil {

@@ -343,6 +343,7 @@ type checksumBody struct {
 
 func (b checksumBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	// codecheck:errtext the SDK's checksum failure is an fmt.Errorf, with no type to match
 	if err != nil && err != io.EOF && strings.Contains(err.Error(), "checksum did not match") {
 		err = fmt.Errorf("get %s: %w: %w", b.key, store.ErrChecksum, err)
 	}
