@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -62,11 +63,19 @@ func (f *Fleet) Forward(w http.ResponseWriter, r *http.Request, instance, addr, 
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Body = httpBody(body)
+			// A pooled connection the holder closed as the request went out (its server
+			// shutting down at a drain, or closing an idle connection) is no answer: the
+			// transport sends the request again on a new connection. It may only for a
+			// request it can replay (GetBody, and a key that marks it replayable), and does
+			// only when the connection was a reused one: the same request, the same nonce,
+			// which the holder refuses should it have read it the first time.
+			pr.Out.GetBody = func() (io.ReadCloser, error) { return httpBody(body), nil }
 			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 			pr.Out.Header.Del("X-Forwarded-For") // the receiver trusts the signature, not these
 			propagation.TraceContext{}.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 			f.Sign(pr.Out, instance, principal, body)
+			pr.Out.Header.Set("Idempotency-Key", pr.Out.Header.Get(HeaderNonce))
 		},
 		Transport:     f.client.Transport,
 		FlushInterval: -1, // SSE: every event as it comes
