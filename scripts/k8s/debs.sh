@@ -8,9 +8,10 @@ set -euo pipefail
 mkdir -p "$K8S_DIR/debs/root"
 cd "$K8S_DIR/debs"
 # The cluster's parts, then what the agent image holds beside the agent: busybox's
-# applets and python3 (python3 -m http.server is what the conformance suite serves).
+# applets, bash (the bash tool runs it) and python3 (python3 -m http.server is what the
+# conformance suite serves).
 pkgs=(etcd-server containerd runc containernetworking-plugins busybox-static
-	python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libc6 zlib1g libexpat1 libssl3 libffi8 libbz2-1.0 liblzma5 libuuid1 media-types)
+	python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libc6 zlib1g libexpat1 libssl3 libffi8 libbz2-1.0 liblzma5 libuuid1 media-types bash libtinfo6)
 if ! apt-get download "${pkgs[@]}" >/dev/null 2>&1; then
 	apt-get update >/dev/null
 	apt-get download "${pkgs[@]}" >/dev/null

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the agent image reproducibly, with no registry: a docker-archive tarball
 # ($K8S_DIR/images/agent.tar) whose one layer holds toolhost's own agent
-# (./cmd/toolhost-agent, built static with -trimpath), busybox's applets and a minimal
+# (./cmd/toolhost-agent, built static with -trimpath), bash, busybox's applets and a minimal
 # python3 from Debian's packages (debs.sh). Every file has owner 0, mtime 0 and a sorted
 # place, so the same sources and packages give the same digest. It prints the image's
 # name and its config digest and writes them to images/agent.ref and images/agent.digest;
@@ -21,6 +21,7 @@ mkdir -p "$R/bin" "$R/usr/bin" "$R/usr/local/bin" "$R/etc" "$R/home/user" "$R/tm
 (cd "$REPO" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -buildvcs=false -ldflags="-s -w" -o "$R/usr/local/bin/toolhost-agent" ./cmd/toolhost-agent)
 D=$K8S_DEBS
 cp "$D/bin/busybox" "$R/bin/busybox"
+cp "$D/bin/bash" "$R/bin/bash"
 for a in $("$R/bin/busybox" --list); do [ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"; done
 cp "$D/usr/bin/python3.11" "$R/usr/bin/python3.11"
 ln -s python3.11 "$R/usr/bin/python3"
