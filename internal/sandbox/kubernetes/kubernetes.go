@@ -327,7 +327,7 @@ func (p *Provider) podSpec(token string, env map[string]string) corev1.PodSpec {
 		NodeSelector:                  maps.Clone(p.cfg.NodeSelector),
 		Tolerations:                   tols,
 		SecurityContext: &corev1.PodSecurityContext{
-			RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid, RunAsNonRoot: &yes,
+			RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &yes,
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		Containers: []corev1.Container{{
@@ -459,7 +459,9 @@ func (p *Provider) explain(err error) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		var st apierrors.APIStatus
-		if errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Name == "" {
+		// A named object that is not there is the caller's to handle (ErrGone); a 404 for
+		// no name is the resource itself missing.
+		if errors.As(err, &st) && (st.Status().Details == nil || st.Status().Details.Name == "") {
 			return fmt.Errorf("%w: the cluster at %s has no Sandbox resource (agents.x-k8s.io/v1alpha1): install agent-sandbox (docs/KUBERNETES.md): %w", sandbox.ErrUnavailable, p.server, err)
 		}
 		return err
