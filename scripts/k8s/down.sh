@@ -11,10 +11,13 @@ set -uo pipefail
 [ -d "$K8S_DIR" ] || exit 0
 A=$K8S_DIR/containerd/containerd.sock
 pidof_() { cat "$K8S_RUN/$1.pid" 2>/dev/null; }
+# ours: the process runs a binary of the cluster's (built under $K8S_DIR/bin, or extracted
+# under $K8S_DIR/debs): a pid reused by another program is never signalled.
+ours() { case $(readlink "/proc/$1/exe" 2>/dev/null) in "$K8S_DIR"/*) return 0 ;; esac; return 1; }
 stop() { # name: graceful, then SIGKILL after 10 s; only the recorded pid, if it still runs that binary
 	local p; p=$(pidof_ "$1") || return 0
 	[ -n "$p" ] && [ -d "/proc/$p" ] || { rm -f "$K8S_RUN/$1.pid"; return 0; }
-	grep -qa -- "$K8S_DIR" "/proc/$p/cmdline" 2>/dev/null || { rm -f "$K8S_RUN/$1.pid"; return 0; }
+	ours "$p" || { rm -f "$K8S_RUN/$1.pid"; return 0; }
 	kill "$p" 2>/dev/null
 	for _ in $(seq 20); do [ -d "/proc/$p" ] || break; sleep 0.5; done
 	[ -d "/proc/$p" ] && kill -9 "$p" 2>/dev/null
@@ -51,7 +54,7 @@ if [ -f "$K8S_RUN/sysctl.orig" ]; then
 fi
 rm -rf "$K8S_DIR/data" "$K8S_DIR/containerd" "$K8S_DIR/kubelet" "$K8S_DIR/cni" "$K8S_DIR/podlogs"
 [ "${1:-}" = --keep-logs ] || rm -f "$K8S_RUN"/*.log
-left=$(for d in /proc/[0-9]*; do grep -qa -- "$K8S_DIR/" "$d/cmdline" 2>/dev/null && echo "${d#/proc/}"; done)
+left=$(for d in /proc/[0-9]*; do ours "${d#/proc/}" && echo "${d#/proc/}"; done)
 if [ -n "$left" ]; then
 	echo "k8s down: processes of $K8S_DIR still run: $left" >&2
 	exit 1
