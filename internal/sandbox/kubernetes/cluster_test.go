@@ -79,7 +79,7 @@ func TestConformance(t *testing.T) {
 // says what to do, wraps ErrUnavailable (so a chain goes on), and leaves no Sandbox behind.
 func TestClusterFailures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*testenv.HangBound)
-	defer cancel()
+	t.Cleanup(cancel) // after the parallel subtests
 	check := func(t *testing.T, p *Provider, want string) {
 		t.Helper()
 		_, err := p.Create(ctx, sandbox.CreateOptions{Labels: map[string]string{"failure": t.Name()}})
@@ -107,9 +107,13 @@ func TestClusterFailures(t *testing.T) {
 	})
 	t.Run("NoCRD", func(t *testing.T) {
 		t.Parallel()
-		p := newClusterProvider(t, nil)
 		// A resource the cluster does not serve stands for agent-sandbox not installed
-		// (the CRD is the cluster's, shared by the tests running beside this one).
+		// (the CRD is the cluster's, shared by the tests running beside this one), asked
+		// for as the cluster's admin: RBAC answers before the resource is looked up, and
+		// the Role of a real install names sandboxes, which would then be missing.
+		p := newClusterProvider(t, func(c *Config) {
+			c.Kubeconfig = filepath.Join(filepath.Dir(c.Kubeconfig), "admin.kubeconfig")
+		})
 		dyn, err := dynamic.NewForConfig(p.rest)
 		if err != nil {
 			t.Fatal(err)
