@@ -29,7 +29,7 @@ import (
 const testNamespace = "toolhost"
 
 // clusterConfig is the provider's Config for the test cluster, or a skip (a failure on CI).
-func clusterConfig(t *testing.T) Config {
+func clusterConfig(t testing.TB) Config {
 	t.Helper()
 	dir := os.Getenv("TOOLHOST_TEST_K8S_DIR")
 	if dir == "" {
@@ -164,5 +164,42 @@ func TestClusterCheck(t *testing.T) {
 	ok, detail := newClusterProvider(t, func(c *Config) { c.Namespace = "default" }).Check(ctx)
 	if ok || !strings.Contains(detail, "role.yaml") {
 		t.Errorf("Check in a namespace without the Role: %v %q", ok, detail)
+	}
+}
+
+// BenchmarkCreateFirstCommand is a sandbox's creation to its first command's answer, then
+// its close, on the cluster (kubernetes) and on this machine (local), one after the other.
+func BenchmarkCreateFirstCommand(b *testing.B) {
+	kcfg := clusterConfig(b)
+	kcfg.Logger = nil
+	kp, err := New(kcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lp, err := local.New(local.Config{RunDir: testenv.RunDir(b), MaxLifetime: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lp.Close(context.Background()) })
+	for _, c := range []struct {
+		name string
+		p    sandbox.Provider
+		opts sandbox.CreateOptions
+	}{{"kubernetes", kp, sandbox.CreateOptions{}}, {"local", lp, sandbox.CreateOptions{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				sb, err := c.p.Create(ctx, c.opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				sb.Close(ctx)
+				b.StartTimer()
+			}
+		})
 	}
 }
