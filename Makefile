@@ -29,7 +29,7 @@ GATEWAY      := internal/store/s3/s3test/gateway
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: all run test test-fleet bench bench-check duel build cross plugins examples setup setup-test vet clean help
+.PHONY: all run test test-fleet test-k8s bench bench-check duel build cross plugins examples setup setup-test vet clean help
 
 all: build
 
@@ -37,6 +37,7 @@ help:
 	@echo "make run      install what is missing, build, run the demo (bin/toolhost demo)"
 	@echo "make test     install what is missing, gofmt, go vet, staticcheck, go test -race ./..."
 	@echo "make test-fleet  the fleet test: 3 replicas, HAProxy, 8 MCP agents, kills and a rolling restart"
+	@echo "make test-k8s    the kubernetes provider on a real single-node cluster built here (root; docs/KUBERNETES.md)"
 	@echo "make bench    run the benchmarks (BENCH=regexp BENCH_PKGS=./internal/host BENCH_COUNT=5)"
 	@echo "make bench-check  each headline figure of docs/BENCHMARKS.md as a ratio, 3 repeats: min/median/max, load, date"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
@@ -129,6 +130,12 @@ test: setup-test vet cross
 # machine to itself).
 test-fleet: setup-test
 	$(GO) test -tags fleet -count=1 -run '^TestFleet$$' -timeout $(TEST_TIMEOUT) -v ./cmd/toolhost
+
+# The kubernetes provider against a real single-node cluster that scripts/k8s builds and
+# brings up on this machine (root; a cold build takes minutes, Go's cache keeps later ones
+# short), torn down after: docs/KUBERNETES.md. Not part of make test.
+test-k8s: setup-test
+	TEST_TIMEOUT=$(TEST_TIMEOUT) scripts/k8s/test.sh $(TESTFLAGS)
 
 bench: setup
 	@mkdir -p $(BIN)

@@ -7,9 +7,12 @@
 //
 //	toolhost-agent --listen 0.0.0.0:49983 --workspace /home/user
 //
-// It serves until SIGTERM or SIGINT. It trusts whoever can reach its address: put it where
-// only the host can (a private network, a port the provider forwards with its own auth),
-// as E2B does with its envd.
+// It serves until SIGTERM or SIGINT. With the variable TOOLHOST_AGENT_TOKEN set (the
+// kubernetes provider sets it in each pod), it answers only requests that carry that token
+// in X-Access-Token (the health check excepted), removes the variable from its environment
+// before it starts anything, and makes itself undumpable, so the commands it runs (the
+// same user) cannot read the token from /proc/1/environ nor take its descriptors. Without
+// the variable it trusts whoever can reach its address: put it where only the host can.
 package main
 
 import (
@@ -26,7 +29,11 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd/agent"
+	"golang.org/x/sys/unix"
 )
+
+// envToken is the variable that holds the access token.
+const envToken = "TOOLHOST_AGENT_TOKEN"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -51,15 +58,23 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	token := os.Getenv(envToken)
+	os.Unsetenv(envToken) // before agent.New takes the environment every command gets
+	if token != "" {
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			l.Close()
+			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+		}
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1})
+	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1, AccessToken: token})
 	if err != nil {
 		l.Close()
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("toolhost-agent serving", "addr", l.Addr().String(), "workspace", *workspace)
+	log.Info("toolhost-agent serving", "addr", l.Addr().String(), "workspace", *workspace, "token", token != "")
 	if err := srv.Serve(ctx, l); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return err
 	}

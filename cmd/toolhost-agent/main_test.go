@@ -5,6 +5,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
@@ -97,5 +101,133 @@ func TestStandaloneAgent(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the agent did not end on SIGINT")
+	}
+}
+
+// TestAgentAccessToken serves the agent on TCP with an access token, as the kubernetes
+// provider runs it in a pod: a client without the token (another pod of the cluster) is
+// refused everything but the health check; the host's client, with it, runs commands and
+// reaches a port in the sandbox through the dial extension; and the commands it runs do not
+// find the token in their environment.
+func TestAgentAccessToken(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "toolhost-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const token = "tok-0123456789abcdef"
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--workspace", ws, "--log-dir", filepath.Join(dir, "logs"))
+	cmd.Env = append(os.Environ(), envToken+"="+token)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	addrc := make(chan string, 1)
+	go func() { // reads the agent's log until it ends
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.Contains(line, "toolhost-agent serving") {
+				continue
+			}
+			if _, rest, ok := strings.Cut(line, " addr="); ok {
+				addrc <- strings.Fields(rest)[0]
+			}
+		}
+		close(addrc)
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the agent never said it serves")
+	}
+	if addr == "" {
+		t.Fatal("the agent ended before it served")
+	}
+	ctx := context.Background()
+	stranger, err := client.New(client.Config{BaseURL: "http://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	if err := stranger.Health(ctx); err != nil {
+		t.Errorf("health check without the token: %v, want it answered", err)
+	}
+	if _, err := stranger.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}); err == nil {
+		t.Error("a command without the token: it ran")
+	}
+	if err := stranger.WriteFile(ctx, "x.txt", []byte("x")); err == nil {
+		t.Error("a write without the token: accepted")
+	}
+	if _, err := os.Stat(filepath.Join(ws, "x.txt")); err == nil {
+		t.Error("a write without the token reached the workspace")
+	}
+	wrong, err := client.New(client.Config{BaseURL: "http://" + addr, Header: http.Header{envd.HeaderAccessToken: {"tok-wrong"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if _, err := wrong.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}); err == nil {
+		t.Error("a command with a wrong token: it ran")
+	}
+
+	host, err := client.New(client.Config{BaseURL: "http://" + addr, Header: http.Header{envd.HeaderAccessToken: {token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	// (The agent's own /proc/PID/environ still holds it, as the kernel keeps the initial
+	// environment; the agent is undumpable, so only root, which a pod's user is not, may
+	// read it: this test runs as root and cannot show that.)
+	res, err := host.Exec(ctx, sandbox.ExecRequest{Argv: []string{"env"}, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command with the token: %v %+v %q", err, res, res.Stderr)
+	}
+	if strings.Contains(string(res.Stdout), token) || strings.Contains(string(res.Stdout), envToken) {
+		t.Errorf("a command sees the token: %q", res.Stdout)
+	}
+	// The dial extension over TCP: a listener in the "sandbox" (here this machine) is
+	// reached through the agent.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // ends when l is closed
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello from the port\n"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	if _, err := stranger.DialPort(ctx, port); err == nil {
+		t.Error("a dial without the token: connected")
+	}
+	c, err := host.DialPort(ctx, port)
+	if err != nil {
+		t.Fatalf("DialPort over TCP: %v", err)
+	}
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if string(b) != "hello from the port\n" {
+		t.Errorf("through the dial extension: %q", b)
 	}
 }

@@ -30,6 +30,8 @@ package envd
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -67,7 +69,9 @@ const (
 	HeaderMaxOutputBytes = "Toolhost-Max-Output-Bytes"
 	HeaderBackground     = "Toolhost-Background"
 	HeaderKillOnClose    = "Toolhost-Kill-On-Disconnect"
-	QueryMaxBytes        = "toolhost_max_bytes"
+	// HeaderAccessToken carries the agent's access token (envd's own header for it).
+	HeaderAccessToken = "X-Access-Token"
+	QueryMaxBytes     = "toolhost_max_bytes"
 	// Guarded /files (sandbox.FileGuard), toolhost extensions a real envd ignores, so a
 	// client sends them only to this agent: no link at any part of the path; a write only
 	// if the file's version (hex SHA-256 of its contents) is this, or only if it is absent.
@@ -422,4 +426,11 @@ func FileInfo(e EntryInfo, name string) sandbox.FileInfo {
 		fi.ModTime = *e.ModifiedTime
 	}
 	return fi
+}
+
+// TokenMatches reports whether got is the access token want, in time that does not depend
+// on where they differ.
+func TokenMatches(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }

@@ -51,7 +51,12 @@ type Config struct {
 	Init bool
 	// Egress, when set, is the sandbox's way out (sandbox.NetworkEgress): see egress.go.
 	Egress *EgressConfig
-	Logger *slog.Logger
+	// AccessToken, when set, is required of every request but the health check, in the
+	// header envd.HeaderAccessToken (E2B's envd takes its access token the same way): an
+	// agent served on a network (a pod's address) answers only the host that gave it the
+	// token. Empty: whoever reaches the agent is trusted (a unix socket only the host holds).
+	AccessToken string
+	Logger      *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -161,7 +166,13 @@ func (s *Server) handleWorkspace(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.AccessToken != "" && r.URL.Path != envd.PathHealth && !envd.TokenMatches(r.Header.Get(envd.HeaderAccessToken), s.cfg.AccessToken) {
+		http.Error(w, "missing or wrong access token", http.StatusUnauthorized)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Serve answers on l until ctx ends, then stops accepting, kills every process it
 // started and returns.

@@ -997,7 +997,7 @@ func (c *Client) Ports(ctx context.Context) ([]envd.ListeningPort, error) {
 // /toolhost/dial, upgraded to a raw byte stream): it works whatever the sandbox's
 // network, and reaches only a port that a process of the sandbox listens on — otherwise
 // the error wraps sandbox.ErrPortClosed. ctx bounds the handshake, not the connection.
-// Only agents on a unix socket are supported.
+// Only agents of toolhost's are supported: on a unix socket, or at http://ADDRESS:PORT.
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("dial port %d: not in 1..65535", port)
@@ -1005,11 +1005,18 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("dial port %d: %w", port, sandbox.ErrClosed)
 	}
+	network, addr := "unix", c.sock
 	if c.sock == "" {
-		return nil, fmt.Errorf("dial port %d: %w: only an agent on a unix socket has the dial extension", port, errors.ErrUnsupported)
+		// An agent of ours on a network (a pod's address) is reached in plain HTTP on its
+		// port; an https base is another's envd, which has no dial extension.
+		u, err := url.Parse(c.base)
+		if err != nil || u.Scheme != "http" || u.Port() == "" {
+			return nil, fmt.Errorf("dial port %d: %w: only an agent of toolhost's (a unix socket, or http://ADDRESS:PORT) has the dial extension", port, errors.ErrUnsupported)
+		}
+		network, addr = "tcp", u.Host
 	}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.sock)
+	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial port %d: connect to the agent: %w", port, c.streamErr(err))
 	}

@@ -1,0 +1,296 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	authclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/module"
+)
+
+// The kubernetes provider as a module of toolhost's configuration: its keys
+// (kubernetes.*), their validation, the provider they make with the sandbox policy every
+// provider honours (limits, session lifetime), and its doctor lines.
+func init() {
+	module.RegisterProvider(module.Provider{
+		Name:     "kubernetes",
+		Prefix:   "kubernetes.",
+		Sections: []module.Section{{Name: "kubernetes", Doc: sectionDoc}},
+		Keys:     keys,
+		Config:   func() any { return DefaultSection() },
+		Validate: func(cfg any, s module.Settings) error { return cfg.(*Section).Validate(s) },
+		New: func(_ context.Context, cfg any, env module.Env) (sandbox.Provider, error) {
+			p, err := NewFromSection(cfg.(*Section), env)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+		Doctor: func(ctx context.Context, cfg any, env module.Env, alone bool) []module.Check {
+			return doctor(ctx, cfg.(*Section), env, alone)
+		},
+	})
+}
+
+// Section is the kubernetes.* keys.
+type Section struct {
+	Kubeconfig      string              `key:"kubeconfig"`
+	Context         string              `key:"context"`
+	Namespace       string              `key:"namespace"`
+	Image           string              `key:"image"`
+	ImagePullPolicy string              `key:"image_pull_policy"`
+	RuntimeClass    string              `key:"runtime_class"`
+	NodeSelector    map[string]string   `key:"node_selector"`
+	Tolerations     []SectionToleration `key:"tolerations"`
+	Labels          map[string]string   `key:"labels"`
+	NetworkPolicy   bool                `key:"network_policy"`
+	RequestRatio    float64             `key:"request_ratio"`
+	ReadyTimeout    time.Duration       `key:"ready_timeout"`
+	RequestTimeout  time.Duration       `key:"request_timeout"`
+}
+
+// SectionToleration is an entry of kubernetes.tolerations.
+type SectionToleration struct {
+	Key      string `key:"key"`
+	Operator string `key:"operator"`
+	Value    string `key:"value"`
+	Effect   string `key:"effect"`
+}
+
+// DefaultSection is the kubernetes.* keys' defaults.
+func DefaultSection() *Section {
+	return &Section{
+		Namespace:       DefaultNamespace,
+		ImagePullPolicy: string(corev1.PullIfNotPresent),
+		NodeSelector:    map[string]string{},
+		Tolerations:     []SectionToleration{},
+		Labels:          map[string]string{},
+		RequestRatio:    DefaultRequestRatio,
+		ReadyTimeout:    DefaultReadyTimeout,
+		RequestTimeout:  DefaultRequestTimeout,
+	}
+}
+
+const sectionDoc = `The Kubernetes provider (sandbox.provider: kubernetes, or kubernetes in a list such as
+kubernetes,local): each sandbox is an agent-sandbox Sandbox (sigs.k8s.io/agent-sandbox)
+in a namespace of your cluster, a pod that runs toolhost's agent image, reached at the
+pod's IP with an access token. Its files live as long as the pod: the work lives in the
+snapshots. More: docs/KUBERNETES.md.`
+
+var keys = []module.Key{
+	{Name: "kubernetes.kubeconfig", Flag: "kubernetes-kubeconfig", Default: `"" (in a pod: its service account; else $KUBECONFIG, else ~/.kube/config)`,
+		Usage: "kubeconfig of the cluster the kubernetes provider uses", HostPath: true,
+		Doc: `The kubeconfig file of the cluster. Empty: in a pod, the pod's service account (in-cluster);
+elsewhere $KUBECONFIG, else ~/.kube/config.`},
+	{Name: "kubernetes.context", Flag: "kubernetes-context", Default: `"" (the kubeconfig's current context)`,
+		Usage: "context of the kubeconfig to use",
+		Doc:   `The context of the kubeconfig to use; empty: its current context.`},
+	{Name: "kubernetes.namespace", Flag: "kubernetes-namespace",
+		Usage: "namespace the kubernetes provider makes its Sandboxes in",
+		Doc: `The namespace Sandboxes are made in. The provider's user needs the Role of
+deploy/kubernetes-sandboxes/role.yaml there, and nothing cluster-wide.`},
+	{Name: "kubernetes.image", Flag: "kubernetes-image", Default: `"" (required with the kubernetes provider)`,
+		Usage: "the agent image sandbox pods run (scripts/k8s/image.sh builds it)",
+		Doc: `The container image each sandbox pod runs: toolhost's agent (cmd/toolhost-agent) with the
+tools the sandboxes need. scripts/k8s/image.sh builds one reproducibly and prints its
+digest; push it to your registry and name it here by digest (REGISTRY/toolhost-agent@sha256:...).`},
+	{Name: "kubernetes.image_pull_policy", Flag: "kubernetes-image-pull-policy",
+		Usage: "the pods' imagePullPolicy: IfNotPresent, Always or Never",
+		Doc:   `The pods' imagePullPolicy: IfNotPresent, Always or Never.`},
+	{Name: "kubernetes.runtime_class", Flag: "kubernetes-runtime-class", Default: `"" (the cluster's default runtime)`,
+		Usage: "RuntimeClass of sandbox pods (gvisor, kata, ...)",
+		Doc: `The RuntimeClass of sandbox pods: a gVisor or Kata Containers class puts each sandbox
+behind its own kernel. Empty: the cluster's default runtime (runc: the node's kernel).`},
+	{Name: "kubernetes.node_selector", FileOnly: true, Example: "For example:\nnode_selector:\n  pool: sandboxes",
+		Doc: `Node labels sandbox pods must land on (the pod's nodeSelector). No environment variable
+or flag; set it here.`},
+	{Name: "kubernetes.tolerations", FileOnly: true, Example: "For example:\n- key: sandboxes\n  operator: Exists\n  effect: NoSchedule",
+		Doc: `Tolerations of sandbox pods (key, operator Exists or Equal, value, effect), for a node pool
+tainted for sandboxes. No environment variable or flag; set it here.`},
+	{Name: "kubernetes.labels", FileOnly: true, Example: "For example:\nlabels:\n  team: web",
+		Doc: `Labels added to every Sandbox and its pod; toolhost adds app.kubernetes.io/managed-by:
+toolhost, toolhost.dev/sandbox, toolhost.dev/network and the session's labels (project,
+lease epoch) where they are valid label values. No environment variable or flag; set it here.`},
+	{Name: "kubernetes.network_policy", Flag: "kubernetes-network-policy",
+		Usage: "the namespace has deploy/kubernetes-sandboxes/networkpolicy.yaml, enforced",
+		Doc: `Say true once the namespace has the NetworkPolicy of
+deploy/kubernetes-sandboxes/networkpolicy.yaml and the cluster's network plugin enforces
+it: sandbox pods then have no network, and sandbox.network: none is honoured. While it is
+false, the provider refuses sandboxes with network none or egress (a pod would have the
+cluster's network); sandbox.network: host gives them the pod network as it is.`},
+	{Name: "kubernetes.request_ratio", Flag: "kubernetes-request-ratio",
+		Usage: "the pods' resource requests as a fraction of their limits",
+		Doc: `sandbox.memory, sandbox.cpus and sandbox.disk are each pod's limits; its requests (what
+the scheduler reserves) are this fraction of them, between 0 and 1.`},
+	{Name: "kubernetes.ready_timeout", Flag: "kubernetes-ready-timeout",
+		Usage: "bound of the wait for a new sandbox's pod to run its agent",
+		Doc: `The bound of the wait for a new Sandbox's pod to be scheduled, pull its image and answer;
+past it the Sandbox is deleted and the provider is unavailable (a list goes on). An image
+that cannot be pulled fails at once.`},
+	{Name: "kubernetes.request_timeout", Flag: "kubernetes-request-timeout",
+		Usage: "bound of each call to the Kubernetes API server",
+		Doc: `The bound of each call to the Kubernetes API server; an unreachable one makes the
+provider unavailable within it.`},
+}
+
+// Validate checks the kubernetes.* keys.
+func (s *Section) Validate(set module.Settings) error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	chosen := slices.Contains(set.Providers, "kubernetes")
+	if chosen && strings.TrimSpace(s.Image) == "" {
+		return bad("kubernetes.image", "is required with the kubernetes provider: the agent image its pods run (scripts/k8s/image.sh builds it; docs/KUBERNETES.md)")
+	}
+	if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
+		return bad("kubernetes.namespace", "%q is not a namespace name: %s", s.Namespace, strings.Join(errs, "; "))
+	}
+	switch corev1.PullPolicy(s.ImagePullPolicy) {
+	case corev1.PullIfNotPresent, corev1.PullAlways, corev1.PullNever:
+	default:
+		return bad("kubernetes.image_pull_policy", "must be IfNotPresent, Always or Never, got %q", s.ImagePullPolicy)
+	}
+	if s.RuntimeClass != "" {
+		if errs := validation.IsDNS1123Subdomain(s.RuntimeClass); len(errs) > 0 {
+			return bad("kubernetes.runtime_class", "%q is not a RuntimeClass name: %s", s.RuntimeClass, strings.Join(errs, "; "))
+		}
+	}
+	for _, m := range []struct {
+		key string
+		m   map[string]string
+	}{{"kubernetes.node_selector", s.NodeSelector}, {"kubernetes.labels", s.Labels}} {
+		for _, k := range slices.Sorted(maps.Keys(m.m)) {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				return bad(m.key, "%q is not a label name: %s", k, strings.Join(errs, "; "))
+			}
+			if errs := validation.IsValidLabelValue(m.m[k]); len(errs) > 0 {
+				return bad(m.key, "the value of %q is not a label value: %s", k, strings.Join(errs, "; "))
+			}
+		}
+	}
+	for i, t := range s.Tolerations {
+		switch t.Operator {
+		case "", "Equal", "Exists":
+		default:
+			return bad(fmt.Sprintf("kubernetes.tolerations[%d]", i), "operator must be Exists or Equal, got %q", t.Operator)
+		}
+		switch t.Effect {
+		case "", "NoSchedule", "PreferNoSchedule", "NoExecute":
+		default:
+			return bad(fmt.Sprintf("kubernetes.tolerations[%d]", i), "effect must be NoSchedule, PreferNoSchedule, NoExecute or empty, got %q", t.Effect)
+		}
+	}
+	if s.RequestRatio <= 0 || s.RequestRatio > 1 {
+		return bad("kubernetes.request_ratio", "must be more than 0 and at most 1, got %g", s.RequestRatio)
+	}
+	if s.ReadyTimeout <= 0 {
+		return bad("kubernetes.ready_timeout", "must be positive, got %s", s.ReadyTimeout)
+	}
+	if s.RequestTimeout <= 0 {
+		return bad("kubernetes.request_timeout", "must be positive, got %s", s.RequestTimeout)
+	}
+	return nil
+}
+
+// ProviderConfig is the provider's Config of the kubernetes.* keys and the settings.
+func (s *Section) ProviderConfig(env module.Env) Config {
+	set := env.Settings
+	var tols []Toleration
+	for _, t := range s.Tolerations {
+		tols = append(tols, Toleration(t))
+	}
+	return Config{
+		Kubeconfig: s.Kubeconfig, Context: s.Context, Namespace: s.Namespace,
+		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, RuntimeClass: s.RuntimeClass,
+		NodeSelector: s.NodeSelector, Tolerations: tols, Labels: s.Labels,
+		NetworkPolicy:  s.NetworkPolicy,
+		Limits:         Limits{MemoryBytes: set.MemoryBytes, CPUs: set.CPUs, DiskBytes: set.DiskBytes},
+		RequestRatio:   s.RequestRatio,
+		DefaultTimeout: set.TTL, MaxLifetime: set.MaxLifetime,
+		ReadyTimeout: s.ReadyTimeout, RequestTimeout: s.RequestTimeout,
+		Logger: env.Logger,
+	}
+}
+
+// NewFromSection is the provider of the kubernetes.* keys.
+func NewFromSection(s *Section, env module.Env) (*Provider, error) {
+	p, err := New(s.ProviderConfig(env))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes sandbox provider: %w", err)
+	}
+	return p, nil
+}
+
+// Verbs are what the provider asks of the API server, by resource: exactly the rules of
+// deploy/kubernetes-sandboxes/role.yaml.
+var Verbs = []struct {
+	Group, Resource string
+	Verbs           []string
+}{
+	{SandboxResource.Group, SandboxResource.Resource, []string{"create", "get", "list", "patch", "delete"}},
+	{"", "pods", []string{"get"}},
+}
+
+// doctor checks that the API server answers, that agent-sandbox's Sandbox resource is
+// installed, and that the provider's user may do each thing it does in the namespace
+// (SelfSubjectAccessReview, which every user may ask); and says what it cannot check.
+func doctor(ctx context.Context, s *Section, env module.Env, alone bool) []module.Check {
+	c := module.Check{Name: "kubernetes", Needed: alone}
+	p, err := NewFromSection(s, env)
+	if err != nil {
+		c.Detail = err.Error()
+		return []module.Check{c}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
+	defer cancel()
+	c.OK, c.Detail = p.Check(cctx)
+	net := module.Check{Name: "kubernetes network", OK: s.NetworkPolicy}
+	if s.NetworkPolicy {
+		net.Detail = "kubernetes.network_policy is true: sandbox pods rely on the namespace's NetworkPolicy (deploy/kubernetes-sandboxes/networkpolicy.yaml) and on a network plugin that enforces it, which toolhost cannot check from here"
+	} else {
+		net.Detail = "kubernetes.network_policy is false: sandboxes with sandbox.network none or egress are refused; apply deploy/kubernetes-sandboxes/networkpolicy.yaml with a network plugin that enforces it, then set it true (docs/KUBERNETES.md)"
+	}
+	return []module.Check{c, net}
+}
+
+// Check asks the API server whether the provider can work: the Sandbox resource is
+// installed and its user may do what it does in the namespace. It returns a line that
+// says what it found, or what to do.
+func (p *Provider) Check(ctx context.Context) (bool, string) {
+	if _, err := p.dyn.Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return false, fmt.Sprintf("listing Sandboxes in namespace %s: %v", p.cfg.Namespace, p.explain(err))
+	}
+	ac, err := authclient.NewForConfig(p.rest)
+	if err != nil {
+		return false, err.Error()
+	}
+	var missing []string
+	for _, r := range Verbs {
+		for _, v := range r.Verbs {
+			rev, err := ac.SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authv1.ResourceAttributes{Namespace: p.cfg.Namespace, Verb: v, Group: r.Group, Resource: r.Resource},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return false, fmt.Sprintf("asking the API server at %s what the user may do: %v", p.server, p.explain(err))
+			}
+			if !rev.Status.Allowed {
+				missing = append(missing, v+" "+r.Resource)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return false, fmt.Sprintf("the user may not %s in namespace %s: bind it the Role of deploy/kubernetes-sandboxes/role.yaml", strings.Join(missing, ", "), p.cfg.Namespace)
+	}
+	return true, fmt.Sprintf("the API server at %s answers, agent-sandbox's Sandbox resource is installed, and the user may do what the provider does in namespace %s (image %s)",
+		p.server, p.cfg.Namespace, p.cfg.Image)
+}

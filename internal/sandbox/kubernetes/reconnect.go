@@ -1,0 +1,193 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/toolhost/toolhost/core/sandbox"
+)
+
+// What another replica finds of a Sandbox: a replica that takes a project over (the
+// fleet) reconnects to the project's Sandbox by its name, checking the labels its
+// session gave it (the project, the lease's epoch); everything read from the cluster is
+// checked as a record that may be stale.
+
+// found is a Sandbox of the provider's, as read from the cluster.
+type found struct {
+	name      string
+	labels    map[string]string // the session's (CreateOptions.Labels)
+	startedAt time.Time
+	endsAt    time.Time
+	token     string
+	gone      string // why it cannot be reached again; "" when it can
+}
+
+// read parses a Sandbox; a Sandbox not made by the provider gives an error wrapping
+// sandbox.ErrForeign.
+func read(u *unstructured.Unstructured) (found, error) {
+	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time}
+	if u.GetLabels()[LabelManagedBy] != managedBy {
+		return f, fmt.Errorf("Sandbox %s was not made by toolhost: %w", f.name, sandbox.ErrForeign)
+	}
+	if err := json.Unmarshal([]byte(u.GetAnnotations()[annotationLabels]), &f.labels); err != nil {
+		return f, fmt.Errorf("Sandbox %s: its labels annotation: %v: %w", f.name, err, sandbox.ErrForeign)
+	}
+	if t, ok, _ := unstructured.NestedString(u.Object, "spec", "shutdownTime"); ok {
+		if end, err := time.Parse(time.RFC3339, t); err == nil {
+			f.endsAt = end
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "podTemplate", "spec", "containers")
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		if cm["name"] != containerName {
+			continue
+		}
+		env, _ := cm["env"].([]any)
+		for _, e := range env {
+			em, _ := e.(map[string]any)
+			if em["name"] == envToken {
+				f.token, _ = em["value"].(string)
+			}
+		}
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		cm, _ := c.(map[string]any)
+		if cm["type"] == "Ready" && cm["reason"] == "SandboxExpired" {
+			f.gone = "expired"
+		}
+	}
+	switch {
+	case u.GetDeletionTimestamp() != nil:
+		f.gone = "being deleted"
+	case !f.endsAt.IsZero() && time.Now().After(f.endsAt):
+		f.gone = "past its end time"
+	case f.token == "":
+		f.gone = "without an agent token"
+	}
+	return f, nil
+}
+
+// hasLabels reports whether every label of want is in have, with its value.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Reconnect attaches to a running Sandbox of the provider by its name, as another process
+// left it (sandbox.Reconnector): its end time moves to now + opts.Timeout unless it is
+// later already.
+func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.ReconnectOptions) (sandbox.Sandbox, error) {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	u, err := p.dyn.Namespace(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
+	cancel()
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: no such Sandbox in namespace %s: %w", id, p.cfg.Namespace, sandbox.ErrGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: %w", id, p.explain(err))
+	}
+	f, err := read(u)
+	if err != nil {
+		return nil, fmt.Errorf("reconnect: %w", err)
+	}
+	if !hasLabels(f.labels, opts.Labels) {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: it lacks the labels asked for: %w", id, sandbox.ErrForeign)
+	}
+	if f.gone != "" {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: it is %s: %w", id, f.gone, sandbox.ErrGone)
+	}
+	cctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	pod, err := p.core.Pods(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
+	cancel()
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: its pod is gone: %w", id, sandbox.ErrGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: %w", id, p.explain(err))
+	}
+	if pod.Status.PodIP == "" || !podReady(pod) {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: its pod is not running (%s): %w", id, podState(pod), sandbox.ErrGone)
+	}
+	sb, err := p.open(ctx, id, f.token, pod.Status.PodIP)
+	if err != nil {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: its agent at %s: %w", id, pod.Status.PodIP, err)
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = p.cfg.DefaultTimeout
+	}
+	end := f.endsAt
+	if want := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second); want.After(end) {
+		end = want
+		if limit := f.startedAt.Add(p.cfg.MaxLifetime); end.After(limit) {
+			end = limit
+		}
+		if end.After(f.endsAt) {
+			if err := p.patchShutdown(ctx, id, end); err != nil {
+				sb.detach()
+				return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: extend it: %w", id, err)
+			}
+		} else {
+			end = f.endsAt
+		}
+	}
+	sb.start(f.startedAt, end)
+	p.log.Info("reconnected to Kubernetes sandbox", "sandbox", id, "ends", end.UTC().Format(time.RFC3339))
+	return sb, nil
+}
+
+// List lists the provider's Sandboxes in its namespace that carry every label of filter
+// (sandbox.Lister), whichever process made them.
+func (p *Provider) List(ctx context.Context, filter map[string]string) ([]sandbox.SandboxInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	l, err := p.dyn.Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + managedBy})
+	if err != nil {
+		return nil, fmt.Errorf("list Kubernetes sandboxes in namespace %s: %w", p.cfg.Namespace, p.explain(err))
+	}
+	var out []sandbox.SandboxInfo
+	for i := range l.Items {
+		f, err := read(&l.Items[i])
+		if err != nil || f.gone != "" || !hasLabels(f.labels, filter) {
+			continue
+		}
+		out = append(out, sandbox.SandboxInfo{ID: f.name, Labels: f.labels, State: "running", StartedAt: f.startedAt, EndsAt: f.endsAt})
+	}
+	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return a.StartedAt.Compare(b.StartedAt) })
+	return out, nil
+}
+
+// Kill deletes one of the provider's Sandboxes by name (sandbox.Killer); one that is gone
+// already is not an error.
+func (p *Provider) Kill(ctx context.Context, id string) error {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	u, err := p.dyn.Namespace(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
+	cancel()
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kill Kubernetes sandbox %s: %w", id, p.explain(err))
+	}
+	if _, err := read(u); err != nil && errors.Is(err, sandbox.ErrForeign) {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if err := p.delete(ctx, id); err != nil {
+		return fmt.Errorf("kill Kubernetes sandbox %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+#!/bin/bash
+# make test-k8s: builds the test cluster (build.sh, reusing Go's build cache), the agent
+# image (image.sh), brings the cluster up (up.sh), runs the kubernetes provider's tests
+# against it (-tags k8s: the sandbox conformance suite, the failures, the chain, doctor's
+# check) and tears it all down (down.sh), whatever happened. Needs root; without it, or
+# with SKIP_K8S=1, it says why and skips, which on CI (CI=true) is a failure.
+#   scripts/k8s/test.sh [go test flags, e.g. -run TestConformance]
+set -euo pipefail
+. "$(dirname "$0")/env.sh"
+skip() {
+	if [ "${CI:-}" = true ]; then echo "test-k8s: CI=true, and the Kubernetes tests cannot run: $*" >&2; exit 1; fi
+	echo "test-k8s: skipped: $*"; exit 0
+}
+[ "${SKIP_K8S:-}" = 1 ] && skip "SKIP_K8S=1"
+[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd and runc manage cgroups, mounts and network namespaces)"
+command -v kubectl >/dev/null || skip "kubectl is missing (make setup-test installs Debian's kubernetes-client)"
+T0=$(date +%s)
+"$K8S_SCRIPTS/debs.sh"
+"$K8S_SCRIPTS/build.sh"
+"$K8S_SCRIPTS/image.sh" >/dev/null
+T1=$(date +%s)
+trap '"$K8S_SCRIPTS/down.sh"' EXIT
+"$K8S_SCRIPTS/up.sh"
+T2=$(date +%s)
+cd "$K8S_SCRIPTS/../.."
+export TOOLHOST_TEST_K8S_DIR=$K8S_DIR
+go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$@" ./internal/sandbox/kubernetes/
+go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" -run '^TestKubernetesSeedFlow$' ./internal/session/
+echo "test-k8s: build $((T1 - T0)) s, cluster up $((T2 - T1)) s, tests $(($(date +%s) - T2)) s"
