@@ -13,6 +13,7 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/envd/client"
+	"github.com/toolhost/toolhost/internal/preview"
 	"github.com/toolhost/toolhost/internal/tree"
 )
 
@@ -23,7 +24,7 @@ type Sandbox struct {
 	log      *slog.Logger
 	podIP    string
 	client   *client.Client
-	previews previews
+	previews preview.Forwarders
 
 	// life ends when the sandbox does: calls under way are cut then (bind).
 	life    context.Context
@@ -209,7 +210,7 @@ func (s *Sandbox) end(reason string) {
 	}
 	s.mu.Unlock()
 	s.endLife()
-	s.previews.close()
+	s.previews.Close()
 	s.client.Close()
 }
 

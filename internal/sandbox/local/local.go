@@ -42,6 +42,7 @@ import (
 	"github.com/toolhost/toolhost/internal/cgroup"
 	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/lockfile"
+	"github.com/toolhost/toolhost/internal/preview"
 	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/seccomp"
 	"github.com/toolhost/toolhost/internal/volume"
@@ -765,12 +766,12 @@ type Sandbox struct {
 	runDir    string
 	lock      *lockfile.Lock // held while the run dir is in use (see prune)
 	out       *sandboxOutput
-	cg        *cgroup.Group // nil when the host has no cgroups for us
-	egress    *egressLink   // nil unless the network is egress
-	initPID   int           // host pid of the sandbox's pid 1 (the agent)
-	initFD    int           // pidfd of initPID, or -1: kill signals the very process, never a reused pid
-	slot      *slot         // a spare's (pool.go): what bwrap bound at /home/user; nil otherwise
-	previews  previews      // host listeners of PreviewURL
+	cg        *cgroup.Group      // nil when the host has no cgroups for us
+	egress    *egressLink        // nil unless the network is egress
+	initPID   int                // host pid of the sandbox's pid 1 (the agent)
+	initFD    int                // pidfd of initPID, or -1: kill signals the very process, never a reused pid
+	slot      *slot              // a spare's (pool.go): what bwrap bound at /home/user; nil otherwise
+	previews  preview.Forwarders // host listeners of PreviewURL
 	startedAt time.Time
 	frozen    atomic.Bool // a handoff froze its cgroup (retire): it dies on the provider's time
 
@@ -937,7 +938,7 @@ func (s *Sandbox) shutdown(reason string) {
 			s.timer.Stop()
 		}
 		s.mu.Unlock()
-		s.previews.close() // no new preview connections; the open ones end
+		s.previews.Close() // no new preview connections; the open ones end
 		s.client.Close()
 		s.kill()
 		if s.egress != nil {
