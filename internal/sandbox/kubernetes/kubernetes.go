@@ -406,7 +406,10 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
 	}
-	end := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second)
+	// A sandbox's life counts from when it is ready: the end it is created with leaves
+	// room for the pod to start (ReadyTimeout), and is moved to the real one once the
+	// agent answers. A host that dies meanwhile leaves it that much longer at most.
+	end := endAfter(timeout + p.cfg.ReadyTimeout)
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": SandboxResource.GroupVersion().String(),
 		"kind":       "Sandbox",
@@ -437,10 +440,21 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 		p.deleteQuietly(context.WithoutCancel(ctx), name, "could not be set up")
 		return nil, fmt.Errorf("create Kubernetes sandbox %s: %w", name, err)
 	}
+	end = endAfter(timeout)
+	if err := p.patchShutdown(ctx, name, end); err != nil {
+		p.deleteQuietly(context.WithoutCancel(ctx), name, "could not be given its end time")
+		return nil, fmt.Errorf("create Kubernetes sandbox %s: setting its end time: %w", name, err)
+	}
 	sb.start(startedAt, end)
 	p.log.Info("Kubernetes sandbox created", "sandbox", name, "namespace", p.cfg.Namespace, "pod_ip", sb.podIP,
 		"ends", end.UTC().Format(time.RFC3339), "took", time.Since(began))
 	return sb, nil
+}
+
+// endAfter is the end time of a sandbox that lives d from now, in the whole seconds a
+// Sandbox's spec.shutdownTime holds (rounded up: never earlier than asked).
+func endAfter(d time.Duration) time.Time {
+	return time.Now().Add(d).Truncate(time.Second).Add(time.Second)
 }
 
 // toAny is a string map as unstructured content.

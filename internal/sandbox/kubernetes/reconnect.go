@@ -131,7 +131,7 @@ func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.Reconn
 		timeout = p.cfg.DefaultTimeout
 	}
 	end := f.endsAt
-	if want := time.Now().Add(timeout).Truncate(time.Second).Add(time.Second); want.After(end) {
+	if want := endAfter(timeout); want.After(end) {
 		end = want
 		if limit := f.startedAt.Add(p.cfg.MaxLifetime); end.After(limit) {
 			end = limit

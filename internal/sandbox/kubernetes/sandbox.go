@@ -148,7 +148,7 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	if err := s.closedErr(); err != nil {
 		return fmt.Errorf("set timeout: %w", err)
 	}
-	end := time.Now().Add(d).Truncate(time.Second).Add(time.Second)
+	end := endAfter(d)
 	limit := s.StartedAt().Add(s.p.cfg.MaxLifetime)
 	if end.After(limit) {
 		return fmt.Errorf("set timeout of sandbox %s to %s: it would end at %s, past its maximum lifetime of %s (it must end by %s)",
