@@ -126,8 +126,7 @@ test: setup-test vet cross
 # The fleet test (cmd/toolhost TestFleet, build tag fleet): three serve replicas behind
 # HAProxy on the S3 test gateway and the E2B fake, eight agents of the official MCP
 # TypeScript client for FLEET_TEST_SECONDS (120) while replicas are killed, stopped and
-# rolled. .ci/run runs it after make test (it starts its own processes and wants the
-# machine to itself).
+# rolled. Not in .ci/run yet: it still fails one run in two (docs/FLEET.md, "Status").
 test-fleet: setup-test
 	$(GO) test -tags fleet -count=1 -run '^TestFleet$$' -timeout $(TEST_TIMEOUT) -v ./cmd/toolhost
 
