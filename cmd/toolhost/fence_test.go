@@ -78,6 +78,7 @@ func TestLeaseFencedAfterPause(t *testing.T) {
 	}
 	holder.Env = append(holder.Env, "TOOLHOST_DATA_DIR="+testDataDir, "XDG_CONFIG_HOME="+t.TempDir())
 	holder.Env = append(holder.Env, env(proxy.URL)...)
+	awaitCompiles(t, holder.Env)
 	var stderr bytes.Buffer
 	holder.Stderr, holder.Stdout = &stderr, io.Discard
 	if err := holder.Start(); err != nil {

@@ -51,6 +51,7 @@ func leaseTwoProcesses(t *testing.T, env []string) {
 	holder := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws, "--project", "shared")
 	holder.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir)
 	holder.Env = append(holder.Env, env...)
+	awaitCompiles(t, holder.Env)
 	var stderr bytes.Buffer
 	holder.Stderr = &stderr
 	if err := holder.Start(); err != nil {

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,6 +179,7 @@ func runBinIn(t *testing.T, bin, dir string, env []string, args ...string) runRe
 	// No user config file: every test states its configuration.
 	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t), "XDG_CONFIG_HOME="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
+	awaitCompiles(t, cmd.Env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -189,6 +192,27 @@ func runBinIn(t *testing.T, bin, dir string, env []string, args ...string) runRe
 		code = ee.ExitCode()
 	}
 	return runResult{code, stdout.String(), stderr.String()}
+}
+
+// awaitCompiles makes t's end wait for the compile a one-shot call run with env may have
+// left to a detached `toolhost tools --warm`: that process opens the store (creating its
+// directories) and fills the data dir after the call has exited, so the test's
+// directories may be removed only once it has ended. Cleanups run last-registered first:
+// this one runs before the removal of every directory t made so far.
+func awaitCompiles(t testing.TB, env []string) {
+	dataDir := testDataDir
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "TOOLHOST_DATA_DIR="); ok {
+			dataDir = v
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang bound
+		defer cancel()
+		if err := waitCompiled(ctx, dataDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Error(err)
+		}
+	})
 }
 
 func (r runResult) String() string {
@@ -459,9 +483,14 @@ func TestCallWriteThenRead(t *testing.T) {
 	input, _ := json.Marshal(map[string]string{"path": "notes/a.txt", "content": content})
 
 	// Flags before the positional arguments.
-	r := runCLI(t, nil, "--workspace", ws, "call", "write_file", string(input))
+	r := runCLI(t, []string{"TOOLHOST_LOG_LEVEL=debug"}, "--workspace", ws, "call", "write_file", string(input))
 	if r.code != 0 {
 		t.Fatalf("write_file:\n%s", r)
+	}
+	// TestMain compiled every plugin (tools --warm): editfile is warm although the call
+	// runs it under another environment (its guard off), so nothing is left to compile.
+	if strings.Contains(r.stderr, "in a process of its own") {
+		t.Errorf("a call on a warm data dir left a compile behind:\n%s", r.stderr)
 	}
 	res := decodeResult(t, r)
 	if res.IsError || !strings.Contains(res.Content[0].Text, "notes/a.txt") {
@@ -860,6 +889,7 @@ func TestInterrupt(t *testing.T) {
 	ws := t.TempDir()
 	cmd := exec.Command(toolBin, "call", "bash", `{"command":"touch started; sleep 60"}`, "--workspace", ws)
 	cmd.Env = append(os.Environ(), "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t))
+	awaitCompiles(t, cmd.Env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

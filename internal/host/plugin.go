@@ -51,8 +51,9 @@ type plugin struct {
 	rawManifest string // the recorded manifest, which finish compares with the module's
 	// fromRecord: registered from its record or seed, not loaded.
 	fromRecord bool
-	// warm: its record says this engine compiled it (engineID): the compiled form is a
-	// cache hit away, so calls wait for it instead of interpreting.
+	// warm: its record or its module's compiled mark says this engine compiled it
+	// (engineID): the compiled form is a cache hit away, so calls wait for it instead of
+	// interpreting.
 	warm bool
 	// recorded: the record as it is on disk, if any; finish rewrites it when it lacks
 	// what finish learnt (that this engine compiled the module).
@@ -124,7 +125,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 		}
 		if err == nil {
 			p.ready, p.deferred, p.rawManifest, p.fromRecord = make(chan struct{}), true, rec.Manifest, true
-			p.warm = rec.Compiled == engineID()
+			p.warm = rec.Compiled == engineID() || h.compiledBefore(compiledKey(wasm))
 			return p, nil
 		}
 		if p.recorded != nil {
@@ -174,6 +175,7 @@ func (h *Host) loadPlugin(ctx context.Context, spec PluginSpec) (*plugin, error)
 	if err := h.writeRecord(p.key, record{Imports: p.imports, Manifest: string(rawManifest), Compiled: engineID()}); err != nil {
 		h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
 	}
+	p.markCompiled()
 	p.ready = closedChan
 	return p, nil
 }
@@ -294,6 +296,17 @@ func (p *plugin) finish(ctx context.Context) {
 		if err := p.h.writeRecord(p.key, rec); err != nil {
 			p.h.log.Warn("could not record a plugin: the next start loads it in full", "plugin", p.name, "err", err)
 		}
+	}
+	if !p.warm {
+		p.markCompiled()
+	}
+}
+
+// markCompiled records that this engine compiled the plugin's module, for every
+// environment it may run under.
+func (p *plugin) markCompiled() {
+	if err := p.h.markCompiled(compiledKey(p.wasm)); err != nil {
+		p.h.log.Warn("could not record a plugin's compile: its next start under another configuration runs it interpreted first", "plugin", p.name, "err", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -29,7 +30,9 @@ import (
 // this user's own: they are trusted as the compiled code is. They are keyed by the
 // SHA-256 of the module and of its environment (a manifest may depend on its
 // configuration: bash's description states its timeouts), so a changed module or
-// configuration is a miss and is loaded in full.
+// configuration is a miss and is loaded in full. Beside them, a module's compiled mark
+// (compiledKey, keyed by the module alone) says that this engine has compiled it, under
+// whichever configuration: a record made under another one is still warm.
 
 // recordsDir is the directory of the records under the cache dir; the suffix changes with
 // the record's format.
@@ -53,7 +56,7 @@ type record struct {
 // a call. A collision, by chance or made on purpose, costs a failed load, never a grant.
 func recordKey(wasm []byte, env map[string]string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "module %d %08x %08x\n", len(wasm), crc32.Checksum(wasm, castagnoli), crc32.ChecksumIEEE(wasm))
+	writeModuleSum(h, wasm)
 	fmt.Fprintf(h, "abi %d\n", abi.Version)
 	keys := make([]string, 0, len(env))
 	for k := range env {
@@ -64,6 +67,38 @@ func recordKey(wasm []byte, env map[string]string) string {
 		fmt.Fprintf(h, "%q=%q\n", k, env[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+func writeModuleSum(w io.Writer, wasm []byte) {
+	fmt.Fprintf(w, "module %d %08x %08x\n", len(wasm), crc32.Checksum(wasm, castagnoli), crc32.ChecksumIEEE(wasm))
+}
+
+// compiledKey is the key of a module's compiled mark: what the optimizing compiler made
+// of a module does not depend on the plugin's environment, so a module compiled under one
+// configuration (toolhost tools --warm's) is warm under every other (a one-shot call's,
+// which turns editfile's guard off).
+func compiledKey(wasm []byte) string {
+	h := sha256.New()
+	io.WriteString(h, "compiled\n")
+	writeModuleSum(h, wasm)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// compiledBefore reports whether this engine (engineID) has compiled the module into the
+// cache, under any environment.
+func (h *Host) compiledBefore(key string) bool {
+	b, err := os.ReadFile(filepath.Join(h.records, key+".compiled"))
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	_ = os.Chtimes(filepath.Join(h.records, key+".compiled"), now, now)
+	return string(b) == engineID()
+}
+
+// markCompiled records that this engine has compiled the module of key into the cache.
+func (h *Host) markCompiled(key string) error {
+	return h.writeRecordFile(key+".compiled", []byte(engineID()))
 }
 
 func (h *Host) recordPath(key string) string {
@@ -90,15 +125,20 @@ func (h *Host) readRecord(key string) (record, bool) {
 // writeRecord stores a record atomically (a temporary file renamed), so that a concurrent
 // reader sees the whole of it or nothing.
 func (h *Host) writeRecord(key string, r record) error {
-	p := h.recordPath(key)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), key+".*.tmp")
+	return h.writeRecordFile(key+".json", b)
+}
+
+// writeRecordFile writes the records directory's file name atomically.
+func (h *Host) writeRecordFile(name string, b []byte) error {
+	p := filepath.Join(h.records, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), name+".*.tmp")
 	if err != nil {
 		return err
 	}

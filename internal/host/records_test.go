@@ -137,3 +137,74 @@ func newWithRecords(ctx context.Context, cfg Config, dir string) (*Host, error) 
 	}
 	return h, nil
 }
+
+// What the optimizing compiler made of a module does not depend on the plugin's
+// environment: a module compiled under one configuration is warm under another (its calls
+// wait for the cached compiled form instead of running interpreted, and nothing is left
+// to compile after them). A one-shot `toolhost call write_file` turns editfile's guard
+// off, and each one ran editfile interpreted and started a compile of its own although
+// `toolhost tools --warm` had compiled it.
+func TestCompiledUnderAnyEnv(t *testing.T) {
+	ctx := context.Background()
+	records := filepath.Join(t.TempDir(), recordsDir) // the compilation cache is the package's
+	open := func(env map[string]string) *Host {
+		t.Helper()
+		cfg := Config{DataDir: dataDir, Plugins: []PluginSpec{{Path: probePath(t), Grants: allGrants, Env: env}}}
+		h, err := newWithRecords(ctx, cfg, records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close(ctx) })
+		return h
+	}
+	h := open(nil) // loaded in full, then compiled, recorded and marked
+	if h.plugins[0].fromRecord {
+		t.Fatal("the first load used a record")
+	}
+	if err := h.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another environment: no record of it, so the plugin is loaded again (in its quick
+	// form), but it is warm: its calls wait for the compiled form.
+	spec := PluginSpec{Path: probePath(t), Grants: allGrants, Env: map[string]string{"GUARD": "off"}}
+	seed, err := MakeSeed(ctx, Config{}, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Seeds = []Seed{seed}
+	h2, err := newWithRecords(ctx, Config{DataDir: dataDir, Plugins: []PluginSpec{spec}}, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close(ctx)
+	if p := h2.plugins[0]; !p.fromRecord || !p.warm {
+		t.Fatalf("under another environment: from its seed %v, warm %v; want both", p.fromRecord, p.warm)
+	}
+	if res, err := h2.OpenSession(memsandbox.New()).Dispatch(ctx, "echo", json.RawMessage(`{"text":"hi"}`)); err != nil || testenv.ResultText(res) != "hi" {
+		t.Fatalf("echo: %+v, %v", res, err)
+	}
+	if u := h2.Unsettled(); len(u) != 0 {
+		t.Errorf("after a call under another environment, left to compile: %v", u)
+	}
+
+	// A mark another engine wrote (an older toolhost's) is not a hit.
+	marks, _ := filepath.Glob(filepath.Join(records, "*.compiled"))
+	if len(marks) != 1 {
+		t.Fatalf("compiled marks: %v, want one", marks)
+	}
+	if err := os.WriteFile(marks[0], []byte("wazero v0.0.1 plan9 mips"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec.Env = map[string]string{"GUARD": "on"}
+	if spec.Seeds[0], err = MakeSeed(ctx, Config{}, spec); err != nil {
+		t.Fatal(err)
+	}
+	h3, err := newWithRecords(ctx, Config{DataDir: dataDir, Plugins: []PluginSpec{spec}}, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h3.Close(ctx)
+	if p := h3.plugins[0]; p.warm {
+		t.Error("warm by another engine's mark")
+	}
+}
