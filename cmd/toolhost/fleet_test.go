@@ -137,7 +137,9 @@ func TestFleet(t *testing.T) {
 		return time.After(time.Duration(float64(secs)*frac) * time.Second)
 	}
 	start := time.Now()
-	step := func(what string) { t.Logf("%5.1fs: %s", time.Since(start).Seconds(), what) }
+	step := func(what string) {
+		t.Logf("%5.1fs (%s): %s", time.Since(start).Seconds(), time.Now().UTC().Format("15:04:05.000"), what)
+	}
 	<-at(0.15)
 	step("kill -9 replica 0")
 	rs[0].signal(syscall.SIGKILL)

@@ -269,6 +269,7 @@ func (s *Server) route(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
+		gone := "" // a holder whose connection was refused
 		for attempt := 0; ; attempt++ {
 			if rootapi.Holds(s.th, project) {
 				waited, ok := s.awaitHandoff(ctx, project)
@@ -292,18 +293,29 @@ func (s *Server) route(next http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			start := time.Now()
-			err = s.opts.Fleet.Forward(w, r, target, addr, principal, body)
-			s.metrics.forwarded(err, time.Since(start))
-			switch {
-			case errors.Is(err, fleet.ErrUnreachable):
-				// Its connection was refused: the holder is gone. Served here, which takes
-				// the project over (the store judges).
+			if target == gone || (gone != "" && attempt > 4) {
+				// Its lease, read again, still names the replica that refused the
+				// connection: served here, which takes the project over (the store
+				// judges).
 				s.log.Warn("fleet: the replica holding a project is gone; serving it here", "project", project, "instance", target, "addr", addr)
 				s.holders.drop(project)
 				reset()
 				next.ServeHTTP(w, r)
 				return
+			}
+			start := time.Now()
+			err = s.opts.Fleet.Forward(w, r, target, addr, principal, body)
+			s.metrics.forwarded(err, time.Since(start))
+			switch {
+			case errors.Is(err, fleet.ErrUnreachable):
+				// Its connection was refused: the holder is gone. Its lease is read again
+				// first: another replica may have taken the project over already (a
+				// request of the same project reached it first), and opening the project
+				// here would then be refused.
+				gone = target
+				s.holders.drop(project)
+				reset()
+				continue
 			case errors.Is(err, fleet.ErrNotHolder) && attempt < 2:
 				s.holders.drop(project)
 				reset()

@@ -339,3 +339,35 @@ func BenchmarkFleetCall(b *testing.B) {
 			rs[0].s.OpenSessions(), rs[1].s.OpenSessions(), rs[1].s.metrics.forwardedTotal.Load())
 	}
 }
+
+// TestFleetDeadHolderTakenOverElsewhere: a request for a project whose holder has died
+// (its connection refused) goes where the project went when another replica has taken it
+// over meanwhile: the lease is read again before the project is opened here, which the
+// store would refuse (the project is open on a live replica) and the call would fail.
+func TestFleetDeadHolderTakenOverElsewhere(t *testing.T) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(t, 3, []Token{{Name: "alice", Value: tok}})
+	at := func(i int) *mcp.ClientSession {
+		return connectRevision(t, rs[i].url+"/mcp", tok, "shop", "2026-07-28")
+	}
+	if res := call(t, at(0), "write_file", map[string]any{"path": "a.txt", "content": "from the first holder\n"}); res.IsError {
+		t.Fatalf("write_file on replica 0: %s", text(res))
+	}
+	// Replica 0 dies: its connections are refused, its lease lingers.
+	rs[0].hs.Close()
+	// Replica 1 takes the project over (its holder found dead).
+	if res := call(t, at(1), "write_file", map[string]any{"path": "b.txt", "content": "from the second\n"}); res.IsError {
+		t.Fatalf("write_file on replica 1, taking the project over: %s", text(res))
+	}
+	// Replica 2 still believes replica 0 holds it (a recent answer, cached).
+	c2 := at(2) // its handshake is not forwarded
+	rs[2].s.holders.put("shop", holderEntry{instance: rs[0].f.Instance(), addr: rs[0].url, until: time.Now().Add(time.Hour)})
+	res := call(t, c2, "bash", map[string]any{"command": "cat a.txt b.txt"})
+	t.Logf("replica 2 forwarded %d requests", rs[2].s.metrics.forwardedTotal.Load())
+	if res.IsError || !strings.Contains(text(res), "from the second") {
+		t.Fatalf("a call on replica 2 after the takeover: error %v: %s", res.IsError, text(res))
+	}
+	if n := rs[2].s.OpenSessions(); n != 0 {
+		t.Errorf("replica 2 opened the project (%d sessions): it is replica 1's", n)
+	}
+}

@@ -46,15 +46,15 @@ async function connect() {
 // retried once, after a short pause, and the retry must succeed.
 async function call(name, args, want) {
   out.calls++;
-  let first;
+  const attempts = [];
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const res = await client.callTool({ name, arguments: args }, undefined, { timeout: 300000 });
       const t = text(res);
       if (!res.isError && (!want || t.includes(want))) return t;
-      first = first || `${name}: error result: ${t.slice(0, 300)}`;
+      attempts.push(`${new Date().toISOString()} error result: ${t.slice(0, 300)}`);
     } catch (e) {
-      first = first || `${name}: ${String(e && e.message || e).slice(0, 300)}`;
+      attempts.push(`${new Date().toISOString()} ${String(e && e.message || e).slice(0, 300)}${e && e.cause ? ` (cause: ${String(e.cause.message || e.cause).slice(0, 200)})` : ""}`);
       if (/session not found|Session not found|404/.test(String(e))) {
         // The session is gone for good (the MCP spec: start a new one): a reconnect.
         out.reconnects++;
@@ -63,7 +63,7 @@ async function call(name, args, want) {
     }
     if (attempt === 0) { out.retries++; await sleep(500); }
   }
-  out.failures.push(first);
+  out.failures.push(`${name}: ${attempts.join("; then ")}`);
   return null;
 }
 
