@@ -389,11 +389,25 @@ func (s *Session) Dispatch(ctx context.Context, tool string, input json.RawMessa
 	// to the session (edit_file would refuse a file the model just wrote).
 	if s.takeoverable {
 		s.rec.flush(context.WithoutCancel(ctx))
+		if lerr := s.leaseErr(); lerr != nil {
+			// The lease was lost while the call ran (this process stalled past its ttl):
+			// another replica may have taken the project over from a record that does not
+			// know what the call did. Its result is not the model's to build on: it is
+			// told to make the call again, where the project is now.
+			res, err = lostMidCall(s.project, tool), errors.Join(err, lerr)
+		}
 	} else {
 		s.rec.changed()
 	}
 	endToolSpan(span, s, tool, res, err)
 	return res, err
+}
+
+// lostMidCall is the result of a call that ended after its session lost the project's
+// lease.
+func lostMidCall(project, tool string) abi.Result {
+	return abi.Result{IsError: true, Content: []abi.Content{{Type: abi.ContentText, Text: fmt.Sprintf(
+		"The %s call ran, but this session lost project %s while it ran (another session may hold it now), so what the call did may be unknown to the session that goes on. Make the call again; for an edit, read the file first: the edit may be in place.", tool, project)}}}
 }
 
 // tracer starts the spans of the root package's calls, with the global provider.

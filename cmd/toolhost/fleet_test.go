@@ -23,10 +23,17 @@ import (
 
 // agentReport is what testdata/fleet/agent.cjs prints.
 type agentReport struct {
-	Project        string   `json:"project"`
-	Calls          int      `json:"calls"`
-	Retries        int      `json:"retries"`
-	Failures       []string `json:"failures"`
+	Project  string   `json:"project"`
+	Calls    int      `json:"calls"`
+	Retries  int      `json:"retries"`
+	Failures []string `json:"failures"`
+	// Unknown are the calls whose first request got no answer (the connection cut, or the
+	// balancer's 502) and had done its work, as the agent found when the retry failed.
+	Unknown []struct {
+		At       time.Time `json:"at"`
+		Call     string    `json:"call"`
+		Attempts []string  `json:"attempts"`
+	} `json:"unknown"`
 	Reconnects     int      `json:"reconnects"`
 	Written        int      `json:"written"`
 	Missing        []string `json:"missing"`
@@ -49,7 +56,9 @@ func fleetSeconds() int {
 // MCP TypeScript client) work for fleetSeconds while the test kills one replica (-9),
 // stops another for longer than the lease's ttl and continues it, and rolls all three
 // (SIGTERM with serve.drain handoff, start again) one by one. Every call is answered (a
-// retry allowed once per failure, and it succeeds), no file a call reported written is
+// retry allowed once per failure, and it succeeds; a request in flight on the replica
+// killed with -9 gets no answer, and when its retry fails because it had done its work,
+// the agent finds that done, at the kill and nowhere else), no file a call reported written is
 // missing, the background server each agent started at the beginning still answers at
 // the end, and when every agent has ended its session no sandbox is left (the fleet's
 // status lists none). That the stopped replica's writes after it woke are refused is
@@ -142,8 +151,12 @@ func TestFleet(t *testing.T) {
 	}
 	<-at(0.15)
 	step("kill -9 replica 0")
+	killed := time.Now()
 	rs[0].signal(syscall.SIGKILL)
 	rs[0].wait(time.Minute)
+	// A request in flight on the killed replica gets no answer; the agents see it within
+	// moments of the kill (their transport's error, HAProxy's 502).
+	killSeen := time.Now().Add(10 * time.Second)
 	rs[0].start()
 	step("replica 0 back")
 	<-at(0.15)
@@ -171,9 +184,18 @@ func TestFleet(t *testing.T) {
 			t.Errorf("agent %d: %s", i, rep.Fatal)
 			continue
 		}
-		t.Logf("agent %d: %d calls, %d retries, %d reconnects, %d files", i, rep.Calls, rep.Retries, rep.Reconnects, rep.Written)
+		t.Logf("agent %d: %d calls, %d retries, %d reconnects, %d files, %d requests lost at the kill and found done",
+			i, rep.Calls, rep.Retries, rep.Reconnects, rep.Written, len(rep.Unknown))
 		if len(rep.Failures) > 0 {
 			t.Errorf("agent %d: %d calls failed after their retry: %v", i, len(rep.Failures), rep.Failures)
+		}
+		for _, u := range rep.Unknown {
+			// A request lost with its replica: only the kill -9 may lose one (a drain
+			// finishes the calls under way, a stopped replica answers when it wakes).
+			if u.At.Before(killed) || u.At.After(killSeen) {
+				t.Errorf("agent %d: a %s's request got no answer at %s, away from the kill -9 (%s): %v", i, u.Call,
+					u.At.UTC().Format("15:04:05.000"), killed.UTC().Format("15:04:05.000"), u.Attempts)
+			}
 		}
 		if len(rep.Missing) > 0 {
 			t.Errorf("agent %d: files reported written are missing: %v", i, rep.Missing)

@@ -6,7 +6,8 @@
 // Until FLEET_SECONDS have passed it repeats a round: write a file, edit it, run a
 // command, and every few rounds commit; at the start it starts a background HTTP server in
 // the sandbox and, every round, calls it. Every call must be answered: an error result or
-// a transport failure is retried, at most once per failure, and the retry must succeed.
+// a transport failure is retried, at most once per failure, and the retry must succeed
+// (or, for a request lost with a killed replica, find its work done: see call).
 // At the end it checks that every file a call reported written is there with its last
 // content, and that the server started at the start still answers. It prints one JSON
 // object on stdout: calls, retries, failures (each with what it said), files written and
@@ -28,7 +29,7 @@ const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/
 const text = (res) => (res.content || []).filter((c) => c.type === "text").map((c) => c.text).join("");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const out = { project: process.env.PROJECT, calls: 0, retries: 0, failures: [], reconnects: 0,
+const out = { project: process.env.PROJECT, calls: 0, retries: 0, failures: [], unknown: [], reconnects: 0,
   written: 0, missing: [], serverStarted: false, serverAnswered: false, servedBy: {} };
 
 let client, transport;
@@ -44,9 +45,18 @@ async function connect() {
 
 // call makes one tool call; a failure (an error result, or a request that failed) is
 // retried once, after a short pause, and the retry must succeed.
-async function call(name, args, want) {
+//
+// A request that got no answer at all (the connection cut, or the balancer's 502) has an
+// unknown outcome: it may have run, in part or in full, on a replica killed before it
+// answered. No server can answer for it. A model would look before repeating a call that
+// is not idempotent; so does this agent: when the retry of such a call fails, applied()
+// checks whether the lost request did the work (an edit_file's retry finds its
+// old_string gone), and if so the call counts as done, its time kept in out.unknown so
+// the test can check that it happened at the kill -9 and nowhere else.
+async function call(name, args, want, applied) {
   out.calls++;
   const attempts = [];
+  let lost = null; // the time of a first attempt that got no answer
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const res = await client.callTool({ name, arguments: args }, undefined, { timeout: 300000 });
@@ -54,7 +64,9 @@ async function call(name, args, want) {
       if (!res.isError && (!want || t.includes(want))) return t;
       attempts.push(`${new Date().toISOString()} error result: ${t.slice(0, 300)}`);
     } catch (e) {
-      attempts.push(`${new Date().toISOString()} ${String(e && e.message || e).slice(0, 300)}${e && e.cause ? ` (cause: ${String(e.cause.message || e.cause).slice(0, 200)})` : ""}`);
+      const msg = String(e && e.message || e);
+      attempts.push(`${new Date().toISOString()} ${msg.slice(0, 300)}${e && e.cause ? ` (cause: ${String(e.cause.message || e.cause).slice(0, 200)})` : ""}`);
+      if (attempt === 0 && /fetch failed|HTTP 502/.test(msg)) lost = new Date().toISOString();
       if (/session not found|Session not found|404/.test(String(e))) {
         // The session is gone for good (the MCP spec: start a new one): a reconnect.
         out.reconnects++;
@@ -63,8 +75,22 @@ async function call(name, args, want) {
     }
     if (attempt === 0) { out.retries++; await sleep(500); }
   }
+  if (lost && applied && await applied()) {
+    out.unknown.push({ at: lost, call: name, attempts });
+    return "";
+  }
   out.failures.push(`${name}: ${attempts.join("; then ")}`);
   return null;
+}
+
+// fileHas reads p and reports whether it holds want.
+async function fileHas(p, want) {
+  try {
+    const res = await client.callTool({ name: "read_file", arguments: { path: p } }, undefined, { timeout: 300000 });
+    return !res.isError && text(res).includes(want);
+  } catch (e) {
+    return false;
+  }
 }
 
 async function main() {
@@ -86,8 +112,10 @@ async function main() {
     const p = `work/f${round}.txt`;
     const content = `round ${round} of ${out.project}\n`;
     if ((await call("write_file", { path: p, content })) !== null) files.set(p, content);
-    if ((await call("edit_file", { path: p, old_string: `round ${round}`, new_string: `ROUND ${round}` })) !== null) {
-      files.set(p, content.replace(`round ${round}`, `ROUND ${round}`));
+    const edited = content.replace(`round ${round}`, `ROUND ${round}`);
+    if ((await call("edit_file", { path: p, old_string: `round ${round}`, new_string: `ROUND ${round}` }, undefined,
+      () => fileHas(p, edited.trim()))) !== null) {
+      files.set(p, edited);
     }
     await call("bash", { command: `wc -l work/*.txt | tail -1` });
     await call("bash", { command: `python3 -c 'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:${port}/").read().decode())'` }, "served for");
