@@ -2,13 +2,18 @@ package kubernetes
 
 import (
 	"errors"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 )
@@ -121,5 +126,36 @@ func TestReadClaim(t *testing.T) {
 	}
 	if _, err := read(sb); err == nil || !strings.Contains(err.Error(), "SandboxClaim") {
 		t.Errorf("read of a claim's Sandbox: %v, want it sent to the claim", err)
+	}
+}
+
+// TestRoleIsVerbs: deploy/kubernetes-sandboxes/role.yaml grants exactly what the provider
+// asks for (Verbs and PoolVerbs, which doctor checks), nothing more.
+func TestRoleIsVerbs(t *testing.T) {
+	b, err := os.ReadFile("../../../deploy/kubernetes-sandboxes/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.Role
+	if err := yaml.Unmarshal(b, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	for _, r := range append(slices.Clone(Verbs), PoolVerbs...) {
+		want[r.Group+"/"+r.Resource] = slices.Sorted(slices.Values(r.Verbs))
+	}
+	got := map[string][]string{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = append(got[g+"/"+res], r.Verbs...)
+			}
+		}
+	}
+	for k := range got {
+		slices.Sort(got[k])
+	}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("role.yaml grants %v, the provider asks for %v", got, want)
 	}
 }
