@@ -595,7 +595,11 @@ func (p *Provider) waitPod(ctx context.Context, began time.Time, last string,
 			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(wait*2, time.Second)
+		// Every 100 ms while a pod may be about to answer (a warm pool's is ready as soon
+		// as its claim is bound), then backing off to a second.
+		if time.Since(began) > 2*time.Second {
+			wait = min(wait*2, time.Second)
+		}
 	}
 }
 
