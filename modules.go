@@ -311,7 +311,12 @@ func (c *Config) settings() module.Settings {
 		return v << 20
 	}
 	sb := c.Sandbox
+	pool := 0
+	if v, err := c.Get("sandbox.pool"); err == nil { // the local module's key
+		pool, _ = v.(int)
+	}
 	return module.Settings{
+		Pool:        pool,
 		Providers:   ProviderNamesOf(sb.Provider),
 		StoreKind:   c.Store.Kind,
 		Network:     sb.Network,

@@ -96,7 +96,7 @@ func TestProviderModule(t *testing.T) {
 
 	cfg := testConfig(t)
 	cfg.Sandbox.Provider = "test-pod"
-	for k, v := range map[string]any{"pod.namespace": "ci", "pod.replicas": "3", "pod.boot": "90s", "pod.token": Secret("t0k3n-0123456789"), "pod.labels": "a, b", "pod.image.name": "alpine"} {
+	for k, v := range map[string]any{"sandbox.pool": 2, "pod.namespace": "ci", "pod.replicas": "3", "pod.boot": "90s", "pod.token": Secret("t0k3n-0123456789"), "pod.labels": "a, b", "pod.image.name": "alpine"} {
 		if err := cfg.Set(k, v); err != nil {
 			t.Fatalf("Set(%s): %v", k, err)
 		}
@@ -134,7 +134,8 @@ func TestProviderModule(t *testing.T) {
 	if s == nil || s.Namespace != "ci" || s.Replicas != 3 || s.Token != "t0k3n-0123456789" || strings.Join(s.Labels, ",") != "a,b" || s.Image.Name != "alpine" {
 		t.Errorf("New was given %+v", s)
 	}
-	if podMade.env.Settings.TTL != cfg.Session.TTL || podMade.env.Settings.MemoryBytes != cfg.Sandbox.MemoryMiB<<20 || podMade.env.DataDir != cfg.DataDir {
+	if podMade.env.Settings.TTL != cfg.Session.TTL || podMade.env.Settings.MemoryBytes != cfg.Sandbox.MemoryMiB<<20 || podMade.env.DataDir != cfg.DataDir ||
+		podMade.env.Settings.Pool != 2 {
 		t.Errorf("New was given the settings %+v", podMade.env.Settings)
 	}
 	if err := th.CheckWorkspace(t.TempDir()); err != nil {

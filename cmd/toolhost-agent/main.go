@@ -13,6 +13,11 @@
 // before it starts anything, and makes itself undumpable, so the commands it runs (the
 // same user) cannot read the token from /proc/1/environ nor take its descriptors. Without
 // the variable it trusts whoever can reach its address: put it where only the host can.
+//
+// With TOOLHOST_AGENT_POOL_TOKEN instead (a pod of a warm pool: every pod of the pool has
+// the same), and TOOLHOST_AGENT_POD naming its pod, it starts unclaimed: it answers only the
+// health check and one claim (POST /toolhost/claim) carrying the pool's token, which names
+// this pod and gives the sandbox's own token; both variables are removed the same way.
 package main
 
 import (
@@ -32,8 +37,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// envToken is the variable that holds the access token.
-const envToken = "TOOLHOST_AGENT_TOKEN"
+// envToken is the variable that holds the access token; envPoolToken a warm pool's token,
+// envPod the pod's name.
+const (
+	envToken     = "TOOLHOST_AGENT_TOKEN"
+	envPoolToken = "TOOLHOST_AGENT_POOL_TOKEN"
+	envPod       = "TOOLHOST_AGENT_POD"
+)
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -58,23 +68,25 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	token := os.Getenv(envToken)
-	os.Unsetenv(envToken) // before agent.New takes the environment every command gets
-	if token != "" {
+	token, pool, pod := os.Getenv(envToken), os.Getenv(envPoolToken), os.Getenv(envPod)
+	for _, k := range []string{envToken, envPoolToken, envPod} {
+		os.Unsetenv(k) // before agent.New takes the environment every command gets
+	}
+	if token != "" || pool != "" {
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			l.Close()
 			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1, AccessToken: token})
+	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1, AccessToken: token, PoolToken: pool, PodName: pod})
 	if err != nil {
 		l.Close()
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("toolhost-agent serving", "addr", l.Addr().String(), "workspace", *workspace, "token", token != "")
+	log.Info("toolhost-agent serving", "addr", l.Addr().String(), "workspace", *workspace, "token", token != "", "pool", pool != "")
 	if err := srv.Serve(ctx, l); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, net.ErrClosed) {
 		return err
 	}

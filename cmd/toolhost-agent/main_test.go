@@ -104,24 +104,21 @@ func TestStandaloneAgent(t *testing.T) {
 	}
 }
 
-// TestAgentAccessToken serves the agent on TCP with an access token, as the kubernetes
-// provider runs it in a pod: a client without the token (another pod of the cluster) is
-// refused everything but the health check; the host's client, with it, runs commands and
-// reaches a port in the sandbox through the dial extension; and the commands it runs do not
-// find the token in their environment.
-func TestAgentAccessToken(t *testing.T) {
+// startAgent builds and starts the agent on TCP with env added to its environment, and
+// returns its address and its workspace.
+func startAgent(t *testing.T, env ...string) (addr, ws string) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "toolhost-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ws := filepath.Join(dir, "ws")
+	ws = filepath.Join(dir, "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	const token = "tok-0123456789abcdef"
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--workspace", ws, "--log-dir", filepath.Join(dir, "logs"))
-	cmd.Env = append(os.Environ(), envToken+"="+token)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +146,6 @@ func TestAgentAccessToken(t *testing.T) {
 		}
 		close(addrc)
 	}()
-	var addr string
 	select {
 	case addr = <-addrc:
 	case <-time.After(2 * time.Minute):
@@ -158,6 +154,17 @@ func TestAgentAccessToken(t *testing.T) {
 	if addr == "" {
 		t.Fatal("the agent ended before it served")
 	}
+	return addr, ws
+}
+
+// TestAgentAccessToken serves the agent on TCP with an access token, as the kubernetes
+// provider runs it in a pod: a client without the token (another pod of the cluster) is
+// refused everything but the health check; the host's client, with it, runs commands and
+// reaches a port in the sandbox through the dial extension; and the commands it runs do not
+// find the token in their environment.
+func TestAgentAccessToken(t *testing.T) {
+	const token = "tok-0123456789abcdef"
+	addr, ws := startAgent(t, envToken+"="+token)
 	ctx := context.Background()
 	stranger, err := client.New(client.Config{BaseURL: "http://" + addr})
 	if err != nil {
@@ -229,5 +236,66 @@ func TestAgentAccessToken(t *testing.T) {
 	c.Close()
 	if string(b) != "hello from the port\n" {
 		t.Errorf("through the dial extension: %q", b)
+	}
+}
+
+// TestAgentPoolClaim runs the agent as a warm pool's pod does: with the pool's token and
+// its pod's name. Unclaimed, it answers the health check and its claim, nothing else, not
+// even with the pool's token; a claim for another pod, or with another token, is refused;
+// the claim gives it the sandbox's own token and environment; after it the pool's token
+// opens nothing and a second claim is refused (a pod is claimed once).
+func TestAgentPoolClaim(t *testing.T) {
+	const pool, pod = "pool-0123456789abcdef0123456789abcdef", "warm-abcde"
+	const token = "sandbox-0123456789abcdef0123456789abcdef"
+	addr, _ := startAgent(t, envPoolToken+"="+pool, envPod+"="+pod)
+	ctx := context.Background()
+	with := func(tok string) *client.Client {
+		c, err := client.New(client.Config{BaseURL: "http://" + addr, Header: http.Header{envd.HeaderAccessToken: {tok}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	pc, stranger, sc := with(pool), with("tok-wrong-0123456789abcdef0123456789"), with(token)
+	if err := pc.Health(ctx); err != nil {
+		t.Fatalf("health check of an unclaimed agent: %v", err)
+	}
+	for name, c := range map[string]*client.Client{"the pool's token": pc, "the sandbox's token": sc} {
+		if _, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}); err == nil {
+			t.Errorf("a command on an unclaimed agent with %s: it ran", name)
+		}
+	}
+	if err := stranger.Claim(ctx, envd.ClaimRequest{Pod: pod, Token: token}); err == nil {
+		t.Error("a claim without the pool's token: accepted")
+	}
+	if err := pc.Claim(ctx, envd.ClaimRequest{Pod: "warm-other", Token: token}); err == nil {
+		t.Error("a claim naming another pod: accepted")
+	}
+	if err := pc.Claim(ctx, envd.ClaimRequest{Pod: pod, Token: token, Env: map[string]string{"PROJECT_VAR": "yes"}}); err != nil {
+		t.Fatalf("the claim: %v", err)
+	}
+	res, err := sc.Exec(ctx, sandbox.ExecRequest{Argv: []string{"env"}, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command with the sandbox's token after the claim: %v %+v", err, res)
+	}
+	out := string(res.Stdout)
+	if !strings.Contains(out, "PROJECT_VAR=yes") {
+		t.Errorf("the claim's environment is not the commands': %q", out)
+	}
+	if strings.Contains(out, pool) || strings.Contains(out, token) || strings.Contains(out, envPoolToken) || strings.Contains(out, envPod) {
+		t.Errorf("a command sees a token or the pool's variables: %q", out)
+	}
+	if _, err := pc.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}); err == nil {
+		t.Error("a command with the pool's token after the claim: it ran")
+	}
+	if err := pc.Claim(ctx, envd.ClaimRequest{Pod: pod, Token: "again-0123456789abcdef0123456789abcdef"}); err == nil {
+		t.Error("a second claim with the pool's token: accepted")
+	}
+	if err := sc.Claim(ctx, envd.ClaimRequest{Pod: pod, Token: "again-0123456789abcdef0123456789abcdef"}); err == nil {
+		t.Error("a second claim with the sandbox's token: accepted")
+	}
+	if _, err := sc.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}); err != nil {
+		t.Errorf("the sandbox's token after refused claims: %v", err)
 	}
 }

@@ -60,7 +60,18 @@ const (
 	PathPorts     = "/toolhost/ports"
 	PathDial      = "/toolhost/dial"
 	PathWorkspace = "/toolhost/workspace" // POST: open the workspace again (a pooled sandbox's, just attached)
+	PathClaim     = "/toolhost/claim"     // POST: a warm-pool agent's one claim (ClaimRequest)
 )
+
+// ClaimRequest is the body of PathClaim: the host that claimed a warm-pool pod gives its
+// agent the sandbox's own access token (and environment), authenticated by the pool's
+// token, once. Pod names the pod the host meant, which the agent checks against its own
+// name: a claim sent to a stale address claims nothing.
+type ClaimRequest struct {
+	Pod   string            `json:"pod"`
+	Token string            `json:"token"`
+	Env   map[string]string `json:"env,omitempty"`
+}
 
 // Headers and query parameters.
 const (

@@ -120,6 +120,9 @@ type Settings struct {
 	// KeepaliveMargin is session.keepalive_margin: a sandbox is extended or replaced when
 	// less than this is left, so a provider with a lifetime bound must allow more.
 	KeepaliveMargin time.Duration
+	// Pool is sandbox.pool: how many started sandboxes a provider that keeps spares keeps
+	// ready (the local provider's spares, the kubernetes provider's warm pool); 0: none.
+	Pool int
 }
 
 // Provider is a sandbox provider module.

@@ -196,7 +196,9 @@ for _ in $(seq 240); do kubectl get node "$K8S_NODE" >/dev/null 2>&1 && break; s
 kubectl wait --for=condition=Ready "node/$K8S_NODE" --timeout=180s >/dev/null || fail "the node did not become Ready"
 t "node Ready"
 
-# --- agent-sandbox: CRDs, the controller's RBAC (its own user), the controller
+# --- agent-sandbox: CRDs, the controller's RBAC (its own user), the controller. k8s/crds/
+# holds Sandbox's and the extensions' (SandboxClaim, SandboxTemplate, SandboxWarmPool, which
+# sandbox.pool uses); --extensions runs their claim and warm-pool controllers.
 AS=$(cd "$K8S_SCRIPTS/build/agentsandbox" && go list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)
 kubectl apply -f "$AS/k8s/crds/" >/dev/null
 kubectl wait --for=condition=Established crd --all --timeout=120s >/dev/null

@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -56,7 +57,15 @@ type Config struct {
 	// agent served on a network (a pod's address) answers only the host that gave it the
 	// token. Empty: whoever reaches the agent is trusted (a unix socket only the host holds).
 	AccessToken string
-	Logger      *slog.Logger
+	// PoolToken, when set (and AccessToken is not), starts the agent unclaimed, as a spare of
+	// a warm pool whose pods all share this token: it then answers only the health check and
+	// one claim (envd.PathClaim) carrying PoolToken and naming PodName, which gives it the
+	// sandbox's own access token and environment; from then on it is an agent with that
+	// token, and PoolToken is refused. So the shared token can never run anything, and a
+	// claimed sandbox answers only its own token.
+	PoolToken string
+	PodName   string
+	Logger    *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -78,6 +87,13 @@ type Server struct {
 	writes pathLocks // serialises writes of the same file
 	terms  terminals // programs on pseudo-terminals (terminal.go)
 	egress *egress   // set by Serve when cfg.Egress
+
+	// token is the access token requests must carry ("" : none); env the base
+	// environment. Both change once, at a warm-pool agent's claim (handleClaim).
+	token     atomic.Pointer[string]
+	env       atomic.Pointer[[]string]
+	claimMu   sync.Mutex
+	poolToken string // a warm-pool agent's until it is claimed; "" after
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -118,6 +134,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
 	s.root.Store(root)
+	token, env := cfg.AccessToken, slices.Clone(cfg.Env)
+	s.token.Store(&token)
+	s.env.Store(&env)
+	if token == "" && cfg.PoolToken != "" {
+		if cfg.PodName == "" {
+			_ = root.Close()
+			return nil, errors.New("a warm-pool agent (PoolToken) needs its pod's name")
+		}
+		s.poolToken = cfg.PoolToken
+	}
 	if cfg.Init {
 		s.reaper = newReaper()
 		s.launch = s.reaper
@@ -139,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET "+envd.PathPorts, s.handlePorts)
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
 	m.HandleFunc("POST "+envd.PathWorkspace, s.handleWorkspace)
+	m.HandleFunc("POST "+envd.PathClaim, s.handleClaim)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)
@@ -165,11 +192,68 @@ func (s *Server) handleWorkspace(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// handleClaim is a warm-pool agent's one claim (Config.PoolToken): ServeHTTP let it
+// through with the pool's token; it names this pod and gives the sandbox's own token.
+func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
+	var req envd.ClaimRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		http.Error(w, "bad claim: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(req.Token) < 32 {
+		http.Error(w, "bad claim: the token is too short", http.StatusBadRequest)
+		return
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			http.Error(w, fmt.Sprintf("bad claim: invalid environment variable name %q", k), http.StatusBadRequest)
+			return
+		}
+	}
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	switch {
+	case s.poolToken == "":
+		http.Error(w, "this agent is claimed already", http.StatusConflict)
+		return
+	case req.Pod != s.cfg.PodName:
+		http.Error(w, "this agent is not in the pod the claim names", http.StatusConflict)
+		return
+	}
+	env := slices.Clone(*s.env.Load())
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		env = append(env, k+"="+req.Env[k])
+	}
+	s.env.Store(&env)
+	token := req.Token
+	s.token.Store(&token)
+	s.poolToken = ""
+	s.log.Info("claimed", "pod", req.Pod)
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.AccessToken != "" && r.URL.Path != envd.PathHealth && !envd.TokenMatches(r.Header.Get(envd.HeaderAccessToken), s.cfg.AccessToken) {
-		http.Error(w, "missing or wrong access token", http.StatusUnauthorized)
-		return
+	if r.URL.Path != envd.PathHealth {
+		s.claimMu.Lock()
+		pool := s.poolToken
+		s.claimMu.Unlock()
+		switch {
+		case pool != "":
+			// Unclaimed: the pool's token may claim, and nothing else.
+			if r.URL.Path != envd.PathClaim || !envd.TokenMatches(r.Header.Get(envd.HeaderAccessToken), pool) {
+				http.Error(w, "this agent is a warm-pool spare: it answers only its claim", http.StatusUnauthorized)
+				return
+			}
+		case r.URL.Path == envd.PathClaim:
+			http.Error(w, "this agent is claimed already", http.StatusConflict)
+			return
+		default:
+			if token := *s.token.Load(); token != "" && !envd.TokenMatches(r.Header.Get(envd.HeaderAccessToken), token) {
+				http.Error(w, "missing or wrong access token", http.StatusUnauthorized)
+				return
+			}
+		}
 	}
 	s.mux.ServeHTTP(w, r)
 }
@@ -678,7 +762,7 @@ func (s *Server) command(req envd.StartRequest) (*exec.Cmd, error) {
 	if pc.Cmd == "" {
 		return nil, envd.BadArg("empty cmd")
 	}
-	env := slices.Clone(s.cfg.Env)
+	env := slices.Clone(*s.env.Load())
 	for k, v := range pc.Envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, envd.BadArg("invalid environment variable name %q", k)

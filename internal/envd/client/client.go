@@ -295,6 +295,29 @@ func (c *Client) OpenWorkspace(ctx context.Context) error {
 	return nil
 }
 
+// Claim claims a warm-pool agent (POST /toolhost/claim): the client carries the pool's
+// token; the agent takes req.Token as its own from then on (and req.Env), once.
+func (c *Client) Claim(ctx context.Context, claim envd.ClaimRequest) error {
+	body, err := json.Marshal(claim)
+	if err != nil {
+		return err
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathClaim, nil, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.call(req)
+	if err != nil {
+		return fmt.Errorf("claim the agent: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("claim the agent: %w", readError(resp))
+	}
+	return nil
+}
+
 // readError turns a non-success response into *Error.
 func readError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

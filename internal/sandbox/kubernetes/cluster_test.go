@@ -6,13 +6,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/core/sandbox/sandboxtest"
@@ -73,6 +79,202 @@ func newClusterProvider(t *testing.T, edit func(*Config)) *Provider {
 // TestConformance runs the sandbox conformance suite against the provider on the cluster.
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, newClusterProvider(t, nil))
+}
+
+// newPoolProvider is a provider with a warm pool of one, whose template and pool are
+// deleted (as the cluster's admin: the Role does not delete them) when the test ends.
+func newPoolProvider(t *testing.T) *Provider {
+	t.Helper()
+	p := newClusterProvider(t, func(c *Config) { c.Pool = 1 })
+	t.Cleanup(func() {
+		admin := adminProvider(t)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+		defer cancel()
+		p.warmMu.Lock()
+		defer p.warmMu.Unlock()
+		for _, w := range p.warm {
+			for _, r := range []dynamic.NamespaceableResourceInterface{admin.pools, admin.templates} {
+				if err := r.Namespace(testNamespace).Delete(ctx, w.template, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("delete the warm pool %s: %v", w.template, err)
+				}
+			}
+		}
+	})
+	return p
+}
+
+// adminProvider is a provider acting as the cluster's admin, for a test's own look.
+func adminProvider(t testing.TB) *Provider {
+	cfg := clusterConfig(t)
+	cfg.Kubeconfig = filepath.Join(filepath.Dir(cfg.Kubeconfig), "admin.kubeconfig")
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitSpares waits for the warm pool of opts' network mode to have a ready spare.
+func waitSpares(t testing.TB, p *Provider, opts sandbox.CreateOptions) {
+	t.Helper()
+	var n int
+	var err error
+	testenv.WaitFor(t, "a ready spare in the warm pool", func() bool {
+		n, err = p.Spares(context.Background(), opts)
+		return err == nil && n >= 1
+	})
+}
+
+// waitWarmPod waits for a ready pod of the warm pool, unclaimed (the pool's status may
+// still count one just claimed).
+func waitWarmPod(t testing.TB, core corev1client.CoreV1Interface) {
+	t.Helper()
+	testenv.WaitFor(t, "a ready pod in the warm pool", func() bool {
+		for _, pod := range warmPods(t, core) {
+			if podReady(&pod) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// warmPods are the warm pool's pods not yet claimed (agent-sandbox labels them so).
+func warmPods(t testing.TB, core corev1client.CoreV1Interface) map[string]corev1.Pod {
+	t.Helper()
+	l, err := core.Pods(testNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "agents.x-k8s.io/pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]corev1.Pod{}
+	for _, pod := range l.Items {
+		if pod.DeletionTimestamp == nil {
+			out[pod.Name] = pod
+		}
+	}
+	return out
+}
+
+// TestClusterPool: with sandbox.pool 1, a new sandbox is a SandboxClaim served from the
+// warm pool: its pod is the spare that was running before the claim was made; the pool
+// makes a new spare; the sandbox answers only its own token, not the pool's; another
+// provider (a replica taking the project over) reconnects to it by name; closing it
+// deletes the claim, and with it the Sandbox and the pod.
+func TestClusterPool(t *testing.T) {
+	p := newPoolProvider(t)
+	admin := adminProvider(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.HangBound)
+	defer cancel()
+	opts := sandbox.CreateOptions{Labels: map[string]string{"project": "pool-test", "epoch": "7"}, Env: map[string]string{"FROM_CLAIM": "yes"}}
+	if err := p.Warm(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	waitSpares(t, p, opts)
+	before := warmPods(t, admin.core)
+	if len(before) == 0 {
+		t.Fatal("the pool says it has a ready spare, but no pod of it is there")
+	}
+	sb, err := p.Create(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	ks, _ := sandbox.As[*Sandbox](sb)
+	claim, err := admin.claims.Namespace(testNamespace).Get(ctx, sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the sandbox's SandboxClaim: %v", err)
+	}
+	if claim.GetLabels()["toolhost.dev/project"] != "pool-test" || claim.GetLabels()["toolhost.dev/epoch"] != "7" || claim.GetLabels()[LabelManagedBy] != managedBy {
+		t.Errorf("the claim's labels: %v", claim.GetLabels())
+	}
+	box, err := admin.dyn.Namespace(testNamespace).Get(ctx, sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's Sandbox: %v", err)
+	}
+	podName, _, err := podOf(box, claim.GetUID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare, ok := before[podName]
+	if !ok {
+		t.Fatalf("the sandbox's pod %s is not one of the warm pool's spares %v: it was made for the claim", podName, slices.Collect(maps.Keys(before)))
+	}
+	if !spare.CreationTimestamp.Before(ptr(claim.GetCreationTimestamp())) {
+		t.Errorf("the spare %s was made at %s, not before the claim (%s)", podName, spare.CreationTimestamp, claim.GetCreationTimestamp())
+	}
+	if pod, err := admin.core.Pods(testNamespace).Get(ctx, podName, metav1.GetOptions{}); err != nil || pod.Status.PodIP != ks.podIP {
+		t.Errorf("the pod %s: %v, IP %v, want the sandbox's %s", podName, err, pod, ks.podIP)
+	}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $FROM_CLAIM; env"}})
+	if err != nil || !strings.HasPrefix(string(res.Stdout), "yes\n") {
+		t.Fatalf("a command in the claimed sandbox: %q %q %v, want its environment", res.Stdout, res.Stderr, err)
+	}
+	if strings.Contains(string(res.Stdout), "TOOLHOST_AGENT") {
+		t.Errorf("a command sees the agent's variables: %q", res.Stdout)
+	}
+	// The pool's token opens nothing in a claimed sandbox.
+	p.warmMu.Lock()
+	w := p.warm[sandbox.NetworkNone]
+	p.warmMu.Unlock()
+	pc, err := p.open(ctx, sb.ID(), w.token, ks.podIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.client.Processes(ctx); err == nil {
+		t.Error("the pool's token runs things in a claimed sandbox")
+	}
+	pc.detach()
+	// The pool refills: a new spare, not the claimed pod.
+	testenv.WaitFor(t, "the warm pool to make a new spare", func() bool {
+		for name, pod := range warmPods(t, admin.core) {
+			if name != podName && podReady(&pod) {
+				return true
+			}
+		}
+		return false
+	})
+	// A replica taking the project over reconnects by name, with the labels.
+	other := newClusterProvider(t, func(c *Config) { c.Pool = 1 })
+	again, err := other.Reconnect(ctx, sb.ID(), sandbox.ReconnectOptions{Labels: map[string]string{"project": "pool-test"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatalf("Reconnect to the claimed sandbox: %v", err)
+	}
+	if res, err := again.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $FROM_CLAIM"}}); err != nil || string(res.Stdout) != "yes\n" {
+		t.Errorf("a command after the reconnect: %q %v", res.Stdout, err)
+	}
+	if _, err := other.Reconnect(ctx, sb.ID(), sandbox.ReconnectOptions{Labels: map[string]string{"project": "another"}}); !errors.Is(err, sandbox.ErrForeign) {
+		t.Errorf("Reconnect with another project's labels: %v, want ErrForeign", err)
+	}
+	listed, err := other.List(ctx, map[string]string{"project": "pool-test"})
+	if err != nil || len(listed) != 1 || listed[0].ID != sb.ID() {
+		t.Errorf("List of the project: %+v %v, want the claimed sandbox", listed, err)
+	}
+	if d, ok := sandbox.As[*Sandbox](again); ok {
+		d.detach()
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.claims.Namespace(testNamespace).Get(ctx, sb.ID(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the claim after Close: %v, want it deleted", err)
+	}
+	testenv.WaitFor(t, "the claimed pod to go", func() bool {
+		pod, err := admin.core.Pods(testNamespace).Get(ctx, podName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil)
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestConformancePool runs the sandbox conformance suite on claimed sandboxes: with a warm
+// pool of one, the first comes from the pool and the rest from the template.
+func TestConformancePool(t *testing.T) {
+	p := newPoolProvider(t)
+	if err := p.Warm(t.Context(), sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSpares(t, p, sandbox.CreateOptions{})
+	sandboxtest.Run(t, p)
 }
 
 // TestClusterFailures: each way the cluster cannot serve is an error within a bound that
@@ -161,6 +363,9 @@ func TestClusterCheck(t *testing.T) {
 	if ok, detail := newClusterProvider(t, nil).Check(ctx); !ok {
 		t.Errorf("Check in the Role's namespace: %s", detail)
 	}
+	if ok, detail := newClusterProvider(t, func(c *Config) { c.Pool = 1 }).Check(ctx); !ok || !strings.Contains(detail, "extensions") {
+		t.Errorf("Check with a warm pool in the Role's namespace: %v %s", ok, detail)
+	}
 	ok, detail := newClusterProvider(t, func(c *Config) { c.Namespace = "default" }).Check(ctx)
 	if ok || !strings.Contains(detail, "role.yaml") {
 		t.Errorf("Check in a namespace without the Role: %v %q", ok, detail)
@@ -168,7 +373,9 @@ func TestClusterCheck(t *testing.T) {
 }
 
 // BenchmarkCreateFirstCommand is a sandbox's creation to its first command's answer, then
-// its close, on the cluster (kubernetes) and on this machine (local), one after the other.
+// its close, on the cluster (kubernetes: a Sandbox; kubernetes-pool: a SandboxClaim served
+// by a warm pool of one, which is let refill between creations, outside the timing) and
+// on this machine (local), one after the other.
 func BenchmarkCreateFirstCommand(b *testing.B) {
 	kcfg := clusterConfig(b)
 	kcfg.Logger = nil
@@ -176,6 +383,18 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	kcfg.Pool = 1
+	pp, err := New(kcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin := adminProvider(b)
+	b.Cleanup(func() {
+		for _, w := range pp.warm {
+			_ = admin.pools.Namespace(testNamespace).Delete(context.Background(), w.template, metav1.DeleteOptions{})
+			_ = admin.templates.Namespace(testNamespace).Delete(context.Background(), w.template, metav1.DeleteOptions{})
+		}
+	})
 	lp, err := local.New(local.Config{RunDir: testenv.RunDir(b), MaxLifetime: time.Hour})
 	if err != nil {
 		b.Fatal(err)
@@ -185,10 +404,18 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 		name string
 		p    sandbox.Provider
 		opts sandbox.CreateOptions
-	}{{"kubernetes", kp, sandbox.CreateOptions{}}, {"local", lp, sandbox.CreateOptions{}}} {
+	}{{"kubernetes", kp, sandbox.CreateOptions{}}, {"kubernetes-pool", pp, sandbox.CreateOptions{}}, {"local", lp, sandbox.CreateOptions{}}} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {
+				if c.p == pp {
+					b.StopTimer()
+					if err := pp.Warm(ctx, c.opts); err != nil {
+						b.Fatal(err)
+					}
+					waitWarmPod(b, admin.core)
+					b.StartTimer()
+				}
 				sb, err := c.p.Create(ctx, c.opts)
 				if err != nil {
 					b.Fatal(err)

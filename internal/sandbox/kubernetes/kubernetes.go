@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -129,6 +130,10 @@ type Config struct {
 	// MaxLifetime bounds it and every extension (default 24h).
 	DefaultTimeout time.Duration
 	MaxLifetime    time.Duration
+	// Pool is how many warm spares to keep (sandbox.pool): with it, each sandbox is a
+	// SandboxClaim against a SandboxTemplate that a SandboxWarmPool of Pool pods keeps
+	// ready (agent-sandbox's extensions: pool.go); without it, a Sandbox.
+	Pool int
 	// ReadyTimeout bounds the wait for a new sandbox's pod to run its agent (default 2m);
 	// RequestTimeout each call to the API server (default 30s).
 	ReadyTimeout   time.Duration
@@ -150,9 +155,15 @@ type Provider struct {
 	log  *slog.Logger
 	rest *rest.Config
 	dyn  dynamic.NamespaceableResourceInterface
-	core corev1client.CoreV1Interface
+	// claims, templates and pools are the extensions' resources (pool.go).
+	claims, templates, pools dynamic.NamespaceableResourceInterface
+	core                     corev1client.CoreV1Interface
 	// server names the API server in messages.
 	server string
+
+	// warm holds the SandboxTemplate and pool ensured for each network mode (pool.go).
+	warmMu sync.Mutex
+	warm   map[string]warmPool
 }
 
 var (
@@ -230,7 +241,8 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return &Provider{cfg: cfg, log: cfg.Logger.With("provider", "kubernetes"), rest: rc,
-		dyn: dyn.Resource(SandboxResource), core: core, server: rc.Host}, nil
+		dyn: dyn.Resource(SandboxResource), claims: dyn.Resource(ClaimResource), templates: dyn.Resource(TemplateResource),
+		pools: dyn.Resource(WarmPoolResource), core: core, server: rc.Host, warm: map[string]warmPool{}}, nil
 }
 
 // MaxLifetime is the longest a sandbox may live (sandbox.LifetimeBound).
@@ -288,11 +300,12 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// podSpec is the pod template's spec of a new sandbox.
-func (p *Provider) podSpec(token string, env map[string]string) corev1.PodSpec {
+// podSpec is the pod template's spec of a new sandbox; auth are the variables that give
+// its agent a token (envToken, or a warm pool's: poolAuth).
+func (p *Provider) podSpec(auth []corev1.EnvVar, env map[string]string) corev1.PodSpec {
 	uid, no, yes := int64(1000), false, true
 	grace := int64(5)
-	vars := []corev1.EnvVar{{Name: "HOME", Value: sandbox.WorkspaceRoot}, {Name: envToken, Value: token}}
+	vars := append([]corev1.EnvVar{{Name: "HOME", Value: sandbox.WorkspaceRoot}}, auth...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		vars = append(vars, corev1.EnvVar{Name: k, Value: env[k]})
 	}
@@ -393,6 +406,9 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if network == "" {
 		network = sandbox.NetworkNone
 	}
+	if p.cfg.Pool > 0 {
+		return p.createClaimed(ctx, opts, network, timeout)
+	}
 	began := time.Now()
 	name := "toolhost-" + randomHex(6)
 	token := randomHex(32)
@@ -401,7 +417,7 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if opts.Labels == nil {
 		all = []byte("{}")
 	}
-	spec := p.podSpec(token, opts.Env)
+	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: token}}, opts.Env)
 	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
@@ -437,12 +453,12 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	startedAt := created.GetCreationTimestamp().Time
 	sb, err := p.waitReady(ctx, name, token, began)
 	if err != nil {
-		p.deleteQuietly(context.WithoutCancel(ctx), name, "could not be set up")
+		p.deleteQuietly(context.WithoutCancel(ctx), name, false, "could not be set up")
 		return nil, fmt.Errorf("create Kubernetes sandbox %s: %w", name, err)
 	}
 	end = endAfter(timeout)
-	if err := p.patchShutdown(ctx, name, end); err != nil {
-		p.deleteQuietly(context.WithoutCancel(ctx), name, "could not be given its end time")
+	if err := p.patchShutdown(ctx, name, false, end); err != nil {
+		p.deleteQuietly(context.WithoutCancel(ctx), name, false, "could not be given its end time")
 		return nil, fmt.Errorf("create Kubernetes sandbox %s: setting its end time: %w", name, err)
 	}
 	sb.start(startedAt, end)
@@ -470,13 +486,19 @@ func toAny(m map[string]string) map[string]any {
 // cluster: what failed and what to do. What the cluster cannot do now (unreachable, the
 // CRD or the permission missing) wraps sandbox.ErrUnavailable, so a chain goes on.
 func (p *Provider) explain(err error) error {
+	return p.explainFor(err, "Sandbox resource (agents.x-k8s.io/v1alpha1): install agent-sandbox")
+}
+
+// explainFor is explain for a request about a resource: missing says which is missing and
+// what to do.
+func (p *Provider) explainFor(err error, missing string) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		var st apierrors.APIStatus
 		// A named object that is not there is the caller's to handle (ErrGone); a 404 for
 		// no name is the resource itself missing.
 		if errors.As(err, &st) && (st.Status().Details == nil || st.Status().Details.Name == "") {
-			return fmt.Errorf("%w: the cluster at %s has no Sandbox resource (agents.x-k8s.io/v1alpha1): install agent-sandbox (docs/KUBERNETES.md): %w", sandbox.ErrUnavailable, p.server, err)
+			return fmt.Errorf("%w: the cluster at %s has no %s (docs/KUBERNETES.md): %w", sandbox.ErrUnavailable, p.server, missing, err)
 		}
 		return err
 	case apierrors.IsForbidden(err):
@@ -524,26 +546,41 @@ func podFailure(pod *corev1.Pod) string {
 // waitReady waits, within ReadyTimeout, for the Sandbox's pod to be ready and its agent to
 // answer; it fails early when the pod cannot get there (an image that cannot be pulled).
 func (p *Provider) waitReady(ctx context.Context, name, token string, began time.Time) (*Sandbox, error) {
+	return p.waitPod(ctx, began, "no pod yet: is the agent-sandbox controller running in the cluster?",
+		func(context.Context) (string, string, error) { return name, "", nil },
+		func(ctx context.Context, _, ip string) (*Sandbox, error) { return p.open(ctx, name, token, ip) })
+}
+
+// waitPod waits, within ReadyTimeout, for the pod find names (once it names one; else it
+// says what it waits for) to be ready, then for connect to reach its agent.
+func (p *Provider) waitPod(ctx context.Context, began time.Time, last string,
+	find func(context.Context) (pod, waiting string, err error),
+	connect func(ctx context.Context, pod, ip string) (*Sandbox, error)) (*Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
-	last := "no pod yet: is the agent-sandbox controller running in the cluster?"
 	for {
-		pod, err := p.core.Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		name, waiting, err := find(ctx)
+		var pod *corev1.Pod
+		if err == nil && name != "" {
+			pod, err = p.core.Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		} else if err == nil {
+			last = waiting
+		}
 		switch {
-		case err == nil:
+		case err == nil && pod != nil:
 			if why := podFailure(pod); why != "" {
 				return nil, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, why)
 			}
 			last = podState(pod)
 			if podReady(pod) && pod.Status.PodIP != "" {
-				sb, err := p.open(ctx, name, token, pod.Status.PodIP)
+				sb, err := connect(ctx, name, pod.Status.PodIP)
 				if err == nil {
 					return sb, nil
 				}
 				last = fmt.Sprintf("the pod is ready but its agent at %s does not answer: %v", pod.Status.PodIP, err)
 			}
-		case apierrors.IsNotFound(err):
+		case err == nil, apierrors.IsNotFound(err):
 		case ctx.Err() == nil:
 			if e := p.explain(err); errors.Is(e, sandbox.ErrUnavailable) {
 				return nil, e
@@ -558,7 +595,11 @@ func (p *Provider) waitReady(ctx context.Context, name, token string, began time
 			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(wait*2, time.Second)
+		// Every 100 ms while a pod may be about to answer (a warm pool's is ready as soon
+		// as its claim is bound), then backing off to a second.
+		if time.Since(began) > 2*time.Second {
+			wait = min(wait*2, time.Second)
+		}
 	}
 }
 
@@ -599,32 +640,42 @@ func (p *Provider) open(ctx context.Context, name, token, ip string) (*Sandbox, 
 	return newSandbox(p, name, ip, c), nil
 }
 
-// deleteQuietly deletes a Sandbox, logging a failure.
-func (p *Provider) deleteQuietly(ctx context.Context, name, why string) {
-	if err := p.delete(ctx, name); err != nil {
+// deleteQuietly deletes a Sandbox (or a SandboxClaim: claimed), logging a failure.
+func (p *Provider) deleteQuietly(ctx context.Context, name string, claimed bool, why string) {
+	if err := p.delete(ctx, name, claimed); err != nil {
 		p.log.Warn("delete a Kubernetes sandbox that "+why, "sandbox", name, "err", err)
 	}
 }
 
-// delete deletes a Sandbox (its pod and service go with it); one already gone is not an
-// error.
-func (p *Provider) delete(ctx context.Context, name string) error {
+// delete deletes a Sandbox (its pod and service go with it), or with claimed the
+// SandboxClaim (its Sandbox, pod and service go with it); one already gone is not an error.
+func (p *Provider) delete(ctx context.Context, name string, claimed bool) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	bg := metav1.DeletePropagationBackground
-	err := p.dyn.Namespace(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	res, kind := p.dyn, "Sandbox"
+	if claimed {
+		res, kind = p.claims, "SandboxClaim"
+	}
+	err := res.Namespace(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete Sandbox %s/%s: %w", p.cfg.Namespace, name, p.explain(err))
+		return fmt.Errorf("delete %s %s/%s: %w", kind, p.cfg.Namespace, name, p.explain(err))
 	}
 	return nil
 }
 
-// patchShutdown moves a Sandbox's spec.shutdownTime.
-func (p *Provider) patchShutdown(ctx context.Context, name string, end time.Time) error {
+// patchShutdown moves a Sandbox's spec.shutdownTime, or with claimed a SandboxClaim's
+// spec.lifecycle.shutdownTime.
+func (p *Provider) patchShutdown(ctx context.Context, name string, claimed bool, end time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"shutdownTime": end.UTC().Format(time.RFC3339)}})
-	_, err := p.dyn.Namespace(p.cfg.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: managedBy})
+	at := end.UTC().Format(time.RFC3339)
+	res, spec := p.dyn, map[string]any{"shutdownTime": at}
+	if claimed {
+		res, spec = p.claims, map[string]any{"lifecycle": map[string]any{"shutdownTime": at, "shutdownPolicy": "Delete"}}
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": spec})
+	_, err := res.Namespace(p.cfg.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: managedBy})
 	if err != nil {
 		return p.explain(err)
 	}

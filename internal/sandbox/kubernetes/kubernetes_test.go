@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/testenv"
@@ -105,7 +107,7 @@ func TestPodSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := p.podSpec("tok", map[string]string{"A": "1"})
+	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: "tok"}}, map[string]string{"A": "1"})
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("the pod mounts a service account token")
 	}

@@ -217,6 +217,7 @@ func (s *Section) ProviderConfig(env module.Env) Config {
 		Limits:         Limits{MemoryBytes: set.MemoryBytes, CPUs: set.CPUs, DiskBytes: set.DiskBytes},
 		RequestRatio:   s.RequestRatio,
 		DefaultTimeout: set.TTL, MaxLifetime: set.MaxLifetime,
+		Pool:         set.Pool,
 		ReadyTimeout: s.ReadyTimeout, RequestTimeout: s.RequestTimeout,
 		Logger: env.Logger,
 	}
@@ -231,15 +232,26 @@ func NewFromSection(s *Section, env module.Env) (*Provider, error) {
 	return p, nil
 }
 
-// Verbs are what the provider asks of the API server, by resource: exactly the rules of
-// deploy/kubernetes-sandboxes/role.yaml.
-var Verbs = []struct {
+// Rule is what the provider asks of the API server about one resource.
+type Rule struct {
 	Group, Resource string
 	Verbs           []string
-}{
-	{SandboxResource.Group, SandboxResource.Resource, []string{"create", "get", "list", "patch", "delete"}},
-	{"", "pods", []string{"get"}},
 }
+
+// Verbs are what the provider asks of the API server, by resource; PoolVerbs what it asks
+// more with a warm pool (sandbox.pool): together, exactly the rules of
+// deploy/kubernetes-sandboxes/role.yaml.
+var (
+	Verbs = []Rule{
+		{SandboxResource.Group, SandboxResource.Resource, []string{"create", "get", "list", "patch", "delete"}},
+		{"", "pods", []string{"get"}},
+	}
+	PoolVerbs = []Rule{
+		{ClaimResource.Group, ClaimResource.Resource, []string{"create", "get", "list", "patch", "delete"}},
+		{TemplateResource.Group, TemplateResource.Resource, []string{"create", "get"}},
+		{WarmPoolResource.Group, WarmPoolResource.Resource, []string{"create", "get", "patch"}},
+	}
+)
 
 // doctor checks that the API server answers, that agent-sandbox's Sandbox resource is
 // installed, and that the provider's user may do each thing it does in the namespace
@@ -270,12 +282,19 @@ func (p *Provider) Check(ctx context.Context) (bool, string) {
 	if _, err := p.dyn.Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return false, fmt.Sprintf("listing Sandboxes in namespace %s: %v", p.cfg.Namespace, p.explain(err))
 	}
+	rules := Verbs
+	if p.cfg.Pool > 0 {
+		if _, err := p.claims.Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, fmt.Sprintf("listing SandboxClaims in namespace %s (sandbox.pool is %d): %v", p.cfg.Namespace, p.cfg.Pool, p.explainFor(err, missingExtensions))
+		}
+		rules = append(slices.Clone(Verbs), PoolVerbs...)
+	}
 	ac, err := authclient.NewForConfig(p.rest)
 	if err != nil {
 		return false, err.Error()
 	}
 	var missing []string
-	for _, r := range Verbs {
+	for _, r := range rules {
 		for _, v := range r.Verbs {
 			rev, err := ac.SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
 				ResourceAttributes: &authv1.ResourceAttributes{Namespace: p.cfg.Namespace, Verb: v, Group: r.Group, Resource: r.Resource},
@@ -291,6 +310,10 @@ func (p *Provider) Check(ctx context.Context) (bool, string) {
 	if len(missing) > 0 {
 		return false, fmt.Sprintf("the user may not %s in namespace %s: bind it the Role of deploy/kubernetes-sandboxes/role.yaml", strings.Join(missing, ", "), p.cfg.Namespace)
 	}
-	return true, fmt.Sprintf("the API server at %s answers, agent-sandbox's Sandbox resource is installed, and the user may do what the provider does in namespace %s (image %s)",
-		p.server, p.cfg.Namespace, p.cfg.Image)
+	what := "agent-sandbox's Sandbox resource is installed"
+	if p.cfg.Pool > 0 {
+		what = fmt.Sprintf("agent-sandbox's Sandbox resource and extensions are installed (a warm pool of %d per network mode)", p.cfg.Pool)
+	}
+	return true, fmt.Sprintf("the API server at %s answers, %s, and the user may do what the provider does in namespace %s (image %s)",
+		p.server, what, p.cfg.Namespace, p.cfg.Image)
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 )
@@ -28,12 +29,31 @@ type found struct {
 	endsAt    time.Time
 	token     string
 	gone      string // why it cannot be reached again; "" when it can
+	claimed   bool   // a SandboxClaim (pool.go), not a Sandbox
+	uid       types.UID
+}
+
+// settle says why a sandbox read from u cannot be reached again, if it cannot.
+func (f *found) settle(u *unstructured.Unstructured) {
+	switch {
+	case u.GetDeletionTimestamp() != nil:
+		f.gone = "being deleted"
+	case !f.endsAt.IsZero() && time.Now().After(f.endsAt):
+		f.gone = "past its end time"
+	case f.token == "":
+		f.gone = "without an agent token"
+	}
 }
 
 // read parses a Sandbox; a Sandbox not made by the provider gives an error wrapping
 // sandbox.ErrForeign.
 func read(u *unstructured.Unstructured) (found, error) {
 	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time}
+	for _, o := range u.GetOwnerReferences() {
+		if o.Kind == "SandboxClaim" {
+			return f, fmt.Errorf("Sandbox %s is SandboxClaim %s's: reach it through the claim, with sandbox.pool set as where it was made: %w", f.name, o.Name, sandbox.ErrForeign)
+		}
+	}
 	if u.GetLabels()[LabelManagedBy] != managedBy {
 		return f, fmt.Errorf("Sandbox %s was not made by toolhost: %w", f.name, sandbox.ErrForeign)
 	}
@@ -45,20 +65,7 @@ func read(u *unstructured.Unstructured) (found, error) {
 			f.endsAt = end
 		}
 	}
-	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "podTemplate", "spec", "containers")
-	for _, c := range containers {
-		cm, _ := c.(map[string]any)
-		if cm["name"] != containerName {
-			continue
-		}
-		env, _ := cm["env"].([]any)
-		for _, e := range env {
-			em, _ := e.(map[string]any)
-			if em["name"] == envToken {
-				f.token, _ = em["value"].(string)
-			}
-		}
-	}
+	f.token = containerEnv(u.Object, envToken, "spec", "podTemplate", "spec", "containers")
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		cm, _ := c.(map[string]any)
@@ -66,15 +73,50 @@ func read(u *unstructured.Unstructured) (found, error) {
 			f.gone = "expired"
 		}
 	}
-	switch {
-	case u.GetDeletionTimestamp() != nil:
-		f.gone = "being deleted"
-	case !f.endsAt.IsZero() && time.Now().After(f.endsAt):
-		f.gone = "past its end time"
-	case f.token == "":
-		f.gone = "without an agent token"
-	}
+	f.settle(u)
 	return f, nil
+}
+
+// lookup reads a sandbox of the provider by name: with a pool, its SandboxClaim if there
+// is one; else its Sandbox. pod is its pod's name ("" when it has none yet).
+func (p *Provider) lookup(ctx context.Context, id string) (f found, pod string, err error) {
+	ns := p.cfg.Namespace
+	if p.cfg.Pool > 0 {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		u, err := p.claims.Namespace(ns).Get(cctx, id, metav1.GetOptions{})
+		cancel()
+		switch {
+		case err == nil:
+			if f, err = readClaim(u); err != nil {
+				return f, "", err
+			}
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+			sb, err := p.dyn.Namespace(ns).Get(cctx, id, metav1.GetOptions{})
+			cancel()
+			if apierrors.IsNotFound(err) {
+				return f, "", nil
+			}
+			if err != nil {
+				return f, "", p.explain(err)
+			}
+			pod, _, err := podOf(sb, f.uid)
+			return f, pod, err
+		case !apierrors.IsNotFound(err):
+			return f, "", p.explainFor(err, missingExtensions)
+		}
+		var st apierrors.APIStatus
+		if errors.As(err, &st) && (st.Status().Details == nil || st.Status().Details.Name == "") {
+			return f, "", p.explainFor(err, missingExtensions) // the resource, not the claim, is missing
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	u, err := p.dyn.Namespace(ns).Get(cctx, id, metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		return f, "", p.explain(err)
+	}
+	f, err = read(u)
+	return f, id, err
 }
 
 // hasLabels reports whether every label of want is in have, with its value.
@@ -91,18 +133,14 @@ func hasLabels(have, want map[string]string) bool {
 // left it (sandbox.Reconnector): its end time moves to now + opts.Timeout unless it is
 // later already.
 func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.ReconnectOptions) (sandbox.Sandbox, error) {
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	u, err := p.dyn.Namespace(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
-	cancel()
-	if apierrors.IsNotFound(err) {
+	f, podName, err := p.lookup(ctx, id)
+	switch {
+	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: no such Sandbox in namespace %s: %w", id, p.cfg.Namespace, sandbox.ErrGone)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: %w", id, p.explain(err))
-	}
-	f, err := read(u)
-	if err != nil {
+	case errors.Is(err, sandbox.ErrForeign):
 		return nil, fmt.Errorf("reconnect: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: %w", id, err)
 	}
 	if !hasLabels(f.labels, opts.Labels) {
 		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: it lacks the labels asked for: %w", id, sandbox.ErrForeign)
@@ -110,8 +148,11 @@ func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.Reconn
 	if f.gone != "" {
 		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: it is %s: %w", id, f.gone, sandbox.ErrGone)
 	}
-	cctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	pod, err := p.core.Pods(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
+	if podName == "" {
+		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: its claim holds no Sandbox: %w", id, sandbox.ErrGone)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	pod, err := p.core.Pods(p.cfg.Namespace).Get(cctx, podName, metav1.GetOptions{})
 	cancel()
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: its pod is gone: %w", id, sandbox.ErrGone)
@@ -137,7 +178,7 @@ func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.Reconn
 			end = limit
 		}
 		if end.After(f.endsAt) {
-			if err := p.patchShutdown(ctx, id, end); err != nil {
+			if err := p.patchShutdown(ctx, id, f.claimed, end); err != nil {
 				sb.detach()
 				return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: extend it: %w", id, err)
 			}
@@ -145,6 +186,7 @@ func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.Reconn
 			end = f.endsAt
 		}
 	}
+	sb.claimed = f.claimed
 	sb.start(f.startedAt, end)
 	p.log.Info("reconnected to Kubernetes sandbox", "sandbox", id, "ends", end.UTC().Format(time.RFC3339))
 	return sb, nil
@@ -160,12 +202,22 @@ func (p *Provider) List(ctx context.Context, filter map[string]string) ([]sandbo
 		return nil, fmt.Errorf("list Kubernetes sandboxes in namespace %s: %w", p.cfg.Namespace, p.explain(err))
 	}
 	var out []sandbox.SandboxInfo
-	for i := range l.Items {
-		f, err := read(&l.Items[i])
-		if err != nil || f.gone != "" || !hasLabels(f.labels, filter) {
-			continue
+	add := func(f found, err error) {
+		if err == nil && f.gone == "" && hasLabels(f.labels, filter) {
+			out = append(out, sandbox.SandboxInfo{ID: f.name, Labels: f.labels, State: "running", StartedAt: f.startedAt, EndsAt: f.endsAt})
 		}
-		out = append(out, sandbox.SandboxInfo{ID: f.name, Labels: f.labels, State: "running", StartedAt: f.startedAt, EndsAt: f.endsAt})
+	}
+	for i := range l.Items {
+		add(read(&l.Items[i]))
+	}
+	if p.cfg.Pool > 0 {
+		l, err := p.claims.Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + managedBy})
+		if err != nil {
+			return nil, fmt.Errorf("list Kubernetes sandboxes (SandboxClaims) in namespace %s: %w", p.cfg.Namespace, p.explainFor(err, missingExtensions))
+		}
+		for i := range l.Items {
+			add(readClaim(&l.Items[i]))
+		}
 	}
 	slices.SortFunc(out, func(a, b sandbox.SandboxInfo) int { return a.StartedAt.Compare(b.StartedAt) })
 	return out, nil
@@ -174,19 +226,16 @@ func (p *Provider) List(ctx context.Context, filter map[string]string) ([]sandbo
 // Kill deletes one of the provider's Sandboxes by name (sandbox.Killer); one that is gone
 // already is not an error.
 func (p *Provider) Kill(ctx context.Context, id string) error {
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	u, err := p.dyn.Namespace(p.cfg.Namespace).Get(cctx, id, metav1.GetOptions{})
-	cancel()
-	if apierrors.IsNotFound(err) {
+	f, _, err := p.lookup(ctx, id)
+	switch {
+	case apierrors.IsNotFound(err):
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("kill Kubernetes sandbox %s: %w", id, p.explain(err))
-	}
-	if _, err := read(u); err != nil && errors.Is(err, sandbox.ErrForeign) {
+	case errors.Is(err, sandbox.ErrForeign):
 		return fmt.Errorf("kill: %w", err)
+	case err != nil:
+		return fmt.Errorf("kill Kubernetes sandbox %s: %w", id, err)
 	}
-	if err := p.delete(ctx, id); err != nil {
+	if err := p.delete(ctx, id, f.claimed); err != nil {
 		return fmt.Errorf("kill Kubernetes sandbox %s: %w", id, err)
 	}
 	return nil

@@ -23,6 +23,7 @@ type Sandbox struct {
 	p        *Provider
 	log      *slog.Logger
 	podIP    string
+	claimed  bool // a SandboxClaim's (a warm pool's): close and extend go to the claim
 	client   *client.Client
 	previews preview.Forwarders
 
@@ -154,7 +155,7 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("set timeout of sandbox %s to %s: it would end at %s, past its maximum lifetime of %s (it must end by %s)",
 			s.id, d, end.Format(time.RFC3339), s.p.cfg.MaxLifetime, limit.Format(time.RFC3339))
 	}
-	if err := s.p.patchShutdown(ctx, s.id, end); err != nil {
+	if err := s.p.patchShutdown(ctx, s.id, s.claimed, end); err != nil {
 		return s.wrap(fmt.Errorf("set timeout of sandbox %s: %w", s.id, err))
 	}
 	s.mu.Lock()
@@ -221,7 +222,7 @@ func (s *Sandbox) shutdown(reason string) {
 		s.end(reason)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*s.p.cfg.RequestTimeout)
 		defer cancel()
-		if err := s.p.delete(ctx, s.id); err != nil {
+		if err := s.p.delete(ctx, s.id, s.claimed); err != nil {
 			s.closeErr = fmt.Errorf("close sandbox %s: %w", s.id, err)
 			s.log.Warn("delete the sandbox", "err", err)
 		}

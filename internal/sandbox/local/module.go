@@ -79,7 +79,7 @@ this is true: then every entry in it that root owns is handed to the sandbox use
 and entries of other users stay as they are. It changes nothing where idmapped mounts work,
 or when toolhost does not run as root. (local)`},
 	{Name: "sandbox.pool", Flag: "sandbox-pool",
-		Usage: "started sandboxes kept ready per configuration (0: none)",
+		Usage: "started sandboxes kept ready per configuration (0: none; local, and kubernetes' warm pool)",
 		Doc: `How many local sandboxes are kept started ahead of need, for each configuration
 sessions use (network mode, egress policy, environment): opening a session or rotating
 one then takes a running sandbox, its limits and seccomp filter already in force, and
@@ -88,7 +88,9 @@ kept), instead of waiting for bubblewrap and the agent. A sandbox is taken once 
 given to another session; a spare made for one egress policy is never given to a sandbox
 with another. Each kept sandbox costs its agent's memory (about 20 MB) while it waits.
 Needs root (the host mounts the workspace for the sandbox); otherwise none are kept. At
-most 8. 0 (the default): none. (local)`},
+most 8. 0 (the default): none. (local) The kubernetes provider honours it too: a
+SandboxWarmPool of this many pods per network mode, each sandbox a SandboxClaim served
+from it (docs/KUBERNETES.md).`},
 }
 
 // DefaultRunDir is Config.RunDir when none is given: os.TempDir()/toolhost-run-UID.
