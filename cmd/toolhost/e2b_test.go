@@ -22,7 +22,7 @@ var (
 // startE2BFake runs cmd/e2bfake, the fake E2B on its own, as E2B's users would: it prints
 // the variables the official SDKs read, which are returned, and serves until the test
 // ends (SIGTERM: it kills its sandboxes and exits).
-func startE2BFake(t testing.TB) []string {
+func startE2BFake(t testing.TB, args ...string) []string {
 	t.Helper()
 	requireBwrap(t) // its sandboxes are local ones
 	e2bfakeOnce.Do(func() {
@@ -36,7 +36,7 @@ func startE2BFake(t testing.TB) []string {
 	if e2bfakeErr != nil {
 		t.Fatal(e2bfakeErr)
 	}
-	cmd := exec.Command(e2bfakeBin, "-listen", "127.0.0.1:0")
+	cmd := exec.Command(e2bfakeBin, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -28,9 +28,11 @@ type agentReport struct {
 	Retries  int      `json:"retries"`
 	Failures []string `json:"failures"`
 	// Unknown are the calls whose first request got no answer (the connection cut, or the
-	// balancer's 502) and had done its work, as the agent found when the retry failed.
+	// balancer's 502) or ran on a replica that lost the project meanwhile (its error result
+	// says so), and had done its work, as the agent found when the retry failed.
 	Unknown []struct {
 		At       time.Time `json:"at"`
+		Why      string    `json:"why"` // "no answer" or "lost mid-call"
 		Call     string    `json:"call"`
 		Attempts []string  `json:"attempts"`
 	} `json:"unknown"`
@@ -57,8 +59,9 @@ func fleetSeconds() int {
 // stops another for longer than the lease's ttl and continues it, and rolls all three
 // (SIGTERM with serve.drain handoff, start again) one by one. Every call is answered (a
 // retry allowed once per failure, and it succeeds; a request in flight on the replica
-// killed with -9 gets no answer, and when its retry fails because it had done its work,
-// the agent finds that done, at the kill and nowhere else), no file a call reported written is
+// killed with -9 gets no answer, and a call the paused replica ends after losing its lease
+// says so: when the retry of either fails because the first had done its work, the agent
+// finds that done, at the kill or the waking and nowhere else), no file a call reported written is
 // missing, the background server each agent started at the beginning still answers at
 // the end, and when every agent has ended its session no sandbox is left (the fleet's
 // status lists none). That the stopped replica's writes after it woke are refused is
@@ -164,6 +167,7 @@ func TestFleet(t *testing.T) {
 	rs[1].signal(syscall.SIGSTOP)
 	time.Sleep(ttl + 4*time.Second)
 	rs[1].signal(syscall.SIGCONT)
+	woke := time.Now()
 	step("SIGCONT replica 1")
 	<-at(0.15)
 	for _, r := range rs {
@@ -184,17 +188,22 @@ func TestFleet(t *testing.T) {
 			t.Errorf("agent %d: %s", i, rep.Fatal)
 			continue
 		}
-		t.Logf("agent %d: %d calls, %d retries, %d reconnects, %d files, %d requests lost at the kill and found done",
+		t.Logf("agent %d: %d calls, %d retries, %d reconnects, %d files, %d calls of unknown outcome found done",
 			i, rep.Calls, rep.Retries, rep.Reconnects, rep.Written, len(rep.Unknown))
 		if len(rep.Failures) > 0 {
 			t.Errorf("agent %d: %d calls failed after their retry: %v", i, len(rep.Failures), rep.Failures)
 		}
 		for _, u := range rep.Unknown {
-			// A request lost with its replica: only the kill -9 may lose one (a drain
-			// finishes the calls under way, a stopped replica answers when it wakes).
-			if u.At.Before(killed) || u.At.After(killSeen) {
-				t.Errorf("agent %d: a %s's request got no answer at %s, away from the kill -9 (%s): %v", i, u.Call,
-					u.At.UTC().Format("15:04:05.000"), killed.UTC().Format("15:04:05.000"), u.Attempts)
+			// Only the kill -9 may leave a request without an answer, and only the paused
+			// replica's waking may end a call after its lease (a drain finishes the calls
+			// under way and hands the lease over after them).
+			from, to, when := killed, killSeen, "the kill -9"
+			if u.Why == "lost mid-call" {
+				from, to, when = woke, woke.Add(10*time.Second), "the paused replica's waking"
+			}
+			if u.At.Before(from) || u.At.After(to) {
+				t.Errorf("agent %d: a %s (%s) at %s, away from %s (%s): %v", i, u.Call, u.Why,
+					u.At.UTC().Format("15:04:05.000"), when, from.UTC().Format("15:04:05.000"), u.Attempts)
 			}
 		}
 		if len(rep.Missing) > 0 {

@@ -48,11 +48,13 @@ async function connect() {
 //
 // A request that got no answer at all (the connection cut, or the balancer's 502) has an
 // unknown outcome: it may have run, in part or in full, on a replica killed before it
-// answered. No server can answer for it. A model would look before repeating a call that
-// is not idempotent; so does this agent: when the retry of such a call fails, applied()
-// checks whether the lost request did the work (an edit_file's retry finds its
-// old_string gone), and if so the call counts as done, its time kept in out.unknown so
-// the test can check that it happened at the kill -9 and nowhere else.
+// answered. No server can answer for it. Nor can a replica that was paused while it ran
+// the call and lost the project meanwhile: its error result says so. A model would look
+// before repeating a call that is not idempotent; so does this agent: when the retry of
+// such a call fails, applied() checks whether the first request did the work (an
+// edit_file's retry finds its old_string gone), and if so the call counts as done, its
+// time and why kept in out.unknown so the test can check that it happened at the kill -9
+// or at the paused replica's waking, and nowhere else.
 async function call(name, args, want, applied) {
   out.calls++;
   const attempts = [];
@@ -63,10 +65,13 @@ async function call(name, args, want, applied) {
       const t = text(res);
       if (!res.isError && (!want || t.includes(want))) return t;
       attempts.push(`${new Date().toISOString()} error result: ${t.slice(0, 300)}`);
+      // The replica ran the call but lost the project while it did (it was paused past
+      // its lease): the result says so, and that the call may have done its work.
+      if (attempt === 0 && res.isError && /lost project .* while it ran/.test(t)) lost = { at: new Date().toISOString(), why: "lost mid-call" };
     } catch (e) {
       const msg = String(e && e.message || e);
       attempts.push(`${new Date().toISOString()} ${msg.slice(0, 300)}${e && e.cause ? ` (cause: ${String(e.cause.message || e.cause).slice(0, 200)})` : ""}`);
-      if (attempt === 0 && /fetch failed|HTTP 502/.test(msg)) lost = new Date().toISOString();
+      if (attempt === 0 && /fetch failed|HTTP 502/.test(msg)) lost = { at: new Date().toISOString(), why: "no answer" };
       if (/session not found|Session not found|404/.test(String(e))) {
         // The session is gone for good (the MCP spec: start a new one): a reconnect.
         out.reconnects++;
@@ -76,7 +81,7 @@ async function call(name, args, want, applied) {
     if (attempt === 0) { out.retries++; await sleep(500); }
   }
   if (lost && applied && await applied()) {
-    out.unknown.push({ at: lost, call: name, attempts });
+    out.unknown.push({ at: lost.at, why: lost.why, call: name, attempts });
     return "";
   }
   out.failures.push(`${name}: ${attempts.join("; then ")}`);
