@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
@@ -517,4 +519,123 @@ func secretValue(what, ref string) (string, error) {
 		return "", fmt.Errorf("%s: its value is shorter than %d characters, too short to keep out of results", what, host.MinSecretLen)
 	}
 	return v, nil
+}
+
+// ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
+// package mcpserve).
+type ServeConfig struct {
+	Listen       string            `key:"listen"`
+	Tokens       []ServeToken      `key:"tokens"`
+	TokensFile   string            `key:"tokens_file"`
+	Workspaces   map[string]string `key:"workspaces"`
+	MaxSessions  int               `key:"max_sessions"`
+	IdleTimeout  time.Duration     `key:"idle_timeout"`
+	MaxBodyBytes int64             `key:"max_body_bytes"`
+	// Drain is what a stop does with open sessions: DrainClose or DrainHandoff.
+	Drain string      `key:"drain"`
+	Fleet FleetConfig `key:"fleet"`
+}
+
+// What serve.drain names.
+const (
+	DrainClose   = "close"
+	DrainHandoff = "handoff"
+)
+
+// FleetConfig is the serve.fleet.* keys: the replicas of one fleet, which share a store
+// and serve any project whichever of them holds it.
+type FleetConfig struct {
+	Advertise  string   `key:"advertise"`
+	SecretFile string   `key:"secret_file"`
+	Peers      []string `key:"peers"`
+	// OrphanAfter is how long the sandboxes of a project nobody holds (its holder died,
+	// or handed it over and no request came) wait for a replica to reconnect before any
+	// replica kills them.
+	OrphanAfter time.Duration `key:"orphan_after"`
+}
+
+// InFleet reports whether serve runs as a replica of a fleet (serve.fleet.advertise set).
+func (s ServeConfig) InFleet() bool { return s.Fleet.Advertise != "" }
+
+// ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
+// projects it may open (none: any).
+type ServeToken struct {
+	Token    Secret   `key:"token"`
+	Projects []string `key:"projects"`
+	// Egress narrows what the sessions this token opens may reach (sandbox.network
+	// egress); it can only take away from sandbox.egress.*.
+	Egress *EgressPolicy `key:"egress"`
+}
+
+// EgressConfig is the sandbox.egress.* keys: what a sandbox with sandbox.network egress
+// may reach through the host's gateway (package internal/egress), and its bounds.
+type EgressConfig struct {
+	Preset      string         `key:"preset"`
+	Allow       []string       `key:"allow"`
+	Deny        []string       `key:"deny"`
+	Ports       []int          `key:"ports"`
+	MaxBytes    int64          `key:"max_bytes"`
+	MaxConns    int            `key:"max_conns"`
+	IdleTimeout time.Duration  `key:"idle_timeout"`
+	Resolver    string         `key:"resolver"`
+	CAFile      string         `key:"ca_file"`
+	Inject      []EgressInject `key:"inject"`
+}
+
+// EgressInject is a credential the gateway adds to the requests of one domain (an entry of
+// sandbox.egress.inject): the header Header with the value Secret names ("env:VAR" or
+// "file:/abs/path", as plugin secrets are named). The value never enters the sandbox.
+type EgressInject struct {
+	Domain string `key:"domain"`
+	Header string `key:"header"`
+	Secret string `key:"secret"`
+}
+
+// EgressPolicy narrows the host's egress policy (sandbox.egress.*) for a session
+// (SessionOptions.Egress, a serve token's egress): a destination must be allowed by both,
+// so it can only take away. Entries as in sandbox.egress.allow (name, *.name, name:port,
+// CIDR, CIDR:port, :* for every port; docs/NETWORK.md). With no preset and no allow
+// entries it narrows by its deny list and ports only.
+type EgressPolicy struct {
+	Preset string   `key:"preset" json:"preset,omitempty"`
+	Allow  []string `key:"allow" json:"allow,omitempty"`
+	Deny   []string `key:"deny" json:"deny,omitempty"`
+	Ports  []int    `key:"ports" json:"ports,omitempty"`
+}
+
+func (p *EgressPolicy) spec() egress.Spec {
+	return egress.Spec{Preset: p.Preset, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
+}
+
+// checkNarrowing compiles a session's narrowing against the host's policy.
+func (c *Config) checkNarrowing(p *EgressPolicy) error {
+	host, err := c.hostPolicy()
+	if err != nil {
+		return err
+	}
+	_, err = host.Narrow(p.spec())
+	return err
+}
+
+// Network modes of sandbox.network.
+const (
+	NetworkEgress = sandbox.NetworkEgress
+	NetworkNone   = sandbox.NetworkNone
+	NetworkHost   = sandbox.NetworkHost
+)
+
+// hostPolicy compiles the sandbox.egress.* policy.
+func (c *Config) hostPolicy() (*egress.Policy, error) {
+	e := &c.Sandbox.Egress
+	return egress.Compile(egress.Spec{Preset: e.Preset, Allow: e.Allow, Deny: e.Deny, Ports: e.Ports})
+}
+
+// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
+// order a chain tries them: "e2b, local" is [e2b local].
+func ProviderNamesOf(value string) []string {
+	var names []string
+	for n := range strings.SplitSeq(value, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
 }

@@ -14,75 +14,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/toolhost/toolhost/audit"
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/egress"
 )
-
-// EgressConfig is the sandbox.egress.* keys: what a sandbox with sandbox.network egress
-// may reach through the host's gateway (package internal/egress), and its bounds.
-type EgressConfig struct {
-	Preset      string         `key:"preset"`
-	Allow       []string       `key:"allow"`
-	Deny        []string       `key:"deny"`
-	Ports       []int          `key:"ports"`
-	MaxBytes    int64          `key:"max_bytes"`
-	MaxConns    int            `key:"max_conns"`
-	IdleTimeout time.Duration  `key:"idle_timeout"`
-	Resolver    string         `key:"resolver"`
-	CAFile      string         `key:"ca_file"`
-	Inject      []EgressInject `key:"inject"`
-}
-
-// EgressInject is a credential the gateway adds to the requests of one domain (an entry of
-// sandbox.egress.inject): the header Header with the value Secret names ("env:VAR" or
-// "file:/abs/path", as plugin secrets are named). The value never enters the sandbox.
-type EgressInject struct {
-	Domain string `key:"domain"`
-	Header string `key:"header"`
-	Secret string `key:"secret"`
-}
-
-// EgressPolicy narrows the host's egress policy (sandbox.egress.*) for a session
-// (SessionOptions.Egress, a serve token's egress): a destination must be allowed by both,
-// so it can only take away. Entries as in sandbox.egress.allow (name, *.name, name:port,
-// CIDR, CIDR:port, :* for every port; docs/NETWORK.md). With no preset and no allow
-// entries it narrows by its deny list and ports only.
-type EgressPolicy struct {
-	Preset string   `key:"preset" json:"preset,omitempty"`
-	Allow  []string `key:"allow" json:"allow,omitempty"`
-	Deny   []string `key:"deny" json:"deny,omitempty"`
-	Ports  []int    `key:"ports" json:"ports,omitempty"`
-}
-
-func (p *EgressPolicy) spec() egress.Spec {
-	return egress.Spec{Preset: p.Preset, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
-}
-
-// checkNarrowing compiles a session's narrowing against the host's policy.
-func (c *Config) checkNarrowing(p *EgressPolicy) error {
-	host, err := c.hostPolicy()
-	if err != nil {
-		return err
-	}
-	_, err = host.Narrow(p.spec())
-	return err
-}
-
-// Network modes of sandbox.network.
-const (
-	NetworkEgress = sandbox.NetworkEgress
-	NetworkNone   = sandbox.NetworkNone
-	NetworkHost   = sandbox.NetworkHost
-)
-
-// hostPolicy compiles the sandbox.egress.* policy.
-func (c *Config) hostPolicy() (*egress.Policy, error) {
-	e := &c.Sandbox.Egress
-	return egress.Compile(egress.Spec{Preset: e.Preset, Allow: e.Allow, Deny: e.Deny, Ports: e.Ports})
-}
 
 func (c *Config) validateEgress(bad badKey) error {
 	switch c.Sandbox.Network {

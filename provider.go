@@ -3,21 +3,10 @@ package toolhost
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/module"
 )
-
-// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
-// order a chain tries them: "e2b, local" is [e2b local].
-func ProviderNamesOf(value string) []string {
-	var names []string
-	for n := range strings.SplitSeq(value, ",") {
-		names = append(names, strings.TrimSpace(n))
-	}
-	return names
-}
 
 // unavailable stands for a provider of a list that could not be made (bubblewrap missing
 // for local): it gives way to the next one, saying why.

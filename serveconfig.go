@@ -11,52 +11,6 @@ import (
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
-// ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
-// package mcpserve).
-type ServeConfig struct {
-	Listen       string            `key:"listen"`
-	Tokens       []ServeToken      `key:"tokens"`
-	TokensFile   string            `key:"tokens_file"`
-	Workspaces   map[string]string `key:"workspaces"`
-	MaxSessions  int               `key:"max_sessions"`
-	IdleTimeout  time.Duration     `key:"idle_timeout"`
-	MaxBodyBytes int64             `key:"max_body_bytes"`
-	// Drain is what a stop does with open sessions: DrainClose or DrainHandoff.
-	Drain string      `key:"drain"`
-	Fleet FleetConfig `key:"fleet"`
-}
-
-// What serve.drain names.
-const (
-	DrainClose   = "close"
-	DrainHandoff = "handoff"
-)
-
-// FleetConfig is the serve.fleet.* keys: the replicas of one fleet, which share a store
-// and serve any project whichever of them holds it.
-type FleetConfig struct {
-	Advertise  string   `key:"advertise"`
-	SecretFile string   `key:"secret_file"`
-	Peers      []string `key:"peers"`
-	// OrphanAfter is how long the sandboxes of a project nobody holds (its holder died,
-	// or handed it over and no request came) wait for a replica to reconnect before any
-	// replica kills them.
-	OrphanAfter time.Duration `key:"orphan_after"`
-}
-
-// InFleet reports whether serve runs as a replica of a fleet (serve.fleet.advertise set).
-func (s ServeConfig) InFleet() bool { return s.Fleet.Advertise != "" }
-
-// ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
-// projects it may open (none: any).
-type ServeToken struct {
-	Token    Secret   `key:"token"`
-	Projects []string `key:"projects"`
-	// Egress narrows what the sessions this token opens may reach (sandbox.network
-	// egress); it can only take away from sandbox.egress.*.
-	Egress *EgressPolicy `key:"egress"`
-}
-
 func (c *Config) validateServe(bad badKey) error {
 	s := &c.Serve
 	if strings.TrimSpace(s.Listen) == "" {
