@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,77 +16,6 @@ import (
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/egress"
 )
-
-func (c *Config) validateEgress(bad badKey) error {
-	switch c.Sandbox.Network {
-	case NetworkEgress, NetworkNone, NetworkHost:
-	default:
-		return bad("sandbox.network", "must be \"egress\", \"none\" or \"host\", got %q", c.Sandbox.Network)
-	}
-	e := &c.Sandbox.Egress
-	if _, ok := egress.Preset(e.Preset); !ok {
-		return bad("sandbox.egress.preset", "must be one of %s, got %q", strings.Join(egress.PresetNames(), ", "), e.Preset)
-	}
-	if _, err := c.hostPolicy(); err != nil {
-		key := "sandbox.egress"
-		if se, ok := errors.AsType[*egress.SpecError](err); ok {
-			key += "." + se.Field // the Spec's fields are named as the keys are
-		}
-		return bad(key, "%v", err)
-	}
-	if e.MaxBytes == 0 || e.MaxBytes < -1 {
-		return bad("sandbox.egress.max_bytes", "must be positive, or -1 for no bound, got %d", e.MaxBytes)
-	}
-	if e.MaxConns < 1 {
-		return bad("sandbox.egress.max_conns", "must be at least 1, got %d", e.MaxConns)
-	}
-	if e.IdleTimeout <= 0 {
-		return bad("sandbox.egress.idle_timeout", "must be positive, got %s", e.IdleTimeout)
-	}
-	if _, err := parseResolver(e.Resolver); err != nil {
-		return bad("sandbox.egress.resolver", "%v", err)
-	}
-	if e.CAFile != "" && !filepath.IsAbs(e.CAFile) {
-		return bad("sandbox.egress.ca_file", "must be an absolute path, got %q", e.CAFile)
-	}
-	for i, in := range e.Inject {
-		key := fmt.Sprintf("sandbox.egress.inject[%d]", i)
-		if in.Domain == "" || strings.HasPrefix(in.Domain, "*") {
-			return bad(key+".domain", "must be one exact domain name, got %q", in.Domain)
-		}
-		if in.Header == "" {
-			return bad(key+".header", "is empty (e.g. Authorization)")
-		}
-		if !strings.HasPrefix(in.Secret, "env:") && !strings.HasPrefix(in.Secret, "file:") {
-			return bad(key+".secret", "must name where the value is, env:VAR or file:/abs/path (never the value itself), got %q", redactShort(in.Secret))
-		}
-	}
-	return nil
-}
-
-// redactShort shows the kind of a secret reference, never what may be a value.
-func redactShort(s string) string {
-	if k, _, ok := strings.Cut(s, ":"); ok && len(k) <= 8 {
-		return k + ":..."
-	}
-	return "[not shown]"
-}
-
-// parseResolver reads sandbox.egress.resolver: "system", or a DNS server "IP" or
-// "IP:PORT".
-func parseResolver(s string) (netip.AddrPort, error) {
-	if s == "system" {
-		return netip.AddrPort{}, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.AddrPortFrom(a, 53), nil
-	}
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("must be \"system\" or a DNS server's address (IP or IP:PORT), got %q", s)
-	}
-	return ap, nil
-}
 
 // egressNet is what the gateway dials (and asks its DNS server through), and the host
 // addresses it refuses; by default this machine's network. Tests give it their own
