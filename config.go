@@ -173,28 +173,6 @@ type LimitsConfig struct {
 	ExecOutputMaxBytes int           `key:"exec_output_max_bytes"`
 }
 
-// DefaultConfig is the configuration of ConfigKeys' defaults: the built-in plugins, the
-// local sandbox provider, a directory store under the data dir.
-func DefaultConfig() Config {
-	var c Config
-	for _, m := range moduleRefs() {
-		c.section(m)
-	}
-	v := reflect.ValueOf(&c).Elem()
-	for _, k := range keyTable {
-		f, err := fieldOf(v, k.name)
-		if err != nil {
-			panic(err) // TestConfigKeys keeps the table and the struct in step
-		}
-		d := k.defaultValue()
-		if d == nil {
-			continue
-		}
-		f.Set(reflect.ValueOf(d).Convert(f.Type()))
-	}
-	return c
-}
-
 // fieldOf finds the field of v (a Config) that the dotted key names.
 func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
 	for part := range strings.SplitSeq(key, ".") {
