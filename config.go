@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -171,26 +170,6 @@ type LimitsConfig struct {
 	ExecTimeoutMax     time.Duration `key:"exec_timeout_max"`
 	ReadMaxBytes       int64         `key:"read_max_bytes"`
 	ExecOutputMaxBytes int           `key:"exec_output_max_bytes"`
-}
-
-// fieldOf finds the field of v (a Config) that the dotted key names.
-func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
-	for part := range strings.SplitSeq(key, ".") {
-		if v.Kind() != reflect.Struct {
-			return reflect.Value{}, fmt.Errorf("config key %s: %s is not a section", key, part)
-		}
-		found := false
-		for i := range v.NumField() {
-			if v.Type().Field(i).Tag.Get("key") == part {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
-			return reflect.Value{}, fmt.Errorf("config key %s: no field for %q", key, part)
-		}
-	}
-	return v, nil
 }
 
 // Level is the slog level of LogLevel (info when it does not parse; Validate refuses it).

@@ -11,6 +11,7 @@ import (
 	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -791,4 +792,34 @@ func DefaultConfig() Config {
 		f.Set(reflect.ValueOf(d).Convert(f.Type()))
 	}
 	return c
+}
+
+// fieldOf finds the field of v (a Config) that the dotted key names.
+func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
+	for part := range strings.SplitSeq(key, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}, fmt.Errorf("config key %s: %s is not a section", key, part)
+		}
+		found := false
+		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("key") == part {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return reflect.Value{}, fmt.Errorf("config key %s: no field for %q", key, part)
+		}
+	}
+	return v, nil
+}
+
+// moduleOfKey finds the module that owns a key.
+func moduleOfKey(key string) (moduleRef, bool) {
+	for _, m := range moduleRefs() {
+		if slices.ContainsFunc(m.keys, func(k module.Key) bool { return k.Name == key }) {
+			return m, true
+		}
+	}
+	return moduleRef{}, false
 }

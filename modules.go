@@ -2,7 +2,6 @@ package toolhost
 
 import (
 	"reflect"
-	"slices"
 
 	"github.com/toolhost/toolhost/internal/module"
 
@@ -103,16 +102,6 @@ func moduleRefs() []moduleRef {
 		}
 	}
 	return out
-}
-
-// moduleOfKey finds the module that owns a key.
-func moduleOfKey(key string) (moduleRef, bool) {
-	for _, m := range moduleRefs() {
-		if slices.ContainsFunc(m.keys, func(k module.Key) bool { return k.Name == key }) {
-			return m, true
-		}
-	}
-	return moduleRef{}, false
 }
 
 // section is the configuration of module m in c, made with its defaults when c has none
