@@ -524,3 +524,45 @@ func progressOf(fn func(SnapshotProgress)) func(snapshot.Progress) {
 		fn(SnapshotProgress{Project: p.ProjectID, Phase: p.Phase, Done: p.Done, Total: p.Total})
 	}
 }
+
+// SnapshotProgress is a transfer moving bytes (WithSnapshotProgress).
+type SnapshotProgress struct {
+	Project string
+	// Phase is "pack", "upload", "download" or "extract".
+	Phase string
+	Done  int64
+	// Total is the phase's size in bytes, or -1 when unknown.
+	Total int64
+}
+
+// PluginInfo describes a loaded plugin.
+type PluginInfo struct {
+	Name, Version string
+	// Path is the module's file, or builtin:NAME.wasm for a built-in.
+	Path string
+	// Tools are the names of its tools.
+	Tools []string
+	// Imports are the host functions it imports ("toolhost_sandbox_exec", "exec").
+	Imports []PluginImport
+	// Grants are the capabilities it was granted; Scope narrows them.
+	Grants []abi.Capability
+	Scope  policy.Scope
+	// Secrets names its secrets (never their values).
+	Secrets []string
+}
+
+// PluginImport is one function a plugin imports.
+type PluginImport struct {
+	Module, Name string
+}
+
+func pluginInfos(in []host.PluginInfo) []PluginInfo {
+	out := make([]PluginInfo, len(in))
+	for i, p := range in {
+		out[i] = PluginInfo{Name: p.Name, Version: p.Version, Path: p.Path, Tools: p.Tools, Grants: p.Grants, Scope: p.Scope, Secrets: p.Secrets}
+		for _, imp := range p.Imports {
+			out[i].Imports = append(out[i].Imports, PluginImport{Module: imp.Module, Name: imp.Name})
+		}
+	}
+	return out
+}
