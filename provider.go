@@ -55,3 +55,30 @@ func (t *Toolhost) buildProvider(ctx context.Context) (sandbox.Provider, error) 
 	c.ContinueOnError = t.cfg.Sandbox.ContinueOnError
 	return c, nil
 }
+
+// Provider is the sandbox provider sandbox.provider names, made on first use: the one
+// named, or, for a list such as "e2b,local", a sandbox.Chain that tries them in order
+// (giving way when one is unavailable; see e2b.continue_on_error).
+func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
+	t.provMu.Lock()
+	defer t.provMu.Unlock()
+	if t.provider != nil {
+		return t.provider, nil
+	}
+	p, err := t.buildProvider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.provider, t.lifeCap = p, sandbox.MaxLifetimeOf(p)
+	return t.provider, nil
+}
+
+// sessionProvider is the provider of one session of project: Provider, viewed for project
+// where it counts per project (sandbox.ProjectScoped: E2B's quota ledger).
+func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.ForProject(p, project), nil
+}
