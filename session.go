@@ -227,17 +227,6 @@ func (t *Toolhost) Open(ctx context.Context, opts SessionOptions) (*Session, err
 	return s, nil
 }
 
-// projectLease is a project's lease, shared by the sessions of one Toolhost that have
-// the project open: a lease keeps other hosts out, not other sessions of this one (the
-// embedding program decides those, as the demo's wake step does).
-type projectLease struct {
-	project string
-	ready   chan struct{} // closed once the acquisition ended; then l or err is set
-	l       *lease.Lease
-	err     error
-	users   int // sessions holding it (and one acquiring), under Toolhost.leaseMu
-}
-
 // takeLease takes project's lease for a session (nil when leases are off), or shares the
 // one this Toolhost holds. The first call checks that the store keeps leases: one that
 // ignores conditional writes turns them off, logged once.
@@ -347,18 +336,6 @@ func hostName() string {
 
 // leaseErr is why the session may no longer act on its project (its lease was lost), or nil.
 func (s *Session) leaseErr() error { return s.lease.check() }
-
-// check is why the sessions sharing e may no longer act on the project, or nil (also
-// when e is nil: leases are off).
-func (e *projectLease) check() error {
-	if e == nil {
-		return nil
-	}
-	if err := e.l.Fence(); err != nil {
-		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
-	}
-	return nil
-}
 
 // Project is the session's project.
 func (s *Session) Project() string { return s.project }

@@ -38,13 +38,6 @@ const (
 // recordRetry is the wait before writing a record again after a failed write.
 const recordRetry = 10 * time.Second
 
-// newInstance names this process (a Toolhost) in records and sandbox labels.
-func newInstance() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
-}
-
 func newSessionID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

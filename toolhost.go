@@ -26,6 +26,8 @@ package toolhost
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +46,7 @@ import (
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/capture"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/rootapi"
@@ -538,4 +541,34 @@ func pluginInfos(in []host.PluginInfo) []PluginInfo {
 		}
 	}
 	return out
+}
+
+// projectLease is a project's lease, shared by the sessions of one Toolhost that have
+// the project open: a lease keeps other hosts out, not other sessions of this one (the
+// embedding program decides those, as the demo's wake step does).
+type projectLease struct {
+	project string
+	ready   chan struct{} // closed once the acquisition ended; then l or err is set
+	l       *lease.Lease
+	err     error
+	users   int // sessions holding it (and one acquiring), under Toolhost.leaseMu
+}
+
+// check is why the sessions sharing e may no longer act on the project, or nil (also
+// when e is nil: leases are off).
+func (e *projectLease) check() error {
+	if e == nil {
+		return nil
+	}
+	if err := e.l.Fence(); err != nil {
+		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
+	}
+	return nil
+}
+
+// newInstance names this process (a Toolhost) in records and sandbox labels.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
 }
