@@ -326,14 +326,6 @@ func (t *Toolhost) dropLease(ctx context.Context, e *projectLease) error {
 	return e.l.Release(ctx)
 }
 
-func hostName() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "unknown"
-	}
-	return h
-}
-
 // leaseErr is why the session may no longer act on its project (its lease was lost), or nil.
 func (s *Session) leaseErr() error { return s.lease.check() }
 

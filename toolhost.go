@@ -725,3 +725,11 @@ func (t *Toolhost) egressAudit(r *egress.Record) {
 		Micros: r.Micros, In: int(r.BytesUp), Out: int(r.BytesDown),
 	})
 }
+
+func hostName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}
