@@ -733,3 +733,10 @@ func hostName() string {
 	}
 	return h
 }
+
+// fleetMember is the fleet this process serves in, or nil.
+func (t *Toolhost) fleetMember() *rootapi.FleetMember {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	return t.fleet
+}
