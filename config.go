@@ -152,7 +152,7 @@ type SandboxConfig struct {
 	DiskMiB         int64   `key:"disk_mib"`
 	OpenFiles       int64   `key:"open_files"`
 
-	// Egress is the sandbox.egress.* keys (egress.go): every provider honours the policy.
+	// Egress is the sandbox.egress.* keys (EgressConfig): every provider honours the policy.
 	Egress EgressConfig `key:"egress"`
 }
 

@@ -69,7 +69,7 @@ type Session struct {
 	tools   *host.Session
 	wake    *wakeRecorder
 	lease   *projectLease // nil when leases are off
-	rec     *recorder     // keeps the session's record in the store (sessionrecord.go)
+	rec     *recorder     // keeps the session's record in the store
 	// takeoverable: the provider's sandboxes outlive this process (sandbox.Reconnector),
 	// so the record is written before each call's result is answered.
 	takeoverable bool

@@ -18,11 +18,12 @@ import (
 
 // A session's record in the store (internal/sessionstate), one per session: what a session
 // of the next holder of the project takes over from when this process dies without
-// closing the session. The session writes it as it opens and whenever it changes (its
-// sandbox created, replaced or reconnected; a background process or terminal started or
-// ended; the shell's directory changed), through the session's store, and deletes it when
-// it closes. A session that took over from a record deletes that record once its own is
-// written. A process that lost the project's lease writes nothing.
+// closing the session. The session writes it (its recorder, session.go) as it opens and
+// whenever it changes (its sandbox created, replaced or reconnected; a background process
+// or terminal started or ended; the shell's directory changed), through the session's
+// store, and deletes it when it closes. A session that took over from a record deletes
+// that record once its own is written. A process that lost the project's lease writes
+// nothing.
 
 func newSessionID() string {
 	var b [8]byte

@@ -71,7 +71,7 @@ type options struct {
 	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
-	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
+	egressNet  *egressNet // tests: the internet the gateway reaches (withEgressNet)
 	onDemand   bool       // host.Config.OnDemand (experimental.OneShot)
 }
 
