@@ -4,21 +4,18 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/module"
-	policyengine "github.com/toolhost/toolhost/internal/policy"
-	"github.com/toolhost/toolhost/internal/storekeys"
-	"github.com/toolhost/toolhost/internal/webfetch"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -155,7 +152,7 @@ type SandboxConfig struct {
 	DiskMiB         int64   `key:"disk_mib"`
 	OpenFiles       int64   `key:"open_files"`
 
-	// Egress is the sandbox.egress.* keys (egress.go): every provider honours the policy.
+	// Egress is the sandbox.egress.* keys (EgressConfig): every provider honours the policy.
 	Egress EgressConfig `key:"egress"`
 }
 
@@ -175,48 +172,6 @@ type LimitsConfig struct {
 	ExecOutputMaxBytes int           `key:"exec_output_max_bytes"`
 }
 
-// DefaultConfig is the configuration of ConfigKeys' defaults: the built-in plugins, the
-// local sandbox provider, a directory store under the data dir.
-func DefaultConfig() Config {
-	var c Config
-	for _, m := range moduleRefs() {
-		c.section(m)
-	}
-	v := reflect.ValueOf(&c).Elem()
-	for _, k := range keyTable {
-		f, err := fieldOf(v, k.name)
-		if err != nil {
-			panic(err) // TestConfigKeys keeps the table and the struct in step
-		}
-		d := k.defaultValue()
-		if d == nil {
-			continue
-		}
-		f.Set(reflect.ValueOf(d).Convert(f.Type()))
-	}
-	return c
-}
-
-// fieldOf finds the field of v (a Config) that the dotted key names.
-func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
-	for part := range strings.SplitSeq(key, ".") {
-		if v.Kind() != reflect.Struct {
-			return reflect.Value{}, fmt.Errorf("config key %s: %s is not a section", key, part)
-		}
-		found := false
-		for i := range v.NumField() {
-			if v.Type().Field(i).Tag.Get("key") == part {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
-			return reflect.Value{}, fmt.Errorf("config key %s: no field for %q", key, part)
-		}
-	}
-	return v, nil
-}
-
 // Level is the slog level of LogLevel (info when it does not parse; Validate refuses it).
 func (c *Config) Level() slog.Level {
 	var l slog.Level
@@ -224,238 +179,6 @@ func (c *Config) Level() slog.Level {
 		return slog.LevelInfo
 	}
 	return l
-}
-
-// Validate checks every value; the error names the key and fits on one line.
-func (c *Config) Validate() error {
-	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad("log_format", "must be text or json, got %q", c.LogFormat)
-	}
-	if strings.TrimSpace(c.DataDir) == "" {
-		return bad("data_dir", "is empty (DefaultConfig sets it)")
-	}
-	if err := c.validateSandbox(bad); err != nil {
-		return err
-	}
-	if err := c.validateStorage(bad); err != nil {
-		return err
-	}
-	if c.Session.TTL <= 0 {
-		return bad("session.ttl", "must be positive, got %s", c.Session.TTL)
-	}
-	if c.Session.KeepaliveMargin <= 0 || c.Session.KeepaliveMargin >= c.Session.TTL {
-		return bad("session.keepalive_margin", "must be positive and less than session.ttl (%s), got %s", c.Session.TTL, c.Session.KeepaliveMargin)
-	}
-	if c.Session.LastCallMargin < 0 || c.Session.LastCallMargin >= c.Session.KeepaliveMargin {
-		return bad("session.last_call_margin", "must be less than session.keepalive_margin (%s), or 0 for half of it, got %s", c.Session.KeepaliveMargin, c.Session.LastCallMargin)
-	}
-	if c.Lease.Enabled && (c.Lease.TTL <= 0 || c.Lease.Renew <= 0 || c.Lease.Renew >= c.Lease.TTL) {
-		return bad("lease.renew", "must be positive and less than lease.ttl (%s), got %s", c.Lease.TTL, c.Lease.Renew)
-	}
-	if c.Session.MaxLifetime < c.Session.TTL {
-		return bad("session.max_lifetime", "must be at least session.ttl (%s), got %s", c.Session.TTL, c.Session.MaxLifetime)
-	}
-	if c.Session.Autosave < 0 || (c.Session.Autosave > 0 && c.Session.Autosave < time.Second) {
-		return bad("session.autosave", "must be 0 (off) or at least 1s, got %s", c.Session.Autosave)
-	}
-	if c.Screenshot.Port < 0 || c.Screenshot.Port > 65535 {
-		return bad("screenshot.port", "must be a TCP port (1-65535) or 0 for none, got %d", c.Screenshot.Port)
-	}
-	if c.Screenshot.IdleWait <= 0 {
-		return bad("screenshot.idle_wait", "must be positive, got %s", c.Screenshot.IdleWait)
-	}
-	if c.Screenshot.Chromium != "" && !filepath.IsAbs(c.Screenshot.Chromium) {
-		return bad("screenshot.chromium", "must be an absolute path, got %q", c.Screenshot.Chromium)
-	}
-	if err := c.validateModules(); err != nil {
-		return err
-	}
-	if err := c.validateServe(bad); err != nil {
-		return err
-	}
-	if err := c.validateLimits(bad); err != nil {
-		return err
-	}
-	return c.validatePlugins(bad)
-}
-
-type badKey func(key, format string, args ...any) error
-
-func (c *Config) validateSandbox(bad badKey) error {
-	seen := map[string]bool{}
-	for _, name := range ProviderNamesOf(c.Sandbox.Provider) {
-		if _, ok := module.LookupProvider(name); !ok {
-			return bad("sandbox.provider", "unknown provider %q (known: %s; several, tried in order, as a comma-separated list such as e2b,local)",
-				name, strings.Join(ProviderNames(), ", "))
-		}
-		if seen[name] {
-			return bad("sandbox.provider", "%q is listed twice in %q", name, c.Sandbox.Provider)
-		}
-		seen[name] = true
-	}
-	if err := c.validateEgress(bad); err != nil {
-		return err
-	}
-	for _, l := range []struct {
-		key string
-		v   int64
-	}{
-		{"sandbox.memory_mib", c.Sandbox.MemoryMiB}, {"sandbox.processes", c.Sandbox.Processes},
-		{"sandbox.disk_mib", c.Sandbox.DiskMiB}, {"sandbox.open_files", c.Sandbox.OpenFiles},
-	} {
-		if l.v == 0 || l.v < -1 {
-			return bad(l.key, "must be positive, or -1 for no limit, got %d", l.v)
-		}
-	}
-	for _, l := range []struct {
-		key string
-		v   int64
-	}{{"sandbox.tmp_mib", c.Sandbox.TmpMiB}, {"sandbox.shm_mib", c.Sandbox.ShmMiB}} {
-		if l.v <= 0 {
-			return bad(l.key, "must be positive, got %d", l.v)
-		}
-	}
-	if c.Sandbox.MemoryMiB > 0 && c.Sandbox.TmpMiB+c.Sandbox.ShmMiB >= c.Sandbox.MemoryMiB {
-		return bad("sandbox.memory_mib", "must be more than sandbox.tmp_mib + sandbox.shm_mib (%d MiB): tmpfs pages count against it, and files alone must not fill it",
-			c.Sandbox.TmpMiB+c.Sandbox.ShmMiB)
-	}
-	if c.Sandbox.CPUs < 0 {
-		return bad("sandbox.cpus", "must be a number of cores, or 0 for all, got %g", c.Sandbox.CPUs)
-	}
-	return nil
-}
-
-// validateStorage checks project, store.* and snapshot.*.
-func (c *Config) validateStorage(bad badKey) error {
-	if err := storekeys.ValidProject(c.Project); err != nil {
-		return bad("project", "%v", err)
-	}
-	if _, ok := module.LookupStore(c.Store.Kind); !ok {
-		return bad("store.kind", "unknown store %q (known: %s)", c.Store.Kind, strings.Join(storeKinds(), ", "))
-	}
-	if b := c.Store.PublicBase; b != "" {
-		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			return bad("store.public_base", "must be an http or https origin such as https://cdn.example.com, got %q", b)
-		}
-	}
-	if c.Snapshot.Keep == 0 {
-		return bad("snapshot.keep", "must be at least 1 (or negative to keep every snapshot), got 0")
-	}
-	for _, e := range c.Snapshot.Excludes {
-		if e == "" || e == "." || e == ".." || strings.ContainsAny(e, "/\x00") {
-			return bad("snapshot.excludes", "%q is not a base name (no slashes; it matches a file or directory name at any depth)", e)
-		}
-	}
-	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
-		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
-	}
-	if f := c.Snapshot.Format; f != "" && f != "chunked" && f != "tar.gz" {
-		return bad("snapshot.format", "must be chunked or tar.gz, got %q", f)
-	}
-	if c.Snapshot.Grace < 0 || (c.Snapshot.Grace > 0 && c.Snapshot.Grace < time.Minute) {
-		return bad("snapshot.grace", "must be at least 1m, got %s", c.Snapshot.Grace)
-	}
-	return nil
-}
-
-func (c *Config) validateLimits(bad badKey) error {
-	if c.Limits.MemoryMiB < 1 || c.Limits.MemoryMiB > 4096 {
-		return bad("limits.memory_mib", "must be between 1 and 4096 (a wasm32 memory is at most 4 GiB), got %d", c.Limits.MemoryMiB)
-	}
-	if c.Limits.CallTimeout <= 0 {
-		return bad("limits.call_timeout", "must be positive, got %s", c.Limits.CallTimeout)
-	}
-	if c.Limits.PoolSize < 1 {
-		return bad("limits.pool_size", "must be at least 1, got %d", c.Limits.PoolSize)
-	}
-	if c.Limits.ExecTimeoutDefault <= 0 {
-		return bad("limits.exec_timeout_default", "must be positive, got %s", c.Limits.ExecTimeoutDefault)
-	}
-	if c.Limits.ExecTimeoutMax < c.Limits.ExecTimeoutDefault {
-		return bad("limits.exec_timeout_max", "must be at least limits.exec_timeout_default (%s), got %s", c.Limits.ExecTimeoutDefault, c.Limits.ExecTimeoutMax)
-	}
-	if c.Limits.ExecTimeoutMax%time.Second != 0 {
-		return bad("limits.exec_timeout_max", "must be whole seconds, got %s", c.Limits.ExecTimeoutMax)
-	}
-	if c.Limits.ReadMaxBytes < 1 {
-		return bad("limits.read_max_bytes", "must be positive, got %d", c.Limits.ReadMaxBytes)
-	}
-	if c.Limits.ExecOutputMaxBytes < 1024 {
-		return bad("limits.exec_output_max_bytes", "must be at least 1024, got %d", c.Limits.ExecOutputMaxBytes)
-	}
-	return nil
-}
-
-func (c *Config) validatePlugins(bad badKey) error {
-	var names []string
-	for _, cp := range abi.Capabilities() {
-		names = append(names, string(cp))
-	}
-	if c.Audit.File != "" && strings.TrimSpace(c.Audit.File) == "" {
-		return bad("audit.file", "is blank")
-	}
-	for _, k := range c.Registry.Keys {
-		if !filepath.IsAbs(k) {
-			return bad("registry.keys", "%q is not an absolute path (a key file relative to the working directory could be one a sandbox wrote)", k)
-		}
-	}
-	for i, p := range c.Plugins {
-		key := fmt.Sprintf("plugins[%d]", i)
-		if strings.TrimSpace(p.Path) == "" {
-			return bad(key+".path", "is empty")
-		}
-		for _, g := range p.Grants {
-			if !slices.Contains(names, string(g)) {
-				return bad(key+".grants", "unknown capability %q (known: %s)", g, strings.Join(names, ", "))
-			}
-		}
-		for _, name := range slices.Sorted(maps.Keys(p.Env)) {
-			if name == "" || strings.ContainsAny(name, "=\x00") {
-				return bad(key+".env", "invalid variable name %q", name)
-			}
-		}
-		for _, s := range []struct {
-			set bool
-			c   abi.Capability
-		}{{p.Files != nil, abi.CapSandboxFiles}, {p.Exec != nil, abi.CapSandboxExec}, {p.Store != nil, abi.CapStore}, {p.Capture != nil, abi.CapCapture}, {p.Web != nil, abi.CapWeb}} {
-			if s.set && !slices.Contains(p.Grants, s.c) {
-				return bad(key+"."+string(s.c), "scopes a capability the plugin is not granted: add %s to its grants, or remove this", s.c)
-			}
-		}
-		if _, err := policyengine.Compile(p.Scope); err != nil {
-			return bad(key, "%v", err)
-		}
-		if p.Web != nil {
-			if err := webfetch.Check(p.Web); err != nil {
-				return bad(key+".web", "%v", err)
-			}
-		}
-		l := p.Limits
-		switch {
-		case l.MemoryMiB < 0 || l.MemoryMiB > 4096:
-			return bad(key+".limits.memory_mib", "must be between 1 and 4096, or 0 for limits.memory_mib, got %d", l.MemoryMiB)
-		case l.CallTimeout < 0:
-			return bad(key+".limits.call_timeout", "must be positive, or 0 for limits.call_timeout, got %s", l.CallTimeout)
-		case l.CallsPerMinute < 0:
-			return bad(key+".limits.calls_per_minute", "must be positive, or 0 for no bound, got %d", l.CallsPerMinute)
-		}
-		if len(p.Secrets) > 0 && !slices.Contains(p.Grants, abi.CapSandboxExec) {
-			return bad(key+".secrets", "secrets reach the commands a plugin runs: grant it sandbox_exec, or remove them")
-		}
-		for _, name := range slices.Sorted(maps.Keys(p.Secrets)) {
-			if err := checkSecretRef(name, p.Secrets[name]); err != nil {
-				return bad(key+".secrets."+name, "%v", err)
-			}
-		}
-	}
-	return nil
 }
 
 // checkSecretRef checks where a secret comes from: env:VAR or file:/abs/path.
@@ -517,4 +240,123 @@ func secretValue(what, ref string) (string, error) {
 		return "", fmt.Errorf("%s: its value is shorter than %d characters, too short to keep out of results", what, host.MinSecretLen)
 	}
 	return v, nil
+}
+
+// ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
+// package mcpserve).
+type ServeConfig struct {
+	Listen       string            `key:"listen"`
+	Tokens       []ServeToken      `key:"tokens"`
+	TokensFile   string            `key:"tokens_file"`
+	Workspaces   map[string]string `key:"workspaces"`
+	MaxSessions  int               `key:"max_sessions"`
+	IdleTimeout  time.Duration     `key:"idle_timeout"`
+	MaxBodyBytes int64             `key:"max_body_bytes"`
+	// Drain is what a stop does with open sessions: DrainClose or DrainHandoff.
+	Drain string      `key:"drain"`
+	Fleet FleetConfig `key:"fleet"`
+}
+
+// What serve.drain names.
+const (
+	DrainClose   = "close"
+	DrainHandoff = "handoff"
+)
+
+// FleetConfig is the serve.fleet.* keys: the replicas of one fleet, which share a store
+// and serve any project whichever of them holds it.
+type FleetConfig struct {
+	Advertise  string   `key:"advertise"`
+	SecretFile string   `key:"secret_file"`
+	Peers      []string `key:"peers"`
+	// OrphanAfter is how long the sandboxes of a project nobody holds (its holder died,
+	// or handed it over and no request came) wait for a replica to reconnect before any
+	// replica kills them.
+	OrphanAfter time.Duration `key:"orphan_after"`
+}
+
+// InFleet reports whether serve runs as a replica of a fleet (serve.fleet.advertise set).
+func (s ServeConfig) InFleet() bool { return s.Fleet.Advertise != "" }
+
+// ServeToken is a bearer token toolhost serve accepts (an entry of serve.tokens) and the
+// projects it may open (none: any).
+type ServeToken struct {
+	Token    Secret   `key:"token"`
+	Projects []string `key:"projects"`
+	// Egress narrows what the sessions this token opens may reach (sandbox.network
+	// egress); it can only take away from sandbox.egress.*.
+	Egress *EgressPolicy `key:"egress"`
+}
+
+// EgressConfig is the sandbox.egress.* keys: what a sandbox with sandbox.network egress
+// may reach through the host's gateway (package internal/egress), and its bounds.
+type EgressConfig struct {
+	Preset      string         `key:"preset"`
+	Allow       []string       `key:"allow"`
+	Deny        []string       `key:"deny"`
+	Ports       []int          `key:"ports"`
+	MaxBytes    int64          `key:"max_bytes"`
+	MaxConns    int            `key:"max_conns"`
+	IdleTimeout time.Duration  `key:"idle_timeout"`
+	Resolver    string         `key:"resolver"`
+	CAFile      string         `key:"ca_file"`
+	Inject      []EgressInject `key:"inject"`
+}
+
+// EgressInject is a credential the gateway adds to the requests of one domain (an entry of
+// sandbox.egress.inject): the header Header with the value Secret names ("env:VAR" or
+// "file:/abs/path", as plugin secrets are named). The value never enters the sandbox.
+type EgressInject struct {
+	Domain string `key:"domain"`
+	Header string `key:"header"`
+	Secret string `key:"secret"`
+}
+
+// EgressPolicy narrows the host's egress policy (sandbox.egress.*) for a session
+// (SessionOptions.Egress, a serve token's egress): a destination must be allowed by both,
+// so it can only take away. Entries as in sandbox.egress.allow (name, *.name, name:port,
+// CIDR, CIDR:port, :* for every port; docs/NETWORK.md). With no preset and no allow
+// entries it narrows by its deny list and ports only.
+type EgressPolicy struct {
+	Preset string   `key:"preset" json:"preset,omitempty"`
+	Allow  []string `key:"allow" json:"allow,omitempty"`
+	Deny   []string `key:"deny" json:"deny,omitempty"`
+	Ports  []int    `key:"ports" json:"ports,omitempty"`
+}
+
+func (p *EgressPolicy) spec() egress.Spec {
+	return egress.Spec{Preset: p.Preset, Allow: p.Allow, Deny: p.Deny, Ports: p.Ports}
+}
+
+// checkNarrowing compiles a session's narrowing against the host's policy.
+func (c *Config) checkNarrowing(p *EgressPolicy) error {
+	host, err := c.hostPolicy()
+	if err != nil {
+		return err
+	}
+	_, err = host.Narrow(p.spec())
+	return err
+}
+
+// Network modes of sandbox.network.
+const (
+	NetworkEgress = sandbox.NetworkEgress
+	NetworkNone   = sandbox.NetworkNone
+	NetworkHost   = sandbox.NetworkHost
+)
+
+// hostPolicy compiles the sandbox.egress.* policy.
+func (c *Config) hostPolicy() (*egress.Policy, error) {
+	e := &c.Sandbox.Egress
+	return egress.Compile(egress.Spec{Preset: e.Preset, Allow: e.Allow, Deny: e.Deny, Ports: e.Ports})
+}
+
+// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
+// order a chain tries them: "e2b, local" is [e2b local].
+func ProviderNamesOf(value string) []string {
+	var names []string
+	for n := range strings.SplitSeq(value, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
 }

@@ -22,13 +22,6 @@ import (
 // replica that finds one kills it, holding the project's lease while it does, so that no
 // other replica reconnects to it meanwhile.
 
-// fleetMember is the fleet this process serves in, or nil.
-func (t *Toolhost) fleetMember() *rootapi.FleetMember {
-	t.leaseMu.Lock()
-	defer t.leaseMu.Unlock()
-	return t.fleet
-}
-
 // fleetSandboxes lists the sandboxes labelled with the fleet named id, judged against
 // their projects' leases; nil, nil when the provider cannot list its sandboxes. A
 // sandbox whose labels do not name a valid project and epoch is left out: not the

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/policy"
 )
 
@@ -678,4 +680,146 @@ func durationText(d time.Duration) string {
 		return fmt.Sprintf("%ds", d/time.Second)
 	}
 	return d.String()
+}
+
+// keyField finds the field of a key: in Config for the shared keys, in its module's
+// configuration for a module's.
+func (c *Config) keyField(name string) (reflect.Value, error) {
+	if m, ok := moduleOfKey(name); ok {
+		return fieldOf(reflect.ValueOf(c.section(m)).Elem(), strings.TrimPrefix(name, m.prefix))
+	}
+	if !slices.ContainsFunc(keyTable, func(k key) bool { return k.name == name }) {
+		return reflect.Value{}, fmt.Errorf("config: no key %q", name)
+	}
+	return fieldOf(reflect.ValueOf(c).Elem(), name)
+}
+
+// Get returns the value of a key, by its dotted name ("sandbox.memory_mib",
+// "e2b.api_key"), as the key's own type.
+func (c *Config) Get(key string) (any, error) {
+	f, err := c.keyField(key)
+	if err != nil {
+		return nil, err
+	}
+	return f.Interface(), nil
+}
+
+// Set sets a key by its dotted name to v: a value of the key's type (or one convertible
+// to it), or, for a key of a string, number, boolean, duration or list of strings, a
+// string written as its variable takes it ("30s", "true", "a,b"). Validate checks the
+// result as a whole.
+func (c *Config) Set(key string, v any) error {
+	f, err := c.keyField(key)
+	if err != nil {
+		return err
+	}
+	rv := reflect.ValueOf(v)
+	switch {
+	case !rv.IsValid():
+		f.Set(reflect.Zero(f.Type()))
+		return nil
+	case rv.Type().AssignableTo(f.Type()):
+		f.Set(rv)
+		return nil
+	case rv.Kind() == reflect.String && f.Type() != reflect.TypeOf(Secret("")) && f.Kind() != reflect.String:
+		return setFromString(f, key, rv.String())
+	case rv.Type().ConvertibleTo(f.Type()) && rv.Kind() == f.Kind():
+		f.Set(rv.Convert(f.Type()))
+		return nil
+	}
+	return fmt.Errorf("config: %s: want a %s, got %T", key, f.Type(), v)
+}
+
+// setFromString parses s into f as a variable's value is parsed.
+func setFromString(f reflect.Value, key, s string) error {
+	bad := func(err error) error { return fmt.Errorf("config: %s: not a valid %s: %q (%v)", key, f.Type(), s, err) }
+	switch {
+	case f.Type() == reflect.TypeOf(time.Duration(0)):
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return bad(err)
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return bad(err)
+		}
+		f.SetBool(b)
+	case f.CanInt():
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		f.SetInt(n)
+	case f.CanFloat():
+		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return bad(err)
+		}
+		f.SetFloat(n)
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+		var list []string
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		f.Set(reflect.ValueOf(list).Convert(f.Type()))
+	default:
+		return fmt.Errorf("config: %s: a %s cannot be set from a string", key, f.Type())
+	}
+	return nil
+}
+
+// DefaultConfig is the configuration of ConfigKeys' defaults: the built-in plugins, the
+// local sandbox provider, a directory store under the data dir.
+func DefaultConfig() Config {
+	var c Config
+	for _, m := range moduleRefs() {
+		c.section(m)
+	}
+	v := reflect.ValueOf(&c).Elem()
+	for _, k := range keyTable {
+		f, err := fieldOf(v, k.name)
+		if err != nil {
+			panic(err) // TestConfigKeys keeps the table and the struct in step
+		}
+		d := k.defaultValue()
+		if d == nil {
+			continue
+		}
+		f.Set(reflect.ValueOf(d).Convert(f.Type()))
+	}
+	return c
+}
+
+// fieldOf finds the field of v (a Config) that the dotted key names.
+func fieldOf(v reflect.Value, key string) (reflect.Value, error) {
+	for part := range strings.SplitSeq(key, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}, fmt.Errorf("config key %s: %s is not a section", key, part)
+		}
+		found := false
+		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("key") == part {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return reflect.Value{}, fmt.Errorf("config key %s: no field for %q", key, part)
+		}
+	}
+	return v, nil
+}
+
+// moduleOfKey finds the module that owns a key.
+func moduleOfKey(key string) (moduleRef, bool) {
+	for _, m := range moduleRefs() {
+		if slices.ContainsFunc(m.keys, func(k module.Key) bool { return k.Name == key }) {
+			return m, true
+		}
+	}
+	return moduleRef{}, false
 }

@@ -3,21 +3,10 @@ package toolhost
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/module"
 )
-
-// ProviderNamesOf splits a sandbox.provider value into the names of its providers, in the
-// order a chain tries them: "e2b, local" is [e2b local].
-func ProviderNamesOf(value string) []string {
-	var names []string
-	for n := range strings.SplitSeq(value, ",") {
-		names = append(names, strings.TrimSpace(n))
-	}
-	return names
-}
 
 // unavailable stands for a provider of a list that could not be made (bubblewrap missing
 // for local): it gives way to the next one, saying why.
@@ -65,4 +54,31 @@ func (t *Toolhost) buildProvider(ctx context.Context) (sandbox.Provider, error) 
 	c := sandbox.NewChain(t.opts.log, members...)
 	c.ContinueOnError = t.cfg.Sandbox.ContinueOnError
 	return c, nil
+}
+
+// Provider is the sandbox provider sandbox.provider names, made on first use: the one
+// named, or, for a list such as "e2b,local", a sandbox.Chain that tries them in order
+// (giving way when one is unavailable; see e2b.continue_on_error).
+func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
+	t.provMu.Lock()
+	defer t.provMu.Unlock()
+	if t.provider != nil {
+		return t.provider, nil
+	}
+	p, err := t.buildProvider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.provider, t.lifeCap = p, sandbox.MaxLifetimeOf(p)
+	return t.provider, nil
+}
+
+// sessionProvider is the provider of one session of project: Provider, viewed for project
+// where it counts per project (sandbox.ProjectScoped: E2B's quota ledger).
+func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
+	p, err := t.Provider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.ForProject(p, project), nil
 }

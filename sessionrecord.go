@@ -1,17 +1,13 @@
 package toolhost
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
@@ -22,28 +18,12 @@ import (
 
 // A session's record in the store (internal/sessionstate), one per session: what a session
 // of the next holder of the project takes over from when this process dies without
-// closing the session. The session writes it as it opens and whenever it changes (its
-// sandbox created, replaced or reconnected; a background process or terminal started or
-// ended; the shell's directory changed), through the session's store, and deletes it when
-// it closes. A session that took over from a record deletes that record once its own is
-// written. A process that lost the project's lease writes nothing.
-
-// The bash plugin keeps the shell's working directory in its session state under this key
-// (plugins/bash/shell.go): the record carries it, so the next session's shell starts there.
-const (
-	bashPlugin = "bash"
-	bashCwdKey = "shell/cwd"
-)
-
-// recordRetry is the wait before writing a record again after a failed write.
-const recordRetry = 10 * time.Second
-
-// newInstance names this process (a Toolhost) in records and sandbox labels.
-func newInstance() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
-}
+// closing the session. The session writes it (its recorder, session.go) as it opens and
+// whenever it changes (its sandbox created, replaced or reconnected; a background process
+// or terminal started or ended; the shell's directory changed), through the session's
+// store, and deletes it when it closes. A session that took over from a record deletes
+// that record once its own is written. A process that lost the project's lease writes
+// nothing.
 
 func newSessionID() string {
 	var b [8]byte
@@ -188,197 +168,4 @@ func orphansOf(project string, epoch uint64, pending map[string]bool) *session.O
 			return err == nil && e < epoch && !pending[in.Labels[session.LabelSession]]
 		},
 	}
-}
-
-// adoptCarried gives back to the plugins what the session took over: each its background
-// processes and terminals (when the sandbox was reconnected: they still run there), and
-// the shell its working directory.
-func (s *Session) adoptCarried(rec sessionstate.Record) {
-	if s.live.TookOver() {
-		for _, p := range rec.Processes {
-			if p.Plugin != "" {
-				s.tools.AdoptProcess(p.Plugin, p.ID, p.Log)
-			}
-		}
-		for _, tm := range rec.Terminals {
-			if tm.Plugin != "" {
-				s.tools.AdoptTerminal(tm.Plugin, tm.ID)
-			}
-		}
-	}
-	for plugin, vals := range rec.State {
-		for k, v := range vals {
-			s.tools.SetPluginState(plugin, k, v)
-		}
-	}
-	if rec.Cwd != "" {
-		s.tools.SetPluginState(bashPlugin, bashCwdKey, []byte(rec.Cwd))
-	}
-}
-
-// carriedState is the plugins' session values a record carries: whole plugins, the
-// smallest first, while they fit in sessionstate.MaxStateBytes (a plugin's values are
-// carried all or none: a part of them could say something none of them says).
-func carriedState(all map[string]map[string][]byte) map[string]map[string][]byte {
-	type sized struct {
-		plugin string
-		n      int
-	}
-	var ps []sized
-	for plugin, vals := range all {
-		n := 0
-		for k, v := range vals {
-			n += len(k) + len(v)
-		}
-		if len(vals) > 0 {
-			ps = append(ps, sized{plugin, n})
-		}
-	}
-	slices.SortFunc(ps, func(a, b sized) int { return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.plugin, b.plugin)) })
-	var out map[string]map[string][]byte
-	total := 0
-	for _, p := range ps {
-		if total+p.n > sessionstate.MaxStateBytes {
-			break
-		}
-		total += p.n
-		if out == nil {
-			out = map[string]map[string][]byte{}
-		}
-		out[p.plugin] = all[p.plugin]
-	}
-	return out
-}
-
-// record is what the session's record says now.
-func (s *Session) record() sessionstate.Record {
-	st := s.live.State()
-	rec := sessionstate.Record{
-		V: sessionstate.Version, Project: s.project, Session: s.id, Provider: s.th.cfg.Sandbox.Provider,
-		SandboxID: st.SandboxID, Epoch: epochOf(s.lease), Instance: s.th.instance,
-	}
-	if cwd, ok := s.tools.PluginState(bashPlugin, bashCwdKey); ok && sessionstate.CheckPath(string(cwd), false) == nil {
-		rec.Cwd = string(cwd)
-	}
-	rec.State = carriedState(s.tools.PluginStates())
-	owner := map[string]string{}
-	for _, o := range s.tools.OwnedProcesses() {
-		owner[o.ID] = o.Plugin
-	}
-	for _, o := range s.tools.OwnedTerminals() {
-		owner[o.ID] = o.Plugin
-	}
-	// What a reader would refuse is left out (a command past the record's bounds), so
-	// the rest is recorded.
-	for _, p := range st.Processes {
-		rp := sessionstate.Process{ID: p.ID, Plugin: owner[p.ID], Argv: p.Argv, Cwd: p.Cwd, PID: p.PID, Log: p.LogPath}
-		if rp.Check() == nil && len(rec.Processes) < sessionstate.MaxProcesses {
-			rec.Processes = append(rec.Processes, rp)
-		}
-	}
-	for _, tm := range st.Terminals {
-		rt := sessionstate.Terminal{ID: tm.ID, Plugin: owner[tm.ID], Argv: tm.Argv, Cwd: tm.Cwd, Cols: tm.Cols, Rows: tm.Rows}
-		if rt.Check() == nil && len(rec.Terminals) < sessionstate.MaxTerminals {
-			rec.Terminals = append(rec.Terminals, rt)
-		}
-	}
-	return rec
-}
-
-// recorder keeps a session's record: it writes it when it changed, from its own goroutine
-// (a change may be noticed under the session's locks), until stopped.
-type recorder struct {
-	s    *Session
-	kick chan struct{}
-	stop context.CancelFunc
-	done chan struct{}
-
-	wmu     sync.Mutex // held by a flush from reading the session to writing its record
-	mu      sync.Mutex
-	last    sessionstate.Record
-	written bool
-	retry   *time.Timer
-	said    bool // a record that could not be written was logged
-}
-
-func newRecorder(s *Session) *recorder {
-	return &recorder{s: s, kick: make(chan struct{}, 1), done: make(chan struct{})}
-}
-
-// changed asks for the record to be written if it changed. It never blocks.
-func (r *recorder) changed() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
-// start runs the writer until stop.
-func (r *recorder) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.stop = cancel
-	go func() {
-		defer close(r.done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.kick:
-			}
-			r.flush(ctx)
-		}
-	}()
-}
-
-// close stops the writer and waits for it.
-func (r *recorder) close() {
-	if r.stop == nil {
-		return
-	}
-	r.stop()
-	<-r.done
-	r.mu.Lock()
-	if r.retry != nil {
-		r.retry.Stop()
-	}
-	r.mu.Unlock()
-}
-
-// flush writes the record if it changed since it was last written. A failed write is
-// tried again after recordRetry.
-func (r *recorder) flush(ctx context.Context) {
-	r.wmu.Lock() // two flushes at once could write an older record over a newer one
-	defer r.wmu.Unlock()
-	s := r.s
-	if s.leaseErr() != nil {
-		return // the project is another's now: its record is too
-	}
-	rec := s.record()
-	r.mu.Lock()
-	same := r.written && sessionstate.Same(rec, r.last)
-	r.mu.Unlock()
-	if same {
-		return
-	}
-	rec.WrittenAt = time.Now().UTC()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := sessionstate.Write(wctx, s.store, rec)
-	cancel()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		if !r.said || !errors.Is(err, sessionstate.ErrInvalid) {
-			s.log.Warn("the session's record could not be written; a takeover after a crash would start from a stale one", "project", s.project, "err", err)
-			r.said = true
-		}
-		if r.retry != nil {
-			r.retry.Stop()
-		}
-		r.retry = time.AfterFunc(recordRetry, r.changed)
-		return
-	}
-	r.last, r.written = rec, true
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/archive"
-	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/screenshot"
 	"github.com/toolhost/toolhost/internal/snapshot"
-	"github.com/toolhost/toolhost/policy"
 )
 
 // What the root package says of snapshots, screenshots and plugins, in types of its own:
@@ -98,16 +95,6 @@ type TransferPhase struct {
 	Attempts int
 	// Failed: the phase did not complete.
 	Failed bool
-}
-
-// SnapshotProgress is a transfer moving bytes (WithSnapshotProgress).
-type SnapshotProgress struct {
-	Project string
-	// Phase is "pack", "upload", "download" or "extract".
-	Phase string
-	Done  int64
-	// Total is the phase's size in bytes, or -1 when unknown.
-	Total int64
 }
 
 // TreeStats counts what a save read from a directory or a restore wrote into one.
@@ -230,36 +217,4 @@ func (s *Storage) Screenshots(ctx context.Context, project, kind string) ([]Scre
 		out[i] = Screenshot{Key: st.Key, Viewport: st.Viewport, Kind: st.Kind, Time: st.Time, Size: st.Size, URL: st.URL}
 	}
 	return out, err
-}
-
-// PluginInfo describes a loaded plugin.
-type PluginInfo struct {
-	Name, Version string
-	// Path is the module's file, or builtin:NAME.wasm for a built-in.
-	Path string
-	// Tools are the names of its tools.
-	Tools []string
-	// Imports are the host functions it imports ("toolhost_sandbox_exec", "exec").
-	Imports []PluginImport
-	// Grants are the capabilities it was granted; Scope narrows them.
-	Grants []abi.Capability
-	Scope  policy.Scope
-	// Secrets names its secrets (never their values).
-	Secrets []string
-}
-
-// PluginImport is one function a plugin imports.
-type PluginImport struct {
-	Module, Name string
-}
-
-func pluginInfos(in []host.PluginInfo) []PluginInfo {
-	out := make([]PluginInfo, len(in))
-	for i, p := range in {
-		out[i] = PluginInfo{Name: p.Name, Version: p.Version, Path: p.Path, Tools: p.Tools, Grants: p.Grants, Scope: p.Scope, Secrets: p.Secrets}
-		for _, imp := range p.Imports {
-			out[i].Imports = append(out[i].Imports, PluginImport{Module: imp.Module, Name: imp.Name})
-		}
-	}
-	return out
 }

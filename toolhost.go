@@ -26,15 +26,22 @@ package toolhost
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolhost/toolhost/abi"
@@ -43,7 +50,9 @@ import (
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/builtins"
 	"github.com/toolhost/toolhost/internal/capture"
+	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/module"
 	"github.com/toolhost/toolhost/internal/reexec"
 	"github.com/toolhost/toolhost/internal/rootapi"
@@ -62,7 +71,7 @@ type options struct {
 	progress   func(SnapshotProgress)
 	configFile string
 	audit      audit.Sink
-	egressNet  *egressNet // tests: the internet the gateway reaches (egress.go)
+	egressNet  *egressNet // tests: the internet the gateway reaches (withEgressNet)
 	onDemand   bool       // host.Config.OnDemand (experimental.OneShot)
 }
 
@@ -446,33 +455,6 @@ func (t *Toolhost) CheckBrowser() error {
 	return t.capt.Check()
 }
 
-// Provider is the sandbox provider sandbox.provider names, made on first use: the one
-// named, or, for a list such as "e2b,local", a sandbox.Chain that tries them in order
-// (giving way when one is unavailable; see e2b.continue_on_error).
-func (t *Toolhost) Provider(ctx context.Context) (sandbox.Provider, error) {
-	t.provMu.Lock()
-	defer t.provMu.Unlock()
-	if t.provider != nil {
-		return t.provider, nil
-	}
-	p, err := t.buildProvider(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t.provider, t.lifeCap = p, sandbox.MaxLifetimeOf(p)
-	return t.provider, nil
-}
-
-// sessionProvider is the provider of one session of project: Provider, viewed for project
-// where it counts per project (sandbox.ProjectScoped: E2B's quota ledger).
-func (t *Toolhost) sessionProvider(ctx context.Context, project string) (sandbox.Provider, error) {
-	p, err := t.Provider(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sandbox.ForProject(p, project), nil
-}
-
 // Close closes the host, the browser, the provider and the store. Sessions should be
 // closed first. It waits at most until ctx ends.
 func (t *Toolhost) Close(ctx context.Context) error {
@@ -523,4 +505,238 @@ func progressOf(fn func(SnapshotProgress)) func(snapshot.Progress) {
 	return func(p snapshot.Progress) {
 		fn(SnapshotProgress{Project: p.ProjectID, Phase: p.Phase, Done: p.Done, Total: p.Total})
 	}
+}
+
+// SnapshotProgress is a transfer moving bytes (WithSnapshotProgress).
+type SnapshotProgress struct {
+	Project string
+	// Phase is "pack", "upload", "download" or "extract".
+	Phase string
+	Done  int64
+	// Total is the phase's size in bytes, or -1 when unknown.
+	Total int64
+}
+
+// PluginInfo describes a loaded plugin.
+type PluginInfo struct {
+	Name, Version string
+	// Path is the module's file, or builtin:NAME.wasm for a built-in.
+	Path string
+	// Tools are the names of its tools.
+	Tools []string
+	// Imports are the host functions it imports ("toolhost_sandbox_exec", "exec").
+	Imports []PluginImport
+	// Grants are the capabilities it was granted; Scope narrows them.
+	Grants []abi.Capability
+	Scope  policy.Scope
+	// Secrets names its secrets (never their values).
+	Secrets []string
+}
+
+// PluginImport is one function a plugin imports.
+type PluginImport struct {
+	Module, Name string
+}
+
+func pluginInfos(in []host.PluginInfo) []PluginInfo {
+	out := make([]PluginInfo, len(in))
+	for i, p := range in {
+		out[i] = PluginInfo{Name: p.Name, Version: p.Version, Path: p.Path, Tools: p.Tools, Grants: p.Grants, Scope: p.Scope, Secrets: p.Secrets}
+		for _, imp := range p.Imports {
+			out[i].Imports = append(out[i].Imports, PluginImport{Module: imp.Module, Name: imp.Name})
+		}
+	}
+	return out
+}
+
+// projectLease is a project's lease, shared by the sessions of one Toolhost that have
+// the project open: a lease keeps other hosts out, not other sessions of this one (the
+// embedding program decides those, as the demo's wake step does).
+type projectLease struct {
+	project string
+	ready   chan struct{} // closed once the acquisition ended; then l or err is set
+	l       *lease.Lease
+	err     error
+	users   int // sessions holding it (and one acquiring), under Toolhost.leaseMu
+}
+
+// check is why the sessions sharing e may no longer act on the project, or nil (also
+// when e is nil: leases are off).
+func (e *projectLease) check() error {
+	if e == nil {
+		return nil
+	}
+	if err := e.l.Fence(); err != nil {
+		return fmt.Errorf("project %s: this session lost the project's lease (another host may have opened the project): open a new session: %w", e.project, err)
+	}
+	return nil
+}
+
+// newInstance names this process (a Toolhost) in records and sandbox labels.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
+}
+
+// egressNet is what the gateway dials (and asks its DNS server through), and the host
+// addresses it refuses; by default this machine's network. Tests give it their own
+// internet (internal/testnet).
+type egressNet struct {
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	hostAddrs *egress.HostAddrs
+}
+
+// gatewayState is the Toolhost's egress gateway, made with the first session that needs
+// it.
+type gatewayState struct {
+	once sync.Once
+	g    *egress.Gateway
+	host *egress.Policy
+	// trust is sandbox.egress.ca_file's certificates, which sandboxes trust too; roots
+	// are the host's roots with them, which verify the servers the host itself talks to
+	// through the gateway (web fetches); nil without a CA file: the host's roots.
+	trust  []byte
+	roots  *x509.CertPool
+	inject []egress.Injection
+	err    error
+
+	mu    sync.Mutex
+	stats map[string]*egressStats // by project
+}
+
+// egressStats counts a project's connections through the gateway.
+type egressStats struct {
+	Allowed, Refused atomic.Int64
+}
+
+// gateway makes (once) and returns the egress gateway.
+func (t *Toolhost) gateway() (*gatewayState, error) {
+	s := &t.egress
+	s.once.Do(func() { s.err = t.makeGateway(s) })
+	return s, s.err
+}
+
+func (t *Toolhost) makeGateway(s *gatewayState) error {
+	cfg := &t.cfg.Sandbox.Egress
+	var err error
+	if s.host, err = t.cfg.hostPolicy(); err != nil {
+		return fmt.Errorf("sandbox.egress: %w", err)
+	}
+	gc := egress.Config{Logger: t.opts.log.With("component", "egress"), Audit: t.egressAudit}
+	// Without a CA file the roots stay nil, the host's own, which crypto/tls loads at the
+	// first TLS handshake: parsing the system's roots costs ~20 ms of CPU, which a
+	// session that never speaks TLS from the host (every one-shot call) need not pay.
+	var roots *x509.CertPool
+	if cfg.CAFile != "" {
+		if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
+			roots = x509.NewCertPool()
+		}
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return fmt.Errorf("sandbox.egress.ca_file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return fmt.Errorf("sandbox.egress.ca_file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		s.trust = pemOnly(b)
+	}
+	if n := t.opts.egressNet; n != nil {
+		gc.HostAddrs = n.hostAddrs
+		gc.Dialer = dialerFunc(n.dial)
+	}
+	gc.RootCAs = roots
+	s.roots = roots
+	server, err := parseResolver(cfg.Resolver)
+	if err != nil {
+		return err
+	}
+	if server.IsValid() {
+		gc.Resolver = &egress.DNSResolver{Server: server, Dialer: gc.Dialer}
+	}
+	for i, in := range cfg.Inject {
+		v, err := secretValue("the secret", in.Secret)
+		if err != nil {
+			return fmt.Errorf("sandbox.egress.inject[%d] (%s): %w", i, in.Domain, err)
+		}
+		s.inject = append(s.inject, egress.Injection{Domain: in.Domain, Header: in.Header, Value: v})
+	}
+	s.g = egress.New(gc)
+	t.opts.log.Debug("sandbox network", "mode", t.cfg.Sandbox.Network, "preset", s.host.Preset(),
+		"allow", strings.Join(s.host.Allowed(), ","), "ports", s.host.Ports(), "resolver", cfg.Resolver,
+		"injected_domains", len(s.inject))
+	return nil
+}
+
+// pemOnly keeps the certificate blocks of a PEM file (never a key that sits beside them).
+func pemOnly(b []byte) []byte {
+	var out []byte
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return out
+		}
+		if blk.Type == "CERTIFICATE" {
+			out = append(out, pem.EncodeToMemory(blk)...)
+		}
+	}
+}
+
+type dialerFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func (f dialerFunc) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return f(ctx, network, addr)
+}
+
+// egressAudit turns the gateway's records into audit records and counts them per project.
+func (t *Toolhost) egressAudit(r *egress.Record) {
+	s := &t.egress
+	if r.Project != "" {
+		s.mu.Lock()
+		if s.stats == nil {
+			s.stats = map[string]*egressStats{}
+		}
+		st := s.stats[r.Project]
+		if st == nil {
+			st = &egressStats{}
+			s.stats[r.Project] = st
+		}
+		s.mu.Unlock()
+		if r.Decision == egress.Deny {
+			st.Refused.Add(1)
+		} else {
+			st.Allowed.Add(1)
+		}
+	}
+	sink := t.sink
+	if sink == nil {
+		return
+	}
+	why := r.Rule
+	msg := r.Reason
+	if msg == "" {
+		msg = r.Error
+	}
+	sink.Record(&audit.Record{
+		Time: r.Time, Sandbox: r.Sandbox, Cap: audit.CapEgress, Op: r.Proto,
+		Dest: r.Name, Addr: r.Addr, Port: r.Port, Command: r.Command, Injected: r.Injected,
+		Decision: r.Decision, Why: why, Error: msg,
+		Micros: r.Micros, In: int(r.BytesUp), Out: int(r.BytesDown),
+	})
+}
+
+func hostName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}
+
+// fleetMember is the fleet this process serves in, or nil.
+func (t *Toolhost) fleetMember() *rootapi.FleetMember {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	return t.fleet
 }
