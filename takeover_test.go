@@ -331,9 +331,13 @@ func TestTakeoverE2B(t *testing.T) {
 		len(rec.Processes) != 1 || rec.Processes[0].ID != bgID || rec.Processes[0].Plugin != "bash" || rec.Cwd != "/home/user/web" {
 		t.Errorf("the record after the takeover: %+v", rec)
 	}
-	// A session that closes leaves no record: nothing to take over.
+	// A session that closes leaves no record: nothing to take over; and the sandbox it
+	// took over is killed with it.
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if ids := f.SandboxIDs(); slices.Contains(ids, rep.Sandbox) {
+		t.Errorf("the sandbox taken over is still running after the session closed: %v", ids)
 	}
 	if recs, _, err := sessionstate.List(context.Background(), th.recordStore(), "shop"); len(recs) != 0 || err != nil {
 		t.Errorf("the records after Close: %+v, %v", recs, err)

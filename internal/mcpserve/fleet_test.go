@@ -371,3 +371,57 @@ func TestFleetDeadHolderTakenOverElsewhere(t *testing.T) {
 		t.Errorf("replica 2 opened the project (%d sessions): it is replica 1's", n)
 	}
 }
+
+// TestFleetAdoptedSessionEnds: a client whose session was made on the holder, which then
+// died, goes on through another replica (the session adopted there, the project taken
+// over); when the client ends its session (DELETE), that replica closes it: its sandbox
+// and its slot are not kept until the idle timeout.
+func TestFleetAdoptedSessionEnds(t *testing.T) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(t, 2, []Token{{Name: "alice", Value: tok}})
+	ctx := context.Background()
+	holder, err := connectHTTP(ctx, rs[0].url+"/mcp", tok, "shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if res := call(t, holder, "write_file", map[string]any{"path": "a.txt", "content": "one\n"}); res.IsError {
+		t.Fatalf("write_file on the holder: %s", text(res))
+	}
+	// Its handshake is forwarded to the holder; its standalone stream reconnects when the
+	// holder dies, as a client's does.
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	other, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: rs[1].url + "/mcp", MaxRetries: 5,
+		HTTPClient: &http.Client{Transport: bearer{token: tok, project: "shop", base: clientTransport}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: statefulRevision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs[0].hs.Close() // the holder dies
+	// A request under way to it gets a 502 (retry), as a client would.
+	var res *mcp.CallToolResult
+	for range 5 {
+		if res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "a.txt"}}); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The local provider's sandbox died with its replica: the project starts again, and
+	// the result says what was lost.
+	if err != nil || !strings.Contains(text(res), "took over from an earlier session") {
+		t.Fatalf("read_file through replica 1 after the holder died: %v %s", err, text(res))
+	}
+	if n := rs[1].s.OpenSessions(); n != 1 {
+		t.Fatalf("replica 1 has %d sessions open after the takeover, want 1", n)
+	}
+	if err := other.Close(); err != nil {
+		t.Logf("closing the client's session: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for rs[1].s.OpenSessions() != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := rs[1].s.OpenSessions(); n != 0 {
+		t.Errorf("replica 1 still has %d sessions open a minute after the client ended its session", n)
+	}
+}
