@@ -622,12 +622,17 @@ func podState(pod *corev1.Pod) string {
 	return s
 }
 
-// open makes the handle of a sandbox whose agent is at ip, once the agent answers.
-func (p *Provider) open(ctx context.Context, name, token, ip string) (*Sandbox, error) {
-	c, err := client.New(client.Config{
+// agentClient is a client of the agent at ip that carries token.
+func agentClient(ip, token string) (*client.Client, error) {
+	return client.New(client.Config{
 		BaseURL: "http://" + net.JoinHostPort(ip, strconv.Itoa(AgentPort)),
 		Header:  http.Header{envd.HeaderAccessToken: {token}},
 	})
+}
+
+// open makes the handle of a sandbox whose agent is at ip, once the agent answers.
+func (p *Provider) open(ctx context.Context, name, token, ip string) (*Sandbox, error) {
+	c, err := agentClient(ip, token)
 	if err != nil {
 		return nil, err
 	}

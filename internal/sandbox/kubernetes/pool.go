@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +18,6 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
-	"github.com/toolhost/toolhost/internal/envd/client"
 )
 
 // Warm spares (sandbox.pool, Config.Pool) through agent-sandbox's extensions: the pod
@@ -338,10 +334,7 @@ func podOf(u *unstructured.Unstructured, uid types.UID) (string, string, error) 
 // reaches it with that token. A claim already made by an earlier try of this one (its
 // answer lost) is recognised by the token working.
 func (p *Provider) claimAgent(ctx context.Context, name, pod, ip, poolToken, token string, env map[string]string) (*Sandbox, error) {
-	pc, err := client.New(client.Config{
-		BaseURL: "http://" + net.JoinHostPort(ip, strconv.Itoa(AgentPort)),
-		Header:  http.Header{envd.HeaderAccessToken: {poolToken}},
-	})
+	pc, err := agentClient(ip, poolToken)
 	if err != nil {
 		return nil, err
 	}
