@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -138,12 +139,9 @@ func fleetEnv(t testing.TB, fake []string, extra ...string) ([]string, string) {
 // largest of b.N when b.N < 100).
 func BenchmarkFleetFailover(b *testing.B) {
 	requireBwrap(b)
-	// The Pro plan's 100 sandboxes at once: the sessions this benchmark ends on the replica
-	// that took the project over are not closed there (their sandboxes keep running, their
-	// slots stay taken; docs/FLEET.md, Status: an open bug), so at the Hobby plan's 20 the
-	// twentieth iteration could not create its sandbox, and past 63 iterations the
-	// replica's 64 sessions are full.
-	fake := startE2BFake(b, "-max-concurrent", "100")
+	// The Hobby plan's 20 sandboxes at once: each iteration ends its session, so its
+	// sandbox is killed and its slot freed (checked after each).
+	fake := startE2BFake(b)
 	env, token := fleetEnv(b, fake, "TOOLHOST_STORE_DIR="+testStore(b))
 	log := &syncBuilder{done: make(chan struct{})}
 	ports := freePorts(b, 2)
@@ -161,13 +159,11 @@ func BenchmarkFleetFailover(b *testing.B) {
 		}
 	})
 	ctx := context.Background()
+	// Clients of the SDK's default revision, which is stateless (2026-07-28): the session is
+	// a handle session_start answers, passed to each call.
 	connect := func(url, project string) *mcp.ClientSession {
 		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-		// A client's standalone stream reconnects (MaxRetries): with none, the SDK gives up
-		// on the session at the kill, and its Close ends nothing on the server, whose
-		// session then holds its slot and its sandbox until the idle timeout (at 64
-		// iterations, the replica's limit of 64 sessions was met).
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", MaxRetries: 5,
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
 			HTTPClient: &http.Client{Transport: headers{h: map[string]string{"Authorization": "Bearer " + token, "Toolhost-Project": project}, base: http.DefaultTransport}}}, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -178,7 +174,13 @@ func BenchmarkFleetFailover(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		project := fmt.Sprintf("failover%d", i)
 		holder := connect(rs[0].url(), project)
-		res, err := holder.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n"}})
+		res, err := holder.CallTool(ctx, &mcp.CallToolParams{Name: "session_start", Arguments: map[string]any{}})
+		sc, _ := res.StructuredContent.(map[string]any)
+		id, _ := sc["session"].(string)
+		if err != nil || res.IsError || id == "" {
+			b.Fatalf("iteration %d: session_start on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
+		}
+		res, err = holder.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n", "session": id}})
 		if err != nil || res.IsError {
 			b.Fatalf("iteration %d: write_file on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
 		}
@@ -187,8 +189,8 @@ func BenchmarkFleetFailover(b *testing.B) {
 		rs[0].wait(time.Minute)
 		t0 := time.Now()
 		for {
-			res, err := other.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "a.txt"}})
-			if err == nil && !res.IsError {
+			res, err := other.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "a.txt", "session": id}})
+			if err == nil && !res.IsError && strings.Contains(mcpText(res), "uncommitted") {
 				break
 			}
 			if time.Since(t0) > 2*time.Minute {
@@ -202,6 +204,13 @@ func BenchmarkFleetFailover(b *testing.B) {
 		}
 		lat = append(lat, time.Since(t0))
 		b.StopTimer()
+		res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "session_end", Arguments: map[string]any{"session": id}})
+		if err != nil || res.IsError {
+			b.Fatalf("iteration %d: session_end on the replica that took the project over: %v %s", i, err, mcpText(res))
+		}
+		if n := runningSandboxes(b, fake); n != 0 {
+			b.Fatalf("iteration %d: %d E2B sandboxes still run after session_end\n%s", i, n, tail(log.String(), 100))
+		}
 		other.Close()
 		holder.Close()
 		rs[0].start()
@@ -210,6 +219,35 @@ func BenchmarkFleetFailover(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "failover-p50-ms")
 	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Milliseconds()), "failover-p99-ms")
+}
+
+// runningSandboxes is how many sandboxes the E2B fake whose environment is fake runs.
+func runningSandboxes(t testing.TB, fake []string) int {
+	t.Helper()
+	var url, key string
+	for _, kv := range fake {
+		if v, ok := strings.CutPrefix(kv, "E2B_API_URL="); ok {
+			url = v
+		}
+		if v, ok := strings.CutPrefix(kv, "E2B_API_KEY="); ok {
+			key = v
+		}
+	}
+	req, err := http.NewRequest(http.MethodGet, url+"/v2/sandboxes?state=running", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("listing the fake's sandboxes: status %d: %v", resp.StatusCode, err)
+	}
+	return len(list)
 }
 
 // tail is the last n lines of s.

@@ -245,7 +245,7 @@ func (s *Server) route(next http.Handler) http.Handler {
 				}
 			}
 			if project != "" && !rootapi.Holds(s.th, project) {
-				if t, _, err := s.findHolder(r.Context(), project, false); err != nil || t != "" {
+				if t, _, err := s.findHolder(r.Context(), project, false, ""); err != nil || t != "" {
 					w.Header().Set(fleet.HeaderNotHolder, "1")
 					http.Error(w, fmt.Sprintf("this replica does not hold project %s", project), http.StatusConflict)
 					return
@@ -282,7 +282,7 @@ func (s *Server) route(next http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			target, addr, err := s.findHolder(ctx, project, attempt > 0)
+			target, addr, err := s.findHolder(ctx, project, attempt > 0, gone)
 			if err != nil {
 				s.log.Warn("fleet: finding a project's replica", "project", project, "err", err)
 				w.Header().Set("Retry-After", "1")
@@ -332,9 +332,11 @@ func (s *Server) route(next http.Handler) http.Handler {
 }
 
 // findHolder is the replica a request for project goes to: ("", "") to serve it here.
-// fresh skips the cache of recent answers. A project held by a replica this one cannot
-// trust as a member of the fleet is an error.
-func (s *Server) findHolder(ctx context.Context, project string, fresh bool) (instance, addr string, err error) {
+// fresh skips the cache of recent answers; gone is a replica whose connection was just
+// refused (or ""): a draining replica sends what it would serve to a ready peer other
+// than gone, even when gone's lease still names it, and that peer takes it over. A
+// project held by a replica this one cannot trust as a member of the fleet is an error.
+func (s *Server) findHolder(ctx context.Context, project string, fresh bool, gone string) (instance, addr string, err error) {
 	f := s.opts.Fleet
 	if !fresh {
 		if h, ok := s.holders.get(project); ok {
@@ -346,13 +348,15 @@ func (s *Server) findHolder(ctx context.Context, project string, fresh bool) (in
 		return "", "", fmt.Errorf("reading its lease: %w", err)
 	}
 	switch {
-	case st.Held && st.Holder.Instance != "" && st.Holder.Instance != f.Instance():
+	case st.Held && st.Holder.Instance != "" && st.Holder.Instance != f.Instance() &&
+		(st.Holder.Instance != gone || !f.Draining()):
 		instance, addr = st.Holder.Instance, st.Holder.Addr
 	case st.Held && st.Holder.Instance == "":
 		return "", "", fmt.Errorf("it is open on host %s, outside the fleet", st.Holder.Host)
 	case f.Draining():
-		// Nobody holds it and this replica takes no project now: another one will.
-		instance, addr = s.readyPeer(ctx)
+		// Nobody holds it (or its holder is gone) and this replica takes no project now:
+		// another one will.
+		instance, addr = s.readyPeer(ctx, gone)
 		if instance == "" {
 			return "", "", errors.New("this replica is shutting down and no other is ready")
 		}
@@ -439,6 +443,14 @@ func (s *Server) routeProject(w http.ResponseWriter, r *http.Request, principal 
 	if r.Method != http.MethodPost {
 		return "", true
 	}
+	if id := requestHandle(r); id != "" {
+		// A call in a session of the stateless revision goes to its project's holder,
+		// whichever project the request's header names (handles.go).
+		rec, err := s.handleRecord(r.Context(), id)
+		if err == nil && rec.Owner == ownerOf(auth.TokenInfoFromContext(r.Context())) {
+			return rec.Project, true
+		}
+	}
 	project, err := s.chooseProject(r)
 	if err != nil {
 		return "", true // gate answers it
@@ -446,15 +458,15 @@ func (s *Server) routeProject(w http.ResponseWriter, r *http.Request, principal 
 	return project, true
 }
 
-// readyPeer picks another fresh replica that is not draining, or "".
-func (s *Server) readyPeer(ctx context.Context) (instance, addr string) {
+// readyPeer picks another fresh replica that is not draining and not avoid, or "".
+func (s *Server) readyPeer(ctx context.Context, avoid string) (instance, addr string) {
 	rs, err := s.opts.Fleet.Replicas(ctx)
 	if err != nil {
 		return "", ""
 	}
 	now := time.Now()
 	for _, r := range rs {
-		if r.Instance != s.opts.Fleet.Instance() && !r.Draining && r.Fresh(now, s.opts.Fleet.Heartbeat()) {
+		if r.Instance != s.opts.Fleet.Instance() && r.Instance != avoid && !r.Draining && r.Fresh(now, s.opts.Fleet.Heartbeat()) {
 			return r.Instance, r.Addr
 		}
 	}

@@ -3,6 +3,7 @@ package mcpserve
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/rootapi"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 var fleetSecret = []byte("0123456789abcdef0123456789abcdef-test-fleet")
@@ -423,5 +426,79 @@ func TestFleetAdoptedSessionEnds(t *testing.T) {
 	}
 	if n := rs[1].s.OpenSessions(); n != 0 {
 		t.Errorf("replica 1 still has %d sessions open a minute after the client ended its session", n)
+	}
+}
+
+// TestFleetHandleOutlivesItsReplica: a session of the stateless revision (a handle
+// session_start answered) goes on when the replica that opened it dies, on any replica
+// (adopted from its record under the same handle), and again after that one is drained
+// for a deploy; another token's call with the handle finds no session and opens
+// nothing; session_end ends it where it is, its slot freed and its record gone.
+func TestFleetHandleOutlivesItsReplica(t *testing.T) {
+	tok, bobTok := "fleet-token-0123456789abcdef", "fleet-token-bob-0123456789abcd"
+	rs := newFleet(t, 3, []Token{{Name: "alice", Value: tok}, {Name: "bob", Value: bobTok}})
+	at := func(i int, token string) *mcp.ClientSession {
+		// The header names another project: a handle's calls go by its own.
+		return connectRevision(t, rs[i].url+"/mcp", token, "elsewhere", "2026-07-28")
+	}
+	start := call(t, connectRevision(t, rs[0].url+"/mcp", tok, "shop", "2026-07-28"), SessionStartTool, map[string]any{})
+	sc, _ := start.StructuredContent.(map[string]any)
+	id, _ := sc["session"].(string)
+	if start.IsError || id == "" {
+		t.Fatalf("session_start: %v %s", start.IsError, text(start))
+	}
+	if res := call(t, at(0, tok), "write_file", map[string]any{"path": "a.txt", "content": "one\n", "session": id}); res.IsError {
+		t.Fatalf("write_file in %s: %s", id, text(res))
+	}
+	if res := call(t, at(0, tok), "commit", map[string]any{"session": id}); res.IsError {
+		t.Fatalf("commit in %s: %s", id, text(res))
+	}
+	rs[0].hs.Close() // the replica that opened the session dies
+
+	// Another token's call with the handle: no session, nothing opened.
+	if res := call(t, at(1, bobTok), "read_file", map[string]any{"path": "a.txt", "session": id}); !res.IsError || !strings.Contains(text(res), "no session") {
+		t.Fatalf("bob's call with alice's handle: %v %s", res.IsError, text(res))
+	}
+	if n := rs[1].s.OpenSessions(); n != 0 {
+		t.Fatalf("bob's call opened %d sessions on replica 1", n)
+	}
+	res := call(t, at(1, tok), "bash", map[string]any{"command": "cat a.txt && echo two > b.txt", "session": id})
+	if res.IsError || !strings.Contains(text(res), "one") {
+		t.Fatalf("a call in %s on replica 1 after its replica died: %v %s", id, res.IsError, text(res))
+	}
+	if n := rs[1].s.OpenSessions(); n != 1 {
+		t.Fatalf("replica 1 has %d sessions open after adopting %s, want 1", n, id)
+	}
+
+	// A deploy drains replica 1: the session is handed over and goes on on replica 2.
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rs[1].s.Drain(dctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	for _, i := range []int{1, 2} { // through the drained replica too: it goes where the project went
+		res = call(t, at(i, tok), "bash", map[string]any{"command": "cat a.txt b.txt", "session": id})
+		if res.IsError || !strings.Contains(text(res), "one") || !strings.Contains(text(res), "two") {
+			t.Fatalf("a call in %s through replica %d after the drain: %v %s", id, i, res.IsError, text(res))
+		}
+	}
+	if n := rs[2].s.OpenSessions(); n != 1 || rs[1].s.OpenSessions() != 0 {
+		t.Fatalf("replica 2 has %d sessions open, want the moved one; the drained replica %d, want 0 (a draining "+
+			"replica that found the ready peer it chose gone sends the call to another, it does not open it)", n, rs[1].s.OpenSessions())
+	}
+	if res = call(t, at(2, tok), SessionEndTool, map[string]any{"session": id}); res.IsError {
+		t.Fatalf("session_end: %s", text(res))
+	}
+	if n := rs[2].s.OpenSessions(); n != 0 {
+		t.Errorf("replica 2 has %d sessions open after session_end", n)
+	}
+	if !testenv.Eventually(func() bool {
+		_, err := rs[2].s.handleRecord(context.Background(), id)
+		return errors.Is(err, store.ErrNotFound)
+	}) {
+		t.Errorf("the record of %s is still in the store after session_end", id)
+	}
+	if res = call(t, at(2, tok), "read_file", map[string]any{"path": "a.txt", "session": id}); !res.IsError {
+		t.Errorf("a call in %s after session_end: %s", id, text(res))
 	}
 }

@@ -38,6 +38,7 @@ type heldSessions struct {
 	endedOwner map[string]string           // id -> its owner, so only they learn it
 	order      []string                    // ended ids, oldest first, to bound the map
 	defaults   map[defaultKey]*defaultSlot // the stateless revision's default sessions
+	adopting   map[string]*defaultSlot     // handles being adopted from the fleet (handles.go)
 
 	inflight atomic.Int64 // API requests being answered
 	last     atomic.Int64 // unix nanoseconds of the last API request's end
@@ -48,6 +49,7 @@ func (h *heldSessions) init() {
 	h.ended = map[string]string{}
 	h.endedOwner = map[string]string{}
 	h.defaults = map[defaultKey]*defaultSlot{}
+	h.adopting = map[string]*defaultSlot{}
 	h.last.Store(time.Now().UnixNano())
 }
 
@@ -59,6 +61,7 @@ type held struct {
 	ready    time.Duration
 	idle     time.Duration
 	wokeFrom string
+	recorded bool // its record is in the fleet's store (handles.go)
 	calls    atomic.Int64
 	inflight atomic.Int64
 	last     atomic.Int64 // unix nanoseconds of the last call's start or end
@@ -94,6 +97,14 @@ func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle 
 const shellOwner = "shell"
 
 func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
+	return s.openHeld(ctx, owner, project, workspace, idle, "", true)
+}
+
+// openHeld opens a held session as startHeld does, under the handle id when it is not ""
+// (a fleet's session adopted from its record: handles.go), else under a new one, which
+// is recorded in a fleet when recorded is set (a default session is found by its token
+// and project, not by its handle: it has no record).
+func (s *Server) openHeld(ctx context.Context, owner, project, workspace string, idle time.Duration, id string, recorded bool) (sessionapi.Session, error) {
 	if err := storekeys.ValidProject(project); err != nil {
 		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
 	}
@@ -126,17 +137,16 @@ func (s *Server) startHeld(ctx context.Context, owner, project, workspace string
 		}
 		return sessionapi.Session{}, &apiError{status, err}
 	}
-	h := &held{b: b, started: start, ready: time.Since(start), idle: idle}
+	h := &held{id: id, b: b, started: start, ready: time.Since(start), idle: idle,
+		recorded: recorded && s.recordsHandles(owner)}
 	h.last.Store(time.Now().UnixNano())
 	if woke, ok := sess.Woke(); ok {
 		h.wokeFrom = woke.Key
 	}
-	s.held.mu.Lock()
-	for h.id == "" || s.held.byID[h.id] != nil || s.held.ended[h.id] != "" {
-		h.id = project + "-" + randomHex(3)
+	if err := s.nameHeld(ctx, h, project); err != nil {
+		b.finish(context.WithoutCancel(ctx), "its handle could not be recorded")
+		return sessionapi.Session{}, &apiError{http.StatusServiceUnavailable, err}
 	}
-	s.held.byID[h.id] = h
-	s.held.mu.Unlock()
 
 	s.mu.Lock()
 	if s.closing { // Shutdown has taken its list, or is about to finish this binding
@@ -149,6 +159,48 @@ func (s *Server) startHeld(ctx context.Context, owner, project, workspace string
 	go s.watchHeld(h) // owned by s.watchers: ends when the session does
 	s.log.Info("mcp: held session started", "id", h.id, "project", project, "workspace", workspace, "ready", h.ready.Round(time.Millisecond))
 	return h.info(), nil
+}
+
+// nameHeld gives h a handle not in use here (and, in a fleet, recorded in the store as
+// no other replica's: handles.go), unless it has one, and lists it.
+func (s *Server) nameHeld(ctx context.Context, h *held, project string) error {
+	if h.id != "" {
+		s.held.mu.Lock()
+		defer s.held.mu.Unlock()
+		if s.held.byID[h.id] != nil {
+			return fmt.Errorf("session %s is open here already", h.id)
+		}
+		delete(s.held.ended, h.id)
+		s.held.byID[h.id] = h
+		return nil
+	}
+	for range 16 {
+		s.held.mu.Lock()
+		id := ""
+		for id == "" || s.held.byID[id] != nil || s.held.ended[id] != "" {
+			id = project + "-" + randomHex(3)
+		}
+		if !h.recorded {
+			h.id = id
+			s.held.byID[id] = h
+			s.held.mu.Unlock()
+			return nil
+		}
+		s.held.byID[id] = h // taken here while its record is written
+		s.held.mu.Unlock()
+		ok, err := s.recordHandle(ctx, id, project, h.b.owner, h.idle)
+		if ok {
+			h.id = id
+			return nil
+		}
+		s.held.mu.Lock()
+		delete(s.held.byID, id)
+		s.held.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("the session could not be recorded in the store, so another server of the fleet could not go on with it; start it again: %w", err)
+		}
+	}
+	return errors.New("no free handle was found for the session; start it again")
 }
 
 func randomHex(n int) string {
@@ -196,6 +248,7 @@ func (s *Server) forget(h *held, why string) {
 	if info := h.b.endInfo; info.Key != "" {
 		msg += fmt.Sprintf("; its work is snapshot %s of project %s", info.Key, h.b.project)
 	}
+	handedOver := h.b.handedOver
 	h.b.mu.Unlock()
 	s.held.mu.Lock()
 	defer s.held.mu.Unlock()
@@ -203,6 +256,12 @@ func (s *Server) forget(h *held, why string) {
 		return
 	}
 	delete(s.held.byID, h.id)
+	if handedOver {
+		return // it goes on on another replica of the fleet, which adopts it (handles.go)
+	}
+	if h.recorded {
+		go s.dropHandle(h.id) // owned by dropHandle's bound: ends within 30 s
+	}
 	s.held.ended[h.id] = msg
 	s.held.endedOwner[h.id] = h.b.owner
 	s.held.order = append(s.held.order, h.id)
@@ -231,6 +290,9 @@ func (s *Server) Held() []sessionapi.Session {
 	return out
 }
 
+// errNoSuchSession: no session of that handle runs here, nor ended here recently.
+var errNoSuchSession = errors.New("no session")
+
 // lookup finds owner's held session id, or says why there is none (404). Another
 // owner's session is "no session", whatever it is.
 func (s *Server) lookup(owner, id string) (*held, error) {
@@ -250,9 +312,13 @@ func (s *Server) lookup(owner, id string) (*held, error) {
 	}
 	slices.Sort(ids)
 	if len(ids) == 0 {
-		return nil, apiErrorf(http.StatusNotFound, "no session %s: none runs (toolhost session start opens one)", id)
+		hint := "toolhost session start opens one"
+		if owner != shellOwner {
+			hint = SessionStartTool + " opens one"
+		}
+		return nil, &apiError{http.StatusNotFound, fmt.Errorf("%w %s: none runs (%s)", errNoSuchSession, id, hint)}
 	}
-	return nil, apiErrorf(http.StatusNotFound, "no session %s (running: %s)", id, strings.Join(ids, ", "))
+	return nil, &apiError{http.StatusNotFound, fmt.Errorf("%w %s (running: %s)", errNoSuchSession, id, strings.Join(ids, ", "))}
 }
 
 // CallHeld runs one tool call in held session id.

@@ -153,6 +153,8 @@ func (s *Server) statelessHandler(tool string) mcp.ToolHandler {
 			if id, err = s.defaultSession(ctx, owner, project); err != nil {
 				return errorResult(err.Error()), nil
 			}
+		} else if err := s.adoptHandle(ctx, req, id); err != nil {
+			return errorResult(err.Error()), nil
 		}
 		stop := s.reportProgress(ctx, req, tool)
 		defer stop()
@@ -188,7 +190,7 @@ func (s *Server) defaultSession(ctx context.Context, owner, project string) (str
 			return slot.id, nil
 		}
 	}
-	sess, err := s.startHeld(ctx, owner, project, "", 0)
+	sess, err := s.openHeld(ctx, owner, project, "", 0, "", false)
 	if err != nil {
 		return "", err
 	}
@@ -220,6 +222,9 @@ func (s *Server) sessionEnd(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	id, _, err := splitSession(req.Params.Arguments)
 	if err != nil || id == "" {
 		return errorResult(`session_end takes {"session": "the handle session_start answered"}`), nil
+	}
+	if err := s.adoptHandle(ctx, req, id); err != nil {
+		return errorResult(err.Error()), nil
 	}
 	info, err := s.stopHeld(ctx, requestOwner(req), id)
 	if err != nil {
