@@ -250,6 +250,11 @@ func (s *Server) forget(h *held, why string) {
 	}
 	handedOver := h.b.handedOver
 	h.b.mu.Unlock()
+	if h.recorded && !handedOver {
+		// Before the end is answered: a call of the handle that reaches another replica
+		// after it must not find the record and open the session again.
+		s.dropHandle(h.id)
+	}
 	s.held.mu.Lock()
 	defer s.held.mu.Unlock()
 	if s.held.byID[h.id] != h {
@@ -258,9 +263,6 @@ func (s *Server) forget(h *held, why string) {
 	delete(s.held.byID, h.id)
 	if handedOver {
 		return // it goes on on another replica of the fleet, which adopts it (handles.go)
-	}
-	if h.recorded {
-		go s.dropHandle(h.id) // owned by dropHandle's bound: ends within 30 s
 	}
 	s.held.ended[h.id] = msg
 	s.held.endedOwner[h.id] = h.b.owner
