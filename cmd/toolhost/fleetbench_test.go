@@ -221,6 +221,100 @@ func BenchmarkFleetFailover(b *testing.B) {
 	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Milliseconds()), "failover-p99-ms")
 }
 
+// BenchmarkFleetHandoff: what a deploy costs an agent. A session (a handle) on one
+// replica of two, SIGTERM with serve.drain handoff; calls through the other replica, one
+// after the other, from the signal until one has succeeded after the drained replica
+// exited: the longest of those calls (handoff-max-call-ms, median and p99 over the
+// iterations) and the calls that failed (handoff-failed-calls, the total: the issue wants
+// 0). The E2B sandbox is kept and reconnected by the replica that takes the project.
+func BenchmarkFleetHandoff(b *testing.B) {
+	requireBwrap(b)
+	fake := startE2BFake(b)
+	env, token := fleetEnv(b, fake, "TOOLHOST_STORE_DIR="+testStore(b), "TOOLHOST_SERVE_DRAIN=handoff")
+	log := &syncBuilder{done: make(chan struct{})}
+	ports := freePorts(b, 2)
+	var rs []*fleetReplica
+	for i, p := range ports {
+		r := &fleetReplica{t: b, n: i, port: p, log: log, env: cliEnv(b, append(append([]string{}, env...),
+			"TOOLHOST_DATA_DIR="+e2bDataDir(b), fmt.Sprintf("TOOLHOST_SERVE_FLEET_ADVERTISE=http://127.0.0.1:%d", p))...)}
+		r.start()
+		rs = append(rs, r)
+	}
+	b.Cleanup(func() {
+		for _, r := range rs {
+			r.signal(syscall.SIGKILL)
+			r.wait(time.Minute)
+		}
+	})
+	ctx := context.Background()
+	connect := func(url, project string) *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
+			HTTPClient: &http.Client{Transport: headers{h: map[string]string{"Authorization": "Bearer " + token, "Toolhost-Project": project}, base: http.DefaultTransport}}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cs
+	}
+	var worst []time.Duration
+	failed := 0
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		project := fmt.Sprintf("handoff%d", i)
+		holder := connect(rs[0].url(), project)
+		res, err := holder.CallTool(ctx, &mcp.CallToolParams{Name: "session_start", Arguments: map[string]any{}})
+		sc, _ := res.StructuredContent.(map[string]any)
+		id, _ := sc["session"].(string)
+		if err != nil || res.IsError || id == "" {
+			b.Fatalf("iteration %d: session_start on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
+		}
+		res, err = holder.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n", "session": id}})
+		if err != nil || res.IsError {
+			b.Fatalf("iteration %d: write_file on the holder: %v %s", i, err, mcpText(res))
+		}
+		other := connect(rs[1].url(), project)
+		b.StartTimer()
+		rs[0].signal(syscall.SIGTERM)
+		exited := make(chan struct{})
+		go func() { rs[0].wait(2 * time.Minute); close(exited) }() // owned by this iteration: ends with the replica
+		var longest time.Duration
+		for done := false; !done; {
+			select {
+			case <-exited:
+				done = true
+			default:
+			}
+			t0 := time.Now()
+			res, err := other.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "a.txt", "session": id}})
+			longest = max(longest, time.Since(t0))
+			if err != nil || res.IsError || !strings.Contains(mcpText(res), "uncommitted") {
+				failed++
+				done = false // a call after the exit must succeed
+				b.Logf("iteration %d: a call during the handoff failed: %v %s", i, err, mcpText(res))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		<-exited
+		worst = append(worst, longest)
+		b.StopTimer()
+		res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "session_end", Arguments: map[string]any{"session": id}})
+		if err != nil || res.IsError {
+			b.Fatalf("iteration %d: session_end: %v %s", i, err, mcpText(res))
+		}
+		if n := runningSandboxes(b, fake); n != 0 {
+			b.Fatalf("iteration %d: %d E2B sandboxes still run after session_end", i, n)
+		}
+		other.Close()
+		holder.Close()
+		rs[0].start()
+		b.StartTimer()
+	}
+	slices.Sort(worst)
+	b.ReportMetric(float64(worst[len(worst)/2].Milliseconds()), "handoff-max-call-p50-ms")
+	b.ReportMetric(float64(worst[min(len(worst)-1, len(worst)*99/100)].Milliseconds()), "handoff-max-call-p99-ms")
+	b.ReportMetric(float64(failed), "handoff-failed-calls")
+}
+
 // runningSandboxes is how many sandboxes the E2B fake whose environment is fake runs.
 func runningSandboxes(t testing.TB, fake []string) int {
 	t.Helper()
