@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/chunked"
 	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	dirstore "github.com/toolhost/toolhost/internal/store/dir"
@@ -133,6 +134,16 @@ func BenchmarkSave(b *testing.B) {
 			n++
 		}
 		b.ReportMetric(float64(storeBytes(b, st)-before)/float64(n), "stored-B/op")
+	})
+	// The walk alone (one fstatat per entry, the listing a save without a change journal
+	// makes first): the floor of second/chunked.
+	b.Run("second/walk", func(b *testing.B) {
+		src := chunked.DirSource{Dir: ws}
+		for b.Loop() {
+			if _, _, err := src.List(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
 
