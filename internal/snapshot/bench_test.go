@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/store"
 	"github.com/toolhost/toolhost/internal/chunked"
@@ -123,6 +124,7 @@ func BenchmarkSave(b *testing.B) {
 		defer os.WriteFile(file, orig, 0o644)
 		before := storeBytes(b, st)
 		n := 0
+		var pack, upload time.Duration
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
 			os.WriteFile(file, fmt.Appendf(append([]byte(nil), orig...), "// edit %d\n", i), 0o644)
@@ -132,8 +134,15 @@ func BenchmarkSave(b *testing.B) {
 				b.Fatalf("%+v %v", info, err)
 			}
 			n++
+			pk, _ := info.Transfer.Phase("pack")
+			up, _ := info.Transfer.Phase("upload")
+			pack += pk.Duration
+			upload += up.Duration
 		}
 		b.ReportMetric(float64(storeBytes(b, st)-before)/float64(n), "stored-B/op")
+		// Where the time went: the walk and the build (pack), the store's writes (upload).
+		b.ReportMetric(float64(pack.Milliseconds())/float64(n), "pack-ms/op")
+		b.ReportMetric(float64(upload.Milliseconds())/float64(n), "upload-ms/op")
 	})
 	// The walk alone (one fstatat per entry, the listing a save without a change journal
 	// makes first): the floor of second/chunked.
