@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -453,4 +454,73 @@ func TestSecondSaveSeesEditsThatHideFromTimes(t *testing.T) {
 			t.Errorf("%s: the snapshot does not hold the edit (%v)", rel, err)
 		}
 	}
+}
+
+// TestSaveOverTheLastReusesSegments: saves over the last one in the same process (the scan
+// cache: a segment whose entries are the base's is reused without being encoded again)
+// store a manifest that restores the tree as it is, bit for bit, through an edit, and
+// through files added, removed and a directory made; an edit stores one new segment.
+func TestSaveOverTheLastReusesSegments(t *testing.T) {
+	ctx := tctx(t)
+	m, clk, _ := chunkedManager(t, newDir(t).s)
+	ws := filepath.Join(t.TempDir(), "ws")
+	old := time.Now().Add(-2 * time.Hour)
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(ws, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(p, old, old)
+	}
+	for d := range 30 {
+		for f := range 60 {
+			write(fmt.Sprintf("d%02d/f%03d.go", d, f), strings.Repeat(fmt.Sprintf("package d%02d // %d\n", d, f), 1+f%7))
+		}
+	}
+	save := func(step string) *chunked.Manifest {
+		t.Helper()
+		clk.Add(time.Second)
+		info, _, err := m.SaveDir(ctx, "p", ws)
+		if err != nil || info.Unchanged {
+			t.Fatalf("%s: %+v %v", step, info, err)
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		if _, _, err := m.RestoreDirKey(ctx, "p", info.Key, out, false); err != nil {
+			t.Fatalf("%s: restore: %v", step, err)
+		}
+		chunkedtest.SameTree(t, ws, out)
+		man, err := m.Repo().Manifest(ctx, info.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return man
+	}
+	first := save("first")
+	if len(first.Segments) < 10 {
+		t.Fatalf("%d segments: the tree is too small to tell", len(first.Segments))
+	}
+	write("d07/f011.go", "package d07 // edited\n")
+	edited := save("edit")
+	had := map[chunked.Digest]bool{}
+	for _, s := range first.Segments {
+		had[s.Digest] = true
+	}
+	fresh := 0
+	for _, s := range edited.Segments {
+		if !had[s.Digest] {
+			fresh++
+		}
+	}
+	if fresh != 1 || len(edited.Segments) != len(first.Segments) {
+		t.Errorf("the edit stored %d new segments of %d (first save %d), want 1", fresh, len(edited.Segments), len(first.Segments))
+	}
+	write("d15/new.go", "package d15\n")
+	write("d29/zz/deep.go", "package zz\n")
+	os.Remove(filepath.Join(ws, "d20", "f005.go"))
+	write("a/first.go", "package a\n")
+	save("add and remove")
 }
