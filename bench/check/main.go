@@ -122,6 +122,7 @@ var runs = []run{
 	}},
 	{pkg: "./internal/snapshot", bench: "^BenchmarkSave$/^second/", benchtime: "5x", figures: []figure{
 		{"second save after a one-line edit, time", "< 50 ms", "ms", nsToMs("BenchmarkSave/second/chunked")},
+		{"second save: its walk alone (the floor without a journal)", "—", "ms", nsToMs("BenchmarkSave/second/walk")},
 	}},
 	{pkg: "./internal/host", bench: "^BenchmarkReadFile4KRatio$", benchtime: "200x", figures: []figure{
 		{"read_file 4 KB plugin / native", "≤ 1.2x", "x", ratioOf("BenchmarkReadFile4KRatio", "ratio")},

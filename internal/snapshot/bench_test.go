@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/chunked"
 	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
 	"github.com/toolhost/toolhost/internal/snapshot"
 	dirstore "github.com/toolhost/toolhost/internal/store/dir"
@@ -122,6 +124,7 @@ func BenchmarkSave(b *testing.B) {
 		defer os.WriteFile(file, orig, 0o644)
 		before := storeBytes(b, st)
 		n := 0
+		var pack, upload time.Duration
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
 			os.WriteFile(file, fmt.Appendf(append([]byte(nil), orig...), "// edit %d\n", i), 0o644)
@@ -131,8 +134,25 @@ func BenchmarkSave(b *testing.B) {
 				b.Fatalf("%+v %v", info, err)
 			}
 			n++
+			pk, _ := info.Transfer.Phase("pack")
+			up, _ := info.Transfer.Phase("upload")
+			pack += pk.Duration
+			upload += up.Duration
 		}
 		b.ReportMetric(float64(storeBytes(b, st)-before)/float64(n), "stored-B/op")
+		// Where the time went: the walk and the build (pack), the store's writes (upload).
+		b.ReportMetric(float64(pack.Milliseconds())/float64(n), "pack-ms/op")
+		b.ReportMetric(float64(upload.Milliseconds())/float64(n), "upload-ms/op")
+	})
+	// The walk alone (one fstatat per entry, the listing a save without a change journal
+	// makes first): the floor of second/chunked.
+	b.Run("second/walk", func(b *testing.B) {
+		src := chunked.DirSource{Dir: ws}
+		for b.Loop() {
+			if _, _, err := src.List(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
 
