@@ -66,26 +66,28 @@ type adoption struct {
 	rec sessionRecord
 }
 
-// sessionRecords caches the records read (they never change once written).
-type sessionRecords struct {
+// recordCache caches the fleet's records read, by id (a session's never changes once
+// written; a handle's goes when its session ends, which a reader of the cache must
+// allow for). Bounded: records are read again when dropped.
+type recordCache[T any] struct {
 	mu sync.Mutex
-	m  map[string]sessionRecord
+	m  map[string]T
 }
 
-func (c *sessionRecords) get(id string) (sessionRecord, bool) {
+func (c *recordCache[T]) get(id string) (T, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.m[id]
 	return r, ok
 }
 
-func (c *sessionRecords) put(r sessionRecord) {
+func (c *recordCache[T]) put(id string, r T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= 16384 {
-		c.m = map[string]sessionRecord{} // bounded: records are re-read when dropped
+		c.m = map[string]T{}
 	}
-	c.m[r.ID] = r
+	c.m[id] = r
 }
 
 func (s *Server) fleetStore() store.Store { return rootapi.Store(s.th) }
@@ -119,7 +121,7 @@ func (s *Server) recordSession(ctx context.Context, ss *mcp.ServerSession, proje
 		store.PutOptions{Size: int64(len(b)), ContentType: "application/json", IfNotExists: true}); err != nil {
 		return fmt.Errorf("recording the session in the store: %w", err)
 	}
-	s.sessRecs.put(rec)
+	s.sessRecs.put(rec.ID, rec)
 	return nil
 }
 
@@ -145,7 +147,7 @@ func (s *Server) sessionRecord(ctx context.Context, id string) (sessionRecord, e
 	if len(b) > maxSessionRecord || json.Unmarshal(b, &r) != nil || r.ID != id || storekeys.ValidProject(r.Project) != nil || len(r.Init) == 0 {
 		return r, fmt.Errorf("the record of session %s is not one this server wrote: %w", id, store.ErrNotFound)
 	}
-	s.sessRecs.put(r)
+	s.sessRecs.put(r.ID, r)
 	return r, nil
 }
 
@@ -446,8 +448,14 @@ func (s *Server) routeProject(w http.ResponseWriter, r *http.Request, principal 
 	if id := requestHandle(r); id != "" {
 		// A call in a session of the stateless revision goes to its project's holder,
 		// whichever project the request's header names (handles.go).
-		rec, err := s.handleRecord(r.Context(), id)
-		if err == nil && rec.Owner == ownerOf(auth.TokenInfoFromContext(r.Context())) {
+		rec, ok := s.handleRecs.get(id) // a handle's project never changes; it may have ended
+		if !ok {
+			var err error
+			if rec, err = s.handleRecord(r.Context(), id); err == nil {
+				s.handleRecs.put(id, rec)
+			}
+		}
+		if rec.ID == id && rec.Owner == ownerOf(auth.TokenInfoFromContext(r.Context())) {
 			return rec.Project, true
 		}
 	}

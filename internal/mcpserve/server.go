@@ -135,8 +135,9 @@ type Server struct {
 
 	held heldSessions // the sessions the shell holds (held.go)
 
-	sessRecs sessionRecords // the fleet's MCP session records read (fleet.go)
-	holders  holderCache    // the fleet's projects' holders, recently read (fleet.go)
+	sessRecs   recordCache[sessionRecord] // the fleet's MCP session records read (fleet.go)
+	handleRecs recordCache[handleRecord]  // the handles' records read, for routing (handles.go)
+	holders    holderCache                // the fleet's projects' holders, recently read (fleet.go)
 
 	ready struct { // readyz's last check of the store (storeAnswers)
 		mu  sync.Mutex
