@@ -24,6 +24,8 @@ trap '"$K8S_SCRIPTS/down.sh"' EXIT
 T2=$(date +%s)
 cd "$K8S_SCRIPTS/../.."
 export TOOLHOST_TEST_K8S_DIR=$K8S_DIR
+# The node's address, which pods reach this host at (the egress relay listens there).
+export TOOLHOST_TEST_K8S_NODE_IP=$K8S_NODE_IP
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$@" ./internal/sandbox/kubernetes/
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" -run '^TestKubernetesSeedFlow$' ./internal/session/
 echo "test-k8s: build $((T1 - T0)) s, cluster up $((T2 - T1)) s, tests $(($(date +%s) - T2)) s"
