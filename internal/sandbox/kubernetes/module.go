@@ -74,6 +74,7 @@ type SectionToleration struct {
 func DefaultSection() *Section {
 	return &Section{
 		Namespace:       DefaultNamespace,
+		Image:           DefaultImage,
 		ImagePullPolicy: string(corev1.PullIfNotPresent),
 		NodeSelector:    map[string]string{},
 		Tolerations:     []SectionToleration{},
@@ -102,11 +103,14 @@ elsewhere $KUBECONFIG, else ~/.kube/config.`},
 		Usage: "namespace the kubernetes provider makes its Sandboxes in",
 		Doc: `The namespace Sandboxes are made in. The provider's user needs the Role of
 deploy/kubernetes-sandboxes/role.yaml there, and nothing cluster-wide.`},
-	{Name: "kubernetes.image", Flag: "kubernetes-image", Default: `"" (required with the kubernetes provider)`,
+	{Name: "kubernetes.image", Flag: "kubernetes-image",
 		Usage: "the agent image sandbox pods run (scripts/k8s/image.sh builds it)",
 		Doc: `The container image each sandbox pod runs: toolhost's agent (cmd/toolhost-agent) with the
-tools the sandboxes need. scripts/k8s/image.sh builds one reproducibly and prints its
-digest; push it to your registry and name it here by digest (REGISTRY/toolhost-agent@sha256:...).`},
+tools the sandboxes need. The default is the image scripts/k8s/image.sh builds from this
+release, reproducibly, named by its digest as the test cluster imports it; no registry
+serves it: build it (the same digest), push it to your registry with its manifest
+(skopeo copy oci-archive:...) and name it here by digest (REGISTRY/toolhost-agent@sha256:...),
+or import it into your nodes' containerd as it is.`},
 	{Name: "kubernetes.image_pull_policy", Flag: "kubernetes-image-pull-policy",
 		Usage: "the pods' imagePullPolicy: IfNotPresent, Always or Never",
 		Doc:   `The pods' imagePullPolicy: IfNotPresent, Always or Never.`},
