@@ -127,6 +127,11 @@ start containerd containerd --config "$C/config.toml"
 for _ in $(seq 100); do ctr -a "$C/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.2; done
 ctr -a "$C/containerd.sock" version >/dev/null || fail "containerd did not start"
 for i in pause agent; do ctr -a "$C/containerd.sock" -n k8s.io images import --no-unpack=false "$IMG/$i.tar" >/dev/null; done
+# Pods name the agent image by its digest (kubernetes.image's default pins it so), which
+# the kubelet finds only under an image record of that name: containerd makes one for a
+# pulled image, not for an imported one, so it is made here, from the tag image.sh gave.
+AREF=$(cat "$IMG/agent.ref")
+ctr -a "$C/containerd.sock" -n k8s.io images tag --force "${AREF%@*}:sha256-$(cut -c8-23 "$IMG/agent.digest")" "$AREF" >/dev/null
 t "containerd; images imported: $(ctr -a "$C/containerd.sock" -n k8s.io images ls -q | tr '\n' ' ')"
 
 # --- control plane
