@@ -206,7 +206,12 @@ t "node Ready"
 # sandbox.pool uses); --extensions runs their claim and warm-pool controllers.
 AS=$(cd "$K8S_SCRIPTS/build/agentsandbox" && go list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)
 kubectl apply -f "$AS/k8s/crds/" >/dev/null
-kubectl wait --for=condition=Established crd --all --timeout=120s >/dev/null
+# A CRD just made may have no status yet, which kubectl wait takes for an error: try again.
+for i in $(seq 60); do
+	kubectl wait --for=condition=Established crd --all --timeout=120s >/dev/null 2>&1 && break
+	[ "$i" = 60 ] && fail "agent-sandbox's CRDs did not become Established"
+	sleep 1
+done
 kubectl apply -f - >/dev/null <<EOM
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
