@@ -18,6 +18,12 @@
 // the same), and TOOLHOST_AGENT_POD naming its pod, it starts unclaimed: it answers only the
 // health check and one claim (POST /toolhost/claim) carrying the pool's token, which names
 // this pod and gives the sandbox's own token; both variables are removed the same way.
+//
+// With TOOLHOST_AGENT_EGRESS_RELAY=HOST:PORT (the kubernetes provider sets it in the pods of
+// sandboxes with sandbox.network egress) it listens on 127.0.0.1:3128 before anything
+// runs and carries each connection to that address, the host's egress gateway, named by
+// the key of its access token (envd.EgressKey): the sandbox's way out, as a local
+// sandbox's agent hands its connections to the host.
 package main
 
 import (
@@ -43,6 +49,7 @@ const (
 	envToken     = "TOOLHOST_AGENT_TOKEN"
 	envPoolToken = "TOOLHOST_AGENT_POOL_TOKEN"
 	envPod       = "TOOLHOST_AGENT_POD"
+	envRelay     = "TOOLHOST_AGENT_EGRESS_RELAY"
 )
 
 func main() {
@@ -68,8 +75,8 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	token, pool, pod := os.Getenv(envToken), os.Getenv(envPoolToken), os.Getenv(envPod)
-	for _, k := range []string{envToken, envPoolToken, envPod} {
+	token, pool, pod, relay := os.Getenv(envToken), os.Getenv(envPoolToken), os.Getenv(envPod), os.Getenv(envRelay)
+	for _, k := range []string{envToken, envPoolToken, envPod, envRelay} {
 		os.Unsetenv(k) // before agent.New takes the environment every command gets
 	}
 	if token != "" || pool != "" {
@@ -78,8 +85,20 @@ func run(args []string) error {
 			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
 		}
 	}
+	var egress *agent.EgressConfig
+	if relay != "" {
+		if token == "" && pool == "" {
+			l.Close()
+			return fmt.Errorf("%s without an access token: the relay names the sandbox by its token", envRelay)
+		}
+		if _, _, err := net.SplitHostPort(relay); err != nil {
+			l.Close()
+			return fmt.Errorf("%s=%q: %w", envRelay, relay, err)
+		}
+		egress = &agent.EgressConfig{Port: sandbox.EgressPort, Relay: relay}
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1, AccessToken: token, PoolToken: pool, PodName: pod})
+	srv, err := agent.New(agent.Config{Workspace: *workspace, LogDir: *logDir, Logger: log, Init: os.Getpid() == 1, AccessToken: token, PoolToken: pool, PodName: pod, Egress: egress})
 	if err != nil {
 		l.Close()
 		return err

@@ -18,12 +18,26 @@ T0=$(date +%s)
 "$K8S_SCRIPTS/debs.sh"
 "$K8S_SCRIPTS/build.sh"
 "$K8S_SCRIPTS/image.sh" >/dev/null
+# kubernetes.image's default pins the agent image by digest; the build is reproducible, so
+# a build of this tree that differs means the pin is stale (the agent, the Go toolchain or
+# a Debian package changed). Said now, failed at the end, after the tests ran.
+PINNED=$(sed -n 's/^const DefaultImage = "\(.*\)"$/\1/p' "$K8S_SCRIPTS/../../internal/sandbox/kubernetes/image.go")
+BUILT=$(cat "$K8S_DIR/images/agent.ref")
+STALE=""
+if [ "$PINNED" != "$BUILT" ]; then
+	STALE="kubernetes.image's default is stale: it pins $PINNED, this tree builds $BUILT; run PIN=1 scripts/k8s/image.sh and commit internal/sandbox/kubernetes/image.go and the config docs"
+	echo "test-k8s: $STALE" >&2
+fi
 T1=$(date +%s)
 trap '"$K8S_SCRIPTS/down.sh"' EXIT
 "$K8S_SCRIPTS/up.sh"
 T2=$(date +%s)
 cd "$K8S_SCRIPTS/../.."
 export TOOLHOST_TEST_K8S_DIR=$K8S_DIR
+# The node's address, which pods reach this host at (the egress relay listens there).
+export TOOLHOST_TEST_K8S_NODE_IP=$K8S_NODE_IP
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$@" ./internal/sandbox/kubernetes/
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" -run '^TestKubernetesSeedFlow$' ./internal/session/
 echo "test-k8s: build $((T1 - T0)) s, cluster up $((T2 - T1)) s, tests $(($(date +%s) - T2)) s"
+if [ -n "$STALE" ]; then echo "test-k8s: FAIL: $STALE" >&2; exit 1; fi
+echo "test-k8s: the agent image this tree builds is the pinned default, $PINNED"

@@ -34,6 +34,10 @@ type EgressConfig struct {
 	Port int
 	// Control is the agent's end of a unix SOCK_SEQPACKET socket pair with the host.
 	Control *os.File
+	// Relay, instead of Control, is the TCP address of the host's egress relay (a sandbox
+	// on another machine: a Kubernetes pod): each connection is carried there, opened by
+	// an envd.EgressHello with the key of the agent's access token (relay.go).
+	Relay string
 }
 
 // EgressMessage is what the agent sends with each connection's descriptor (one message,
@@ -57,7 +61,9 @@ const maxEgressBatch = 256
 // egress is the running listener.
 type egress struct {
 	l       net.Listener
-	control *net.UnixConn
+	control *net.UnixConn // nil with a relay
+	relay   string
+	relays  chan struct{} // a slot per relayed connection open
 	port    int
 	pending chan *net.TCPConn // accepted, not yet attributed; closed when accepting ends
 }
@@ -68,21 +74,27 @@ func (s *Server) startEgress() error {
 	if cfg == nil {
 		return nil
 	}
-	fc, err := net.FileConn(cfg.Control) // a copy, close-on-exec
-	if err != nil {
-		return fmt.Errorf("egress control socket: %w", err)
-	}
-	uc, ok := fc.(*net.UnixConn)
-	if !ok {
-		fc.Close()
-		return fmt.Errorf("egress control socket is a %T, not a unix socket", fc)
+	var uc *net.UnixConn
+	if cfg.Relay == "" {
+		fc, err := net.FileConn(cfg.Control) // a copy, close-on-exec
+		if err != nil {
+			return fmt.Errorf("egress control socket: %w", err)
+		}
+		var ok bool
+		if uc, ok = fc.(*net.UnixConn); !ok {
+			fc.Close()
+			return fmt.Errorf("egress control socket is a %T, not a unix socket", fc)
+		}
 	}
 	l, err := net.Listen("tcp4", netip.AddrPortFrom(loop4, uint16(cfg.Port)).String())
 	if err != nil {
-		uc.Close()
+		if uc != nil {
+			uc.Close()
+		}
 		return fmt.Errorf("listen on the egress port: %w", err)
 	}
-	s.egress = &egress{l: l, control: uc, port: cfg.Port, pending: make(chan *net.TCPConn, maxEgressBatch)}
+	s.egress = &egress{l: l, control: uc, relay: cfg.Relay, relays: make(chan struct{}, maxRelays), port: cfg.Port,
+		pending: make(chan *net.TCPConn, maxEgressBatch)}
 	return nil
 }
 
@@ -143,11 +155,15 @@ func (s *Server) handOverBatches() {
 		}
 		msgs := s.attribute(batch)
 		for i, c := range batch {
+			batch[i] = nil
+			if e.relay != "" {
+				s.relay(c, msgs[i])
+				continue
+			}
 			if err := s.handOver(c, msgs[i]); err != nil {
 				s.log.Debug("egress hand-over", "err", err)
 			}
 			c.Close()
-			batch[i] = nil
 		}
 	}
 }
@@ -156,7 +172,9 @@ func (s *Server) handOverBatches() {
 func (s *Server) closeEgress() {
 	if s.egress != nil {
 		s.egress.l.Close()
-		s.egress.control.Close()
+		if s.egress.control != nil {
+			s.egress.control.Close()
+		}
 	}
 }
 

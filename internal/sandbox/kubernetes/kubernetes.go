@@ -118,11 +118,18 @@ type Config struct {
 	NodeSelector map[string]string
 	Tolerations  []Toleration
 	Labels       map[string]string
-	// NetworkPolicy says the namespace has the NetworkPolicy of
-	// deploy/kubernetes-sandboxes (no egress for sandbox pods) and the cluster enforces
-	// it. Without it the provider refuses sandboxes with network none or egress: a pod
-	// has the cluster's network, and giving a sandbox more network than asked is refused.
+	// NetworkPolicy says the namespace has the NetworkPolicies of
+	// deploy/kubernetes-sandboxes (no egress for sandbox pods of network none, egress only
+	// to the relay for those of network egress) and the cluster enforces them. Without it
+	// the provider refuses sandboxes with network none or egress: a pod has the cluster's
+	// network, and giving a sandbox more network than asked is refused.
 	NetworkPolicy bool
+	// EgressListen is where the provider's egress relay listens (host:port) for the pods of
+	// sandboxes with network egress (egress.go); empty: such sandboxes are refused.
+	// EgressAddress is the address pods dial to reach it (default: EgressListen's, when it
+	// names a host).
+	EgressListen  string
+	EgressAddress string
 	// Limits of each sandbox: the container's limits; its requests are RequestRatio of them.
 	Limits       Limits
 	RequestRatio float64
@@ -149,7 +156,8 @@ const (
 	DefaultRequestRatio   = 0.25
 )
 
-// Provider creates sandboxes as agent-sandbox Sandboxes. It holds no resources of its own.
+// Provider creates sandboxes as agent-sandbox Sandboxes. It holds one resource of its own,
+// the egress relay (made with the first sandbox with network egress; Close stops it).
 type Provider struct {
 	cfg  Config
 	log  *slog.Logger
@@ -164,6 +172,10 @@ type Provider struct {
 	// warm holds the SandboxTemplate and pool ensured for each network mode (pool.go).
 	warmMu sync.Mutex
 	warm   map[string]warmPool
+
+	relayMu     sync.Mutex
+	relay       *relay // egress.go
+	relayClosed bool
 }
 
 var (
@@ -172,6 +184,7 @@ var (
 	_ sandbox.Lister        = (*Provider)(nil)
 	_ sandbox.Killer        = (*Provider)(nil)
 	_ sandbox.LifetimeBound = (*Provider)(nil)
+	_ sandbox.Closer        = (*Provider)(nil)
 )
 
 // RestConfig loads the client configuration Config names: a kubeconfig, or in the
@@ -261,8 +274,17 @@ func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 				sandbox.NetworkNone, p.cfg.Namespace, sandbox.ErrUnsupported)
 		}
 	case sandbox.NetworkEgress:
-		return 0, fmt.Errorf("network %q: the kubernetes provider has no way to the egress gateway yet (docs/KUBERNETES.md); use sandbox.network: none (with the NetworkPolicy) or host: %w",
-			sandbox.NetworkEgress, sandbox.ErrUnsupported)
+		if !p.cfg.NetworkPolicy {
+			return 0, fmt.Errorf("network %q: a pod has the cluster's network, and could go around the egress gateway, unless a NetworkPolicy takes it away; apply deploy/kubernetes-sandboxes/networkpolicy-egress.yaml in namespace %s (with a network plugin that enforces it) and set kubernetes.network_policy: true, or use sandbox.network: host: %w",
+				sandbox.NetworkEgress, p.cfg.Namespace, sandbox.ErrUnsupported)
+		}
+		if opts.Egress == nil || opts.Egress.Gateway == nil {
+			return 0, fmt.Errorf("network %q needs the host's egress gateway (CreateOptions.Egress)", sandbox.NetworkEgress)
+		}
+		if p.cfg.EgressListen == "" {
+			return 0, fmt.Errorf("network %q: set kubernetes.egress_listen (and kubernetes.egress_address) so that sandbox pods reach this host's egress gateway (docs/KUBERNETES.md#network): %w",
+				sandbox.NetworkEgress, sandbox.ErrUnsupported)
+		}
 	default:
 		return 0, fmt.Errorf("unknown network mode %q (want %q, %q or %q)", opts.Network, sandbox.NetworkNone, sandbox.NetworkEgress, sandbox.NetworkHost)
 	}
@@ -272,7 +294,7 @@ func (p *Provider) check(opts sandbox.CreateOptions) (time.Duration, error) {
 		return 0, fmt.Errorf("a host directory as the workspace: a Kubernetes sandbox cannot mount one: %w", sandbox.ErrUnsupported)
 	}
 	for k := range opts.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || k == envToken {
+		if k == "" || strings.ContainsAny(k, "=\x00") || k == envToken || k == envPoolToken || k == envPod || k == envRelay {
 			return 0, fmt.Errorf("invalid environment variable name %q", k)
 		}
 	}
@@ -301,11 +323,22 @@ func randomHex(n int) string {
 }
 
 // podSpec is the pod template's spec of a new sandbox; auth are the variables that give
-// its agent a token (envToken, or a warm pool's: poolAuth).
-func (p *Provider) podSpec(auth []corev1.EnvVar, env map[string]string) corev1.PodSpec {
+// its agent a token (envToken, or a warm pool's: poolAuth); relay, for a sandbox with
+// network egress, is the egress relay's address (its agent's way out, and every command's
+// proxy variables: egress.go).
+func (p *Provider) podSpec(auth []corev1.EnvVar, env map[string]string, relay string) corev1.PodSpec {
 	uid, no, yes := int64(1000), false, true
 	grace := int64(5)
 	vars := append([]corev1.EnvVar{{Name: "HOME", Value: sandbox.WorkspaceRoot}}, auth...)
+	if relay != "" {
+		vars = append(vars, corev1.EnvVar{Name: envRelay, Value: relay})
+		proxy := sandbox.EgressEnv()
+		for _, k := range slices.Sorted(maps.Keys(proxy)) {
+			if _, set := env[k]; !set {
+				vars = append(vars, corev1.EnvVar{Name: k, Value: proxy[k]})
+			}
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		vars = append(vars, corev1.EnvVar{Name: k, Value: env[k]})
 	}
@@ -417,9 +450,14 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if opts.Labels == nil {
 		all = []byte("{}")
 	}
-	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: token}}, opts.Env)
+	link, err := p.openEgress(opts, name, token)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
+	}
+	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: token}}, opts.Env, link.addr())
 	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
+		link.close()
 		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
 	}
 	// A sandbox's life counts from when it is ready: the end it is created with leaves
@@ -448,14 +486,17 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	created, err := p.dyn.Namespace(p.cfg.Namespace).Create(cctx, obj, metav1.CreateOptions{FieldManager: managedBy})
 	cancel()
 	if err != nil {
+		link.close()
 		return nil, fmt.Errorf("create Kubernetes sandbox in namespace %s: %w", p.cfg.Namespace, p.explain(err))
 	}
 	startedAt := created.GetCreationTimestamp().Time
 	sb, err := p.waitReady(ctx, name, token, began)
 	if err != nil {
+		link.close()
 		p.deleteQuietly(context.WithoutCancel(ctx), name, false, "could not be set up")
 		return nil, fmt.Errorf("create Kubernetes sandbox %s: %w", name, err)
 	}
+	sb.egress = link
 	end = endAfter(timeout)
 	if err := p.patchShutdown(ctx, name, false, end); err != nil {
 		p.deleteQuietly(context.WithoutCancel(ctx), name, false, "could not be given its end time")

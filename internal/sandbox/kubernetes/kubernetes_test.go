@@ -107,7 +107,7 @@ func TestPodSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: "tok"}}, map[string]string{"A": "1"})
+	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: "tok"}}, map[string]string{"A": "1"}, "")
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("the pod mounts a service account token")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -54,6 +55,8 @@ type Section struct {
 	Tolerations     []SectionToleration `key:"tolerations"`
 	Labels          map[string]string   `key:"labels"`
 	NetworkPolicy   bool                `key:"network_policy"`
+	EgressListen    string              `key:"egress_listen"`
+	EgressAddress   string              `key:"egress_address"`
 	RequestRatio    float64             `key:"request_ratio"`
 	ReadyTimeout    time.Duration       `key:"ready_timeout"`
 	RequestTimeout  time.Duration       `key:"request_timeout"`
@@ -71,6 +74,7 @@ type SectionToleration struct {
 func DefaultSection() *Section {
 	return &Section{
 		Namespace:       DefaultNamespace,
+		Image:           DefaultImage,
 		ImagePullPolicy: string(corev1.PullIfNotPresent),
 		NodeSelector:    map[string]string{},
 		Tolerations:     []SectionToleration{},
@@ -99,11 +103,14 @@ elsewhere $KUBECONFIG, else ~/.kube/config.`},
 		Usage: "namespace the kubernetes provider makes its Sandboxes in",
 		Doc: `The namespace Sandboxes are made in. The provider's user needs the Role of
 deploy/kubernetes-sandboxes/role.yaml there, and nothing cluster-wide.`},
-	{Name: "kubernetes.image", Flag: "kubernetes-image", Default: `"" (required with the kubernetes provider)`,
+	{Name: "kubernetes.image", Flag: "kubernetes-image",
 		Usage: "the agent image sandbox pods run (scripts/k8s/image.sh builds it)",
 		Doc: `The container image each sandbox pod runs: toolhost's agent (cmd/toolhost-agent) with the
-tools the sandboxes need. scripts/k8s/image.sh builds one reproducibly and prints its
-digest; push it to your registry and name it here by digest (REGISTRY/toolhost-agent@sha256:...).`},
+tools the sandboxes need. The default is the image scripts/k8s/image.sh builds from this
+release, reproducibly, named by its digest as the test cluster imports it; no registry
+serves it: build it (the same digest), push it to your registry with its manifest
+(skopeo copy oci-archive:...) and name it here by digest (REGISTRY/toolhost-agent@sha256:...),
+or import it into your nodes' containerd as it is.`},
 	{Name: "kubernetes.image_pull_policy", Flag: "kubernetes-image-pull-policy",
 		Usage: "the pods' imagePullPolicy: IfNotPresent, Always or Never",
 		Doc:   `The pods' imagePullPolicy: IfNotPresent, Always or Never.`},
@@ -122,12 +129,26 @@ tainted for sandboxes. No environment variable or flag; set it here.`},
 toolhost, toolhost.dev/sandbox, toolhost.dev/network and the session's labels (project,
 lease epoch) where they are valid label values. No environment variable or flag; set it here.`},
 	{Name: "kubernetes.network_policy", Flag: "kubernetes-network-policy",
-		Usage: "the namespace has deploy/kubernetes-sandboxes/networkpolicy.yaml, enforced",
-		Doc: `Say true once the namespace has the NetworkPolicy of
-deploy/kubernetes-sandboxes/networkpolicy.yaml and the cluster's network plugin enforces
-it: sandbox pods then have no network, and sandbox.network: none is honoured. While it is
-false, the provider refuses sandboxes with network none or egress (a pod would have the
-cluster's network); sandbox.network: host gives them the pod network as it is.`},
+		Usage: "the namespace has deploy/kubernetes-sandboxes' NetworkPolicies, enforced",
+		Doc: `Say true once the namespace has the NetworkPolicies of deploy/kubernetes-sandboxes
+(networkpolicy.yaml for sandbox.network none, networkpolicy-egress.yaml for egress) and
+the cluster's network plugin enforces them: sandbox pods then reach nothing, or only the
+egress relay. While it is false, the provider refuses sandboxes with network none or
+egress (a pod would have the cluster's network); sandbox.network: host gives them the pod
+network as it is. toolhost doctor checks whether the cluster enforces them.`},
+	{Name: "kubernetes.egress_listen", Flag: "kubernetes-egress-listen", Default: `"" (sandbox.network egress is refused)`,
+		Usage: "where the egress relay for sandbox pods listens (host:port)",
+		Doc: `Where toolhost listens (host:port) for the connections of sandbox pods with
+sandbox.network: egress: each pod's agent carries its sandbox's connections here, and the
+egress gateway decides each as for a local sandbox. It must be reachable from the pods
+(and, with the NetworkPolicy, the only thing they reach). Empty: sandboxes with network
+egress are refused.`},
+	{Name: "kubernetes.egress_address", Flag: "kubernetes-egress-address", Default: `"" (kubernetes.egress_listen, when it names an address)`,
+		Usage: "the address sandbox pods dial to reach the egress relay (host:port)",
+		Doc: `The address sandbox pods dial to reach the egress relay (host:port): this host's
+address on the pod network, or its pod's IP (a Deployment: the downward API's
+status.podIP in the variable). Empty: kubernetes.egress_listen, which must then name an
+address (not 0.0.0.0).`},
 	{Name: "kubernetes.request_ratio", Flag: "kubernetes-request-ratio",
 		Usage: "the pods' resource requests as a fraction of their limits",
 		Doc: `sandbox.memory, sandbox.cpus and sandbox.disk are each pod's limits; its requests (what
@@ -190,6 +211,17 @@ func (s *Section) Validate(set module.Settings) error {
 			return bad(fmt.Sprintf("kubernetes.tolerations[%d]", i), "effect must be NoSchedule, PreferNoSchedule, NoExecute or empty, got %q", t.Effect)
 		}
 	}
+	for _, a := range []struct{ key, v string }{{"kubernetes.egress_listen", s.EgressListen}, {"kubernetes.egress_address", s.EgressAddress}} {
+		if a.v == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.v); err != nil || port == "" {
+			return bad(a.key, "%q is not host:port", a.v)
+		}
+	}
+	if s.EgressAddress != "" && s.EgressListen == "" {
+		return bad("kubernetes.egress_address", "is set without kubernetes.egress_listen, where the relay listens")
+	}
 	if s.RequestRatio <= 0 || s.RequestRatio > 1 {
 		return bad("kubernetes.request_ratio", "must be more than 0 and at most 1, got %g", s.RequestRatio)
 	}
@@ -213,7 +245,8 @@ func (s *Section) ProviderConfig(env module.Env) Config {
 		Kubeconfig: s.Kubeconfig, Context: s.Context, Namespace: s.Namespace,
 		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, RuntimeClass: s.RuntimeClass,
 		NodeSelector: s.NodeSelector, Tolerations: tols, Labels: s.Labels,
-		NetworkPolicy:  s.NetworkPolicy,
+		NetworkPolicy: s.NetworkPolicy,
+		EgressListen:  s.EgressListen, EgressAddress: s.EgressAddress,
 		Limits:         Limits{MemoryBytes: set.MemoryBytes, CPUs: set.CPUs, DiskBytes: set.DiskBytes},
 		RequestRatio:   s.RequestRatio,
 		DefaultTimeout: set.TTL, MaxLifetime: set.MaxLifetime,
@@ -266,13 +299,31 @@ func doctor(ctx context.Context, s *Section, env module.Env, alone bool) []modul
 	cctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
 	defer cancel()
 	c.OK, c.Detail = p.Check(cctx)
-	net := module.Check{Name: "kubernetes network", OK: s.NetworkPolicy}
-	if s.NetworkPolicy {
-		net.Detail = "kubernetes.network_policy is true: sandbox pods rely on the namespace's NetworkPolicy (deploy/kubernetes-sandboxes/networkpolicy.yaml) and on a network plugin that enforces it, which toolhost cannot check from here"
-	} else {
-		net.Detail = "kubernetes.network_policy is false: sandboxes with sandbox.network none or egress are refused; apply deploy/kubernetes-sandboxes/networkpolicy.yaml with a network plugin that enforces it, then set it true (docs/KUBERNETES.md)"
+	cancel()
+	nc := module.Check{Name: "kubernetes network", OK: s.NetworkPolicy}
+	switch {
+	case !s.NetworkPolicy:
+		nc.Detail = "kubernetes.network_policy is false: sandboxes with sandbox.network none or egress are refused; apply deploy/kubernetes-sandboxes' NetworkPolicies with a network plugin that enforces them, then set it true (docs/KUBERNETES.md#network)"
+	case !c.OK:
+		nc.OK = false
+		nc.Detail = "kubernetes.network_policy is true, but whether the cluster enforces NetworkPolicy cannot be checked while the cluster is out of reach (above)"
+	default:
+		// Sandboxes of network none and egress are kept from the network by the
+		// NetworkPolicy alone: when nothing enforces it, they reach everything the pod
+		// network does, the gateway bypassed. Probe it (probe.go).
+		pctx, pcancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout+time.Minute)
+		enforced, detail := p.ProbeNetworkPolicy(pctx)
+		pcancel()
+		nc.OK, nc.Detail = enforced, detail
+		// A cluster that lets a sandbox around its policy cannot honour the network
+		// modes the configuration asks for.
+		nc.Needed = alone && !enforced && (env.Settings.Network == sandbox.NetworkNone || env.Settings.Network == sandbox.NetworkEgress)
 	}
-	return []module.Check{c, net}
+	if s.NetworkPolicy && env.Settings.Network == sandbox.NetworkEgress && s.EgressListen == "" {
+		nc.OK, nc.Needed = false, alone
+		nc.Detail = "sandbox.network is egress, but kubernetes.egress_listen is empty: sandbox pods have no way to the egress gateway, and such sandboxes are refused (docs/KUBERNETES.md#network)"
+	}
+	return []module.Check{c, nc}
 }
 
 // Check asks the API server whether the provider can work: the Sandbox resource is

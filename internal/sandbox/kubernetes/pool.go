@@ -83,12 +83,20 @@ func poolAuth(token string) []corev1.EnvVar {
 // hashes everything in it but the token.
 func (p *Provider) templateFor(network, token string) (*unstructured.Unstructured, error) {
 	labels := p.labelsFor(sandbox.CreateOptions{}, network)
-	spec := p.podSpec(poolAuth(token), nil)
+	relay := ""
+	if network == sandbox.NetworkEgress {
+		r, err := p.egressRelay()
+		if err != nil {
+			return nil, err
+		}
+		relay = r.addr
+	}
+	spec := p.podSpec(poolAuth(token), nil, relay)
 	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		return nil, err
 	}
-	shape, err := json.Marshal(map[string]any{"labels": labels, "spec": p.podSpec(poolAuth(""), nil)})
+	shape, err := json.Marshal(map[string]any{"labels": labels, "spec": p.podSpec(poolAuth(""), nil, relay)})
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +254,10 @@ func (p *Provider) createClaimed(ctx context.Context, opts sandbox.CreateOptions
 	}
 	name := "toolhost-" + randomHex(6)
 	token := randomHex(tokenBytes)
+	link, err := p.openEgress(opts, name, token)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
+	}
 	all, _ := json.Marshal(opts.Labels)
 	if opts.Labels == nil {
 		all = []byte("{}")
@@ -269,6 +281,7 @@ func (p *Provider) createClaimed(ctx context.Context, opts sandbox.CreateOptions
 	created, err := p.claims.Namespace(p.cfg.Namespace).Create(cctx, obj, metav1.CreateOptions{FieldManager: managedBy})
 	cancel()
 	if err != nil {
+		link.close()
 		return nil, fmt.Errorf("create Kubernetes sandbox in namespace %s: %w", p.cfg.Namespace, p.explainFor(err, missingExtensions))
 	}
 	startedAt := created.GetCreationTimestamp().Time
@@ -280,10 +293,12 @@ func (p *Provider) createClaimed(ctx context.Context, opts sandbox.CreateOptions
 			return p.claimAgent(ctx, name, podName, ip, w.token, token, opts.Env)
 		})
 	if err != nil {
+		link.close()
 		p.deleteQuietly(context.WithoutCancel(ctx), name, true, "could not be set up")
 		return nil, fmt.Errorf("create Kubernetes sandbox %s: %w", name, err)
 	}
 	sb.claimed = true
+	sb.egress = link
 	end = endAfter(timeout)
 	if err := p.patchShutdown(ctx, name, true, end); err != nil {
 		sb.detach()

@@ -81,6 +81,7 @@ func read(u *unstructured.Unstructured) (found, error) {
 // is one; else its Sandbox. pod is its pod's name ("" when it has none yet).
 func (p *Provider) lookup(ctx context.Context, id string) (f found, pod string, err error) {
 	ns := p.cfg.Namespace
+	var claimGone error // with a pool: the claim id is not there (NotFound)
 	if p.cfg.Pool > 0 {
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		u, err := p.claims.Namespace(ns).Get(cctx, id, metav1.GetOptions{})
@@ -108,6 +109,7 @@ func (p *Provider) lookup(ctx context.Context, id string) (f found, pod string, 
 		if errors.As(err, &st) && (st.Status().Details == nil || st.Status().Details.Name == "") {
 			return f, "", p.explainFor(err, missingExtensions) // the resource, not the claim, is missing
 		}
+		claimGone = err
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	u, err := p.dyn.Namespace(ns).Get(cctx, id, metav1.GetOptions{})
@@ -115,8 +117,23 @@ func (p *Provider) lookup(ctx context.Context, id string) (f found, pod string, 
 	if err != nil {
 		return f, "", p.explain(err)
 	}
+	if claimGone != nil && ownedByClaim(u, id) {
+		// The claim was deleted and the garbage collector has not yet deleted its Sandbox
+		// (owner references, in the background): the sandbox is gone, not another's.
+		return f, "", claimGone
+	}
 	f, err = read(u)
 	return f, id, err
+}
+
+// ownedByClaim reports whether Sandbox u belongs to the SandboxClaim named claim.
+func ownedByClaim(u *unstructured.Unstructured, claim string) bool {
+	for _, o := range u.GetOwnerReferences() {
+		if o.Kind == "SandboxClaim" && o.Name == claim {
+			return true
+		}
+	}
+	return false
 }
 
 // hasLabels reports whether every label of want is in have, with its value.

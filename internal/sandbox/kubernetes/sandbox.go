@@ -26,6 +26,7 @@ type Sandbox struct {
 	claimed  bool // a SandboxClaim's (a warm pool's): close and extend go to the claim
 	client   *client.Client
 	previews preview.Forwarders
+	egress   *egressLink // network egress: its door of the gateway (egress.go)
 
 	// life ends when the sandbox does: calls under way are cut then (bind).
 	life    context.Context
@@ -213,6 +214,7 @@ func (s *Sandbox) end(reason string) {
 	s.endLife()
 	s.previews.Close()
 	s.client.Close()
+	s.egress.close()
 }
 
 // shutdown ends the sandbox once and deletes its Sandbox; later callers wait for the first.
