@@ -39,5 +39,13 @@ export TOOLHOST_TEST_K8S_NODE_IP=$K8S_NODE_IP
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$@" ./internal/sandbox/kubernetes/
 go test -tags k8s -count=1 -timeout "${TEST_TIMEOUT:-30m}" -run '^TestKubernetesSeedFlow$' ./internal/session/
 echo "test-k8s: build $((T1 - T0)) s, cluster up $((T2 - T1)) s, tests $(($(date +%s) - T2)) s"
-if [ -n "$STALE" ]; then echo "test-k8s: FAIL: $STALE" >&2; exit 1; fi
+# The digest covers the Go toolchain and Debian's packages as well as the agent: a machine
+# with another Go patch release, or a day after a Debian security update, builds another
+# one from the same tree. So a stale pin fails only when asked (K8S_PIN_STRICT=1, as a
+# release does, on the machine that pins); else it is said, loudly, with the fix.
+if [ -n "$STALE" ]; then
+	if [ "${K8S_PIN_STRICT:-}" = 1 ]; then echo "test-k8s: FAIL: $STALE" >&2; exit 1; fi
+	echo "test-k8s: WARNING: $STALE (with $(go version | cut -d' ' -f3); K8S_PIN_STRICT=1 makes this a failure)" >&2
+	exit 0
+fi
 echo "test-k8s: the agent image this tree builds is the pinned default, $PINNED"
