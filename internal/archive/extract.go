@@ -17,26 +17,30 @@ import (
 	"time"
 
 	"github.com/klauspost/pgzip"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
-// Limits Extract applies when ExtractOptions leaves them zero.
+// Limits Extract applies when ExtractOptions leaves them zero: the tree's (internal/tree),
+// so that a tree one format stores the other restores.
 const (
-	DefaultMaxBytes   = 16 << 30 // 16 GiB of file contents
-	DefaultMaxEntries = 1_000_000
-	DefaultMaxNameLen = 4096 // bytes, for entry names and link targets (PATH_MAX)
+	DefaultMaxBytes   = tree.DefaultMaxBytes   // 16 GiB of file contents
+	DefaultMaxEntries = tree.DefaultMaxEntries // the root's own entry included
+	DefaultMaxNameLen = tree.DefaultMaxNameLen // bytes, for entry names and link targets (PATH_MAX)
 
 	freeReserve = 64 << 20 // left free on the destination's file system by default
 )
 
-// Errors callers branch on; test with errors.Is.
+// Errors callers branch on; test with errors.Is. They are the tree's (internal/tree):
+// the rules an archive is held to are the tree's, whichever format carries it.
 var (
 	// ErrUnsafe: the archive holds an entry that could reach outside the destination or
 	// that Extract does not create (device, fifo); the message names the entry.
-	ErrUnsafe = errors.New("unsafe archive entry")
+	ErrUnsafe = tree.ErrUnsafe
 	// ErrTooLarge: the archive exceeds ExtractOptions.MaxBytes or MaxEntries.
-	ErrTooLarge = errors.New("archive exceeds the extraction limit")
+	ErrTooLarge = tree.ErrTooLarge
 	// ErrNotEmpty: Extract's destination already holds files.
-	ErrNotEmpty = errors.New("destination directory is not empty")
+	ErrNotEmpty = tree.ErrNotEmpty
 )
 
 // ExtractOptions configure Extract. The zero value is ready to use.
@@ -311,30 +315,10 @@ func (x *extractor) run(r io.Reader) error {
 	return x.finishDirs()
 }
 
-// checkName validates an entry name and returns it cleaned ("." for the root).
+// checkName validates an entry name and returns it cleaned ("." for the root): the
+// tree's rule (tree.CheckName) within this extraction's bound.
 func (x *extractor) checkName(name string) (string, error) {
-	if len(name) > x.opts.MaxNameLen {
-		return "", fmt.Errorf("entry %.64q...: name longer than %d bytes: %w", name, x.opts.MaxNameLen, ErrUnsafe)
-	}
-	if name == "" || strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("entry %q: absolute or empty name: %w", name, ErrUnsafe)
-	}
-	if strings.ContainsRune(name, 0) {
-		return "", fmt.Errorf("entry %q: NUL in name: %w", name, ErrUnsafe)
-	}
-	if slices.Contains(strings.Split(name, "/"), "..") {
-		return "", fmt.Errorf("entry %q: name has a .. component: %w", name, ErrUnsafe)
-	}
-	clean := path.Clean(name)
-	if !filepath.IsLocal(clean) {
-		return "", fmt.Errorf("entry %q: name is not local: %w", name, ErrUnsafe)
-	}
-	if clean != "." {
-		if err := platformName(clean); err != nil {
-			return "", fmt.Errorf("entry %q: %w: %w", name, err, ErrUnsafe)
-		}
-	}
-	return clean, nil
+	return tree.CheckName(name, x.opts.MaxNameLen)
 }
 
 // checkParents makes sure every directory above name exists as a real directory,
@@ -513,38 +497,16 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	}
 }
 
-// checkLinkTarget accepts a relative target made of leading .. components followed by
-// normal ones, that stays inside the root when resolved from the link's directory. With
-// the link's parents being real directories (checkParents) and every other link held to
-// the same rule, such a target cannot resolve outside the root, whatever order the
-// entries come in.
+// checkLinkTarget holds a symbolic link's target to the tree's rule (tree.CheckTarget
+// and, on Windows, tree.CheckPlatform): relative, leading .. components only, staying
+// inside the root when resolved from the link's directory. With the link's parents being
+// real directories (checkParents) and every other link held to the same rule, such a
+// target cannot resolve outside the root, whatever order the entries come in.
 func (x *extractor) checkLinkTarget(hdr *tar.Header, name string) error {
-	t := hdr.Linkname
-	if t == "" || len(t) > x.opts.MaxNameLen || strings.ContainsRune(t, 0) {
-		return fmt.Errorf("entry %q: symbolic link target %.64q is empty or too long: %w", hdr.Name, t, ErrUnsafe)
+	if err := tree.CheckTarget(name, hdr.Linkname, x.opts.MaxNameLen); err != nil {
+		return err
 	}
-	if path.IsAbs(t) {
-		return fmt.Errorf("entry %q: symbolic link to absolute path %q: %w", hdr.Name, t, ErrUnsafe)
-	}
-	seenNormal := false
-	for _, c := range strings.Split(t, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if seenNormal {
-				return fmt.Errorf("entry %q: symbolic link target %q has .. after a name: %w", hdr.Name, t, ErrUnsafe)
-			}
-		default:
-			seenNormal = true
-		}
-	}
-	if !filepath.IsLocal(path.Join(path.Dir(name), t)) {
-		return fmt.Errorf("entry %q: symbolic link to %q points outside the destination: %w", hdr.Name, t, ErrUnsafe)
-	}
-	if err := platformTarget(t); err != nil {
-		return fmt.Errorf("entry %q: %w: %w", hdr.Name, err, ErrUnsafe)
-	}
-	return nil
+	return tree.CheckPlatform(name, hdr.Linkname)
 }
 
 // Files are written on several goroutines (restore at the disk's pace, not one file at a

@@ -18,11 +18,6 @@ func freeBytes(dir string) (int64, bool) {
 	return int64(fs.Bavail) * int64(fs.Bsize), true
 }
 
-// platformName and platformTarget refuse names this platform would read as another file;
-// on unix the checks of checkName and checkLinkTarget are all there is.
-func platformName(string) error   { return nil }
-func platformTarget(string) error { return nil }
-
 // linkTarget is a checked target as the platform's symlink call takes it.
 func linkTarget(t string) string { return t }
 

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/windows"
-
-	"github.com/toolhost/toolhost/internal/winname"
 )
 
 // freeBytes is what the volume of dir has free for this user.
@@ -25,14 +23,6 @@ func freeBytes(dir string) (int64, bool) {
 	}
 	return int64(min(avail, 1<<62)), true
 }
-
-// platformName refuses a name Windows would read as another file: a backslash, a drive
-// letter or alternate data stream (a colon), a device name (CON, NUL, COM1...), a
-// trailing dot or space (see internal/winname).
-func platformName(name string) error { return winname.Path(name) }
-
-// platformTarget refuses such names in a symbolic link's target too.
-func platformTarget(t string) error { return winname.Target(t) }
 
 // linkTarget is a checked target as CreateSymbolicLink takes it: backslashes.
 func linkTarget(t string) string { return filepath.FromSlash(t) }

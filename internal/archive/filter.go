@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/klauspost/pgzip"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // FilterOptions configure Filter. The zero value skips what Extract would refuse.
@@ -255,7 +257,7 @@ func (f *filter) judge(hdr *tar.Header) (*tar.Header, error) {
 		}
 		link := *hdr
 		if !f.strict {
-			if clean, ok := cleanLinkTarget(name, hdr.Linkname); ok {
+			if clean, ok := tree.CleanTarget(name, hdr.Linkname); ok {
 				link.Linkname = clean
 			}
 		}

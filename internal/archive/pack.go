@@ -19,8 +19,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -290,21 +288,6 @@ func (p *packer) fileBody(f *os.File, fi fs.FileInfo, rel string) error {
 		}
 	}
 	return nil
-}
-
-// cleanLinkTarget returns the lexically cleaned target of a symbolic link named rel and
-// whether it is safe to archive: relative, and staying inside the tree when resolved from
-// the link's directory. The cleaned form has .. components only at its start, which is
-// what Extract accepts.
-func cleanLinkTarget(rel, target string) (string, bool) {
-	if target == "" || path.IsAbs(target) {
-		return "", false
-	}
-	clean := path.Clean(target)
-	if !filepath.IsLocal(path.Join(path.Dir(rel), clean)) {
-		return "", false
-	}
-	return clean, true
 }
 
 type countWriter struct {

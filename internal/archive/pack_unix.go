@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // openPackRoot opens the directory Pack reads (following a link there: it is the
@@ -148,7 +150,7 @@ func (p *packer) symlink(dfd int, name, rel string) error {
 		}
 		return nil
 	}
-	clean, ok := cleanLinkTarget(rel, target)
+	clean, ok := tree.CleanTarget(rel, target)
 	if !ok {
 		p.entries--
 		p.skip(rel, "symbolic link to an absolute path or out of the tree")

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/windows"
 
 	"github.com/toolhost/toolhost/internal/winname"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // On Windows, Pack reads through os.Root: each directory is a Root opened from its
@@ -156,7 +158,7 @@ func (p *packer) symlink(d *os.Root, name, rel string, fi fs.FileInfo) error {
 		}
 		return nil
 	}
-	clean, ok := cleanLinkTarget(rel, filepath.ToSlash(target))
+	clean, ok := tree.CleanTarget(rel, filepath.ToSlash(target))
 	if !ok || winname.Target(clean) != nil {
 		p.entries--
 		p.skip(rel, "symbolic link to an absolute path or out of the tree")

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/windows"
-
-	"github.com/toolhost/toolhost/internal/winname"
 )
 
 // The Writer's calls on Windows: every directory is an os.Root opened from its parent's
@@ -57,7 +55,7 @@ func mkdirAt(parent dirFD, name string) error {
 // links" privilege (or Developer Mode) for it; without it the entry fails, saying so,
 // rather than being left out silently. A link's own time is not set.
 func symlinkAt(target string, parent dirFD, name string, _ int64) error {
-	if err := windowsTarget(name, target); err != nil {
+	if err := CheckPlatform(name, target); err != nil {
 		return err
 	}
 	if err := parent.Symlink(filepath.FromSlash(target), name); err != nil {
@@ -70,16 +68,6 @@ func symlinkAt(target string, parent dirFD, name string, _ int64) error {
 }
 
 func errorIsPrivilege(err error) bool { return errors.Is(err, windows.ERROR_PRIVILEGE_NOT_HELD) }
-
-func windowsTarget(name, target string) error {
-	if err := windowsName(name); err != nil {
-		return err
-	}
-	if err := winname.Target(target); err != nil {
-		return fmt.Errorf("entry %q: %w: %w", name, err, ErrUnsafe)
-	}
-	return nil
-}
 
 func createAt(parent dirFD, name, _ string) (*os.File, error) {
 	if err := windowsName(name); err != nil {
