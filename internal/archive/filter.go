@@ -364,3 +364,10 @@ func (f *filter) copy(hdr *tar.Header, r io.Reader) error {
 	}
 	return nil
 }
+
+func truncName(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "..."
+}
