@@ -1,14 +1,18 @@
-// Package archive writes a directory tree as one tar.gz and extracts such an archive back,
-// hardened against archives crafted to escape the destination.
+// Package archive is the tar.gz codec of a file tree, hardened against archives crafted
+// to escape the destination. It reads and writes no tree itself: the tree layer
+// (internal/tree) walks, checks and writes, and this package turns its entries into a tar
+// stream and back.
 //
-// Pack compresses with parallel gzip (klauspost/pgzip); the output is a standard gzip
-// stream that GNU tar and gzip read. Extract does every filesystem call through an
-// os.Root opened on the destination and refuses, entry by entry, anything that could
-// reach outside it: .. components, absolute names, links that point out, device and fifo
-// entries, over-long names, and archives bigger than a bound (a gzip bomb).
+// Pack walks the tree with tree.Walk and compresses with parallel gzip
+// (klauspost/pgzip); the output is a standard gzip stream that GNU tar and gzip read.
+// Extract judges each entry by the tree's rules and the archive's own (hard links,
+// duplicates, what lies below a link) and creates it with the tree's Writer, refusing
+// anything that could reach outside the destination: .. components, absolute names,
+// links that point out, device and fifo entries, over-long names, and archives bigger
+// than a bound (a gzip bomb). Filter applies the same judge without a disk.
 //
-// The package imports nothing else of toolhost; the sandbox providers and internal/snapshot
-// build on it.
+// The package imports nothing else of toolhost but internal/tree; the sandbox providers
+// and internal/snapshot build on it.
 package archive
 
 import (

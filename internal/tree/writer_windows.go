@@ -96,3 +96,30 @@ func setDirMeta(d dirFD, _ uint32, mtime int64) error {
 	}
 	return d.Chtimes(".", ntime(mtime), ntime(mtime))
 }
+
+// removeAt removes the file or link name in parent.
+func removeAt(parent dirFD, name string) error {
+	fi, err := parent.Lstat(name)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory: %w", name, ErrUnsafe)
+	}
+	return parent.Remove(name)
+}
+
+// link makes p a hard link to the file target through the Root of the destination (one
+// directory's Root cannot name a file of another): os.Root never resolves a name outside
+// it, and the Writer made every directory on the way.
+func (w *Writer) link(target, p string) error {
+	if err := windowsName(p); err != nil {
+		return err
+	}
+	root := w.dirs[""]
+	if err := w.acquire(root); err != nil {
+		return err
+	}
+	defer w.release(root)
+	return root.fd.Link(filepath.FromSlash(target), filepath.FromSlash(p))
+}
