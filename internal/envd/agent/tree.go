@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/tree"
 )
@@ -44,7 +43,7 @@ func (s *Server) handleTreeList(w http.ResponseWriter, r *http.Request) {
 		if len(sk.Path) > envd.MaxTrailerSkipName {
 			sk.Path = sk.Path[:envd.MaxTrailerSkipName] + "..."
 		}
-		res.Skips = append(res.Skips, archive.Skip{Path: sk.Path, Reason: sk.Reason})
+		res.Skips = append(res.Skips, sk)
 	}
 	if err != nil {
 		res.Error = err.Error()
