@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/klauspost/pgzip"
@@ -73,14 +72,6 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
-	level := opts.Level
-	if level == 0 {
-		level = DefaultLevel
-	}
-	blocks := opts.Concurrency
-	if blocks <= 0 {
-		blocks = runtime.GOMAXPROCS(0)
-	}
 	f := &filter{ctx: ctx, j: newJudge(opts.Strict, opts.MaxBytes, opts.MaxEntries, opts.MaxNameLen), buf: make([]byte, 256<<10)}
 	for _, l := range opts.Links {
 		if name, err := tree.CheckName(l, f.j.maxNameLen); err == nil && name != "." {
@@ -98,11 +89,8 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 		in = zr
 	}
 	cw := &countWriter{w: w}
-	zw, err := pgzip.NewWriterLevel(cw, level)
+	zw, err := newGzipWriter(cw, opts.Level, opts.Concurrency)
 	if err != nil {
-		return f.st, fmt.Errorf("archive: filter: %w", err)
-	}
-	if err := zw.SetConcurrency(1<<20, max(blocks, 2)); err != nil {
 		return f.st, fmt.Errorf("archive: filter: %w", err)
 	}
 	f.tw = tar.NewWriter(zw)

@@ -115,24 +115,12 @@ func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackS
 	if !root.IsDir() {
 		return st, fmt.Errorf("archive: pack %s: not a directory", dir)
 	}
-	level := opts.Level
-	if level == 0 {
-		level = DefaultLevel
-	}
-	blocks := opts.Concurrency
-	if blocks <= 0 {
-		blocks = runtime.GOMAXPROCS(0)
-	}
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = DefaultMaxEntries
 	}
 	cw := &countWriter{w: w}
-	zw, err := pgzip.NewWriterLevel(cw, level)
+	zw, err := newGzipWriter(cw, opts.Level, opts.Concurrency)
 	if err != nil {
-		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
-	}
-	// pgzip wants at least 2 blocks in flight to overlap reading and compressing.
-	if err := zw.SetConcurrency(1<<20, max(blocks, 2)); err != nil {
 		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
 	}
 	p := &packer{ctx: ctx, tw: tar.NewWriter(zw), st: &st, progress: opts.Progress, buf: make([]byte, 256<<10)}
@@ -274,6 +262,26 @@ func (p *packer) file(e tree.Entry, open tree.Opener) error {
 		}
 	}
 	return nil
+}
+
+// newGzipWriter is the parallel gzip writer of Pack and Filter: level 0 means
+// DefaultLevel, concurrency 0 GOMAXPROCS.
+func newGzipWriter(w io.Writer, level, concurrency int) (*pgzip.Writer, error) {
+	if level == 0 {
+		level = DefaultLevel
+	}
+	if concurrency <= 0 {
+		concurrency = runtime.GOMAXPROCS(0)
+	}
+	zw, err := pgzip.NewWriterLevel(w, level)
+	if err != nil {
+		return nil, err
+	}
+	// pgzip wants at least 2 blocks in flight to overlap reading and compressing.
+	if err := zw.SetConcurrency(1<<20, max(concurrency, 2)); err != nil {
+		return nil, err
+	}
+	return zw, nil
 }
 
 type countWriter struct {

@@ -412,16 +412,7 @@ func (w *Writer) File(e Entry, data []byte, want *[32]byte) error {
 	if e.Type != File || int64(len(data)) != e.Size {
 		return fmt.Errorf("entry %q: File given a %s of %d bytes for %d", e.Path, e.Type, len(data), e.Size)
 	}
-	if err := w.admit(e); err != nil {
-		return err
-	}
-	if err := w.reserve(e); err != nil {
-		return err
-	}
-	if err := w.claim(e.Path, true); err != nil {
-		return err
-	}
-	ph, name, err := w.parent(e.Path)
+	ph, name, err := w.prepareFile(e)
 	if err != nil {
 		return err
 	}
@@ -442,21 +433,27 @@ func (w *Writer) FileFrom(e Entry, r io.Reader, want *[32]byte) error {
 	if e.Type != File {
 		return fmt.Errorf("entry %q: FileFrom given a %s", e.Path, e.Type)
 	}
-	if err := w.admit(e); err != nil {
-		return err
-	}
-	if err := w.reserve(e); err != nil {
-		return err
-	}
-	if err := w.claim(e.Path, true); err != nil {
-		return err
-	}
-	ph, name, err := w.parent(e.Path)
+	ph, name, err := w.prepareFile(e)
 	if err != nil {
 		return err
 	}
 	defer w.release(ph)
 	return w.write(ph, name, e, r, want)
+}
+
+// prepareFile admits the regular file e, reserves its bytes, claims its name and returns
+// its parent's handle (referenced: release it) and its base name.
+func (w *Writer) prepareFile(e Entry) (*dirHandle, string, error) {
+	if err := w.admit(e); err != nil {
+		return nil, "", err
+	}
+	if err := w.reserve(e); err != nil {
+		return nil, "", err
+	}
+	if err := w.claim(e.Path, true); err != nil {
+		return nil, "", err
+	}
+	return w.parent(e.Path)
 }
 
 func (w *Writer) worker() {
