@@ -355,7 +355,7 @@ func (m *Manager) restoreChunkedDir(ctx context.Context, man *chunked.Manifest, 
 	var out archive.ExtractStats
 	var err error
 	if replace {
-		out.Backup, err = archive.Replace(dir, fill)
+		out.Backup, err = tree.Replace(dir, fill)
 	} else {
 		err = fill(dir)
 		if err != nil {
