@@ -154,11 +154,7 @@ type packer struct {
 // walk writes every entry below dir, as the tree's walk finds them, within opts' bounds.
 // The root's own entry counts against MaxEntries, as it does for Extract.
 func (p *packer) walk(dir string, opts PackOptions) error {
-	if opts.MaxEntries <= 1 {
-		p.skip(".", fmt.Sprintf("the snapshot already holds %d entries, the most a restore accepts", opts.MaxEntries))
-		return nil
-	}
-	wst, err := tree.Walk(p.ctx, dir, tree.WalkOptions{Excludes: opts.Excludes, MaxEntries: opts.MaxEntries - 1, MaxNameLen: opts.MaxNameLen, MaxBytes: opts.MaxBytes}, p.entry)
+	wst, err := tree.Walk(p.ctx, dir, tree.WalkOptions{Excludes: opts.Excludes, MaxEntries: opts.MaxEntries, MaxNameLen: opts.MaxNameLen, MaxBytes: opts.MaxBytes, Counted: 1}, p.entry)
 	p.st.Skipped += wst.Skipped
 	p.st.Skips = append(wst.Skips[:len(wst.Skips):len(wst.Skips)], p.st.Skips...)
 	p.st.Skips = p.st.Skips[:min(len(p.st.Skips), MaxReportedSkips)]
