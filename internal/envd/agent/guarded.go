@@ -108,12 +108,6 @@ func (s *Server) openParent(wh where, noLinks, create bool) (*dirHandle, error) 
 	return &dirHandle{dir: under, base: base, abs: wh.abs}, nil
 }
 
-// openDirAt opens the directory name inside d, never through a link (tree.OpenDirAt);
-// create makes it when missing.
-func openDirAt(d *os.File, name string, create bool) (*os.File, error) {
-	return tree.OpenDirAt(d, name, create)
-}
-
 // errIsLink: a link where the path may have none (the tree's).
 var errIsLink = tree.ErrLink
 
