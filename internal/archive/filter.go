@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path"
-	"runtime"
 	"time"
 
 	"github.com/klauspost/pgzip"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // FilterOptions configure Filter. The zero value skips what Extract would refuse.
@@ -72,19 +72,10 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
-	level := opts.Level
-	if level == 0 {
-		level = DefaultLevel
-	}
-	blocks := opts.Concurrency
-	if blocks <= 0 {
-		blocks = runtime.GOMAXPROCS(0)
-	}
-	x := newExtractor(ctx, nil, ExtractOptions{MaxBytes: opts.MaxBytes, MaxEntries: opts.MaxEntries, MaxNameLen: opts.MaxNameLen})
-	f := &filter{x: x, strict: opts.Strict, kinds: map[string]byte{".": 'd'}}
+	f := &filter{ctx: ctx, j: newJudge(opts.Strict, opts.MaxBytes, opts.MaxEntries, opts.MaxNameLen), buf: make([]byte, 256<<10)}
 	for _, l := range opts.Links {
-		if name, err := x.checkName(l); err == nil && name != "." {
-			f.kinds[name] = 'l'
+		if name, err := tree.CheckName(l, f.j.maxNameLen); err == nil && name != "." {
+			f.j.kinds[name] = 'l'
 		}
 	}
 
@@ -98,17 +89,14 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 		in = zr
 	}
 	cw := &countWriter{w: w}
-	zw, err := pgzip.NewWriterLevel(cw, level)
+	zw, err := newGzipWriter(cw, opts.Level, opts.Concurrency)
 	if err != nil {
-		return f.st, fmt.Errorf("archive: filter: %w", err)
-	}
-	if err := zw.SetConcurrency(1<<20, max(blocks, 2)); err != nil {
 		return f.st, fmt.Errorf("archive: filter: %w", err)
 	}
 	f.tw = tar.NewWriter(zw)
 	err = f.run(tar.NewReader(in))
 	if err == nil {
-		err = f.trailer(in)
+		err = trailer(in, opts.Strict)
 	}
 	if err == nil {
 		err = f.tw.Close()
@@ -116,6 +104,7 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 	if cerr := zw.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	f.st.Files, f.st.Dirs, f.st.Symlinks, f.st.Hardlinks = f.j.files, f.j.dirs, f.j.symlinks, f.j.hardlinks
 	f.st.BytesOut = cw.n
 	f.st.Duration = time.Since(start)
 	if err != nil {
@@ -125,19 +114,16 @@ func Filter(ctx context.Context, w io.Writer, r io.Reader, opts FilterOptions) (
 }
 
 type filter struct {
-	x      *extractor // for its checks and bounds; it has no root and touches no file
-	strict bool
-	tw     *tar.Writer
-	st     FilterStats
-	// kinds says what Extract would have at each name so far: 'd' a directory, 'f' a
-	// regular file, 'l' a symbolic link. x.files holds the valid hard link targets.
-	kinds   map[string]byte
-	entries int
+	ctx context.Context
+	j   *judge
+	tw  *tar.Writer
+	st  FilterStats
+	buf []byte
 }
 
 func (f *filter) run(tr *tar.Reader) error {
 	for {
-		if err := f.x.ctx.Err(); err != nil {
+		if err := f.ctx.Err(); err != nil {
 			return err
 		}
 		hdr, err := tr.Next()
@@ -145,26 +131,13 @@ func (f *filter) run(tr *tar.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read archive after %d entries: %w", f.entries, err)
+			return fmt.Errorf("read archive after %d entries: %w", f.j.entries, err)
 		}
-		if hdr.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		f.entries++
-		if f.entries > f.x.opts.MaxEntries {
-			err := fmt.Errorf("entry %q: more than %d entries: %w", hdr.Name, f.x.opts.MaxEntries, ErrTooLarge)
-			if f.strict {
-				return err
-			}
-			f.skip(hdr.Name, err)
-			continue
-		}
-		out, err := f.judge(hdr)
+		out, _, err := f.j.next(hdr)
 		if err != nil {
-			if f.strict {
+			if f.j.strict {
 				return err
 			}
-			f.entries--
 			f.skip(hdr.Name, err)
 			continue
 		}
@@ -182,19 +155,6 @@ func (f *filter) run(tr *tar.Reader) error {
 	}
 }
 
-// trailer reads what follows the tar end marker so gzip verifies its CRC and length; as
-// in Extract, a little padding is normal and more is refused (with Strict) or dropped.
-func (f *filter) trailer(zr io.Reader) error {
-	n, err := io.CopyN(io.Discard, zr, 1<<20+1)
-	if err != nil && err != io.EOF {
-		return fmt.Errorf("read archive trailer: %w", err)
-	}
-	if n > 1<<20 && f.strict {
-		return fmt.Errorf("%w: more than 1 MiB of data after the end of the archive", ErrUnsafe)
-	}
-	return nil
-}
-
 func (f *filter) skip(name string, why error) {
 	f.st.Skipped++
 	if len(f.st.Skips) < MaxReportedSkips {
@@ -202,149 +162,15 @@ func (f *filter) skip(name string, why error) {
 	}
 }
 
-// judge applies Extract's rules to hdr and returns the header to write (nil: nothing),
-// updating what the destination would hold.
-func (f *filter) judge(hdr *tar.Header) (*tar.Header, error) {
-	x := f.x
-	name, err := x.checkName(hdr.Name)
-	if err != nil {
-		return nil, err
-	}
-	out := &tar.Header{Mode: hdr.Mode & 0o777, ModTime: hdr.ModTime.Truncate(time.Second), Format: tar.FormatUnknown}
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if name == "." {
-			// The destination's own mode and times are the caller's (Extract changes
-			// nothing for it): a root entry is not passed on.
-			f.st.Dirs++
-			return nil, nil
-		}
-		if err := f.parents(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		if k := f.kinds[name]; k == 'f' || k == 'l' {
-			return nil, fmt.Errorf("entry %q: a link or file of that name exists: %w", hdr.Name, ErrUnsafe)
-		}
-		f.kinds[name] = 'd'
-		f.st.Dirs++
-		out.Typeflag, out.Name = tar.TypeDir, name+"/"
-		return out, nil
-
-	case tar.TypeReg, tar.TypeGNUSparse: // tar.Reader reports the old TypeRegA as TypeReg
-		if name == "." {
-			return nil, fmt.Errorf("entry %q: a file cannot be the root: %w", hdr.Name, ErrUnsafe)
-		}
-		if hdr.Size < 0 || hdr.Size > x.opts.MaxBytes-f.st.Bytes {
-			return nil, fmt.Errorf("entry %q: %d bytes would pass the limit of %d: %w", hdr.Name, hdr.Size, x.opts.MaxBytes, ErrTooLarge)
-		}
-		if err := f.parents(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		if err := f.clearSpot(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		f.kinds[name] = 'f'
-		x.files[name] = true
-		f.st.Files++
-		out.Typeflag, out.Name, out.Size = tar.TypeReg, name, hdr.Size
-		return out, nil
-
-	case tar.TypeSymlink:
-		if name == "." {
-			return nil, fmt.Errorf("entry %q: a link cannot be the root: %w", hdr.Name, ErrUnsafe)
-		}
-		link := *hdr
-		if !f.strict {
-			if clean, ok := cleanLinkTarget(name, hdr.Linkname); ok {
-				link.Linkname = clean
-			}
-		}
-		if err := x.checkLinkTarget(&link, name); err != nil {
-			return nil, err
-		}
-		if err := f.parents(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		if err := f.clearSpot(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		f.kinds[name] = 'l'
-		f.st.Symlinks++
-		out.Typeflag, out.Name, out.Linkname, out.Mode = tar.TypeSymlink, name, link.Linkname, 0o777
-		return out, nil
-
-	case tar.TypeLink:
-		if name == "." {
-			return nil, fmt.Errorf("entry %q: a link cannot be the root: %w", hdr.Name, ErrUnsafe)
-		}
-		target, err := x.checkName(hdr.Linkname)
-		if err != nil {
-			return nil, fmt.Errorf("entry %q: hard link target %q refused: %w", hdr.Name, hdr.Linkname, ErrUnsafe)
-		}
-		if !x.files[target] {
-			return nil, fmt.Errorf("entry %q: hard link to %q, which is not a regular file extracted earlier from this archive: %w", hdr.Name, hdr.Linkname, ErrUnsafe)
-		}
-		if err := f.parents(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		if name == target {
-			return nil, nil
-		}
-		if err := f.clearSpot(hdr.Name, name); err != nil {
-			return nil, err
-		}
-		f.kinds[name] = 'f'
-		x.files[name] = true
-		f.st.Hardlinks++
-		out.Typeflag, out.Name, out.Linkname = tar.TypeLink, name, target
-		return out, nil
-
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		return nil, fmt.Errorf("entry %q: device or fifo entries are not extracted: %w", hdr.Name, ErrUnsafe)
-	default:
-		return nil, fmt.Errorf("entry %q: unsupported entry type %q: %w", hdr.Name, hdr.Typeflag, ErrUnsafe)
-	}
-}
-
-// parents is Extract's checkParents without a disk: every directory above name must be
-// a directory (or missing: Extract creates it), never a link or a file.
-func (f *filter) parents(entry, name string) error {
-	var missing []string
-	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-		k := f.kinds[dir]
-		if k == 'd' {
-			break // its own parents were checked when it was made, and a directory stays one
-		}
-		if k == 'f' || k == 'l' {
-			return fmt.Errorf("entry %q: %s is not a directory (a link or file), refusing to write below it: %w", entry, dir, ErrUnsafe)
-		}
-		missing = append(missing, dir)
-	}
-	for _, d := range missing {
-		f.kinds[d] = 'd'
-	}
-	return nil
-}
-
-// clearSpot is Extract's: a directory is never replaced; a file or link is.
-func (f *filter) clearSpot(entry, name string) error {
-	if f.kinds[name] == 'd' {
-		return fmt.Errorf("entry %q: would replace a directory: %w", entry, ErrUnsafe)
-	}
-	delete(f.x.files, name)
-	return nil
-}
-
 func (f *filter) copy(hdr *tar.Header, r io.Reader) error {
-	x := f.x
 	var written int64
 	for written < hdr.Size {
-		if err := x.ctx.Err(); err != nil {
+		if err := f.ctx.Err(); err != nil {
 			return err
 		}
-		n, rerr := r.Read(x.buf[:min(int64(len(x.buf)), hdr.Size-written)])
+		n, rerr := r.Read(f.buf[:min(int64(len(f.buf)), hdr.Size-written)])
 		if n > 0 {
-			if _, err := f.tw.Write(x.buf[:n]); err != nil {
+			if _, err := f.tw.Write(f.buf[:n]); err != nil {
 				return fmt.Errorf("write %s: %w", hdr.Name, err)
 			}
 			written += int64(n)
@@ -361,4 +187,11 @@ func (f *filter) copy(hdr *tar.Header, r io.Reader) error {
 		return fmt.Errorf("read entry %q: %d of %d bytes: %w", hdr.Name, written, hdr.Size, io.ErrUnexpectedEOF)
 	}
 	return nil
+}
+
+func truncName(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "..."
 }

@@ -165,7 +165,7 @@ func TestPackEnforcesExtractBounds(t *testing.T) {
 	for _, s := range st.Skips {
 		reasons += s.Path + ": " + s.Reason + "\n"
 	}
-	for _, want := range []string{"longer than 200 bytes", "would take the archive past 4000 bytes", "already holds 8 entries"} {
+	for _, want := range []string{"longer than 200 bytes", "would take the snapshot past 4000 bytes", "already holds 8 entries"} {
 		if !strings.Contains(reasons, want) {
 			t.Errorf("no skip says %q:\n%s", want, reasons)
 		}

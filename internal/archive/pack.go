@@ -1,14 +1,18 @@
-// Package archive writes a directory tree as one tar.gz and extracts such an archive back,
-// hardened against archives crafted to escape the destination.
+// Package archive is the tar.gz codec of a file tree, hardened against archives crafted
+// to escape the destination. It reads and writes no tree itself: the tree layer
+// (internal/tree) walks, checks and writes, and this package turns its entries into a tar
+// stream and back.
 //
-// Pack compresses with parallel gzip (klauspost/pgzip); the output is a standard gzip
-// stream that GNU tar and gzip read. Extract does every filesystem call through an
-// os.Root opened on the destination and refuses, entry by entry, anything that could
-// reach outside it: .. components, absolute names, links that point out, device and fifo
-// entries, over-long names, and archives bigger than a bound (a gzip bomb).
+// Pack walks the tree with tree.Walk and compresses with parallel gzip
+// (klauspost/pgzip); the output is a standard gzip stream that GNU tar and gzip read.
+// Extract judges each entry by the tree's rules and the archive's own (hard links,
+// duplicates, what lies below a link) and creates it with the tree's Writer, refusing
+// anything that could reach outside the destination: .. components, absolute names,
+// links that point out, device and fifo entries, over-long names, and archives bigger
+// than a bound (a gzip bomb). Filter applies the same judge without a disk.
 //
-// The package imports nothing else of toolhost; the sandbox providers and internal/snapshot
-// build on it.
+// The package imports nothing else of toolhost but internal/tree; the sandbox providers
+// and internal/snapshot build on it.
 package archive
 
 import (
@@ -19,18 +23,18 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
 	"runtime"
 	"time"
 
 	"github.com/klauspost/pgzip"
+
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // DefaultExcludes are the base names Pack leaves out when PackOptions.Excludes is nil:
-// dependency trees, build output, version control and virtual environments, all of which
-// can be recreated from the rest of the workspace.
-var DefaultExcludes = []string{"node_modules", ".next", "dist", "build", ".git", "__pycache__", ".venv"}
+// the tree's (tree.DefaultExcludes), dependency trees, build output, version control and
+// virtual environments, all of which can be recreated from the rest of the workspace.
+var DefaultExcludes = tree.DefaultExcludes
 
 // DefaultLevel is the gzip level Pack uses when PackOptions.Level is zero.
 const DefaultLevel = pgzip.DefaultCompression
@@ -74,14 +78,11 @@ type PackStats struct {
 	Duration time.Duration
 }
 
-// Skip is an entry Pack left out, and why.
-type Skip struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
+// Skip is an entry Pack left out, and why (the tree walk's).
+type Skip = tree.Skip
 
 // MaxReportedSkips bounds PackStats.Skips.
-const MaxReportedSkips = 100
+const MaxReportedSkips = tree.MaxReportedSkips
 
 // Pack writes dir as a gzip-compressed tar stream to w.
 //
@@ -95,55 +96,39 @@ const MaxReportedSkips = 100
 // walk are skipped.
 //
 // The tree may be changing under Pack, even maliciously (a sandbox swapping an entry
-// between a file and a link to a host file while its snapshot is taken). So below dir
-// Pack never resolves a path: every entry is opened relative to its parent's descriptor
-// with O_NOFOLLOW, and its type is taken from the open descriptor (fstat), so an entry
-// swapped for a link is refused by the kernel at the open, and one swapped for a fifo or
-// a device is seen as such and skipped without blocking.
+// between a file and a link to a host file while its snapshot is taken). Pack reads it
+// with the tree's walk (tree.Walk), which never resolves a path below dir: every entry is
+// opened relative to its parent with O_NOFOLLOW (os.Root on Windows), and a file's type
+// is taken from the open descriptor, so an entry swapped for a link is refused at the
+// open, and one swapped for a fifo or a device is seen as such and skipped without
+// blocking. A file is stored with the size the walk bounded; one that shrank meanwhile is
+// padded with zeros, one that grew is cut there.
 //
 // Pack does not close w. On error the output is incomplete and must be discarded.
 func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackStats, error) {
 	start := time.Now()
 	var st PackStats
-	root, err := openPackRoot(dir)
+	root, err := os.Stat(dir)
 	if err != nil {
 		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
 	}
-	defer root.Close()
-	excludes := opts.Excludes
-	if excludes == nil {
-		excludes = DefaultExcludes
-	}
-	level := opts.Level
-	if level == 0 {
-		level = DefaultLevel
-	}
-	blocks := opts.Concurrency
-	if blocks <= 0 {
-		blocks = runtime.GOMAXPROCS(0)
-	}
-	if opts.MaxBytes <= 0 {
-		opts.MaxBytes = DefaultMaxBytes
+	if !root.IsDir() {
+		return st, fmt.Errorf("archive: pack %s: not a directory", dir)
 	}
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = DefaultMaxEntries
 	}
-	if opts.MaxNameLen <= 0 {
-		opts.MaxNameLen = DefaultMaxNameLen
-	}
-
 	cw := &countWriter{w: w}
-	zw, err := pgzip.NewWriterLevel(cw, level)
+	zw, err := newGzipWriter(cw, opts.Level, opts.Concurrency)
 	if err != nil {
 		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
 	}
-	// pgzip wants at least 2 blocks in flight to overlap reading and compressing.
-	if err := zw.SetConcurrency(1<<20, max(blocks, 2)); err != nil {
-		return st, fmt.Errorf("archive: pack %s: %w", dir, err)
+	p := &packer{ctx: ctx, tw: tar.NewWriter(zw), st: &st, progress: opts.Progress, buf: make([]byte, 256<<10)}
+	st.Dirs++
+	err = p.header(tree.Entry{Path: ".", Type: tree.Dir, Mode: root.Mode().Perm(), MTime: root.ModTime().UnixNano()})
+	if err == nil {
+		err = p.walk(dir, opts)
 	}
-	// entries starts at 1: the root's own entry counts, as it does for Extract.
-	p := &packer{ctx: ctx, tw: tar.NewWriter(zw), excludes: excludes, opts: opts, st: &st, entries: 1, progress: opts.Progress, buf: make([]byte, 256<<10)}
-	err = p.dir(root, ".")
 	if err == nil {
 		err = p.tw.Close()
 	}
@@ -158,18 +143,22 @@ func Pack(ctx context.Context, w io.Writer, dir string, opts PackOptions) (PackS
 	return st, nil
 }
 
-// errVanished: a directory was removed while Pack read it; it is left out, silently.
-var errVanished = errors.New("vanished")
-
 type packer struct {
 	ctx      context.Context
 	tw       *tar.Writer
-	excludes []string
-	opts     PackOptions
 	st       *PackStats
-	entries  int
 	progress func(int64)
 	buf      []byte
+}
+
+// walk writes every entry below dir, as the tree's walk finds them, within opts' bounds.
+// The root's own entry counts against MaxEntries, as it does for Extract.
+func (p *packer) walk(dir string, opts PackOptions) error {
+	wst, err := tree.Walk(p.ctx, dir, tree.WalkOptions{Excludes: opts.Excludes, MaxEntries: opts.MaxEntries, MaxNameLen: opts.MaxNameLen, MaxBytes: opts.MaxBytes, Counted: 1}, p.entry)
+	p.st.Skipped += wst.Skipped
+	p.st.Skips = append(wst.Skips[:len(wst.Skips):len(wst.Skips)], p.st.Skips...)
+	p.st.Skips = p.st.Skips[:min(len(p.st.Skips), MaxReportedSkips)]
+	return err
 }
 
 // skip records an entry left out.
@@ -180,80 +169,59 @@ func (p *packer) skip(rel, reason string) {
 	}
 }
 
-// admit counts an entry against MaxEntries and MaxNameLen; false means skip it.
-func (p *packer) admit(rel string) bool {
-	if len(rel)+1 > p.opts.MaxNameLen { // +1: directories are stored with a trailing '/'
-		p.skip(truncName(rel), fmt.Sprintf("its path is longer than %d bytes", p.opts.MaxNameLen))
-		return false
+func (p *packer) entry(e tree.Entry, open tree.Opener) error {
+	switch e.Type {
+	case tree.Dir:
+		p.st.Dirs++
+	case tree.Symlink:
+		p.st.Symlinks++
+	case tree.File:
+		return p.file(e, open)
 	}
-	if p.entries >= p.opts.MaxEntries {
-		p.skip(rel, fmt.Sprintf("the archive already holds %d entries, the most a restore accepts", p.opts.MaxEntries))
-		return false
-	}
-	p.entries++
-	return true
+	return p.header(e)
 }
 
-func truncName(s string) string {
-	if len(s) <= 200 {
-		return s
-	}
-	return s[:200] + "..."
-}
-
-func (p *packer) writeHeader(rel string, fi fs.FileInfo, link string) error {
+// header writes e's tar header: permission bits, the time to the second, no owner.
+func (p *packer) header(e tree.Entry) error {
 	hdr := &tar.Header{
-		Name:    rel,
-		Mode:    int64(fi.Mode().Perm()),
-		ModTime: fi.ModTime().Truncate(time.Second),
+		Name:    e.Path,
+		Mode:    int64(e.Mode.Perm()),
+		ModTime: time.Unix(0, e.MTime).Truncate(time.Second),
 		Format:  tar.FormatUnknown,
 	}
-	switch {
-	case fi.IsDir():
-		hdr.Typeflag = tar.TypeDir
-		if rel == "." {
-			hdr.Name = "./"
-		} else {
-			hdr.Name = rel + "/"
-		}
-	case fi.Mode()&fs.ModeSymlink != 0:
-		hdr.Typeflag = tar.TypeSymlink
-		hdr.Linkname = link
+	switch e.Type {
+	case tree.Dir:
+		hdr.Typeflag, hdr.Name = tar.TypeDir, e.Path+"/"
+	case tree.Symlink:
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.Target
 	default:
-		hdr.Typeflag = tar.TypeReg
-		hdr.Size = fi.Size()
+		hdr.Typeflag, hdr.Size = tar.TypeReg, e.Size
 	}
 	if err := p.tw.WriteHeader(hdr); err != nil {
-		return fmt.Errorf("write header for %s: %w", rel, err)
+		return fmt.Errorf("write header for %s: %w", e.Path, err)
 	}
 	return nil
 }
 
-// linkInfo is the fs.FileInfo writeHeader needs for a symbolic link.
-type linkInfo struct {
-	name  string
-	mtime time.Time
-}
-
-func (l linkInfo) Name() string       { return l.name }
-func (l linkInfo) Size() int64        { return 0 }
-func (l linkInfo) Mode() fs.FileMode  { return fs.ModeSymlink | 0o777 }
-func (l linkInfo) ModTime() time.Time { return l.mtime }
-func (l linkInfo) IsDir() bool        { return false }
-func (l linkInfo) Sys() any           { return nil }
-
-// fileBody writes the open regular file f (fi its Stat) as the entry rel.
-func (p *packer) fileBody(f *os.File, fi fs.FileInfo, rel string) error {
-	if fi.Size() > p.opts.MaxBytes-p.st.BytesIn {
-		p.entries--
-		p.skip(rel, fmt.Sprintf("its %d bytes would take the archive past %d bytes, the most a restore accepts", fi.Size(), p.opts.MaxBytes))
+// file writes the regular file e, opened by open, with the size the walk bounded.
+func (p *packer) file(e tree.Entry, open tree.Opener) error {
+	f, _, err := open()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // vanished during the walk
+	case errors.Is(err, tree.ErrChanged):
+		p.skip(e.Path, "it changed into a symbolic link or another type while being read")
+		return nil
+	case err != nil:
+		p.skip(e.Path, "cannot be read: "+err.Error())
 		return nil
 	}
-	if err := p.writeHeader(rel, fi, ""); err != nil {
+	defer f.Close()
+	if err := p.header(e); err != nil {
 		return err
 	}
 	p.st.Files++
-	remain := fi.Size()
+	remain := e.Size
 	for remain > 0 {
 		if err := p.ctx.Err(); err != nil {
 			return err
@@ -261,7 +229,7 @@ func (p *packer) fileBody(f *os.File, fi fs.FileInfo, rel string) error {
 		n, rerr := f.Read(p.buf[:min(int64(len(p.buf)), remain)])
 		if n > 0 {
 			if _, err := p.tw.Write(p.buf[:n]); err != nil {
-				return fmt.Errorf("write %s: %w", rel, err)
+				return fmt.Errorf("write %s: %w", e.Path, err)
 			}
 			remain -= int64(n)
 			p.st.BytesIn += int64(n)
@@ -274,17 +242,17 @@ func (p *packer) fileBody(f *os.File, fi fs.FileInfo, rel string) error {
 		}
 		if rerr != nil {
 			// Unreadable part way (an I/O error): keep the archive well formed.
-			p.skip(rel, "read failed part way, the rest is zeros: "+rerr.Error())
+			p.skip(e.Path, "read failed part way, the rest is zeros: "+rerr.Error())
 			break
 		}
 	}
-	if remain > 0 { // the file shrank after the Stat: keep the archive well formed
+	if remain > 0 { // the file shrank after the walk saw it: keep the archive well formed
 		p.st.Changed++
 		clear(p.buf)
 		for remain > 0 {
 			n := min(int64(len(p.buf)), remain)
 			if _, err := p.tw.Write(p.buf[:n]); err != nil {
-				return fmt.Errorf("write %s: %w", rel, err)
+				return fmt.Errorf("write %s: %w", e.Path, err)
 			}
 			remain -= n
 		}
@@ -292,19 +260,24 @@ func (p *packer) fileBody(f *os.File, fi fs.FileInfo, rel string) error {
 	return nil
 }
 
-// cleanLinkTarget returns the lexically cleaned target of a symbolic link named rel and
-// whether it is safe to archive: relative, and staying inside the tree when resolved from
-// the link's directory. The cleaned form has .. components only at its start, which is
-// what Extract accepts.
-func cleanLinkTarget(rel, target string) (string, bool) {
-	if target == "" || path.IsAbs(target) {
-		return "", false
+// newGzipWriter is the parallel gzip writer of Pack and Filter: level 0 means
+// DefaultLevel, concurrency 0 GOMAXPROCS.
+func newGzipWriter(w io.Writer, level, concurrency int) (*pgzip.Writer, error) {
+	if level == 0 {
+		level = DefaultLevel
 	}
-	clean := path.Clean(target)
-	if !filepath.IsLocal(path.Join(path.Dir(rel), clean)) {
-		return "", false
+	if concurrency <= 0 {
+		concurrency = runtime.GOMAXPROCS(0)
 	}
-	return clean, true
+	zw, err := pgzip.NewWriterLevel(w, level)
+	if err != nil {
+		return nil, err
+	}
+	// pgzip wants at least 2 blocks in flight to overlap reading and compressing.
+	if err := zw.SetConcurrency(1<<20, max(concurrency, 2)); err != nil {
+		return nil, err
+	}
+	return zw, nil
 }
 
 type countWriter struct {

@@ -86,9 +86,7 @@ func (m *Manager) saveChunkedDir(ctx context.Context, projectID, dir string) (In
 		w := res.Stats.Walk
 		st = archive.PackStats{Files: w.Files, Dirs: w.Dirs + 1, Symlinks: w.Symlinks, Skipped: w.Skipped,
 			BytesIn: res.Stats.BytesRead, BytesOut: res.Stats.Uploaded, Duration: res.Stats.Duration}
-		for _, s := range w.Skips {
-			st.Skips = append(st.Skips, archive.Skip{Path: s.Path, Reason: s.Reason})
-		}
+		st.Skips = append(st.Skips, w.Skips...)
 		info.Skipped, info.Skips = st.Skipped, st.Skips
 		LogSkips(m.log, projectID, st.Skipped, st.Skips)
 	}
@@ -357,7 +355,7 @@ func (m *Manager) restoreChunkedDir(ctx context.Context, man *chunked.Manifest, 
 	var out archive.ExtractStats
 	var err error
 	if replace {
-		out.Backup, err = archive.Replace(dir, fill)
+		out.Backup, err = tree.Replace(dir, fill)
 	} else {
 		err = fill(dir)
 		if err != nil {
@@ -674,9 +672,7 @@ func (m *Manager) SaveTree(ctx context.Context, projectID, label string, src tre
 		}
 	}
 	if res != nil {
-		for _, s := range res.Stats.Walk.Skips {
-			info.Skips = append(info.Skips, archive.Skip{Path: s.Path, Reason: s.Reason})
-		}
+		info.Skips = append(info.Skips, res.Stats.Walk.Skips...)
 	}
 	return info, err
 }

@@ -102,4 +102,21 @@ func windowsName(p string) error {
 	return nil
 }
 
+// CheckPlatform reports why Windows would create the entry p (with the link target
+// target, unless "") as another file, or nil: a backslash, a drive letter or alternate
+// data stream (a colon), a device name (CON, NUL, COM1...), a trailing dot or space (see
+// internal/winname).
+func CheckPlatform(p, target string) error {
+	if err := windowsName(p); err != nil {
+		return err
+	}
+	if target == "" {
+		return nil
+	}
+	if err := winname.Target(target); err != nil {
+		return fmt.Errorf("entry %q: %w: %w", p, err, ErrUnsafe)
+	}
+	return nil
+}
+
 func ntime(ns int64) time.Time { return time.Unix(0, ns) }

@@ -103,6 +103,40 @@ func CheckPath(p string, maxLen int) error {
 	return nil
 }
 
+// CheckName checks an entry name as an archive gives it ("./a", "a/" and "a//b" are
+// common in tar streams) and returns it cleaned, "." for the root. It is CheckPath on the
+// cleaned name, and stricter than cleaning: a ".." component anywhere in the name as given
+// is refused even where cleaning would remove it ("a/../b"), and the bound applies to the
+// name as given. On Windows the name must also be one Windows creates as given
+// (CheckPlatform).
+func CheckName(name string, maxLen int) (string, error) {
+	if maxLen <= 0 {
+		maxLen = DefaultMaxNameLen
+	}
+	switch {
+	case len(name) > maxLen:
+		return "", fmt.Errorf("entry %.64q...: name longer than %d bytes: %w", name, maxLen, ErrUnsafe)
+	case name == "" || strings.HasPrefix(name, "/"):
+		return "", fmt.Errorf("entry %q: absolute or empty name: %w", name, ErrUnsafe)
+	}
+	for c := range strings.SplitSeq(name, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("entry %q: name has a .. component: %w", name, ErrUnsafe)
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." {
+		return clean, nil
+	}
+	if err := CheckPath(clean, maxLen); err != nil {
+		return "", fmt.Errorf("entry %q: %w", name, err)
+	}
+	if err := CheckPlatform(clean, ""); err != nil {
+		return "", err
+	}
+	return clean, nil
+}
+
 // CheckTarget reports why target cannot be the target of a link named p, or nil: it
 // must be relative, made of leading ".." components followed by normal ones, and stay
 // inside the tree when resolved from the link's directory. With every link held to this

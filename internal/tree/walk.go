@@ -22,6 +22,9 @@ type WalkOptions struct {
 	MaxEntries int
 	MaxNameLen int
 	MaxBytes   int64
+	// Counted is how many entries count against MaxEntries before the walk's first: a
+	// format that stores the root's own entry (a tar's "./") passes 1.
+	Counted int
 }
 
 func (o *WalkOptions) defaults() {

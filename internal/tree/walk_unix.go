@@ -32,7 +32,7 @@ func Walk(ctx context.Context, dir string, opts WalkOptions, fn func(e Entry, op
 		return st, fmt.Errorf("walk %s: %w", dir, err)
 	}
 	defer unix.Close(root)
-	w := &walker{ctx: ctx, opts: opts, st: &st, fn: fn, entries: 0}
+	w := &walker{ctx: ctx, opts: opts, st: &st, fn: fn, entries: opts.Counted}
 	if err := w.dir(root, ""); err != nil {
 		return st, err
 	}
@@ -209,16 +209,9 @@ func openerAt(dfd int, name, rel string) Opener {
 }
 
 func openFile(dfd int, name, rel string) (*os.File, Entry, error) {
-	// O_NONBLOCK: should the entry have become a fifo, the open returns at once instead of
-	// waiting for a writer (and the fstat below refuses it).
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	// Should the entry have become a fifo, the open returns at once instead of waiting
+	// for a writer (openNoFollow), and the fstat below refuses it.
+	fd, err := openNoFollow(dfd, name)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
 			return nil, Entry{}, fmt.Errorf("open %q: %w (%w)", rel, ErrChanged, err)
@@ -238,8 +231,7 @@ func openFile(dfd int, name, rel string) (*os.File, Entry, error) {
 }
 
 // Reader opens files of a tree by path after a walk: each parent directory is opened
-// relative to the one above it with O_NOFOLLOW from the root's descriptor, never through
-// a link. It keeps the last parent open, since files are asked for in path order. Not
+// below the root's descriptor, never through a link (OpenBeneath). It keeps the last parent open, since files are asked for in path order. Not
 // safe for concurrent use.
 type Reader struct {
 	root    int
@@ -265,7 +257,7 @@ func (r *Reader) Open(p string) (*os.File, Entry, error) {
 	dir = strings.TrimSuffix(dir, "/")
 	dfd, err := r.dirFD(dir)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, ErrLink) || errors.Is(err, unix.ENOTDIR) {
 			return nil, Entry{}, fmt.Errorf("open %q: %w (%w)", p, ErrChanged, err)
 		}
 		return nil, Entry{}, fmt.Errorf("open %q: %w", p, err)
@@ -284,16 +276,9 @@ func (r *Reader) dirFD(dir string) (int, error) {
 		unix.Close(r.lastFD)
 		r.lastFD = -1
 	}
-	fd := r.root
-	for c := range strings.SplitSeq(dir, "/") {
-		next, err := openDir(fd, c, true)
-		if fd != r.root {
-			unix.Close(fd)
-		}
-		if err != nil {
-			return -1, err
-		}
-		fd = next
+	fd, err := openBeneath(r.root, dir, false)
+	if err != nil {
+		return -1, err
 	}
 	r.lastDir, r.lastFD = dir, fd
 	return fd, nil

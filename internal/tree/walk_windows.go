@@ -33,7 +33,7 @@ func Walk(ctx context.Context, dir string, opts WalkOptions, fn func(e Entry, op
 		return st, fmt.Errorf("walk %s: %w", dir, err)
 	}
 	defer root.Close()
-	w := &walker{ctx: ctx, opts: opts, st: &st, fn: fn, entries: 0}
+	w := &walker{ctx: ctx, opts: opts, st: &st, fn: fn, entries: opts.Counted}
 	if err := w.dir(root, ""); err != nil {
 		return st, err
 	}

@@ -54,7 +54,7 @@ type Writer struct {
 	mu    sync.Mutex
 	dirs  map[string]*dirHandle // every directory made, "" is the root
 	open  int                   // descriptors open in dirs
-	taken map[string]bool       // non-directories made
+	taken map[string]bool       // non-directories made: true a regular file, false a link
 	st    WriteStats
 	err   error // the first failure of a worker
 	bad   []string
@@ -64,6 +64,7 @@ type Writer struct {
 	meta    []dirMeta
 	jobs    chan job
 	wg      sync.WaitGroup
+	pending sync.WaitGroup // files handed to the workers and not yet written
 	closed  bool
 }
 
@@ -181,7 +182,7 @@ func (w *Writer) dir(d, entry string) (*dirHandle, error) {
 	h := w.dirs[d]
 	w.mu.Unlock()
 	if h == nil {
-		if w.taken[d] {
+		if _, taken := w.taken[d]; taken {
 			return nil, fmt.Errorf("entry %q: %s is a file or link, refusing to write below it: %w", entry, d, ErrUnsafe)
 		}
 		ph, name, err := w.parent(d)
@@ -292,7 +293,7 @@ func (w *Writer) Dir(e Entry) error {
 		}
 		return nil
 	}
-	if w.taken[e.Path] {
+	if _, taken := w.taken[e.Path]; taken {
 		return fmt.Errorf("entry %q: a file or link of that name came first: %w", e.Path, ErrUnsafe)
 	}
 	ph, name, err := w.parent(e.Path)
@@ -314,7 +315,7 @@ func (w *Writer) Symlink(e Entry) error {
 	if err := w.admit(e); err != nil {
 		return err
 	}
-	if err := w.claim(e.Path); err != nil {
+	if err := w.claim(e.Path, false); err != nil {
 		return err
 	}
 	ph, name, err := w.parent(e.Path)
@@ -331,14 +332,68 @@ func (w *Writer) Symlink(e Entry) error {
 	return nil
 }
 
-func (w *Writer) claim(p string) error {
+// claim takes the name p for a regular file or a link.
+func (w *Writer) claim(p string, regular bool) error {
 	w.mu.Lock()
 	isDir := w.dirs[p] != nil
 	w.mu.Unlock()
-	if isDir || w.taken[p] {
+	if _, taken := w.taken[p]; isDir || taken {
 		return fmt.Errorf("entry %q: the name is taken by an earlier entry: %w", p, ErrUnsafe)
 	}
-	w.taken[p] = true
+	w.taken[p] = regular
+	return nil
+}
+
+// flush waits for the files handed to the workers and returns their first failure.
+func (w *Writer) flush() error {
+	w.pending.Wait()
+	return w.failed()
+}
+
+// Remove removes the regular file or link p this Writer made earlier, so that a later
+// entry of the name (an archive may hold one) is created afresh, never written through
+// the earlier one. A directory is never removed, nor anything this Writer did not make.
+func (w *Writer) Remove(p string) error {
+	if err := w.flush(); err != nil { // p may be a file still being written
+		return err
+	}
+	if _, taken := w.taken[p]; !taken {
+		return fmt.Errorf("entry %q: not a file or link of this restore, refusing to remove it: %w", p, ErrUnsafe)
+	}
+	ph, name, err := w.parent(p)
+	if err != nil {
+		return err
+	}
+	defer w.release(ph)
+	if err := removeAt(ph.fd, name); err != nil {
+		return fmt.Errorf("entry %q: remove the earlier entry: %w", p, err)
+	}
+	delete(w.taken, p)
+	return nil
+}
+
+// Link makes e.Path a hard link to target, a regular file this Writer made earlier (and
+// has not removed): never to a link, a directory or anything else on the disk.
+func (w *Writer) Link(e Entry, target string) error {
+	if e.Type != File {
+		return fmt.Errorf("entry %q: Link given a %s", e.Path, e.Type)
+	}
+	e.Size = 0
+	if err := w.admit(e); err != nil {
+		return err
+	}
+	if err := w.flush(); err != nil { // the target may still be being written
+		return err
+	}
+	if regular, taken := w.taken[target]; !taken || !regular {
+		return fmt.Errorf("entry %q: hard link to %q, which is not a regular file of this restore: %w", e.Path, target, ErrUnsafe)
+	}
+	if err := w.claim(e.Path, true); err != nil {
+		return err
+	}
+	if err := w.link(target, e.Path); err != nil {
+		return fmt.Errorf("entry %q: %w", e.Path, err)
+	}
 	return nil
 }
 
@@ -357,23 +412,16 @@ func (w *Writer) File(e Entry, data []byte, want *[32]byte) error {
 	if e.Type != File || int64(len(data)) != e.Size {
 		return fmt.Errorf("entry %q: File given a %s of %d bytes for %d", e.Path, e.Type, len(data), e.Size)
 	}
-	if err := w.admit(e); err != nil {
-		return err
-	}
-	if err := w.reserve(e); err != nil {
-		return err
-	}
-	if err := w.claim(e.Path); err != nil {
-		return err
-	}
-	ph, name, err := w.parent(e.Path)
+	ph, name, err := w.prepareFile(e)
 	if err != nil {
 		return err
 	}
+	w.pending.Add(1)
 	select {
 	case w.jobs <- job{dir: ph, name: name, e: e, data: data, want: want}:
 		return nil
 	case <-w.ctx.Done():
+		w.pending.Done()
 		w.release(ph)
 		return w.ctx.Err()
 	}
@@ -385,21 +433,27 @@ func (w *Writer) FileFrom(e Entry, r io.Reader, want *[32]byte) error {
 	if e.Type != File {
 		return fmt.Errorf("entry %q: FileFrom given a %s", e.Path, e.Type)
 	}
-	if err := w.admit(e); err != nil {
-		return err
-	}
-	if err := w.reserve(e); err != nil {
-		return err
-	}
-	if err := w.claim(e.Path); err != nil {
-		return err
-	}
-	ph, name, err := w.parent(e.Path)
+	ph, name, err := w.prepareFile(e)
 	if err != nil {
 		return err
 	}
 	defer w.release(ph)
 	return w.write(ph, name, e, r, want)
+}
+
+// prepareFile admits the regular file e, reserves its bytes, claims its name and returns
+// its parent's handle (referenced: release it) and its base name.
+func (w *Writer) prepareFile(e Entry) (*dirHandle, string, error) {
+	if err := w.admit(e); err != nil {
+		return nil, "", err
+	}
+	if err := w.reserve(e); err != nil {
+		return nil, "", err
+	}
+	if err := w.claim(e.Path, true); err != nil {
+		return nil, "", err
+	}
+	return w.parent(e.Path)
 }
 
 func (w *Writer) worker() {
@@ -409,6 +463,7 @@ func (w *Writer) worker() {
 		if err != nil {
 			w.fail(err)
 		}
+		w.pending.Done()
 	}
 }
 

@@ -83,3 +83,23 @@ func setDirMeta(fd dirFD, mode uint32, mtime int64) error {
 	}
 	return nil
 }
+
+// removeAt removes the file or link name in parent (never a directory: no AT_REMOVEDIR).
+func removeAt(parent dirFD, name string) error { return unix.Unlinkat(parent, name, 0) }
+
+// link makes p a hard link to the file target, both relative to the descriptors of
+// their parents; a link at target is linked as itself, never followed (no
+// AT_SYMLINK_FOLLOW).
+func (w *Writer) link(target, p string) error {
+	th, tname, err := w.parent(target)
+	if err != nil {
+		return err
+	}
+	defer w.release(th)
+	ph, name, err := w.parent(p)
+	if err != nil {
+		return err
+	}
+	defer w.release(ph)
+	return unix.Linkat(th.fd, tname, ph.fd, name, 0)
+}

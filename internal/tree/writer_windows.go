@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/windows"
-
-	"github.com/toolhost/toolhost/internal/winname"
 )
 
 // The Writer's calls on Windows: every directory is an os.Root opened from its parent's
@@ -57,7 +55,7 @@ func mkdirAt(parent dirFD, name string) error {
 // links" privilege (or Developer Mode) for it; without it the entry fails, saying so,
 // rather than being left out silently. A link's own time is not set.
 func symlinkAt(target string, parent dirFD, name string, _ int64) error {
-	if err := windowsTarget(name, target); err != nil {
+	if err := CheckPlatform(name, target); err != nil {
 		return err
 	}
 	if err := parent.Symlink(filepath.FromSlash(target), name); err != nil {
@@ -70,16 +68,6 @@ func symlinkAt(target string, parent dirFD, name string, _ int64) error {
 }
 
 func errorIsPrivilege(err error) bool { return errors.Is(err, windows.ERROR_PRIVILEGE_NOT_HELD) }
-
-func windowsTarget(name, target string) error {
-	if err := windowsName(name); err != nil {
-		return err
-	}
-	if err := winname.Target(target); err != nil {
-		return fmt.Errorf("entry %q: %w: %w", name, err, ErrUnsafe)
-	}
-	return nil
-}
 
 func createAt(parent dirFD, name, _ string) (*os.File, error) {
 	if err := windowsName(name); err != nil {
@@ -107,4 +95,31 @@ func setDirMeta(d dirFD, _ uint32, mtime int64) error {
 		return nil
 	}
 	return d.Chtimes(".", ntime(mtime), ntime(mtime))
+}
+
+// removeAt removes the file or link name in parent.
+func removeAt(parent dirFD, name string) error {
+	fi, err := parent.Lstat(name)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory: %w", name, ErrUnsafe)
+	}
+	return parent.Remove(name)
+}
+
+// link makes p a hard link to the file target through the Root of the destination (one
+// directory's Root cannot name a file of another): os.Root never resolves a name outside
+// it, and the Writer made every directory on the way.
+func (w *Writer) link(target, p string) error {
+	if err := windowsName(p); err != nil {
+		return err
+	}
+	root := w.dirs[""]
+	if err := w.acquire(root); err != nil {
+		return err
+	}
+	defer w.release(root)
+	return root.fd.Link(filepath.FromSlash(target), filepath.FromSlash(p))
 }

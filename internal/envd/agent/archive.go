@@ -13,13 +13,10 @@ import (
 )
 
 func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) {
-	var excludes []string
-	if q := r.URL.Query(); q.Has(envd.QueryExcludes) {
-		excludes = []string{}
-		if err := json.Unmarshal([]byte(q.Get(envd.QueryExcludes)), &excludes); err != nil {
-			s.filesError(w, http.StatusBadRequest, envd.BadArg("%s: want a JSON array of names: %v", envd.QueryExcludes, err))
-			return
-		}
+	excludes, err := excludesOf(r)
+	if err != nil {
+		s.filesError(w, http.StatusBadRequest, err)
+		return
 	}
 	w.Header().Set("Trailer", envd.TrailerArchive)
 	w.Header().Set("Content-Type", envd.ContentGzip)
@@ -27,12 +24,7 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) {
 	st, err := archive.Pack(r.Context(), w, s.cfg.Workspace, archive.PackOptions{Excludes: excludes})
 	res := envd.ArchiveResult{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Skipped: st.Skipped,
 		Bytes: st.BytesIn, Millis: st.Duration.Milliseconds()}
-	for _, sk := range st.Skips[:min(len(st.Skips), envd.MaxTrailerSkips)] {
-		if len(sk.Path) > envd.MaxTrailerSkipName {
-			sk.Path = sk.Path[:envd.MaxTrailerSkipName] + "..."
-		}
-		res.Skips = append(res.Skips, sk)
-	}
+	res.Skips = trailerSkips(st.Skips)
 	if err != nil {
 		res.Error = err.Error()
 	}

@@ -5,8 +5,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,18 +18,19 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // Guarded reads and writes (sandbox.FileGuard): what the host decided about a file is
 // checked here, in the step that uses the path, so nothing can change between the two.
 //
-// NoLinks: the path is walked from a directory handle the agent holds (the workspace, or
-// / for a path outside it) one part at a time, each opened relative to the one before
-// with O_NOFOLLOW, so a link anywhere, the last part included, is refused whatever a
-// process of the sandbox swaps in meanwhile: a swap either happens before the open of its
-// part (refused) or after (the handle already held is the real directory). This is the
-// walk openat2's RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS does in the kernel, by hand, so it
-// works on every kernel the agent runs on.
+// NoLinks: the path is opened below a directory handle the agent holds (the workspace,
+// or / for a path outside it) by the tree layer (tree.OpenBeneath: openat2 with
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS where the kernel has it, else one part at a time
+// with O_NOFOLLOW), and its last part with O_NOFOLLOW (tree.OpenAt), so a link anywhere
+// is refused whatever a process of the sandbox swaps in meanwhile: a swap either happens
+// before the open of its part (refused) or after (the handle already held is the real
+// directory).
 //
 // Versioned: the check of the file's version and the write run under flock on the file's
 // directory. The lock is on the directory's inode, which every sandbox sharing a host
@@ -98,58 +97,19 @@ func (s *Server) openParent(wh where, noLinks, create bool) (*dirHandle, error) 
 	if err != nil {
 		return nil, err
 	}
-	parts := strings.Split(rest, "/")
-	for _, part := range parts[:len(parts)-1] {
-		shown += "/" + part
-		next, err := openDirAt(d, part, create)
-		d.Close()
-		if err != nil {
-			return nil, s.linkOr(err, shown)
-		}
-		d = next
+	defer d.Close()
+	under, err := tree.OpenBeneath(d, path.Dir(rest), create)
+	if le := (*tree.LinkError)(nil); errors.As(err, &le) {
+		return nil, s.linkOr(errIsLink, shown+"/"+le.Path)
 	}
-	return &dirHandle{dir: d, base: base, abs: wh.abs}, nil
+	if err != nil {
+		return nil, err
+	}
+	return &dirHandle{dir: under, base: base, abs: wh.abs}, nil
 }
 
-// openDirAt opens the directory name inside d, never through a link; create makes it
-// when missing.
-func openDirAt(d *os.File, name string, create bool) (*os.File, error) {
-	for range 2 {
-		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == nil {
-			return os.NewFile(uintptr(fd), name), nil
-		}
-		if errors.Is(err, unix.ENOENT) && create {
-			if err := unix.Mkdirat(int(d.Fd()), name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-				return nil, err
-			}
-			continue
-		}
-		return nil, classifyAt(d, name, err)
-	}
-	return nil, fmt.Errorf("%s: %w", name, unix.ENOENT)
-}
-
-// classifyAt turns an open failure of name in d into errIsLink when name was a link:
-// O_NOFOLLOW gives ELOOP for a last part that is one, and with O_DIRECTORY the kernel
-// gives ENOTDIR. A look after the fact that finds a directory there means it was
-// swapped meanwhile: a link too. Only what is still not a directory keeps ENOTDIR.
-func classifyAt(d *os.File, name string, err error) error {
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return errIsLink
-	case errors.Is(err, unix.ENOTDIR):
-		var st unix.Stat_t
-		if unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			if t := st.Mode & unix.S_IFMT; t == unix.S_IFLNK || t == unix.S_IFDIR {
-				return errIsLink
-			}
-		}
-	}
-	return err
-}
-
-var errIsLink = errors.New("symbolic link")
+// errIsLink: a link where the path may have none (the tree's).
+var errIsLink = tree.ErrLink
 
 // linkOr names the part that is a link in a refusal, or passes err on.
 func (s *Server) linkOr(err error, shown string) error {
@@ -162,15 +122,9 @@ func (s *Server) linkOr(err error, shown string) error {
 // openFileAt opens the last part of h for reading, never through a link, never blocking
 // on a FIFO.
 func (s *Server) openFileAt(h *dirHandle) (*os.File, error) {
-	fd, err := unix.Openat(int(h.dir.Fd()), h.base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, fi, err := tree.OpenAt(h.dir, h.base)
 	if err != nil {
-		return nil, s.linkOr(classifyAt(h.dir, h.base, err), h.abs)
-	}
-	f := os.NewFile(uintptr(fd), h.abs)
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
+		return nil, s.linkOr(err, h.abs)
 	}
 	switch {
 	case fi.IsDir():
@@ -289,7 +243,7 @@ func (s *Server) writeGuarded(ctx context.Context, wh where, g sandbox.FileGuard
 			}
 		}
 	}
-	return replaceAt(h, mode, body)
+	return tree.ReplaceAt(h.dir, h.base, mode, body)
 }
 
 func modeType(m uint32) fs.FileMode {
@@ -304,36 +258,6 @@ func modeType(m uint32) fs.FileMode {
 		return fs.ModeDevice
 	}
 	return fs.ModeIrregular
-}
-
-// replaceAt writes body to a new file in h's directory and renames it over h's last
-// part, both relative to the directory handle (a rename replaces a link there, never
-// follows it).
-func replaceAt(h *dirHandle, mode fs.FileMode, body io.Reader) error {
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := "." + h.base + ".toolhost-" + hex.EncodeToString(rnd[:])
-	dfd := int(h.dir.Fd())
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create a temporary file: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, err = io.Copy(f, body)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(dfd, tmp, dfd, h.base)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return err
-	}
-	return nil
 }
 
 // lockDir takes flock on d, waiting while another holds it until ctx ends: a holder in

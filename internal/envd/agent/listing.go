@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // Stat, list and remove of a path decided as one step with its use (FileGuard.NoLinks):
@@ -144,7 +145,7 @@ func (s *Server) openListed(w where, noLinks bool) (*os.File, error) {
 		return nil, err
 	}
 	defer h.dir.Close()
-	d, err := openDirAt(h.dir, h.base, false)
+	d, err := tree.OpenDirAt(h.dir, h.base, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOTDIR) {
 			return nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotDir)
@@ -252,7 +253,7 @@ func (l *lister) walk(ctx context.Context, d *os.File, dir where, level uint32) 
 		if !fi.IsDir() || level >= l.depth || slices.Contains(l.req.ToolhostSkip, name) {
 			continue
 		}
-		sub, err := openDirAt(d, name, false)
+		sub, err := tree.OpenDirAt(d, name, false)
 		switch {
 		case errors.Is(err, errIsLink), errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 			continue // swapped or gone since it was seen: listed, not entered

@@ -8,20 +8,16 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/envd"
 	"github.com/toolhost/toolhost/internal/tree"
 )
 
 // handleTreeList lists the workspace (tree.Walk: never follows a link) in tree's wire form.
 func (s *Server) handleTreeList(w http.ResponseWriter, r *http.Request) {
-	var excludes []string
-	if q := r.URL.Query(); q.Has(envd.QueryExcludes) {
-		excludes = []string{}
-		if err := json.Unmarshal([]byte(q.Get(envd.QueryExcludes)), &excludes); err != nil {
-			s.filesError(w, http.StatusBadRequest, envd.BadArg("%s: want a JSON array of names: %v", envd.QueryExcludes, err))
-			return
-		}
+	excludes, err := excludesOf(r)
+	if err != nil {
+		s.filesError(w, http.StatusBadRequest, err)
+		return
 	}
 	w.Header().Set("Trailer", envd.TrailerTree)
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -40,12 +36,7 @@ func (s *Server) handleTreeList(w http.ResponseWriter, r *http.Request) {
 		_, err = w.Write(buf)
 	}
 	res := envd.TreeResult{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Skipped: st.Skipped, Bytes: st.Bytes}
-	for _, sk := range st.Skips[:min(len(st.Skips), envd.MaxTrailerSkips)] {
-		if len(sk.Path) > envd.MaxTrailerSkipName {
-			sk.Path = sk.Path[:envd.MaxTrailerSkipName] + "..."
-		}
-		res.Skips = append(res.Skips, archive.Skip{Path: sk.Path, Reason: sk.Reason})
-	}
+	res.Skips = trailerSkips(st.Skips)
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -75,4 +66,31 @@ func (s *Server) handleTreeRead(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := json.Marshal(res)
 	w.Header().Set(envd.TrailerTree, string(b))
+}
+
+// excludesOf reads the names a pack or a listing leaves out: absent means the default
+// (nil), [] none.
+func excludesOf(r *http.Request) ([]string, error) {
+	q := r.URL.Query()
+	if !q.Has(envd.QueryExcludes) {
+		return nil, nil
+	}
+	excludes := []string{}
+	if err := json.Unmarshal([]byte(q.Get(envd.QueryExcludes)), &excludes); err != nil {
+		return nil, envd.BadArg("%s: want a JSON array of names: %v", envd.QueryExcludes, err)
+	}
+	return excludes, nil
+}
+
+// trailerSkips are the skips a trailer names: the first envd.MaxTrailerSkips, their
+// paths cut to envd.MaxTrailerSkipName bytes.
+func trailerSkips(skips []tree.Skip) []tree.Skip {
+	var out []tree.Skip
+	for _, sk := range skips[:min(len(skips), envd.MaxTrailerSkips)] {
+		if len(sk.Path) > envd.MaxTrailerSkipName {
+			sk.Path = sk.Path[:envd.MaxTrailerSkipName] + "..."
+		}
+		out = append(out, sk)
+	}
+	return out
 }

@@ -45,9 +45,7 @@ func (c *Client) TreeList(ctx context.Context, excludes []string) ([]tree.Entry,
 		return nil, tree.WalkStats{}, fmt.Errorf("list the workspace: %w", err)
 	}
 	st := tree.WalkStats{Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Skipped: res.Skipped, Bytes: res.Bytes}
-	for _, s := range res.Skips {
-		st.Skips = append(st.Skips, tree.Skip{Path: s.Path, Reason: s.Reason})
-	}
+	st.Skips = append(st.Skips, res.Skips...)
 	return entries, st, nil
 }
 
