@@ -4,23 +4,17 @@ import (
 	"reflect"
 
 	"github.com/toolhost/toolhost/internal/module"
-
-	// The built-in modules: each registers itself from its own package.
-	_ "github.com/toolhost/toolhost/internal/sandbox/e2b"
-	_ "github.com/toolhost/toolhost/internal/sandbox/kubernetes"
-	_ "github.com/toolhost/toolhost/internal/sandbox/local"
-	_ "github.com/toolhost/toolhost/internal/store/dir"
-	_ "github.com/toolhost/toolhost/internal/store/s3"
 )
 
 // Modules.
 //
 // Sandbox providers and object stores are modules: each is one value that says its name,
 // the configuration keys it owns (with their docs), how to check them, how to make the
-// provider or open the store, and what toolhost doctor checks for it. The built-ins
-// (providers local, e2b and kubernetes, stores dir and s3) register themselves from their own
-// packages; a program adds its own with RegisterProvider or RegisterStore from an init
-// function, and its keys then appear in ConfigKeys, in the CLI's flags and variables, in
+// provider or open the store, and what toolhost doctor checks for it. This package
+// registers none: the built-ins (providers local, e2b and kubernetes, stores dir and s3)
+// register themselves from their own packages, which package modules/standard imports (a
+// program imports it for its side effect); a program adds its own with RegisterProvider or
+// RegisterStore from an init function, and its keys then appear in ConfigKeys, in the CLI's flags and variables, in
 // the example file and in Validate, like the built-ins' own. docs/ARCHITECTURE.md walks
 // through adding one.
 

@@ -26,12 +26,12 @@ var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
 
 // public is every package a program outside the module may import: the embedding API, the
 // ABI and the plugin kit, the sandbox and store interfaces with their conformance suites,
-// the policy and audit types, the adapters, the experimental corner, and the CLI a custom
-// build runs (cli). Everything else is internal (or a command).
+// the policy and audit types, the adapters, the experimental corner, and what a custom build
+// is made of (cli, modules/standard). Everything else is internal (or a command).
 var public = []string{
 	".", "abi", "adapters/anthropic", "adapters/openai", "audit", "cli", "core/sandbox", "core/sandbox/sandboxtest",
 	"core/store", "core/store/storetest", "experimental", "pdk", "pdk/pdktest", "pdk/policytest",
-	"policy",
+	"modules/standard", "policy",
 }
 
 const module = "github.com/toolhost/toolhost"
