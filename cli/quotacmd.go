@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -42,7 +43,10 @@ host and project, whoever made them).`,
 			return err
 		}
 		defer st.Close()
-		sec := c.cfg.Module("e2b").(*e2b.Section)
+		sec, ok := toolhost.ModuleConfig[e2b.Section](&c.cfg.Config, "e2b")
+		if !ok {
+			return errors.New("this build of toolhost has no e2b provider: quota counts E2B usage")
+		}
 		u, err := e2b.UsageOf(ctx, sec, module.Env{DataDir: c.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now())
 		if err != nil {
 			return fmt.Errorf("reading the E2B usage ledger: %w", err)

@@ -361,7 +361,7 @@ screenshot:
 	}{
 		{"project (flag over env over file)", c.Project, "from-flag"},
 		{"store.kind (file)", c.Store.Kind, "s3"},
-		{"store.s3 (file)", *c.Module("s3").(*s3.Section), s3.Section{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
+		{"store.s3 (file)", *sectionOf(toolhost.ModuleConfig[s3.Section](&c, "s3")), s3.Section{Bucket: "snaps", Region: "eu-west-1", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Checksums: "when_required"}},
 		{"store.public_base (file)", c.Store.PublicBase, "https://cdn.example.com"},
 		{"snapshot.keep (file)", c.Snapshot.Keep, 9},
 		{"snapshot.excludes (env list over file)", c.Snapshot.Excludes, []string{"vendor", ".cache"}},
@@ -471,7 +471,7 @@ e2b:
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := l.Module("e2b").(*e2b.Section)
+	sec := sectionOf(toolhost.ModuleConfig[e2b.Section](&l.Config, "e2b"))
 	e := *sec
 	want := e2b.Section{
 		APIKey: "e2b_not_so_secret_0123456789", Domain: "e2b.internal.example.com", Plan: "pro", CPUCount: 4,
@@ -594,4 +594,12 @@ func TestEgressKeys(t *testing.T) {
 	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "serve.tokens[0].egress") {
 		t.Errorf("a token's egress without network egress: %v", err)
 	}
+}
+
+// sectionOf is a module's configuration that the test's build registers.
+func sectionOf[C any](c *C, ok bool) *C {
+	if !ok {
+		panic("no such module in this build")
+	}
+	return c
 }

@@ -32,7 +32,7 @@ type podSection struct {
 }
 
 func init() {
-	toolhost.RegisterProvider(toolhost.ProviderModule{
+	toolhost.RegisterProvider(toolhost.ProviderModule[podSection]{
 		Name:   "test-pod",
 		Prefix: "pod.",
 		Keys: []toolhost.ModuleKey{
@@ -43,12 +43,12 @@ func init() {
 			{Name: "pod.labels", FileOnly: true, Doc: "Labels."},
 			{Name: "pod.image.name", Flag: "pod-image", Usage: "image", Doc: "The image.", Aliases: []string{"pod.picture"}},
 		},
-		Config: func() any {
+		Config: func() *podSection {
 			s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}
 			s.Image.Name = "debian"
 			return s
 		},
-		New: func(context.Context, any, toolhost.ModuleEnv) (sandbox.Provider, error) {
+		New: func(context.Context, *podSection, toolhost.ModuleEnv) (sandbox.Provider, error) {
 			return nil, nil
 		},
 	})
