@@ -2,8 +2,8 @@
 // object stores, the built-in ones and any that a program embedding toolhost adds. The
 // root package re-exports its types (toolhost.ProviderModule, toolhost.StoreModule, ...)
 // and its Register functions; the built-in modules register here from their own
-// packages' init functions, which the root package imports, because they cannot import
-// the root package that imports them.
+// packages' init functions, which package modules/standard imports (the root package
+// registers none: a program links the modules it imports).
 //
 // A module is one value that says everything toolhost needs to know about it, so that
 // adding one is a folder and an import line (Caddy's module system is the model):

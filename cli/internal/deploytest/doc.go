@@ -6,6 +6,6 @@
 // TOOLHOST_ variables, Validate), then check that the two agree (ports, probes, the
 // secret files' paths and modes, the grace period).
 //
-// It lives under cmd/toolhost because the CLI's loader is internal to it, and in a
-// package of its own so that its tests do not build the CLI as cmd/toolhost's do.
+// It lives under cli because the CLI's loader is internal to it, and in a
+// package of its own so that its tests do not build the CLI as cli's do.
 package deploytest
