@@ -72,7 +72,7 @@ plugins:
 	$(GO) generate ./internal/builtins
 
 # The C example plugin, with clang and wasi-libc (scripts/setup.sh --test installs them);
-# cmd/toolhost's TestCExamplePlugin builds it the same way and runs it through the CLI.
+# cli's TestCExamplePlugin builds it the same way and runs it through the CLI.
 examples: setup-test
 	$(MAKE) -C examples/c-wordcount
 
@@ -123,12 +123,12 @@ vet:
 test: setup-test vet cross
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
-# The fleet test (cmd/toolhost TestFleet, build tag fleet): three serve replicas behind
+# The fleet test (cli TestFleet, build tag fleet): three serve replicas behind
 # HAProxy on the S3 test gateway and the E2B fake, eight agents of the official MCP
 # TypeScript client for FLEET_TEST_SECONDS (120) while replicas are killed, stopped and
 # rolled. Not in .ci/run yet: it still fails one run in two (docs/FLEET.md, "Status").
 test-fleet: setup-test
-	$(GO) test -tags fleet -count=1 -run '^TestFleet$$' -timeout $(TEST_TIMEOUT) -v ./cmd/toolhost
+	$(GO) test -tags fleet -count=1 -run '^TestFleet$$' -timeout $(TEST_TIMEOUT) -v ./cli
 
 # The kubernetes provider against a real single-node cluster that scripts/k8s builds and
 # brings up on this machine (root; a cold build takes minutes, Go's cache keeps later ones

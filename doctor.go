@@ -51,7 +51,7 @@ func Doctor(ctx context.Context, cfg Config, opts ...Option) []Check {
 		env.Store, env.StoreShared = st.store, st.shared
 	}
 	for _, name := range names {
-		if m, ok := module.LookupProvider(name); ok && m.Doctor != nil {
+		if m, ok := module.LookupProvider(name); ok {
 			out = append(out, m.Doctor(ctx, cfg.Module(name), env, len(names) == 1)...)
 		}
 	}

@@ -137,7 +137,7 @@ func TestE2BSessions(t *testing.T) {
 			testenv.WaitFor(t, "the quota ledger to count the project's sandboxes", func() bool {
 				var err error
 				st := th.Storage()
-				if u, err = e2b.UsageOf(ctx, th.cfg.Module("e2b").(*e2b.Section), module.Env{DataDir: th.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now()); err != nil {
+				if u, err = e2b.UsageOf(ctx, e2bSection(t, &th.cfg), module.Env{DataDir: th.cfg.DataDir, Store: st.Store(), StoreShared: st.Shared()}, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				return u.Running == 1
@@ -162,4 +162,13 @@ func TestE2BHostWorkspaceFallsBack(t *testing.T) {
 	if _, err := th.Open(context.Background(), SessionOptions{Workspace: ws}); !errors.Is(err, sandbox.ErrUnsupported) {
 		t.Errorf("e2b alone with a host workspace: %v, want ErrUnsupported", err)
 	}
+}
+
+// e2bSection is cfg's e2b provider configuration.
+func e2bSection(t *testing.T, cfg *Config) *e2b.Section {
+	sec, ok := ModuleConfig[e2b.Section](cfg, "e2b")
+	if !ok {
+		t.Fatal("no e2b provider registered")
+	}
+	return sec
 }

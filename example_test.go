@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	_ "github.com/toolhost/toolhost/modules/standard" // the built-in providers and stores
 )
 
 // A session of an agent: it serves a page from its sandbox, looks at it with

@@ -4,34 +4,32 @@ import (
 	"reflect"
 
 	"github.com/toolhost/toolhost/internal/module"
-
-	// The built-in modules: each registers itself from its own package.
-	_ "github.com/toolhost/toolhost/internal/sandbox/e2b"
-	_ "github.com/toolhost/toolhost/internal/sandbox/kubernetes"
-	_ "github.com/toolhost/toolhost/internal/sandbox/local"
-	_ "github.com/toolhost/toolhost/internal/store/dir"
-	_ "github.com/toolhost/toolhost/internal/store/s3"
 )
 
 // Modules.
 //
 // Sandbox providers and object stores are modules: each is one value that says its name,
 // the configuration keys it owns (with their docs), how to check them, how to make the
-// provider or open the store, and what toolhost doctor checks for it. The built-ins
-// (providers local, e2b and kubernetes, stores dir and s3) register themselves from their own
-// packages; a program adds its own with RegisterProvider or RegisterStore from an init
-// function, and its keys then appear in ConfigKeys, in the CLI's flags and variables, in
+// provider or open the store, and what toolhost doctor checks for it. This package
+// registers none: the built-ins (providers local, e2b and kubernetes, stores dir and s3)
+// register themselves from their own packages, which package modules/standard imports (a
+// program imports it for its side effect); a program adds its own with RegisterProvider or
+// RegisterStore from an init function, and its keys then appear in ConfigKeys, in the CLI's flags and variables, in
 // the example file and in Validate, like the built-ins' own. docs/ARCHITECTURE.md walks
 // through adding one.
 
-// ProviderModule is a sandbox provider module: its name (the value of sandbox.provider),
-// its keys, and the functions that check its configuration, make the provider and check
-// the machine for it. Its fields are documented on the type it stands for.
-type ProviderModule = module.Provider
+// ProviderModule is a sandbox provider module whose configuration is a C: its name (the
+// value of sandbox.provider), its keys, and the functions that check its configuration,
+// make the provider and check the machine for it, each taking the module's own *C. C is a
+// struct whose fields carry `key` tags naming the keys below the module's prefix
+// (struct{} for a module without keys). Its fields are documented on the type it stands
+// for.
+type ProviderModule[C any] = module.Provider[C]
 
-// StoreModule is an object store module: its kind (the value of store.kind), its keys,
-// and the functions that check its configuration and open the store.
-type StoreModule = module.Store
+// StoreModule is an object store module whose configuration is a C: its kind (the value
+// of store.kind), its keys, and the functions that check its configuration and open the
+// store.
+type StoreModule[C any] = module.Store[C]
 
 // ModuleKey documents one configuration key a module owns.
 type ModuleKey = module.Key
@@ -53,11 +51,11 @@ type OpenedStore = module.Opened
 // RegisterProvider makes a sandbox provider available under its name (in sandbox.provider,
 // alone or in a list), with its keys. Call it from an init function; a name registered
 // twice panics, as the second would silently replace the first.
-func RegisterProvider(m ProviderModule) { module.RegisterProvider(m) }
+func RegisterProvider[C any](m ProviderModule[C]) { module.RegisterProvider(m) }
 
 // RegisterStore makes an object store available under its kind (store.kind), with its
 // keys. Call it from an init function; a kind registered twice panics.
-func RegisterStore(m StoreModule) { module.RegisterStore(m) }
+func RegisterStore[C any](m StoreModule[C]) { module.RegisterStore(m) }
 
 // ProviderNames lists the registered sandbox providers, in registration order.
 func ProviderNames() []string {
@@ -72,7 +70,7 @@ func ProviderNames() []string {
 func storeKinds() []string {
 	var out []string
 	for _, s := range module.Stores() {
-		out = append(out, s.Kind)
+		out = append(out, s.Name)
 	}
 	return out
 }
@@ -84,7 +82,7 @@ type moduleRef struct {
 	prefix   string
 	sections []module.Section
 	keys     []module.Key
-	config   func() any
+	config   func() any // the module's *C with its defaults
 }
 
 // moduleRefs lists every registered module that has keys: providers first, then stores,
@@ -92,13 +90,13 @@ type moduleRef struct {
 func moduleRefs() []moduleRef {
 	var out []moduleRef
 	for _, p := range module.Providers() {
-		if p.Config != nil {
-			out = append(out, moduleRef{id: "provider " + p.Name, name: p.Name, prefix: p.Prefix, sections: p.Sections, keys: p.Keys, config: p.Config})
+		if p.HasConfig() {
+			out = append(out, moduleRef{id: "provider " + p.Name, name: p.Name, prefix: p.Prefix, sections: p.Sections, keys: p.Keys, config: p.NewConfig})
 		}
 	}
 	for _, s := range module.Stores() {
-		if s.Config != nil {
-			out = append(out, moduleRef{id: "store " + s.Kind, name: s.Kind, prefix: s.Prefix, sections: s.Sections, keys: s.Keys, config: s.Config})
+		if s.HasConfig() {
+			out = append(out, moduleRef{id: "store " + s.Name, name: s.Name, prefix: s.Prefix, sections: s.Sections, keys: s.Keys, config: s.NewConfig})
 		}
 	}
 	return out
@@ -130,6 +128,15 @@ func (c *Config) Module(name string) any {
 		}
 	}
 	return nil
+}
+
+// ModuleConfig is the configuration of the registered provider or store named name in c,
+// as its own type: the *C its ProviderModule[C] or StoreModule[C] declared, which a program
+// reads and changes in place (a key set through Set lands there too). False when no module
+// of that name has keys, or its configuration is not a C.
+func ModuleConfig[C any](c *Config, name string) (*C, bool) {
+	v, ok := c.Module(name).(*C)
+	return v, ok
 }
 
 // ModulePrefix is where the keys of the module named name live ("e2b."), or "".
@@ -226,19 +233,8 @@ func (c *Config) settings() module.Settings {
 // is chosen only then).
 func (c *Config) validateModules() error {
 	set := c.settings()
-	for _, p := range module.Providers() {
-		if p.Validate == nil {
-			continue
-		}
-		if err := p.Validate(c.Module(p.Name), set); err != nil {
-			return err
-		}
-	}
-	for _, s := range module.Stores() {
-		if s.Validate == nil {
-			continue
-		}
-		if err := s.Validate(c.Module(s.Kind), set); err != nil {
+	for _, m := range append(module.Providers(), module.Stores()...) {
+		if err := m.Validate(c.Module(m.Name), set); err != nil {
 			return err
 		}
 	}

@@ -35,7 +35,7 @@ var podMade struct {
 }
 
 func init() {
-	RegisterProvider(ProviderModule{
+	RegisterProvider(ProviderModule[podSection]{
 		Name:     "test-pod",
 		Prefix:   "pod.",
 		Sections: []ModuleSection{{Name: "pod", Doc: "A provider of pods, for the tests."}, {Name: "pod.image"}},
@@ -47,20 +47,19 @@ func init() {
 			{Name: "pod.labels", Flag: "pod-labels", Usage: "labels", Doc: "Labels."},
 			{Name: "pod.image.name", Flag: "pod-image", Usage: "image", Doc: "The image.", Aliases: []string{"pod.picture"}},
 		},
-		Config: func() any {
+		Config: func() *podSection {
 			s := &podSection{Namespace: "default", Replicas: 1, Boot: time.Minute}
 			s.Image.Name = "debian"
 			return s
 		},
-		Validate: func(cfg any, set ModuleSettings) error {
-			s := cfg.(*podSection)
+		Validate: func(s *podSection, set ModuleSettings) error {
 			if s.Replicas < 1 {
 				return fmt.Errorf("config: pod.replicas: must be at least 1, got %d", s.Replicas)
 			}
 			return nil
 		},
-		New: func(_ context.Context, cfg any, env ModuleEnv) (sandbox.Provider, error) {
-			podMade.section, podMade.env = cfg.(*podSection), env
+		New: func(_ context.Context, cfg *podSection, env ModuleEnv) (sandbox.Provider, error) {
+			podMade.section, podMade.env = cfg, env
 			return &memsandbox.Provider{}, nil
 		},
 	})

@@ -19,9 +19,14 @@
 // and closes. The runnable Example shows a whole session: a page served from the sandbox,
 // its screenshot, a commit.
 //
-// A program that embeds toolhost with the local provider must import it (this package
-// does): the provider runs the sandbox's agent by re-executing the program's own binary,
-// and package local's init takes over in that process.
+// The providers and stores a Config names are modules the program links: this package
+// registers none, and importing modules/standard registers the built-ins (providers local,
+// e2b and kubernetes, stores dir and s3):
+//
+//	import _ "github.com/toolhost/toolhost/modules/standard"
+//
+// The local provider runs the sandbox's agent by re-executing the program's own binary:
+// main calls Reexec first.
 package toolhost
 
 import (

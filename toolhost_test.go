@@ -158,12 +158,12 @@ func TestProviders(t *testing.T) {
 			t.Error("registering local twice did not panic")
 		}
 	}()
-	RegisterProvider(ProviderModule{Name: "local", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) { return nil, nil }})
+	RegisterProvider(ProviderModule[struct{}]{Name: "local", New: func(context.Context, *struct{}, ModuleEnv) (sandbox.Provider, error) { return nil, nil }})
 }
 
 // memProvider is a provider that cannot mount host directories, as a remote one.
 func init() {
-	RegisterProvider(ProviderModule{Name: "test-memory", New: func(context.Context, any, ModuleEnv) (sandbox.Provider, error) {
+	RegisterProvider(ProviderModule[struct{}]{Name: "test-memory", New: func(context.Context, *struct{}, ModuleEnv) (sandbox.Provider, error) {
 		return &memsandbox.Provider{}, nil
 	}})
 }

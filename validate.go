@@ -82,12 +82,21 @@ func (c *Config) Validate() error {
 
 type badKey func(key, format string, args ...any) error
 
+// knownList is the registered modules' names for a message, or what to do when there are
+// none: the root package registers no module of its own.
+func knownList(names []string) string {
+	if len(names) == 0 {
+		return "none is registered: import github.com/toolhost/toolhost/modules/standard for the built-ins"
+	}
+	return strings.Join(names, ", ")
+}
+
 func (c *Config) validateSandbox(bad badKey) error {
 	seen := map[string]bool{}
 	for _, name := range ProviderNamesOf(c.Sandbox.Provider) {
 		if _, ok := module.LookupProvider(name); !ok {
 			return bad("sandbox.provider", "unknown provider %q (known: %s; several, tried in order, as a comma-separated list such as e2b,local)",
-				name, strings.Join(ProviderNames(), ", "))
+				name, knownList(ProviderNames()))
 		}
 		if seen[name] {
 			return bad("sandbox.provider", "%q is listed twice in %q", name, c.Sandbox.Provider)
@@ -132,7 +141,7 @@ func (c *Config) validateStorage(bad badKey) error {
 		return bad("project", "%v", err)
 	}
 	if _, ok := module.LookupStore(c.Store.Kind); !ok {
-		return bad("store.kind", "unknown store %q (known: %s)", c.Store.Kind, strings.Join(storeKinds(), ", "))
+		return bad("store.kind", "unknown store %q (known: %s)", c.Store.Kind, knownList(storeKinds()))
 	}
 	if b := c.Store.PublicBase; b != "" {
 		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {

@@ -222,7 +222,7 @@ func TestToolResultsInOrder(t *testing.T) {
 // The SDK stays at the edge: neither the host, nor the root package, nor the CLI links it.
 func TestSDKStaysAtTheEdge(t *testing.T) {
 	for _, pkg := range []string{"github.com/toolhost/toolhost", "github.com/toolhost/toolhost/internal/host",
-		"github.com/toolhost/toolhost/cmd/toolhost"} {
+		"github.com/toolhost/toolhost/cli"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

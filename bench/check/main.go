@@ -108,7 +108,7 @@ var runs = []run{
 		{"duel vs Extism: 4 KB read", "≤ 0.4", "x", duelRatio("read4k")},
 		{"duel vs Extism: 64 KB echo", "≤ 0.4", "x", duelRatio("echo64k")},
 	}},
-	{pkg: "./cmd/toolhost", bench: "^BenchmarkFirstCall$", benchtime: "3x", figures: []figure{
+	{pkg: "./cli", bench: "^BenchmarkFirstCall$", benchtime: "3x", figures: []figure{
 		{"cold / warm `call bash true`, to the result", "≤ 2x", "x", ratioOf("BenchmarkFirstCall", "cold/warm")},
 		{"cold / warm, to the process's exit", "≤ 2x", "x", ratioOf("BenchmarkFirstCall", "cold-exit/warm")},
 		{"one warm one-shot `toolhost call`, CPU (with its sandbox's)", "≤ 50 ms", "ms", ratioOf("BenchmarkFirstCall", "warm-cpu-ms")},

@@ -31,6 +31,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	toolanthropic "github.com/toolhost/toolhost/adapters/anthropic"
+	_ "github.com/toolhost/toolhost/modules/standard" // the built-in providers and stores
 )
 
 const defaultTask = "Write a page that says hello, serve it on port 8000 and check how it looks."

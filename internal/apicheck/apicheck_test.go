@@ -26,12 +26,12 @@ var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
 
 // public is every package a program outside the module may import: the embedding API, the
 // ABI and the plugin kit, the sandbox and store interfaces with their conformance suites,
-// the policy and audit types, the adapters, and the experimental corner. Everything else
-// is internal (or a command).
+// the policy and audit types, the adapters, the experimental corner, and what a custom build
+// is made of (cli, modules/standard). Everything else is internal (or a command).
 var public = []string{
-	".", "abi", "adapters/anthropic", "adapters/openai", "audit", "core/sandbox", "core/sandbox/sandboxtest",
+	".", "abi", "adapters/anthropic", "adapters/openai", "audit", "cli", "core/sandbox", "core/sandbox/sandboxtest",
 	"core/store", "core/store/storetest", "experimental", "pdk", "pdk/pdktest", "pdk/policytest",
-	"policy",
+	"modules/standard", "policy",
 }
 
 const module = "github.com/toolhost/toolhost"
@@ -254,17 +254,34 @@ func exported(t *testing.T, dir string) (lines, internal []string) {
 						}
 						name := s.Name.Name
 						if s.TypeParams != nil {
-							name += str(s.TypeParams)
+							var params []string
+							for _, f := range s.TypeParams.List {
+								var names []string
+								for _, n := range f.Names {
+									names = append(names, n.Name)
+								}
+								params = append(params, strings.Join(names, ", ")+" "+str(f.Type))
+							}
+							name += "[" + strings.Join(params, ", ") + "]"
 						}
 						if s.Assign != 0 { // an alias: what it stands for is the point
 							add(fmt.Sprintf("type %s = %s", name, str(s.Type)))
 							// An alias of an internal type makes that type's exported fields
 							// and methods public too: list them under the alias's name.
-							if se, ok := s.Type.(*ast.SelectorExpr); ok {
+							// A generic alias (ProviderModule[C] = module.Provider[C]) lists the
+							// generic type's, under its own name and type parameters.
+							typ := s.Type
+							switch ix := typ.(type) {
+							case *ast.IndexExpr:
+								typ = ix.X
+							case *ast.IndexListExpr:
+								typ = ix.X
+							}
+							if se, ok := typ.(*ast.SelectorExpr); ok {
 								if id, ok := se.X.(*ast.Ident); ok && internalNames[id.Name] != "" {
 									dir := filepath.Join(root(t), strings.TrimPrefix(internalNames[id.Name], module+"/"))
 									for _, l := range aliased(t, dir, se.Sel.Name) {
-										add(strings.Replace(l, " "+se.Sel.Name, " "+name, 1))
+										add(renameAliased(l, name))
 									}
 								}
 							}
@@ -348,11 +365,30 @@ func aliased(t *testing.T, dir, name string) []string {
 	all, _ := exported(t, dir)
 	var out []string
 	for _, l := range all {
-		for _, p := range []string{"type " + name + " ", "method (" + name + ") ", "method (*" + name + ") "} {
+		for _, p := range []string{"type " + name + " ", "type " + name + "[", "method (" + name + ") ", "method (*" + name + ") "} {
 			if strings.HasPrefix(l, p) {
 				out = append(out, l)
 			}
 		}
 	}
 	return out
+}
+
+// renameAliased is a line aliased listed, with the type it names (and its type
+// parameters) named as the alias is: "type Provider[C any] struct, Name string" under
+// ProviderModule[C any] is "type ProviderModule[C any] struct, Name string".
+func renameAliased(l, alias string) string {
+	for _, p := range []string{"type ", "method (*", "method ("} {
+		if rest, ok := strings.CutPrefix(l, p); ok {
+			end := strings.IndexAny(rest, " )[")
+			if end >= 0 && rest[end] == '[' { // type parameters: to their closing bracket
+				end = strings.Index(rest, "]") + 1
+			}
+			if end <= 0 {
+				return l
+			}
+			return p + alias + rest[end:]
+		}
+	}
+	return l
 }

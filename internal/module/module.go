@@ -2,8 +2,8 @@
 // object stores, the built-in ones and any that a program embedding toolhost adds. The
 // root package re-exports its types (toolhost.ProviderModule, toolhost.StoreModule, ...)
 // and its Register functions; the built-in modules register here from their own
-// packages' init functions, which the root package imports, because they cannot import
-// the root package that imports them.
+// packages' init functions, which package modules/standard imports (the root package
+// registers none: a program links the modules it imports).
 //
 // A module is one value that says everything toolhost needs to know about it, so that
 // adding one is a folder and an import line (Caddy's module system is the model):
@@ -11,8 +11,9 @@
 //   - its name (the value of sandbox.provider, or of store.kind);
 //   - its configuration: the keys it owns, with their docs (the key table, the CLI's flags
 //     and variables, toolhost.example.yaml and docs/CONFIG.md are assembled from every
-//     module's), and a function that returns its defaults as a struct whose fields carry
-//     `key` tags;
+//     module's), and a function that returns its defaults as a *C, the module's own
+//     struct whose fields carry `key` tags (Provider[C], Store[C]: every function of the
+//     module takes that *C, so none converts its configuration);
 //   - Validate, which checks its configuration; the error names the key;
 //   - New or Open, which makes the provider or opens the store;
 //   - Doctor, which checks on this machine what the module needs (optional).
@@ -125,8 +126,11 @@ type Settings struct {
 	Pool int
 }
 
-// Provider is a sandbox provider module.
-type Provider struct {
+// Provider is a sandbox provider module whose configuration is a C: a struct whose
+// fields carry `key` tags that name the keys below Prefix (a nested struct for a deeper
+// section). Each function takes the module's own *C, so a module never converts its
+// configuration; a module without keys may use struct{}.
+type Provider[C any] struct {
 	// Name is the value of sandbox.provider that chooses it ("local", "e2b"): letters,
 	// digits, '-' and '_'.
 	Name string
@@ -136,24 +140,116 @@ type Provider struct {
 	Sections []Section
 	// Keys are its configuration keys, in the order the reference shows them.
 	Keys []Key
-	// Config returns its configuration with the defaults: a pointer to a struct whose
-	// fields carry `key` tags that name the keys below Prefix (a nested struct for a
-	// deeper section). Nil when it has no keys.
-	Config func() any
-	// Validate checks the configuration (the value Config returned, filled), against the
+	// Config returns its configuration with the defaults. Required with Keys; nil when
+	// it has none (the functions below then get a zero C).
+	Config func() *C
+	// Validate checks the configuration (what Config returned, filled), against the
 	// settings when it must; the error names the key and fits on one line. Called for
 	// every registered provider (Settings.Providers says whether it is chosen). Nil:
 	// nothing to check.
-	Validate func(cfg any, s Settings) error
+	Validate func(cfg *C, s Settings) error
 	// New makes the provider. A provider that cannot mount host directories refuses
 	// CreateOptions.Workspace (an error wrapping sandbox.ErrUnsupported); one whose
 	// sandboxes cannot live past a bound says so with sandbox.LifetimeBound; one that must
 	// be closed implements sandbox.Closer.
-	New func(ctx context.Context, cfg any, env Env) (sandbox.Provider, error)
+	New func(ctx context.Context, cfg *C, env Env) (sandbox.Provider, error)
 	// Doctor checks what the provider needs on this machine, each part for real; called by
 	// toolhost doctor when sandbox.provider names it. alone says whether it is the only
 	// provider named (a failure then is fatal rather than a warning). Nil: no checks.
-	Doctor func(ctx context.Context, cfg any, env Env, alone bool) []Check
+	Doctor func(ctx context.Context, cfg *C, env Env, alone bool) []Check
+}
+
+// Store is an object store module whose configuration is a C (see Provider).
+type Store[C any] struct {
+	// Kind is the value of store.kind that chooses it ("dir", "s3").
+	Kind     string
+	Prefix   string
+	Sections []Section
+	Keys     []Key
+	Config   func() *C
+	// Validate checks the configuration, for every registered store (Settings.StoreKind
+	// says whether it is chosen).
+	Validate func(cfg *C, s Settings) error
+	// Open opens the store.
+	Open func(ctx context.Context, cfg *C, env Env) (Opened, error)
+}
+
+// Registered is a registered module as the configuration and the host see it, whatever
+// its configuration's type: its names and keys, and its functions over a configuration
+// that NewConfig made (the module's own *C, which a decoder fills by its key tags).
+type Registered struct {
+	Name     string // the provider's name, or the store's kind
+	Prefix   string
+	Sections []Section
+	Keys     []Key
+
+	newConfig func() any
+	validate  func(cfg any, s Settings) error
+	newP      func(ctx context.Context, cfg any, env Env) (sandbox.Provider, error)
+	doctor    func(ctx context.Context, cfg any, env Env, alone bool) []Check
+	open      func(ctx context.Context, cfg any, env Env) (Opened, error)
+}
+
+// HasConfig says whether the module has keys, so a configuration of its own.
+func (r Registered) HasConfig() bool { return r.newConfig != nil }
+
+// NewConfig is the module's configuration with its defaults (a *C), or nil when it has
+// no keys.
+func (r Registered) NewConfig() any {
+	if r.newConfig == nil {
+		return nil
+	}
+	return r.newConfig()
+}
+
+// Validate runs the module's Validate on cfg, a value NewConfig made (or nil).
+func (r Registered) Validate(cfg any, s Settings) error { return r.validate(cfg, s) }
+
+// New makes a provider module's provider from cfg.
+func (r Registered) New(ctx context.Context, cfg any, env Env) (sandbox.Provider, error) {
+	return r.newP(ctx, cfg, env)
+}
+
+// Doctor runs a provider module's checks with cfg; none when it has no Doctor.
+func (r Registered) Doctor(ctx context.Context, cfg any, env Env, alone bool) []Check {
+	if r.doctor == nil {
+		return nil
+	}
+	return r.doctor(ctx, cfg, env, alone)
+}
+
+// Open opens a store module's store from cfg.
+func (r Registered) Open(ctx context.Context, cfg any, env Env) (Opened, error) {
+	return r.open(ctx, cfg, env)
+}
+
+// configOf is cfg as the module's own *C: the value its Config made, or a zero C for a
+// module without keys (or a configuration that has none of its values yet). The one place
+// the erased value meets its type again: a Registered only ever gets back what its own
+// NewConfig made.
+func configOf[C any](config func() *C, cfg any) *C {
+	if c, ok := cfg.(*C); ok && c != nil {
+		return c
+	}
+	if config != nil {
+		return config()
+	}
+	return new(C)
+}
+
+// erase is the Registered form of a module's configuration functions.
+func erase[C any](config func() *C, validate func(*C, Settings) error) (func() any, func(any, Settings) error) {
+	var newConfig func() any
+	if config != nil {
+		newConfig = func() any { return config() }
+	}
+	v := func(cfg any, s Settings) error {
+		if validate == nil {
+			return nil
+		}
+		return validate(configOf(config, cfg), s)
+	}
+	return newConfig, v
 }
 
 // Opened is a store a Store module opened.
@@ -165,21 +261,6 @@ type Opened struct {
 	Shared bool
 	// Close releases it; nil when there is nothing to release.
 	Close func() error
-}
-
-// Store is an object store module.
-type Store struct {
-	// Kind is the value of store.kind that chooses it ("dir", "s3").
-	Kind     string
-	Prefix   string
-	Sections []Section
-	Keys     []Key
-	Config   func() any
-	// Validate checks the configuration, for every registered store (Settings.StoreKind
-	// says whether it is chosen).
-	Validate func(cfg any, s Settings) error
-	// Open opens the store.
-	Open func(ctx context.Context, cfg any, env Env) (Opened, error)
 }
 
 // Check is one finding of toolhost doctor.
@@ -223,8 +304,8 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.redacted()), nil
 // The registry. Modules register from init functions; reads take the read lock.
 var registry struct {
 	mu        sync.RWMutex
-	providers []Provider
-	stores    []Store
+	providers []Registered
+	stores    []Registered
 }
 
 // validName: what a name may be (it goes in a comma-separated list, a key and a flag).
@@ -240,8 +321,8 @@ func validName(n string) bool {
 	return true
 }
 
-func checkKeys(what, prefix string, keys []Key, config func() any) error {
-	if len(keys) > 0 && (prefix == "" || !strings.HasSuffix(prefix, ".") || config == nil) {
+func checkKeys(what, prefix string, keys []Key, hasConfig bool) error {
+	if len(keys) > 0 && (prefix == "" || !strings.HasSuffix(prefix, ".") || !hasConfig) {
 		return fmt.Errorf("%s: keys need a Prefix ending in a dot and a Config", what)
 	}
 	for _, k := range keys {
@@ -255,69 +336,84 @@ func checkKeys(what, prefix string, keys []Key, config func() any) error {
 // RegisterProvider adds a sandbox provider. It panics on a bad or duplicate name, or keys
 // outside the module's prefix: a registration is code, and a second module of one name
 // would otherwise silently replace the first.
-func RegisterProvider(p Provider) {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
+func RegisterProvider[C any](p Provider[C]) {
 	if !validName(p.Name) || p.New == nil {
 		panic(fmt.Sprintf("toolhost: RegisterProvider(%q): a name of a-z, 0-9, '-' and '_', and New, are required", p.Name))
 	}
-	if slices.ContainsFunc(registry.providers, func(q Provider) bool { return q.Name == p.Name }) {
-		panic(fmt.Sprintf("toolhost: RegisterProvider(%q): already registered", p.Name))
-	}
-	if err := checkKeys("toolhost: RegisterProvider("+p.Name+")", p.Prefix, p.Keys, p.Config); err != nil {
+	if err := checkKeys("toolhost: RegisterProvider("+p.Name+")", p.Prefix, p.Keys, p.Config != nil); err != nil {
 		panic(err.Error())
 	}
-	registry.providers = append(registry.providers, p)
+	r := Registered{Name: p.Name, Prefix: p.Prefix, Sections: p.Sections, Keys: p.Keys}
+	r.newConfig, r.validate = erase(p.Config, p.Validate)
+	r.newP = func(ctx context.Context, cfg any, env Env) (sandbox.Provider, error) {
+		return p.New(ctx, configOf(p.Config, cfg), env)
+	}
+	if p.Doctor != nil {
+		r.doctor = func(ctx context.Context, cfg any, env Env, alone bool) []Check {
+			return p.Doctor(ctx, configOf(p.Config, cfg), env, alone)
+		}
+	}
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if slices.ContainsFunc(registry.providers, func(q Registered) bool { return q.Name == p.Name }) {
+		panic(fmt.Sprintf("toolhost: RegisterProvider(%q): already registered", p.Name))
+	}
+	registry.providers = append(registry.providers, r)
 }
 
 // RegisterStore adds an object store; see RegisterProvider.
-func RegisterStore(s Store) {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
+func RegisterStore[C any](s Store[C]) {
 	if !validName(s.Kind) || s.Open == nil {
 		panic(fmt.Sprintf("toolhost: RegisterStore(%q): a kind of a-z, 0-9, '-' and '_', and Open, are required", s.Kind))
 	}
-	if slices.ContainsFunc(registry.stores, func(q Store) bool { return q.Kind == s.Kind }) {
-		panic(fmt.Sprintf("toolhost: RegisterStore(%q): already registered", s.Kind))
-	}
-	if err := checkKeys("toolhost: RegisterStore("+s.Kind+")", s.Prefix, s.Keys, s.Config); err != nil {
+	if err := checkKeys("toolhost: RegisterStore("+s.Kind+")", s.Prefix, s.Keys, s.Config != nil); err != nil {
 		panic(err.Error())
 	}
-	registry.stores = append(registry.stores, s)
+	r := Registered{Name: s.Kind, Prefix: s.Prefix, Sections: s.Sections, Keys: s.Keys}
+	r.newConfig, r.validate = erase(s.Config, s.Validate)
+	r.open = func(ctx context.Context, cfg any, env Env) (Opened, error) {
+		return s.Open(ctx, configOf(s.Config, cfg), env)
+	}
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if slices.ContainsFunc(registry.stores, func(q Registered) bool { return q.Name == s.Kind }) {
+		panic(fmt.Sprintf("toolhost: RegisterStore(%q): already registered", s.Kind))
+	}
+	registry.stores = append(registry.stores, r)
 }
 
 // Providers lists the registered providers in registration order.
-func Providers() []Provider {
+func Providers() []Registered {
 	registry.mu.RLock()
 	defer registry.mu.RUnlock()
 	return slices.Clone(registry.providers)
 }
 
 // Stores lists the registered stores in registration order.
-func Stores() []Store {
+func Stores() []Registered {
 	registry.mu.RLock()
 	defer registry.mu.RUnlock()
 	return slices.Clone(registry.stores)
 }
 
 // LookupProvider finds a provider by name.
-func LookupProvider(name string) (Provider, bool) {
+func LookupProvider(name string) (Registered, bool) {
 	registry.mu.RLock()
 	defer registry.mu.RUnlock()
-	i := slices.IndexFunc(registry.providers, func(p Provider) bool { return p.Name == name })
+	i := slices.IndexFunc(registry.providers, func(p Registered) bool { return p.Name == name })
 	if i < 0 {
-		return Provider{}, false
+		return Registered{}, false
 	}
 	return registry.providers[i], true
 }
 
 // LookupStore finds a store by kind.
-func LookupStore(kind string) (Store, bool) {
+func LookupStore(kind string) (Registered, bool) {
 	registry.mu.RLock()
 	defer registry.mu.RUnlock()
-	i := slices.IndexFunc(registry.stores, func(s Store) bool { return s.Kind == kind })
+	i := slices.IndexFunc(registry.stores, func(s Registered) bool { return s.Name == kind })
 	if i < 0 {
-		return Store{}, false
+		return Registered{}, false
 	}
 	return registry.stores[i], true
 }

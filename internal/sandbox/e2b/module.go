@@ -18,18 +18,18 @@ import (
 // The e2b provider as a module of toolhost's configuration: its keys (e2b.*), their
 // validation, the provider they make, and its doctor line.
 func init() {
-	module.RegisterProvider(module.Provider{
+	module.RegisterProvider(module.Provider[Section]{
 		Name:     "e2b",
 		Prefix:   "e2b.",
 		Sections: []module.Section{{Name: "e2b", Doc: sectionDoc}},
 		Keys:     keys,
-		Config:   func() any { return DefaultSection() },
-		Validate: func(cfg any, s module.Settings) error { return cfg.(*Section).Validate(s) },
-		New: func(ctx context.Context, cfg any, env module.Env) (sandbox.Provider, error) {
-			return NewFromSection(cfg.(*Section), env)
+		Config:   DefaultSection,
+		Validate: func(cfg *Section, s module.Settings) error { return cfg.Validate(s) },
+		New: func(ctx context.Context, cfg *Section, env module.Env) (sandbox.Provider, error) {
+			return NewFromSection(cfg, env)
 		},
-		Doctor: func(ctx context.Context, cfg any, env module.Env, alone bool) []module.Check {
-			return []module.Check{doctor(ctx, cfg.(*Section), alone)}
+		Doctor: func(ctx context.Context, cfg *Section, env module.Env, alone bool) []module.Check {
+			return []module.Check{doctor(ctx, cfg, alone)}
 		},
 	})
 }

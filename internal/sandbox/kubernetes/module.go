@@ -23,22 +23,22 @@ import (
 // (kubernetes.*), their validation, the provider they make with the sandbox policy every
 // provider honours (limits, session lifetime), and its doctor lines.
 func init() {
-	module.RegisterProvider(module.Provider{
+	module.RegisterProvider(module.Provider[Section]{
 		Name:     "kubernetes",
 		Prefix:   "kubernetes.",
 		Sections: []module.Section{{Name: "kubernetes", Doc: sectionDoc}},
 		Keys:     keys,
-		Config:   func() any { return DefaultSection() },
-		Validate: func(cfg any, s module.Settings) error { return cfg.(*Section).Validate(s) },
-		New: func(_ context.Context, cfg any, env module.Env) (sandbox.Provider, error) {
-			p, err := NewFromSection(cfg.(*Section), env)
+		Config:   DefaultSection,
+		Validate: func(cfg *Section, s module.Settings) error { return cfg.Validate(s) },
+		New: func(_ context.Context, cfg *Section, env module.Env) (sandbox.Provider, error) {
+			p, err := NewFromSection(cfg, env)
 			if err != nil {
 				return nil, err
 			}
 			return p, nil
 		},
-		Doctor: func(ctx context.Context, cfg any, env module.Env, alone bool) []module.Check {
-			return doctor(ctx, cfg.(*Section), env, alone)
+		Doctor: func(ctx context.Context, cfg *Section, env module.Env, alone bool) []module.Check {
+			return doctor(ctx, cfg, env, alone)
 		},
 	})
 }

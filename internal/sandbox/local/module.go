@@ -15,13 +15,12 @@ import (
 // only it reads), their validation, the provider they make with the sandbox policy every
 // provider honours (limits, session lifetime), and its doctor lines.
 func init() {
-	module.RegisterProvider(module.Provider{
+	module.RegisterProvider(module.Provider[Section]{
 		Name:   "local",
 		Prefix: "sandbox.",
 		Keys:   keys,
-		Config: func() any { return DefaultSection() },
-		Validate: func(cfg any, _ module.Settings) error {
-			s := cfg.(*Section)
+		Config: DefaultSection,
+		Validate: func(s *Section, _ module.Settings) error {
 			if s.HostUID <= 0 {
 				return fmt.Errorf("config: sandbox.host_uid: must be an unprivileged uid (not 0), got %d", s.HostUID)
 			}
@@ -30,11 +29,11 @@ func init() {
 			}
 			return nil
 		},
-		New: func(_ context.Context, cfg any, env module.Env) (sandbox.Provider, error) {
-			return newFromSection(cfg.(*Section), env)
+		New: func(_ context.Context, cfg *Section, env module.Env) (sandbox.Provider, error) {
+			return newFromSection(cfg, env)
 		},
-		Doctor: func(ctx context.Context, cfg any, env module.Env, _ bool) []module.Check {
-			return doctor(ctx, cfg.(*Section), env)
+		Doctor: func(ctx context.Context, cfg *Section, env module.Env, _ bool) []module.Check {
+			return doctor(ctx, cfg, env)
 		},
 	})
 }

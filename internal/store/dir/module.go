@@ -12,21 +12,21 @@ import (
 // The directory store as a module of toolhost's configuration (store.kind: dir, the
 // default): its one key, store.dir.
 func init() {
-	module.RegisterStore(module.Store{
+	module.RegisterStore(module.Store[Section]{
 		Kind:   "dir",
 		Prefix: "store.",
 		Keys: []module.Key{{Name: "store.dir", Flag: "store-dir", Default: `"" (data_dir/store)`, HostPath: true,
 			Usage: "directory store's root (default data_dir/store)",
 			Doc:   `The directory store's root.`}},
-		Config: func() any { return &Section{} },
-		Validate: func(cfg any, _ module.Settings) error {
-			if d := cfg.(*Section).Dir; d != "" && strings.TrimSpace(d) == "" {
+		Config: func() *Section { return &Section{} },
+		Validate: func(cfg *Section, _ module.Settings) error {
+			if d := cfg.Dir; d != "" && strings.TrimSpace(d) == "" {
 				return fmt.Errorf("config: store.dir: is blank")
 			}
 			return nil
 		},
-		Open: func(_ context.Context, cfg any, env module.Env) (module.Opened, error) {
-			d := cfg.(*Section).Dir
+		Open: func(_ context.Context, cfg *Section, env module.Env) (module.Opened, error) {
+			d := cfg.Dir
 			if d == "" {
 				d = filepath.Join(env.DataDir, "store")
 			}

@@ -11,15 +11,14 @@ import (
 // S3 and S3-compatible stores as a module of toolhost's configuration (store.kind: s3):
 // the store.s3.* keys.
 func init() {
-	module.RegisterStore(module.Store{
+	module.RegisterStore(module.Store[Section]{
 		Kind:     "s3",
 		Prefix:   "store.s3.",
 		Sections: []module.Section{{Name: "store.s3"}},
 		Keys:     keys,
-		Config:   func() any { return &Section{Checksums: "when_supported"} },
-		Validate: func(cfg any, s module.Settings) error { return cfg.(*Section).Validate(s.StoreKind == "s3") },
-		Open: func(ctx context.Context, cfg any, env module.Env) (module.Opened, error) {
-			s := cfg.(*Section)
+		Config:   func() *Section { return &Section{Checksums: "when_supported"} },
+		Validate: func(cfg *Section, s module.Settings) error { return cfg.Validate(s.StoreKind == "s3") },
+		Open: func(ctx context.Context, s *Section, env module.Env) (module.Opened, error) {
 			st, err := New(ctx, Config{
 				Bucket:               s.Bucket,
 				Region:               s.Region,
