@@ -70,7 +70,7 @@ if [ "${PIN:-}" = 1 ]; then
 	# The configuration's default names this build: the pin, and the docs made from it.
 	GO_FILE=$REPO/internal/sandbox/kubernetes/image.go
 	sed -i "s|^const DefaultImage = \".*\"|const DefaultImage = \"$REF\"|" "$GO_FILE"
-	(cd "$REPO" && go test ./cmd/toolhost/internal/config -update >/dev/null)
+	(cd "$REPO" && go test ./cli/internal/config -update >/dev/null)
 	echo "k8s image: pinned $REF in $GO_FILE (and the config docs)"
 fi
 echo "$REF" > "$IMG/agent.ref"

@@ -7,4 +7,4 @@ package kubernetes
 // the build's (PIN=1 scripts/k8s/image.sh writes it). The name is the one the test cluster
 // imports it under: push the archive (skopeo copy oci-archive:...) to your registry and
 // name it REGISTRY/toolhost-agent@sha256:... with the same digest.
-const DefaultImage = "toolhost.local/toolhost-agent@sha256:09d62ae6f9f0ef04b60ea7acfab201cdb5c06c6dc10aa269dfbb87abacf7bf72"
+const DefaultImage = "toolhost.local/toolhost-agent@sha256:ebb1104fbf4820199e8b21a06c046b37cbfa86c98e8df8494017ec9daa7b6c68"
