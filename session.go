@@ -65,8 +65,8 @@ type Session struct {
 	th      *Toolhost
 	project string
 	id      string // names the session in its record and its sandboxes' labels
-	live    *session.Session
-	tools   *host.Session
+	live    *session.Workspace
+	tools   *host.Dispatcher
 	wake    *wakeRecorder
 	lease   *projectLease // nil when leases are off
 	rec     *recorder     // keeps the session's record in the store

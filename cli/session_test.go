@@ -268,7 +268,7 @@ func TestSessionTwoShells(t *testing.T) {
 	oneLineError(t, e.run("call", "--session", "nope-000000", "bash", `{}`), 2, "no session nope-000000 (running: "+id+")")
 	// A second session of the project: a plain call no longer knows which to take.
 	r = e.run("session", "start", "--project", "two-shells", "--format", "json")
-	var second sessionapi.Session
+	var second sessionapi.Held
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &second) != nil || second.ID == id {
 		t.Fatalf("a second session start: %s", r)
 	}

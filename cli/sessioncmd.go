@@ -230,7 +230,7 @@ Example:
 		}
 		idle := c.cfg.Serve.IdleTimeout // --idle-timeout
 		req := sessionapi.StartRequest{Project: c.cfg.Project, Workspace: ws, IdleTimeoutMS: idle.Milliseconds()}
-		var sess sessionapi.Session
+		var sess sessionapi.Held
 		for attempt := 0; ; attempt++ {
 			cl, err := c.ensureDaemon(ctx)
 			if err != nil {
@@ -319,10 +319,10 @@ stderr).`,
 }
 
 // heldSessions lists the daemon's sessions; none when no daemon runs.
-func (c *cli) heldSessions(ctx context.Context) ([]sessionapi.Session, error) {
+func (c *cli) heldSessions(ctx context.Context) ([]sessionapi.Held, error) {
 	cl, _, err := c.sessionClient()
 	if errors.Is(err, daemon.ErrUnsupported) {
-		return []sessionapi.Session{}, nil
+		return []sessionapi.Held{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (c *cli) heldSessions(ctx context.Context) ([]sessionapi.Session, error) {
 	defer cl.Close()
 	sessions, err := cl.List(ctx)
 	if sessionapi.Unreachable(err) {
-		return []sessionapi.Session{}, nil
+		return []sessionapi.Held{}, nil
 	}
 	return sessions, err
 }

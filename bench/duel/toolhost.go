@@ -17,7 +17,7 @@ import (
 type toolhostRT struct {
 	cfg  host.Config
 	h    *host.Host
-	s    *host.Session
+	s    *host.Dispatcher
 	sb   sandbox.Sandbox
 	ins  map[string]json.RawMessage
 	tool map[string]string

@@ -18,10 +18,10 @@ type SessionConfig struct {
 	Inject []Injection
 }
 
-// Session is the gateway's side of one toolhost session: each sandbox it opens (the
+// SessionGateway is the gateway's side of one toolhost session: each sandbox it opens (the
 // first, and each that replaces it) gets a door with the session's policy, spending the
 // session's budget. It implements sandbox.EgressGateway.
-type Session struct {
+type SessionGateway struct {
 	g   *Gateway
 	cfg SessionConfig
 
@@ -29,15 +29,15 @@ type Session struct {
 	doors map[*Client]struct{}
 }
 
-var _ sandbox.EgressGateway = (*Session)(nil)
+var _ sandbox.EgressGateway = (*SessionGateway)(nil)
 
 // Session starts the gateway's side of a session.
-func (g *Gateway) Session(cfg SessionConfig) *Session {
-	return &Session{g: g, cfg: cfg, doors: map[*Client]struct{}{}}
+func (g *Gateway) Session(cfg SessionConfig) *SessionGateway {
+	return &SessionGateway{g: g, cfg: cfg, doors: map[*Client]struct{}{}}
 }
 
 // Open makes the door of sandbox id.
-func (s *Session) Open(id string) (sandbox.EgressDoor, error) {
+func (s *SessionGateway) Open(id string) (sandbox.EgressDoor, error) {
 	s.mu.Lock()
 	p := s.cfg.Policy
 	s.mu.Unlock()
@@ -52,7 +52,7 @@ func (s *Session) Open(id string) (sandbox.EgressDoor, error) {
 }
 
 // Policy is the session's policy.
-func (s *Session) Policy() *Policy {
+func (s *SessionGateway) Policy() *Policy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.Policy
@@ -60,7 +60,7 @@ func (s *Session) Policy() *Policy {
 
 // SetPolicy changes the policy of the session's open doors (for new connections) and of
 // those it opens next.
-func (s *Session) SetPolicy(p *Policy) {
+func (s *SessionGateway) SetPolicy(p *Policy) {
 	s.mu.Lock()
 	s.cfg.Policy = p
 	doors := make([]*Client, 0, len(s.doors))
@@ -74,12 +74,12 @@ func (s *Session) SetPolicy(p *Policy) {
 }
 
 // Budget is the session's budget (nil: unlimited).
-func (s *Session) Budget() *Budget { return s.cfg.Budget }
+func (s *SessionGateway) Budget() *Budget { return s.cfg.Budget }
 
 // door adapts a Client to sandbox.EgressDoor.
 type door struct {
 	c *Client
-	s *Session
+	s *SessionGateway
 }
 
 func (d *door) ServeConn(conn net.Conn, command string) {

@@ -84,7 +84,7 @@ func captureHost(t *testing.T, c host.Capturer) *host.Host {
 	return h
 }
 
-func shoot(t *testing.T, s *host.Session, input string) abi.Result {
+func shoot(t *testing.T, s *host.Dispatcher, input string) abi.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

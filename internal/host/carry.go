@@ -19,7 +19,7 @@ type Owned struct {
 
 // OwnedProcesses lists the background processes the session's plugins started, by plugin
 // then age (the newest last).
-func (s *Session) OwnedProcesses() []Owned {
+func (s *Dispatcher) OwnedProcesses() []Owned {
 	s.owned.mu.Lock()
 	defer s.owned.mu.Unlock()
 	var out []Owned
@@ -32,7 +32,7 @@ func (s *Session) OwnedProcesses() []Owned {
 }
 
 // OwnedTerminals lists the terminals the session's plugins started.
-func (s *Session) OwnedTerminals() []Owned {
+func (s *Dispatcher) OwnedTerminals() []Owned {
 	s.owned.mu.Lock()
 	defer s.owned.mu.Unlock()
 	var out []Owned
@@ -47,23 +47,23 @@ func (s *Session) OwnedTerminals() []Owned {
 // AdoptProcess makes the background process id (logging to logPath) plugin's, as if it had
 // started it in this session: a session that took over from a dead one gives each plugin
 // back what it started there.
-func (s *Session) AdoptProcess(plugin, id, logPath string) {
+func (s *Dispatcher) AdoptProcess(plugin, id, logPath string) {
 	s.owned.addProc(plugin, id, logPath)
 }
 
 // AdoptTerminal makes the terminal id plugin's, as AdoptProcess does a process.
-func (s *Session) AdoptTerminal(plugin, id string) {
+func (s *Dispatcher) AdoptTerminal(plugin, id string) {
 	s.owned.addTerm(plugin, id)
 }
 
 // PluginState is a plugin's session value for key (toolhost_session.get), if any.
-func (s *Session) PluginState(plugin, key string) ([]byte, bool) {
+func (s *Dispatcher) PluginState(plugin, key string) ([]byte, bool) {
 	return s.state.get(plugin, key)
 }
 
 // SetPluginState sets a plugin's session value for key, within the same bounds as the
 // plugin's own set (an empty value deletes it).
-func (s *Session) SetPluginState(plugin, key string, value []byte) bool {
+func (s *Dispatcher) SetPluginState(plugin, key string, value []byte) bool {
 	if !stateKeyRE().MatchString(key) {
 		return false
 	}
@@ -74,6 +74,6 @@ func (s *Session) SetPluginState(plugin, key string, value []byte) bool {
 // PluginStates is a copy of every plugin's session values, by plugin then key: what a
 // session's record carries so that the session taking over starts from it (the files the
 // model has read, for edit_file's guard).
-func (s *Session) PluginStates() map[string]map[string][]byte {
+func (s *Dispatcher) PluginStates() map[string]map[string][]byte {
 	return s.state.all()
 }

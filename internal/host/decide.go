@@ -194,7 +194,7 @@ func (l *rateLimiter) admit(now time.Time) (wait time.Duration, ok bool) {
 // could not run the tool (the plugin trapped or ran past its budget, ctx ended, the host
 // is closed); the Result then still holds an is_error text saying so, ready to send back
 // as a tool_result. No text of the result holds the value of a plugin's secret.
-func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
+func (s *Dispatcher) Dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
 	h := s.h
 	t := h.tools[name]
 	if t == nil {
@@ -231,7 +231,7 @@ func (s *Session) Dispatch(ctx context.Context, name string, input json.RawMessa
 }
 
 // auditTool records a tool call.
-func (h *Host) auditTool(s *Session, t *tool, start time.Time, decision, why string, in int, res abi.Result, err error) {
+func (h *Host) auditTool(s *Dispatcher, t *tool, start time.Time, decision, why string, in int, res abi.Result, err error) {
 	if h.audit == nil {
 		return
 	}

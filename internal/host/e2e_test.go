@@ -99,7 +99,7 @@ func newSandbox(t testing.TB, p *local.Provider) (sandbox.Sandbox, string) {
 
 type env struct {
 	t  *testing.T
-	s  *host.Session
+	s  *host.Dispatcher
 	ws string
 }
 

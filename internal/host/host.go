@@ -466,8 +466,8 @@ func (h *Host) Plugins() []PluginInfo {
 
 // OpenSession binds the host to a sandbox: tools dispatched through the session act in it.
 // The session does not own the sandbox; closing it is the caller's job.
-func (h *Host) OpenSession(sb sandbox.Sandbox, opts ...SessionOption) *Session {
-	s := &Session{h: h, sb: sb, project: "default"}
+func (h *Host) OpenSession(sb sandbox.Sandbox, opts ...SessionOption) *Dispatcher {
+	s := &Dispatcher{h: h, sb: sb, project: "default"}
 	for _, o := range opts {
 		o(s)
 	}
@@ -475,25 +475,25 @@ func (h *Host) OpenSession(sb sandbox.Sandbox, opts ...SessionOption) *Session {
 }
 
 // SessionOption configures a Session.
-type SessionOption func(*Session)
+type SessionOption func(*Dispatcher)
 
 // WithProject names the project a session's screenshots are stored under (default
 // "default").
-func WithProject(id string) SessionOption { return func(s *Session) { s.project = id } }
+func WithProject(id string) SessionOption { return func(s *Dispatcher) { s.project = id } }
 
 // WithDefaultPort is the port take_screenshot captures when none is given and the sandbox
 // has not seen a dev server start.
-func WithDefaultPort(port int) SessionOption { return func(s *Session) { s.defaultPort = port } }
+func WithDefaultPort(port int) SessionOption { return func(s *Dispatcher) { s.defaultPort = port } }
 
 // WithStore serves the session's store calls (the store capability) from st instead of
 // Config.Store: a wrapper of it, such as the fenced store of a project's lease holder, so
 // that a plugin's writes stop with the session's right to write. Without Config.Store
 // the capability stays off.
-func WithStore(st store.Store) SessionOption { return func(s *Session) { s.store = st } }
+func WithStore(st store.Store) SessionOption { return func(s *Dispatcher) { s.store = st } }
 
 // WithCapturer serves the session's captures (take_screenshot) with c instead of
 // Config.Capturer (one storing through the session's fenced store).
-func WithCapturer(c Capturer) SessionOption { return func(s *Session) { s.capturer = c } }
+func WithCapturer(c Capturer) SessionOption { return func(s *Dispatcher) { s.capturer = c } }
 
 // storeOf is the store of inst's calls: its session's, else the host's.
 func (h *Host) storeOf(inst *instance) store.Store {

@@ -57,7 +57,7 @@ func newProbeHost(t testing.TB, mutate func(*Config)) *Host {
 	return h
 }
 
-func dispatch(t *testing.T, s *Session, tool, input string) (abi.Result, error) {
+func dispatch(t *testing.T, s *Dispatcher, tool, input string) (abi.Result, error) {
 	t.Helper()
 	// A hang bound: at load 50 under -race, 30 s ran out while a plugin instance was made.
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)

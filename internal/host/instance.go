@@ -33,7 +33,7 @@ type instance struct {
 	calls                                  int
 
 	// State of the call in progress, read by host functions.
-	session *Session
+	session *Dispatcher
 	sb      sandbox.Sandbox
 	budget  *budget
 	parked  []byte // a reply waiting for toolhost.take
@@ -130,7 +130,7 @@ func (inst *instance) growInput(ctx context.Context, size uint32) error {
 
 // call runs one request through the call export and returns a copy of the result bytes.
 // Any error leaves the instance unusable: the caller must discard it.
-func (inst *instance) call(ctx context.Context, req []byte, sess *Session, budgetDur time.Duration) ([]byte, error) {
+func (inst *instance) call(ctx context.Context, req []byte, sess *Dispatcher, budgetDur time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	inst.calls++

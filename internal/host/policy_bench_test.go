@@ -21,7 +21,7 @@ import (
 // turning, and times them: all see the same machine, whatever else it runs, and their
 // medians compare. It reports the median of the first mode (µs-<mode>) and how much more
 // the median of each other mode is (%more-<mode>).
-func compareModes(b *testing.B, modes []string, sessions map[string]*host.Session, tool string, inputs []string) {
+func compareModes(b *testing.B, modes []string, sessions map[string]*host.Dispatcher, tool string, inputs []string) {
 	ctx := context.Background()
 	times := make([][]time.Duration, len(modes))
 	i := 0
@@ -73,7 +73,7 @@ func BenchmarkPolicyOverhead(b *testing.B) {
 		}
 	}
 	modes := []string{"off", "scopes", "audit", "on"} // on: scopes and audit
-	sessions := map[string]*host.Session{}
+	sessions := map[string]*host.Dispatcher{}
 	for _, mode := range modes {
 		specs := append([]host.PluginSpec(nil), builtinPlugins(b)...)
 		cfg := host.Config{DataDir: e2eDataDir, Plugins: specs}
@@ -123,7 +123,7 @@ func BenchmarkPolicyOverhead(b *testing.B) {
 func BenchmarkPolicyLocalSandbox(b *testing.B) {
 	prov := newProvider(b)
 	modes := []string{"off", "scopes"}
-	sessions := map[string]*host.Session{}
+	sessions := map[string]*host.Dispatcher{}
 	for _, mode := range modes {
 		specs := append([]host.PluginSpec(nil), builtinPlugins(b)...)
 		if mode == "scopes" {

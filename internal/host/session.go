@@ -20,9 +20,9 @@ import (
 	"github.com/toolhost/toolhost/internal/tracing"
 )
 
-// Session dispatches tool calls into one sandbox. It is safe for concurrent use; calls
+// Dispatcher dispatches tool calls into one sandbox. It is safe for concurrent use; calls
 // run in parallel up to each plugin's pool size.
-type Session struct {
+type Dispatcher struct {
 	h           *Host
 	sb          sandbox.Sandbox
 	project     string
@@ -35,12 +35,12 @@ type Session struct {
 }
 
 // Sandbox returns the sandbox the session's tools act in.
-func (s *Session) Sandbox() sandbox.Sandbox { return s.sb }
+func (s *Dispatcher) Sandbox() sandbox.Sandbox { return s.sb }
 
 var imageMediaTypes = map[string]bool{"image/webp": true, "image/png": true, "image/jpeg": true, "image/gif": true}
 
 // dispatch runs one tool call, as Dispatch (decide.go) says, once the call was admitted.
-func (s *Session) dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
+func (s *Dispatcher) dispatch(ctx context.Context, name string, input json.RawMessage) (abi.Result, error) {
 	t := s.h.tools[name]
 	if t == nil {
 		return abi.ErrorText(fmt.Sprintf("[%s: unknown tool]", name)), nil
@@ -154,7 +154,7 @@ func endPluginSpan(span trace.Span, t *tool, err error) {
 }
 
 // HasTool reports whether a plugin gives the tool name.
-func (s *Session) HasTool(name string) bool { return s.h.tools[name] != nil }
+func (s *Dispatcher) HasTool(name string) bool { return s.h.tools[name] != nil }
 
 func hostFailure(tool string, err error) (abi.Result, error) {
 	return abi.ErrorText(fmt.Sprintf("[%s: the tool could not run: %v]", tool, err)), err

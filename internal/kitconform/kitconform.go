@@ -133,7 +133,7 @@ func ungranted(t *testing.T, name string, wasm []byte) {
 
 type env struct {
 	name string
-	s    *host.Session
+	s    *host.Dispatcher
 	ws   string
 	logs *logBuffer
 }

@@ -67,8 +67,8 @@ type held struct {
 	last     atomic.Int64 // unix nanoseconds of the last call's start or end
 }
 
-func (h *held) info() sessionapi.Session {
-	return sessionapi.Session{ID: h.id, Project: h.b.project, Workspace: h.b.workspace, WokeFrom: h.wokeFrom,
+func (h *held) info() sessionapi.Held {
+	return sessionapi.Held{ID: h.id, Project: h.b.project, Workspace: h.b.workspace, WokeFrom: h.wokeFrom,
 		Started: h.started.UTC(), LastCall: time.Unix(0, h.last.Load()).UTC(), Calls: h.calls.Load(),
 		IdleTimeoutMS: h.idle.Milliseconds(), ReadyMS: h.ready.Milliseconds()}
 }
@@ -89,14 +89,14 @@ func apiErrorf(status int, format string, args ...any) error {
 // StartHeld opens a session of project on workspace (a host directory, or "" for the
 // project's private workspace) and holds it until StopHeld, idle past idle (0: the
 // server's HeldIdleTimeout), or Shutdown.
-func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
+func (s *Server) StartHeld(ctx context.Context, project, workspace string, idle time.Duration) (sessionapi.Held, error) {
 	return s.startHeld(ctx, shellOwner, project, workspace, idle)
 }
 
 // shellOwner owns the sessions of the session API: its callers are this user's processes.
 const shellOwner = "shell"
 
-func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Session, error) {
+func (s *Server) startHeld(ctx context.Context, owner, project, workspace string, idle time.Duration) (sessionapi.Held, error) {
 	return s.openHeld(ctx, owner, project, workspace, idle, "", true)
 }
 
@@ -104,22 +104,22 @@ func (s *Server) startHeld(ctx context.Context, owner, project, workspace string
 // (a fleet's session adopted from its record: handles.go), else under a new one, which
 // is recorded in a fleet when recorded is set (a default session is found by its token
 // and project, not by its handle: it has no record).
-func (s *Server) openHeld(ctx context.Context, owner, project, workspace string, idle time.Duration, id string, recorded bool) (sessionapi.Session, error) {
+func (s *Server) openHeld(ctx context.Context, owner, project, workspace string, idle time.Duration, id string, recorded bool) (sessionapi.Held, error) {
 	if err := storekeys.ValidProject(project); err != nil {
-		return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "%v", err)
+		return sessionapi.Held{}, apiErrorf(http.StatusBadRequest, "%v", err)
 	}
 	if workspace == "" {
 		workspace = s.opts.Workspaces[project]
 	}
 	if workspace != "" {
 		if !filepath.IsAbs(workspace) {
-			return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
+			return sessionapi.Held{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
 		}
 		if st, err := os.Stat(workspace); err != nil || !st.IsDir() {
-			return sessionapi.Session{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not a directory", workspace)
+			return sessionapi.Held{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not a directory", workspace)
 		}
 		if err := s.th.CheckWorkspace(workspace); err != nil {
-			return sessionapi.Session{}, &apiError{http.StatusBadRequest, err}
+			return sessionapi.Held{}, &apiError{http.StatusBadRequest, err}
 		}
 	}
 	if idle <= 0 {
@@ -135,7 +135,7 @@ func (s *Server) openHeld(ctx context.Context, owner, project, workspace string,
 		} else if s.isClosing() {
 			status = http.StatusServiceUnavailable
 		}
-		return sessionapi.Session{}, &apiError{status, err}
+		return sessionapi.Held{}, &apiError{status, err}
 	}
 	h := &held{id: id, b: b, started: start, ready: time.Since(start), idle: idle,
 		recorded: recorded && s.recordsHandles(owner)}
@@ -145,14 +145,14 @@ func (s *Server) openHeld(ctx context.Context, owner, project, workspace string,
 	}
 	if err := s.nameHeld(ctx, h, project); err != nil {
 		b.finish(context.WithoutCancel(ctx), "its handle could not be recorded")
-		return sessionapi.Session{}, &apiError{http.StatusServiceUnavailable, err}
+		return sessionapi.Held{}, &apiError{http.StatusServiceUnavailable, err}
 	}
 
 	s.mu.Lock()
 	if s.closing { // Shutdown has taken its list, or is about to finish this binding
 		s.mu.Unlock()
 		s.forget(h, "the server shut down")
-		return sessionapi.Session{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is shutting down; start the session again")
+		return sessionapi.Held{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is shutting down; start the session again")
 	}
 	s.watchers.Add(1) // under s.mu, so never after Shutdown's Wait began
 	s.mu.Unlock()
@@ -275,7 +275,7 @@ func (s *Server) forget(h *held, why string) {
 }
 
 // Held lists the sessions held through the session API, oldest first.
-func (s *Server) Held() []sessionapi.Session {
+func (s *Server) Held() []sessionapi.Held {
 	s.held.mu.Lock()
 	hs := make([]*held, 0, len(s.held.byID))
 	for _, h := range s.held.byID {
@@ -285,7 +285,7 @@ func (s *Server) Held() []sessionapi.Session {
 	}
 	s.held.mu.Unlock()
 	slices.SortFunc(hs, func(a, b *held) int { return a.started.Compare(b.started) })
-	out := make([]sessionapi.Session, 0, len(hs))
+	out := make([]sessionapi.Held, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, h.info())
 	}

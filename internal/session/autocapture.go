@@ -14,13 +14,13 @@ const (
 
 // DevServerPort is the port the session last saw a background process start listening
 // on, or 0: take_screenshot's default.
-func (s *Session) DevServerPort() int {
+func (s *Workspace) DevServerPort() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.devPort
 }
 
-func (s *Session) listening(ctx context.Context) ([]int, error) {
+func (s *Workspace) listening(ctx context.Context) ([]int, error) {
 	sb, release, err := s.current(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -33,7 +33,7 @@ func (s *Session) listening(ctx context.Context) ([]int, error) {
 // remembers it as the dev server's and captures it on its own. With rearm (after a
 // rotation restarted the dev server) it waits for the dev server's own port to listen
 // again and captures it anew.
-func (s *Session) watchDevServer(ctx context.Context, before []int, rearm bool) {
+func (s *Workspace) watchDevServer(ctx context.Context, before []int, rearm bool) {
 	ctx, cancel := context.WithTimeout(ctx, devServerWatch)
 	defer cancel()
 	t := time.NewTicker(devServerPoll)
@@ -85,7 +85,7 @@ type AutoCapturer interface {
 
 // autoCapture shoots both viewports of the dev server's root and stores them under
 // auto/. Failures are logged, never returned: nobody asked for this capture.
-func (s *Session) autoCapture(ctx context.Context, port int, why string) {
+func (s *Workspace) autoCapture(ctx context.Context, port int, why string) {
 	rec := s.cfg.Screenshots
 	if rec == nil || port == 0 {
 		return

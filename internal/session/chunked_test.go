@@ -102,7 +102,7 @@ func TestDamagedSnapshotDoesNotStopCommits(t *testing.T) {
 	}
 	p := provider(t)
 	cfg := session.Config{Provider: p, ProjectID: "hurt", Snapshots: manager()}
-	sh := func(s *session.Session, cmd string) string {
+	sh := func(s *session.Workspace, cmd string) string {
 		t.Helper()
 		res, err := s.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Timeout: time.Minute})
 		if err != nil || res.ExitCode != 0 {

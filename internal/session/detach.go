@@ -11,7 +11,7 @@ import (
 // for another process to reconnect to. A sandbox that cannot be detached is closed, as
 // Close does. It does not save: call Commit first. It reports whether the sandbox was
 // left running.
-func (s *Session) Detach(ctx context.Context) (bool, error) {
+func (s *Workspace) Detach(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -26,7 +26,7 @@ func (l *localArchive) remove() {
 }
 
 // createFrom makes a sandbox and extracts the local archive into it.
-func (s *Session) createFrom(ctx context.Context, l *localArchive) (sandbox.Sandbox, error) {
+func (s *Workspace) createFrom(ctx context.Context, l *localArchive) (sandbox.Sandbox, error) {
 	if err := s.fenced(); err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (s *Session) createFrom(ctx context.Context, l *localArchive) (sandbox.Sand
 }
 
 // keepLocal makes l the newest snapshot, held by this host only.
-func (s *Session) keepLocal(l *localArchive) {
+func (s *Workspace) keepLocal(l *localArchive) {
 	s.localMu.Lock()
 	defer s.localMu.Unlock()
 	if s.local != nil && s.local != l {
@@ -58,7 +58,7 @@ func (s *Session) keepLocal(l *localArchive) {
 }
 
 // takeLocal returns the local snapshot, if any, and forgets it.
-func (s *Session) takeLocal() *localArchive {
+func (s *Workspace) takeLocal() *localArchive {
 	s.localMu.Lock()
 	defer s.localMu.Unlock()
 	l := s.local
@@ -67,7 +67,7 @@ func (s *Session) takeLocal() *localArchive {
 }
 
 // storedNewer: a save to the store succeeded, so a local snapshot is no longer the newest.
-func (s *Session) storedNewer() {
+func (s *Workspace) storedNewer() {
 	if l := s.takeLocal(); l != nil {
 		s.log.Info("session: the store holds a newer snapshot than the one kept on this host; dropping that one")
 		l.remove()
@@ -77,7 +77,7 @@ func (s *Session) storedNewer() {
 // flushLocal offers the local snapshot to the store again, when it is due. It holds the
 // session's write lock: no other save runs meanwhile, so this older archive cannot land
 // after a newer one.
-func (s *Session) flushLocal(ctx context.Context) {
+func (s *Workspace) flushLocal(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.localMu.Lock()
@@ -95,7 +95,7 @@ func (s *Session) flushLocal(ctx context.Context) {
 	s.takeLocal().remove()
 }
 
-func (s *Session) uploadLocal(ctx context.Context, l *localArchive) error {
+func (s *Workspace) uploadLocal(ctx context.Context, l *localArchive) error {
 	f, err := os.Open(l.path)
 	if err != nil {
 		return err

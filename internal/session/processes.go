@@ -55,7 +55,7 @@ type bgState struct {
 // Start runs a background process, remembers it so a rotation can restart it, and when it
 // starts listening on a new port (a dev server), remembers the port and captures the page
 // on its own.
-func (s *Session) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s *Workspace) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
 	before, _ := s.listening(ctx)
 	proc, err := do(ctx, s, func(sb sandbox.Sandbox) (sandbox.Process, error) { return sb.Start(ctx, req) })
 	if err != nil {
@@ -72,7 +72,7 @@ func (s *Session) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.P
 	return proc, nil
 }
 
-func (s *Session) remember(req sandbox.ExecRequest, proc sandbox.Process) {
+func (s *Workspace) remember(req sandbox.ExecRequest, proc sandbox.Process) {
 	if proc.ID == "" {
 		return // a provider without tags cannot restart it under the same name
 	}
@@ -90,7 +90,7 @@ func (s *Session) remember(req sandbox.ExecRequest, proc sandbox.Process) {
 }
 
 // rememberedProcs is every remembered process.
-func (s *Session) rememberedProcs() []*bgProc {
+func (s *Workspace) rememberedProcs() []*bgProc {
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	return slices.Clone(s.bg.procs)
@@ -98,7 +98,7 @@ func (s *Session) rememberedProcs() []*bgProc {
 
 // runningProcs asks old which remembered processes still run, and forgets the others
 // (exited, or killed by the agent). When old cannot say, all are taken as running.
-func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgProc {
+func (s *Workspace) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgProc {
 	all := s.rememberedProcs()
 	pl, ok := sandbox.As[sandbox.ProcessLister](old)
 	if len(all) == 0 || !ok {
@@ -124,7 +124,7 @@ func (s *Session) runningProcs(ctx context.Context, old sandbox.Sandbox) []*bgPr
 
 // listeningOn lists the ports sb's processes listen on (not through the session: the
 // caller may hold its lock).
-func (s *Session) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, error) {
+func (s *Workspace) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, error) {
 	pl, ok := sandbox.As[sandbox.PortLister](sb)
 	if !ok {
 		return nil, nil
@@ -142,7 +142,7 @@ func (s *Session) listeningOn(ctx context.Context, sb sandbox.Sandbox) ([]int, e
 // restartProcs starts procs again in next under their old tags, sets the notice for the
 // agent, makes previews of ports wait for them to listen again and re-arms the dev
 // server's auto-capture. Called with mu held for writing. It returns how many started.
-func (s *Session) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, terms []*termProc, ports []int, why, files string) int {
+func (s *Workspace) restartProcs(ctx context.Context, next sandbox.Sandbox, procs []*bgProc, terms []*termProc, ports []int, why, files string) int {
 	termLines := s.restartTerms(ctx, next, terms)
 	if len(procs) == 0 {
 		if files != filesKept || len(termLines) > 0 { // work was lost: the agent must know, processes or not
@@ -227,7 +227,7 @@ func display(argv []string) string {
 // Notice returns, once, what the agent should be told about the session since the last
 // tool result (the background processes a rotation restarted), or "". The host appends
 // it to the next tool result.
-func (s *Session) Notice() string {
+func (s *Workspace) Notice() string {
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	n := s.bg.notice
@@ -236,7 +236,7 @@ func (s *Session) Notice() string {
 }
 
 // expecting reports whether port listened before a restart and may come back.
-func (s *Session) expecting(port int) bool {
+func (s *Workspace) expecting(port int) bool {
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
 	return s.bg.expect[port] && time.Now().Before(s.bg.expectUntil)
@@ -248,7 +248,7 @@ func (s *Session) expecting(port int) bool {
 // which ports are listened on (a remote provider's preview URL exists whether or not
 // anything listens behind it); a sandbox that cannot tell is trusted to refuse a closed
 // port itself.
-func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
+func (s *Workspace) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
 	for s.expecting(port) {
 		ports, listed, err := s.listeningNow(ctx)
 		if err != nil || !listed || slices.Contains(ports, port) {
@@ -284,7 +284,7 @@ func (s *Session) PreviewURL(ctx context.Context, port int) (*url.URL, error) {
 
 // listeningNow lists the ports the current sandbox's processes listen on; listed is false
 // when the sandbox cannot tell.
-func (s *Session) listeningNow(ctx context.Context) (ports []int, listed bool, err error) {
+func (s *Workspace) listeningNow(ctx context.Context) (ports []int, listed bool, err error) {
 	sb, release, err := s.current(ctx, 0)
 	if err != nil {
 		return nil, false, err

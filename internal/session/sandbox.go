@@ -12,16 +12,16 @@ import (
 )
 
 var (
-	_ sandbox.Sandbox = (*Session)(nil)
-	_ sandbox.Wrapper = (*Session)(nil)
+	_ sandbox.Sandbox = (*Workspace)(nil)
+	_ sandbox.Wrapper = (*Workspace)(nil)
 
-	_ sandbox.GuardedFiles = (*Session)(nil)
+	_ sandbox.GuardedFiles = (*Workspace)(nil)
 )
 
 // Unwrap is the sandbox under the session now: its abilities (sandbox.As) are the
 // session's too. Nil once the session is fenced off (Config.Fence): its sandbox is no
 // one's to use.
-func (s *Session) Unwrap() sandbox.Sandbox {
+func (s *Workspace) Unwrap() sandbox.Sandbox {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.fenced() != nil {
@@ -36,13 +36,13 @@ func (s *Session) Unwrap() sandbox.Sandbox {
 // more, on the new sandbox. One that cannot (a command: it may have done half its work)
 // runs again only when the sandbox refused it before doing any of it (the error wraps
 // sandbox.ErrNotRun); else it fails with an error that says the sandbox was replaced.
-func do[T any](ctx context.Context, s *Session, op func(sandbox.Sandbox) (T, error)) (T, error) {
+func do[T any](ctx context.Context, s *Workspace, op func(sandbox.Sandbox) (T, error)) (T, error) {
 	return doOp(ctx, s, 0, true, op)
 }
 
 // doOp is do for an op that may run need (current) and, unless repeatable, must not run
 // twice.
-func doOp[T any](ctx context.Context, s *Session, need time.Duration, repeatable bool, op func(sandbox.Sandbox) (T, error)) (T, error) {
+func doOp[T any](ctx context.Context, s *Workspace, need time.Duration, repeatable bool, op func(sandbox.Sandbox) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		sb, release, err := s.current(ctx, need)
 		if err != nil {
@@ -70,7 +70,7 @@ func doOp[T any](ctx context.Context, s *Session, need time.Duration, repeatable
 // (sb may have ended under its save ahead: its end came sooner than the session knew);
 // if sb is still the session's sandbox then, the session asks it and replaces it when it
 // is gone. The caller's next current gives sb's replacement, or sb if it is alive after all.
-func (s *Session) recoverFrom(ctx context.Context, sb sandbox.Sandbox) {
+func (s *Workspace) recoverFrom(ctx context.Context, sb sandbox.Sandbox) {
 	for range 3 {
 		s.mu.RLock()
 		if s.closed || s.sb != sb {
@@ -94,7 +94,7 @@ func (s *Session) recoverFrom(ctx context.Context, sb sandbox.Sandbox) {
 // taken them for good (a fork bomb, limits lowered under the agent): the sandbox is as
 // good as dead, and it is replaced as one would be, its workspace saved or handed over
 // (rotate at its last call). It reports whether sb is no longer the session's sandbox.
-func (s *Session) replaceIfStuck(ctx context.Context, sb sandbox.Sandbox, cause error) bool {
+func (s *Workspace) replaceIfStuck(ctx context.Context, sb sandbox.Sandbox, cause error) bool {
 	pctx, cancel := context.WithTimeout(ctx, stuckProbeBound)
 	_, err := sb.Exec(pctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: stuckProbeBound})
 	cancel()
@@ -125,16 +125,16 @@ const stuckProbeBound = 30 * time.Second
 var ErrReplaced = errors.New("the sandbox ended during the command and was replaced; the command did not finish: run it again if it is still needed")
 
 // ID names the session; the sandbox under it changes with each rotation.
-func (s *Session) ID() string { return "session-" + s.cfg.ProjectID }
+func (s *Workspace) ID() string { return "session-" + s.cfg.ProjectID }
 
 // SandboxID names the sandbox currently under the session.
-func (s *Session) SandboxID() string {
+func (s *Workspace) SandboxID() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.sb.ID()
 }
 
-func (s *Session) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+func (s *Workspace) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	return doOp(ctx, s, execBound(ctx, req.Timeout), false, func(sb sandbox.Sandbox) (sandbox.ExecResult, error) { return sb.Exec(ctx, req) })
 }
 
@@ -150,11 +150,11 @@ func execBound(ctx context.Context, timeout time.Duration) time.Duration {
 	return 0
 }
 
-func (s *Session) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
+func (s *Workspace) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) ([]byte, error) { return sb.ReadFile(ctx, path, maxBytes) })
 }
 
-func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error {
+func (s *Workspace) WriteFile(ctx context.Context, path string, data []byte) error {
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.WriteFile(ctx, path, data) })
 	return err
 }
@@ -162,7 +162,7 @@ func (s *Session) WriteFile(ctx context.Context, path string, data []byte) error
 // ReadFileGuarded and WriteFileGuarded run on the current sandbox's GuardedFiles; under
 // one without it they fail with an error wrapping sandbox.ErrUnsupported (the caller then
 // checks on its own).
-func (s *Session) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
+func (s *Workspace) ReadFileGuarded(ctx context.Context, path string, maxBytes int64, g sandbox.FileGuard) ([]byte, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) ([]byte, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
 		if !ok {
@@ -176,7 +176,7 @@ func (s *Session) ReadFileGuarded(ctx context.Context, path string, maxBytes int
 // old contents and running it again is safe. A versioned write run again may find its
 // first try landed before the sandbox ended (the file then holds data, not the version
 // the guard names): that is its success, not ErrChanged.
-func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
+func (s *Workspace) WriteFileGuarded(ctx context.Context, path string, data []byte, g sandbox.FileGuard) error {
 	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
@@ -196,7 +196,7 @@ func (s *Session) WriteFileGuarded(ctx context.Context, path string, data []byte
 	return err
 }
 
-func (s *Session) StatGuarded(ctx context.Context, path string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
+func (s *Workspace) StatGuarded(ctx context.Context, path string, g sandbox.FileGuard) (sandbox.FileInfo, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.FileInfo, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
 		if !ok {
@@ -206,7 +206,7 @@ func (s *Session) StatGuarded(ctx context.Context, path string, g sandbox.FileGu
 	})
 }
 
-func (s *Session) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
+func (s *Workspace) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sandbox.FileGuard) (sandbox.ListResult, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ListResult, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
 		if !ok {
@@ -216,7 +216,7 @@ func (s *Session) ListGuarded(ctx context.Context, req sandbox.ListRequest, g sa
 	})
 }
 
-func (s *Session) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
+func (s *Workspace) RemoveFileGuarded(ctx context.Context, path string, g sandbox.FileGuard) error {
 	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		gf, ok := sandbox.As[sandbox.GuardedFiles](sb)
@@ -239,17 +239,17 @@ func goneOnRetry(tries int, err error) error {
 	return err
 }
 
-func (s *Session) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+func (s *Workspace) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.FileInfo, error) { return sb.Stat(ctx, path) })
 }
 
-func (s *Session) List(ctx context.Context, req sandbox.ListRequest) (sandbox.ListResult, error) {
+func (s *Workspace) List(ctx context.Context, req sandbox.ListRequest) (sandbox.ListResult, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) (sandbox.ListResult, error) { return sb.List(ctx, req) })
 }
 
 // Archive runs again on a replacement only if nothing reached w: a stream begun cannot
 // be begun again.
-func (s *Session) Archive(ctx context.Context, w io.Writer, excludes []string) error {
+func (s *Workspace) Archive(ctx context.Context, w io.Writer, excludes []string) error {
 	_, err := doOp(ctx, s, 0, false, func(sb sandbox.Sandbox) (struct{}, error) {
 		cw := &countingWriter{w: w}
 		err := sb.Archive(ctx, cw, excludes)
@@ -274,27 +274,27 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 // Extract does not run again on a replacement: r is read already, and the workspace it
 // left half filled was handed over.
-func (s *Session) Extract(ctx context.Context, r io.Reader) error {
+func (s *Workspace) Extract(ctx context.Context, r io.Reader) error {
 	_, err := doOp(ctx, s, 0, false, func(sb sandbox.Sandbox) (struct{}, error) { return struct{}{}, sb.Extract(ctx, r) })
 	return err
 }
 
 // StartedAt is when the current sandbox started.
-func (s *Session) StartedAt() time.Time {
+func (s *Workspace) StartedAt() time.Time {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.sb.StartedAt()
 }
 
 // EndsAt is the cached end of the current sandbox; the session acts before it.
-func (s *Session) EndsAt() time.Time {
+func (s *Workspace) EndsAt() time.Time {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.endsAt
 }
 
 // SetTimeout extends the current sandbox.
-func (s *Session) SetTimeout(ctx context.Context, d time.Duration) error {
+func (s *Workspace) SetTimeout(ctx context.Context, d time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -142,8 +142,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Session is a live workspace. It is safe for concurrent use.
-type Session struct {
+// Workspace is a live workspace: a project's sandbox, its lifetime and its snapshots
+// (the root package's Session wraps one). It is safe for concurrent use.
+type Workspace struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
@@ -189,7 +190,7 @@ type Session struct {
 var ErrClosed = errors.New("session is closed")
 
 // fenced is Config.Fence's answer: why the session may no longer act, or nil.
-func (s *Session) fenced() error {
+func (s *Workspace) fenced() error {
 	if s.cfg.Fence == nil {
 		return nil
 	}
@@ -198,12 +199,12 @@ func (s *Session) fenced() error {
 
 // Open creates a sandbox for the project and, when the project has a snapshot, restores
 // the newest good one into it ("wake"). It starts the keepalive loop.
-func Open(ctx context.Context, cfg Config) (*Session, error) {
+func Open(ctx context.Context, cfg Config) (*Workspace, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Provider == nil || cfg.Snapshots == nil || cfg.ProjectID == "" {
 		return nil, errors.New("session: Provider, Snapshots and ProjectID are required")
 	}
-	s := &Session{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID), clock: cfg.Clock}
+	s := &Workspace{cfg: cfg, log: cfg.Logger.With("project", cfg.ProjectID), clock: cfg.Clock}
 	var (
 		sb    sandbox.Sandbox
 		why   string
@@ -250,7 +251,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 // createRestored creates a sandbox and restores the project's newest snapshot that
 // restores into it; a project without snapshots starts empty. A snapshot refused half way
 // leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
-func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandbox, snapshot.Info, error) {
+func (s *Workspace) createRestored(ctx context.Context, why string) (sandbox.Sandbox, snapshot.Info, error) {
 	if err := s.fenced(); err != nil {
 		return nil, snapshot.Info{}, err
 	}
@@ -294,25 +295,25 @@ func (s *Session) createRestored(ctx context.Context, why string) (sandbox.Sandb
 }
 
 // closeLater closes a sandbox the session no longer uses, off the caller's path.
-func (s *Session) closeLater(ctx context.Context, sb sandbox.Sandbox) {
+func (s *Workspace) closeLater(ctx context.Context, sb sandbox.Sandbox) {
 	s.wg.Go(func() { sb.Close(context.WithoutCancel(ctx)) })
 }
 
 // use makes sb the session's sandbox (with mu held for writing, or before Open returns).
-func (s *Session) use(sb sandbox.Sandbox) {
+func (s *Workspace) use(sb sandbox.Sandbox) {
 	s.sb = sb
 	s.noteEnd(sb.EndsAt())
 	s.life = s.endsAt.Sub(s.clock.Now())
 }
 
-func (s *Session) noteEnd(t time.Time) {
+func (s *Workspace) noteEnd(t time.Time) {
 	s.endsAt, s.refreshedAt = t, s.clock.Now()
 }
 
 // keepalive wakes before the margin of the cached end time (and at least every refresh
 // interval, and at the last call) to extend or rotate even when no call comes in; and it
 // offers the store a snapshot only this host holds until the store takes it.
-func (s *Session) keepalive(ctx context.Context) {
+func (s *Workspace) keepalive(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	for {
 		s.mu.RLock()
@@ -355,7 +356,7 @@ func (s *Session) keepalive(ctx context.Context) {
 // takes the sandbox from the calls: the handoff then waits for no call, and no call runs
 // into the end of a sandbox that is being left. Any other call waits for the swap and
 // runs on the new sandbox.
-func (s *Session) current(ctx context.Context, need time.Duration) (sandbox.Sandbox, func(), error) {
+func (s *Workspace) current(ctx context.Context, need time.Duration) (sandbox.Sandbox, func(), error) {
 	for tries := 0; ; {
 		s.mu.RLock()
 		if s.closed {
@@ -401,7 +402,7 @@ func await(ctx context.Context, ch <-chan struct{}) error {
 
 // needsCare: the cached end is stale, or the sandbox must be extended or replaced before
 // the call (need, as for current) runs. Not called during a save ahead (current, maintain).
-func (s *Session) needsCare(now time.Time, need time.Duration) bool {
+func (s *Workspace) needsCare(now time.Time, need time.Duration) bool {
 	if now.Sub(s.refreshedAt) > s.cfg.RefreshInterval {
 		return true
 	}
@@ -414,13 +415,13 @@ func (s *Session) needsCare(now time.Time, need time.Duration) bool {
 // outlasts: a call that may run need from now would still run at the sandbox's last call,
 // past which the session can no longer wait for it, and a new sandbox would hold it (one
 // that no sandbox holds runs where it is: moving would gain nothing).
-func (s *Session) outlasts(now time.Time, need time.Duration) bool {
+func (s *Workspace) outlasts(now time.Time, need time.Duration) bool {
 	return need > 0 && need < s.life-s.cfg.KeepaliveMargin && now.Add(need).After(s.lastCall())
 }
 
 // maintain refreshes the cached end time, then extends the sandbox or rotates it. trouble
 // means a call just failed as if the sandbox were gone; need is the coming call's (current).
-func (s *Session) maintain(ctx context.Context, trouble bool, need time.Duration) {
+func (s *Workspace) maintain(ctx context.Context, trouble bool, need time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.rotating || s.fenced() != nil {
@@ -492,7 +493,7 @@ type ahead struct {
 // attach of the workspace) and the restart of background processes. Called with mu held
 // for writing, which it holds again when it returns; nil when the rotation will not hand
 // over (it restores, so it must save what the calls left last) or it is the last call.
-func (s *Session) saveAhead(ctx context.Context, force bool) *ahead {
+func (s *Workspace) saveAhead(ctx context.Context, force bool) *ahead {
 	old := s.sb
 	if force || !s.canHandoff(old) {
 		return nil
@@ -518,12 +519,12 @@ func (s *Session) saveAhead(ctx context.Context, force bool) *ahead {
 }
 
 // lastCall is when the session rotates whatever its saves do.
-func (s *Session) lastCall() time.Time { return s.endsAt.Add(-s.cfg.LastCallMargin) }
+func (s *Workspace) lastCall() time.Time { return s.endsAt.Add(-s.cfg.LastCallMargin) }
 
 // canHandoff: the provider can start the next sandbox over sb's workspace. The provider
 // that made sb decides (sandbox.CanHandoff): in a chain ("e2b,local") a local sandbox can
 // be handed over, an E2B one cannot, and its rotation restores a snapshot.
-func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
+func (s *Workspace) canHandoff(sb sandbox.Sandbox) bool {
 	return !s.cfg.RestoreOnRotate && sandbox.CanHandoff(s.cfg.Provider, sb)
 }
 
@@ -532,7 +533,7 @@ func (s *Session) canHandoff(sb sandbox.Sandbox) bool {
 // and tries again later; at the last call (force) it rotates all the same with the best
 // snapshot it has: the workspace itself by handoff, or the archive the store would not
 // take, restored from a local file.
-func (s *Session) rotate(ctx context.Context, force bool, pre *ahead) {
+func (s *Workspace) rotate(ctx context.Context, force bool, pre *ahead) {
 	s.rotateFor(ctx, force, pre, false)
 }
 
@@ -540,7 +541,7 @@ func (s *Session) rotate(ctx context.Context, force bool, pre *ahead) {
 // (replaceIfStuck): what it ran then is not started again on the new one, since a
 // background process is the likeliest thing to have used its processes up, and the
 // agent is told which were left behind.
-func (s *Session) rotateFor(ctx context.Context, force bool, pre *ahead, stuck bool) {
+func (s *Workspace) rotateFor(ctx context.Context, force bool, pre *ahead, stuck bool) {
 	if s.closed { // closed while a save ahead ran
 		return
 	}
@@ -680,7 +681,7 @@ func minTime(a, b time.Time) time.Time {
 // the newest stored snapshot into a fresh sandbox. A failed handoff falls back to the
 // next; the stored snapshot only when it is this rotation's (saved), since restoring an
 // older one would drop the work in old.
-func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *localArchive, saved bool) (sandbox.Sandbox, string, error) {
+func (s *Workspace) replace(ctx context.Context, old sandbox.Sandbox, local *localArchive, saved bool) (sandbox.Sandbox, string, error) {
 	handoff := s.canHandoff(old)
 	if handoff {
 		next, err := s.cfg.Provider.(sandbox.Handoff).Handoff(ctx, old, s.cfg.Sandbox)
@@ -714,7 +715,7 @@ func (s *Session) replace(ctx context.Context, old sandbox.Sandbox, local *local
 // meanwhile wait and then run on the new sandbox; when the workspace is handed over, they
 // go on during the save and wait only for the move. If the save fails, the old sandbox
 // stays and the error says why.
-func (s *Session) Rotate(ctx context.Context) error {
+func (s *Workspace) Rotate(ctx context.Context) error {
 	s.rotMu.Lock()
 	defer s.rotMu.Unlock()
 	s.mu.Lock()
@@ -741,7 +742,7 @@ func (s *Session) Rotate(ctx context.Context) error {
 // saved. A provider whose workspaces outlive their sandboxes hands the workspace over and
 // nothing is lost; otherwise the newest snapshot (a local one first) is restored, work
 // since it is lost, and the log says so.
-func (s *Session) recoverDead(ctx context.Context) {
+func (s *Workspace) recoverDead(ctx context.Context) {
 	old := s.sb
 	ctx = context.WithoutCancel(ctx)
 	running := s.rememberedProcs()
@@ -794,7 +795,7 @@ const (
 )
 
 // adopt makes next the session's sandbox after a death and restarts the processes.
-func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
+func (s *Workspace) adopt(ctx context.Context, next sandbox.Sandbox, running []*bgProc, terms []*termProc, files string) {
 	defer s.changed()
 	s.use(next)
 	s.retryAt = time.Time{}
@@ -808,7 +809,7 @@ func (s *Session) adopt(ctx context.Context, next sandbox.Sandbox, running []*bg
 // save stores a snapshot of the current sandbox. With keep, the archive is also written
 // to a local file, returned whenever the pack completed, even when the store failed (the
 // caller removes it).
-func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
+func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot.Info, *localArchive, error) {
 	if err := s.fenced(); err != nil {
 		return snapshot.Info{}, nil, err
 	}
@@ -867,7 +868,7 @@ func (s *Session) save(ctx context.Context, label string, keep bool) (snapshot.I
 // Commit saves a snapshot of the workspace (a phase commit). A failed save returns an
 // error and leaves the session working; the next commit tries again. Info.Skipped and
 // Info.Skips say what the snapshot left out because it cannot hold it.
-func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, error) {
+func (s *Workspace) Commit(ctx context.Context, label string) (snapshot.Info, error) {
 	_, release, err := s.current(ctx, 0)
 	if err != nil {
 		return snapshot.Info{}, err
@@ -889,7 +890,7 @@ func (s *Session) Commit(ctx context.Context, label string) (snapshot.Info, erro
 }
 
 // Rotations reports how many times the session moved to a new sandbox.
-func (s *Session) Rotations() int {
+func (s *Workspace) Rotations() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.rotations
@@ -897,7 +898,7 @@ func (s *Session) Rotations() int {
 
 // Close stops the keepalive loop and closes the current sandbox. It does not save: call
 // Commit first to keep the work.
-func (s *Session) Close(ctx context.Context) error {
+func (s *Workspace) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -928,7 +929,7 @@ func (s *Session) Close(ctx context.Context) error {
 
 // uploadLocalAtEnd tries once more to store a snapshot kept on this host (the store did
 // not take it), at the session's end; else the file stays.
-func (s *Session) uploadLocalAtEnd(ctx context.Context) {
+func (s *Workspace) uploadLocalAtEnd(ctx context.Context) {
 	if local := s.takeLocal(); local != nil {
 		// The newest snapshot exists only here: one more try, and else keep the file.
 		if ferr := s.fenced(); ferr != nil {
@@ -946,7 +947,7 @@ func (s *Session) uploadLocalAtEnd(ctx context.Context) {
 
 // listWorkspace lists a restored workspace for the check against its snapshot (every
 // entry, paths relative to the root, excluded names left out as the snapshot left them).
-func (s *Session) listWorkspace(ctx context.Context, sb sandbox.Sandbox) ([]snapshot.WorkspaceEntry, error) {
+func (s *Workspace) listWorkspace(ctx context.Context, sb sandbox.Sandbox) ([]snapshot.WorkspaceEntry, error) {
 	excludes := s.cfg.Excludes
 	if excludes == nil {
 		excludes = archive.DefaultExcludes
@@ -976,7 +977,7 @@ next:
 // (a rewind made an earlier one the newest), and restarts the background processes that
 // were running. Calls made meanwhile wait and then run in the new sandbox. The present is
 // not saved: the caller saves it first (a rewind does).
-func (s *Session) Reload(ctx context.Context, why string) error {
+func (s *Workspace) Reload(ctx context.Context, why string) error {
 	s.rotMu.Lock() // not beside a rotation, whose save ahead would then be of a sandbox gone
 	defer s.rotMu.Unlock()
 	s.mu.Lock()

@@ -163,7 +163,7 @@ func toolHost(t testing.TB) *host.Host {
 	return h
 }
 
-func open(t testing.TB, cfg session.Config) *session.Session {
+func open(t testing.TB, cfg session.Config) *session.Workspace {
 	t.Helper()
 	s, err := session.Open(context.Background(), cfg)
 	if err != nil {
@@ -417,7 +417,7 @@ func TestWakeRestoresNewestSnapshot(t *testing.T) {
 // snapshot on the next call, which succeeds.
 // agentPID finds the host pid of the agent of the session's current sandbox: the process
 // named toolhost-agent in the sandbox's cgroup (named after the sandbox).
-func agentPID(t *testing.T, s *session.Session) int {
+func agentPID(t *testing.T, s *session.Workspace) int {
 	t.Helper()
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/toolhost/" + s.SandboxID() + "@*/cgroup.procs")
 	dirs2, _ := filepath.Glob("/sys/fs/cgroup/*/*/*/toolhost/" + s.SandboxID() + "@*/cgroup.procs")

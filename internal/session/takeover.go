@@ -97,7 +97,7 @@ type Orphans struct {
 
 // State reports the session's sandbox and the background processes and terminals it
 // knows: what its record says.
-func (s *Session) State() State {
+func (s *Workspace) State() State {
 	s.mu.RLock()
 	st := State{SandboxID: s.sb.ID()}
 	s.mu.RUnlock()
@@ -114,11 +114,11 @@ func (s *Session) State() State {
 
 // TookOver reports whether Open reconnected to the sandbox an earlier session left
 // (Config.Takeover), its background processes known again.
-func (s *Session) TookOver() bool { return s.tookOver }
+func (s *Workspace) TookOver() bool { return s.tookOver }
 
 // changed tells the owner that State may say something new. It may be called with the
 // session's locks held: OnChange only signals.
-func (s *Session) changed() {
+func (s *Workspace) changed() {
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange()
 	}
@@ -128,7 +128,7 @@ func (s *Session) changed() {
 // provider can. It returns nil and why not when it cannot; spare says the sandbox may
 // still be alive (it could not be reached), so no orphan sweep may kill it. An error is
 // ctx's only.
-func (s *Session) takeOver(ctx context.Context, t *Takeover) (sb sandbox.Sandbox, why string, spare bool, err error) {
+func (s *Workspace) takeOver(ctx context.Context, t *Takeover) (sb sandbox.Sandbox, why string, spare bool, err error) {
 	r, ok := sandbox.ProviderAs[sandbox.Reconnector](s.cfg.Provider)
 	if !ok {
 		return nil, "its sandbox was not one this session can reconnect to (the local provider's sandboxes end with their host)", false, nil
@@ -188,7 +188,7 @@ func pick(infos []sandbox.SandboxInfo, t *Takeover) string {
 // adoptRecorded makes the processes and terminals t recorded the session's own again,
 // those that still run in sb (all of them when sb cannot tell), and sets the notice that
 // says so. Called before the session runs.
-func (s *Session) adoptRecorded(ctx context.Context, sb sandbox.Sandbox, t *Takeover) {
+func (s *Workspace) adoptRecorded(ctx context.Context, sb sandbox.Sandbox, t *Takeover) {
 	alive := map[string]int{} // id -> pid
 	listed := false
 	if pl, ok := sandbox.As[sandbox.ProcessLister](sb); ok {
@@ -254,7 +254,7 @@ func (s *Session) adoptRecorded(ctx context.Context, sb sandbox.Sandbox, t *Take
 }
 
 // noticeLost sets the notice of a takeover that could not reconnect: what is lost.
-func (s *Session) noticeLost(t *Takeover, why string, restored snapshot.Info, woke bool) {
+func (s *Workspace) noticeLost(t *Takeover, why string, restored snapshot.Info, woke bool) {
 	notice := fmt.Sprintf("[Note: this session took over from an earlier session of the project that stopped without closing (%s, last recorded %s); %s.",
 		t.Who, t.When.UTC().Format(time.RFC3339), why)
 	if woke {
@@ -279,7 +279,7 @@ func (s *Session) noticeLost(t *Takeover, why string, restored snapshot.Info, wo
 
 // sweep kills the sandboxes o names orphans, except the session's own. Run once, in the
 // background, after the session opened.
-func (s *Session) sweep(ctx context.Context, o *Orphans) {
+func (s *Workspace) sweep(ctx context.Context, o *Orphans) {
 	l, ok := sandbox.ProviderAs[sandbox.Lister](s.cfg.Provider)
 	k, ok2 := sandbox.ProviderAs[sandbox.Killer](s.cfg.Provider)
 	if !ok || !ok2 {
@@ -311,7 +311,7 @@ func (s *Session) sweep(ctx context.Context, o *Orphans) {
 // autosave commits every Config.Autosave until the session closes (a commit labelled
 // AutosaveLabel, through Commit as any other): what a death of this process can lose is
 // bounded by it.
-func (s *Session) autosave(ctx context.Context) {
+func (s *Workspace) autosave(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	for {
 		t := s.clock.AfterFunc(s.cfg.Autosave, func() {

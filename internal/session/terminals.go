@@ -19,7 +19,7 @@ import (
 // so the next call on that terminal says it was restarted, and the rotation's notice
 // lists it.
 
-var _ sandbox.Terminals = (*Session)(nil)
+var _ sandbox.Terminals = (*Workspace)(nil)
 
 // termProc is a terminal started through the session.
 type termProc struct {
@@ -28,7 +28,7 @@ type termProc struct {
 }
 
 // StartTerminal starts a program on a terminal of the current sandbox and remembers it.
-func (s *Session) StartTerminal(ctx context.Context, req sandbox.TerminalRequest, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
+func (s *Workspace) StartTerminal(ctx context.Context, req sandbox.TerminalRequest, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
 	out, err := doOp(ctx, s, w.Wait, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
 		t, ok := sandbox.As[sandbox.Terminals](sb)
 		if !ok {
@@ -53,7 +53,7 @@ func (s *Session) StartTerminal(ctx context.Context, req sandbox.TerminalRequest
 
 // TerminalIO talks to a terminal of the current sandbox. A terminal whose program ended
 // (or that the sandbox no longer has) is forgotten.
-func (s *Session) TerminalIO(ctx context.Context, id string, input []byte, sig sandbox.Signal, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
+func (s *Workspace) TerminalIO(ctx context.Context, id string, input []byte, sig sandbox.Signal, w sandbox.TerminalWait) (sandbox.TerminalOutput, error) {
 	out, err := doOp(ctx, s, w.Wait, false, func(sb sandbox.Sandbox) (sandbox.TerminalOutput, error) {
 		t, ok := sandbox.As[sandbox.Terminals](sb)
 		if !ok {
@@ -81,7 +81,7 @@ func (s *Session) TerminalIO(ctx context.Context, id string, input []byte, sig s
 
 // runningTerms asks old which remembered terminals still run their program, and forgets
 // the others. When old cannot say, all are taken as running.
-func (s *Session) runningTerms(ctx context.Context, old sandbox.Sandbox) []*termProc {
+func (s *Workspace) runningTerms(ctx context.Context, old sandbox.Sandbox) []*termProc {
 	s.bg.mu.Lock()
 	all := slices.Clone(s.bg.terms)
 	s.bg.mu.Unlock()
@@ -108,7 +108,7 @@ func (s *Session) runningTerms(ctx context.Context, old sandbox.Sandbox) []*term
 
 // restartTerms starts terms again in next under their tags, without waiting for output,
 // and returns the lines the rotation's notice gives them. Called with mu held for writing.
-func (s *Session) restartTerms(ctx context.Context, next sandbox.Sandbox, terms []*termProc) []string {
+func (s *Workspace) restartTerms(ctx context.Context, next sandbox.Sandbox, terms []*termProc) []string {
 	var lines []string
 	t, ok := sandbox.As[sandbox.Terminals](next)
 	for _, tp := range terms {

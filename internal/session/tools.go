@@ -13,13 +13,13 @@ import (
 // rotation must know (a process the agent stopped is not started again).
 
 var (
-	_ sandbox.Remover         = (*Session)(nil)
-	_ sandbox.ProcessSignaler = (*Session)(nil)
-	_ sandbox.ProcessLister   = (*Session)(nil)
+	_ sandbox.Remover         = (*Workspace)(nil)
+	_ sandbox.ProcessSignaler = (*Workspace)(nil)
+	_ sandbox.ProcessLister   = (*Workspace)(nil)
 )
 
 // Remove removes a workspace entry in the current sandbox.
-func (s *Session) Remove(ctx context.Context, path string) error {
+func (s *Workspace) Remove(ctx context.Context, path string) error {
 	tries := 0
 	_, err := do(ctx, s, func(sb sandbox.Sandbox) (struct{}, error) {
 		tries++
@@ -31,7 +31,7 @@ func (s *Session) Remove(ctx context.Context, path string) error {
 // Signal signals the background process id in the current sandbox. A process told to
 // stop is forgotten first, so that a rotation never starts it again, whether or not the
 // signal finds it.
-func (s *Session) Signal(ctx context.Context, id string, sig sandbox.Signal) error {
+func (s *Workspace) Signal(ctx context.Context, id string, sig sandbox.Signal) error {
 	if sig == sandbox.SignalTerm || sig == sandbox.SignalKill {
 		s.forget(id)
 	}
@@ -56,7 +56,7 @@ func errNoBackground(sb sandbox.Sandbox) error {
 }
 
 // forget drops a remembered background process.
-func (s *Session) forget(id string) {
+func (s *Workspace) forget(id string) {
 	defer s.changed()
 	s.bg.mu.Lock()
 	defer s.bg.mu.Unlock()
@@ -67,7 +67,7 @@ func (s *Session) forget(id string) {
 // lock like every call (found through Unwrap, the sandbox's own would run beside a swap,
 // on a sandbox being retired). Under one that cannot tell, the error wraps
 // sandbox.ErrUnsupported.
-func (s *Session) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+func (s *Workspace) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
 	return do(ctx, s, func(sb sandbox.Sandbox) ([]sandbox.ProcessInfo, error) {
 		pl, ok := sandbox.As[sandbox.ProcessLister](sb)
 		if !ok {

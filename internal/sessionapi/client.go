@@ -121,13 +121,13 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 }
 
 // Start opens a session and returns it once its sandbox is ready.
-func (c *Client) Start(ctx context.Context, r StartRequest) (Session, error) {
-	var s Session
+func (c *Client) Start(ctx context.Context, r StartRequest) (Held, error) {
+	var s Held
 	return s, c.do(ctx, http.MethodPost, "/v1/sessions", r, &s)
 }
 
 // List returns the daemon's sessions.
-func (c *Client) List(ctx context.Context) ([]Session, error) {
+func (c *Client) List(ctx context.Context) ([]Held, error) {
 	var l List
 	err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, &l)
 	return l.Sessions, err

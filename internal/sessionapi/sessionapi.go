@@ -46,8 +46,8 @@ type StartRequest struct {
 	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
 }
 
-// Session is a session the daemon holds.
-type Session struct {
+// Held is a session the daemon holds.
+type Held struct {
 	ID        string `json:"id"`
 	Project   string `json:"project"`
 	Workspace string `json:"workspace,omitempty"` // empty: the project's private workspace
@@ -65,7 +65,7 @@ type Session struct {
 
 // List is the daemon's sessions, oldest first.
 type List struct {
-	Sessions []Session `json:"sessions"`
+	Sessions []Held `json:"sessions"`
 }
 
 // CallRequest runs one tool call in a session.

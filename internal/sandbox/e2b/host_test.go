@@ -81,7 +81,7 @@ func needPython(t testing.TB) {
 
 type toolEnv struct {
 	t *testing.T
-	s *host.Session
+	s *host.Dispatcher
 }
 
 func (e *toolEnv) call(tool, input string) abi.Result {

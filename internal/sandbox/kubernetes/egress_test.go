@@ -21,7 +21,7 @@ import (
 // relayProvider is a provider whose egress relay listens on loopback (pods would dial the
 // advertised address, which nothing here dials), with a real gateway whose session allows
 // allowed.test only; the audit it keeps.
-func relayProvider(t *testing.T) (*Provider, *egress.Session, func() []egress.Record) {
+func relayProvider(t *testing.T) (*Provider, *egress.SessionGateway, func() []egress.Record) {
 	t.Helper()
 	p, err := New(Config{Kubeconfig: deadKubeconfig(t), Image: "toolhost.local/agent:1", NetworkPolicy: true,
 		EgressListen: "127.0.0.1:0", EgressAddress: "192.0.2.1:3129"})

@@ -91,7 +91,7 @@ func newEgressNet(t testing.TB) *egressNet {
 }
 
 // session is a gateway session with spec; opts is ready for Create.
-func (e *egressNet) session(t testing.TB, spec egress.Spec, cfg egress.SessionConfig) (*egress.Session, sandbox.CreateOptions) {
+func (e *egressNet) session(t testing.TB, spec egress.Spec, cfg egress.SessionConfig) (*egress.SessionGateway, sandbox.CreateOptions) {
 	t.Helper()
 	p, err := egress.Compile(spec)
 	if err != nil {

@@ -43,8 +43,8 @@ type fakeSandbox struct {
 	state        string // running, paused, killed
 	endAt        time.Time
 	local        *local.Sandbox
-	egress       *egress.Session // its side of the gateway, while it runs
-	agent        *http.Client    // to local's agent socket
+	egress       *egress.SessionGateway // its side of the gateway, while it runs
+	agent        *http.Client           // to local's agent socket
 	agentTr      *http.Transport
 	timer        *time.Timer
 	snaps        [][]byte // workspace archives of each pause, oldest first
