@@ -138,52 +138,16 @@ func fleetEnv(t testing.TB, fake []string, extra ...string) ([]string, string) {
 // address, not waited out. Reported as failover-p50-ms and failover-p99-ms (the
 // largest of b.N when b.N < 100).
 func BenchmarkFleetFailover(b *testing.B) {
-	requireBwrap(b)
 	// The Hobby plan's 20 sandboxes at once: each iteration ends its session, so its
 	// sandbox is killed and its slot freed (checked after each).
-	fake := startE2BFake(b)
-	env, token := fleetEnv(b, fake, "TOOLHOST_STORE_DIR="+testStore(b))
-	log := &syncBuilder{done: make(chan struct{})}
-	ports := freePorts(b, 2)
-	var rs []*fleetReplica
-	for i, p := range ports {
-		r := &fleetReplica{t: b, n: i, port: p, log: log, env: cliEnv(b, append(append([]string{}, env...),
-			"TOOLHOST_DATA_DIR="+e2bDataDir(b), fmt.Sprintf("TOOLHOST_SERVE_FLEET_ADVERTISE=http://127.0.0.1:%d", p))...)}
-		r.start()
-		rs = append(rs, r)
-	}
-	b.Cleanup(func() {
-		for _, r := range rs {
-			r.signal(syscall.SIGKILL)
-			r.wait(time.Minute)
-		}
-	})
+	fp := startFleetPair(b)
+	rs, log, connect := fp.rs, fp.log, fp.connect
 	ctx := context.Background()
-	// Clients of the SDK's default revision, which is stateless (2026-07-28): the session is
-	// a handle session_start answers, passed to each call.
-	connect := func(url, project string) *mcp.ClientSession {
-		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
-			HTTPClient: &http.Client{Transport: headers{h: map[string]string{"Authorization": "Bearer " + token, "Toolhost-Project": project}, base: http.DefaultTransport}}}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return cs
-	}
 	var lat []time.Duration
 	for i := 0; b.Loop(); i++ {
 		project := fmt.Sprintf("failover%d", i)
 		holder := connect(rs[0].url(), project)
-		res, err := holder.CallTool(ctx, &mcp.CallToolParams{Name: "session_start", Arguments: map[string]any{}})
-		sc, _ := res.StructuredContent.(map[string]any)
-		id, _ := sc["session"].(string)
-		if err != nil || res.IsError || id == "" {
-			b.Fatalf("iteration %d: session_start on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
-		}
-		res, err = holder.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n", "session": id}})
-		if err != nil || res.IsError {
-			b.Fatalf("iteration %d: write_file on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
-		}
+		id := fp.startWriting(holder, i)
 		other := connect(rs[1].url(), project)
 		rs[0].signal(syscall.SIGKILL)
 		rs[0].wait(time.Minute)
@@ -204,13 +168,7 @@ func BenchmarkFleetFailover(b *testing.B) {
 		}
 		lat = append(lat, time.Since(t0))
 		b.StopTimer()
-		res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "session_end", Arguments: map[string]any{"session": id}})
-		if err != nil || res.IsError {
-			b.Fatalf("iteration %d: session_end on the replica that took the project over: %v %s", i, err, mcpText(res))
-		}
-		if n := runningSandboxes(b, fake); n != 0 {
-			b.Fatalf("iteration %d: %d E2B sandboxes still run after session_end\n%s", i, n, tail(log.String(), 100))
-		}
+		fp.end(other, id, i)
 		other.Close()
 		holder.Close()
 		rs[0].start()
@@ -228,50 +186,16 @@ func BenchmarkFleetFailover(b *testing.B) {
 // iterations) and the calls that failed (handoff-failed-calls, the total: the issue wants
 // 0). The E2B sandbox is kept and reconnected by the replica that takes the project.
 func BenchmarkFleetHandoff(b *testing.B) {
-	requireBwrap(b)
-	fake := startE2BFake(b)
-	env, token := fleetEnv(b, fake, "TOOLHOST_STORE_DIR="+testStore(b), "TOOLHOST_SERVE_DRAIN=handoff")
-	log := &syncBuilder{done: make(chan struct{})}
-	ports := freePorts(b, 2)
-	var rs []*fleetReplica
-	for i, p := range ports {
-		r := &fleetReplica{t: b, n: i, port: p, log: log, env: cliEnv(b, append(append([]string{}, env...),
-			"TOOLHOST_DATA_DIR="+e2bDataDir(b), fmt.Sprintf("TOOLHOST_SERVE_FLEET_ADVERTISE=http://127.0.0.1:%d", p))...)}
-		r.start()
-		rs = append(rs, r)
-	}
-	b.Cleanup(func() {
-		for _, r := range rs {
-			r.signal(syscall.SIGKILL)
-			r.wait(time.Minute)
-		}
-	})
+	fp := startFleetPair(b, "TOOLHOST_SERVE_DRAIN=handoff")
+	rs, connect := fp.rs, fp.connect
 	ctx := context.Background()
-	connect := func(url, project string) *mcp.ClientSession {
-		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
-			HTTPClient: &http.Client{Transport: headers{h: map[string]string{"Authorization": "Bearer " + token, "Toolhost-Project": project}, base: http.DefaultTransport}}}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return cs
-	}
 	var worst []time.Duration
 	failed := 0
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		project := fmt.Sprintf("handoff%d", i)
 		holder := connect(rs[0].url(), project)
-		res, err := holder.CallTool(ctx, &mcp.CallToolParams{Name: "session_start", Arguments: map[string]any{}})
-		sc, _ := res.StructuredContent.(map[string]any)
-		id, _ := sc["session"].(string)
-		if err != nil || res.IsError || id == "" {
-			b.Fatalf("iteration %d: session_start on the holder: %v %s\n%s", i, err, mcpText(res), tail(log.String(), 100))
-		}
-		res, err = holder.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n", "session": id}})
-		if err != nil || res.IsError {
-			b.Fatalf("iteration %d: write_file on the holder: %v %s", i, err, mcpText(res))
-		}
+		id := fp.startWriting(holder, i)
 		other := connect(rs[1].url(), project)
 		b.StartTimer()
 		rs[0].signal(syscall.SIGTERM)
@@ -297,13 +221,7 @@ func BenchmarkFleetHandoff(b *testing.B) {
 		<-exited
 		worst = append(worst, longest)
 		b.StopTimer()
-		res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: "session_end", Arguments: map[string]any{"session": id}})
-		if err != nil || res.IsError {
-			b.Fatalf("iteration %d: session_end: %v %s", i, err, mcpText(res))
-		}
-		if n := runningSandboxes(b, fake); n != 0 {
-			b.Fatalf("iteration %d: %d E2B sandboxes still run after session_end", i, n)
-		}
+		fp.end(other, id, i)
 		other.Close()
 		holder.Close()
 		rs[0].start()
@@ -313,6 +231,79 @@ func BenchmarkFleetHandoff(b *testing.B) {
 	b.ReportMetric(float64(worst[len(worst)/2].Milliseconds()), "handoff-max-call-p50-ms")
 	b.ReportMetric(float64(worst[min(len(worst)-1, len(worst)*99/100)].Milliseconds()), "handoff-max-call-p99-ms")
 	b.ReportMetric(float64(failed), "handoff-failed-calls")
+}
+
+// fleetPair is two `toolhost serve` replicas of one fleet on the E2B fake (on the Hobby
+// plan's 20 sandboxes) and a directory store, for the fleet's benchmarks.
+type fleetPair struct {
+	b       *testing.B
+	rs      []*fleetReplica
+	fake    []string
+	log     *syncBuilder
+	connect func(url, project string) *mcp.ClientSession
+}
+
+// startFleetPair starts a fleetPair whose replicas have extra in their environment.
+func startFleetPair(b *testing.B, extra ...string) *fleetPair {
+	requireBwrap(b)
+	fp := &fleetPair{b: b, fake: startE2BFake(b), log: &syncBuilder{done: make(chan struct{})}}
+	env, token := fleetEnv(b, fp.fake, append([]string{"TOOLHOST_STORE_DIR=" + testStore(b)}, extra...)...)
+	for i, p := range freePorts(b, 2) {
+		r := &fleetReplica{t: b, n: i, port: p, log: fp.log, env: cliEnv(b, append(append([]string{}, env...),
+			"TOOLHOST_DATA_DIR="+e2bDataDir(b), fmt.Sprintf("TOOLHOST_SERVE_FLEET_ADVERTISE=http://127.0.0.1:%d", p))...)}
+		r.start()
+		fp.rs = append(fp.rs, r)
+	}
+	b.Cleanup(func() {
+		for _, r := range fp.rs {
+			r.signal(syscall.SIGKILL)
+			r.wait(time.Minute)
+		}
+	})
+	// Clients of the SDK's default revision, which is stateless (2026-07-28): the session is
+	// a handle session_start answers, passed to each call.
+	fp.connect = func(url, project string) *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
+			HTTPClient: &http.Client{Transport: headers{h: map[string]string{"Authorization": "Bearer " + token, "Toolhost-Project": project}, base: http.DefaultTransport}}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cs
+	}
+	return fp
+}
+
+// startWriting opens a session through cs (session_start) and writes a.txt in it
+// ("uncommitted"): its handle.
+func (fp *fleetPair) startWriting(cs *mcp.ClientSession, i int) string {
+	ctx := context.Background()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "session_start", Arguments: map[string]any{}})
+	var id string
+	if err == nil {
+		sc, _ := res.StructuredContent.(map[string]any)
+		id, _ = sc["session"].(string)
+	}
+	if err != nil || res.IsError || id == "" {
+		fp.b.Fatalf("iteration %d: session_start: %v %s\n%s", i, err, mcpText(res), tail(fp.log.String(), 100))
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "uncommitted\n", "session": id}})
+	if err != nil || res.IsError {
+		fp.b.Fatalf("iteration %d: write_file: %v %s\n%s", i, err, mcpText(res), tail(fp.log.String(), 100))
+	}
+	return id
+}
+
+// end ends session id through cs (session_end), and checks that the fake runs no
+// sandbox after.
+func (fp *fleetPair) end(cs *mcp.ClientSession, id string, i int) {
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_end", Arguments: map[string]any{"session": id}})
+	if err != nil || res.IsError {
+		fp.b.Fatalf("iteration %d: session_end: %v %s", i, err, mcpText(res))
+	}
+	if n := runningSandboxes(fp.b, fp.fake); n != 0 {
+		fp.b.Fatalf("iteration %d: %d E2B sandboxes still run after session_end\n%s", i, n, tail(fp.log.String(), 100))
+	}
 }
 
 // runningSandboxes is how many sandboxes the E2B fake whose environment is fake runs.

@@ -336,7 +336,7 @@ func ListReplicas(ctx context.Context, st store.Store) ([]Replica, error) {
 			continue
 		}
 		var r Replica
-		if err := readJSON(ctx, st, o.Key, &r); err != nil || r.Instance != inst {
+		if err := ReadRecord(ctx, st, o.Key, maxRecord, &r); err != nil || r.Instance != inst {
 			continue
 		}
 		out = append(out, r)
@@ -350,7 +350,7 @@ func (f *Fleet) Replica(ctx context.Context, instance string) (Replica, error) {
 	if !storekeys.ValidFleetName(instance) {
 		return r, fmt.Errorf("fleet: replica %q: %w", instance, store.ErrNotFound)
 	}
-	if err := readJSON(ctx, f.cfg.Store, storekeys.FleetReplica(instance), &r); err != nil {
+	if err := ReadRecord(ctx, f.cfg.Store, storekeys.FleetReplica(instance), maxRecord, &r); err != nil {
 		return r, err
 	}
 	if r.Instance != instance {
@@ -359,20 +359,30 @@ func (f *Fleet) Replica(ctx context.Context, instance string) (Replica, error) {
 	return r, nil
 }
 
-func readJSON(ctx context.Context, st store.Store, key string, v any) error {
+// ErrBadRecord: a record in the store is larger than its bound or not the JSON it should
+// be (the store may hold anything).
+var ErrBadRecord = errors.New("not a record this fleet wrote")
+
+// ReadRecord decodes the JSON record at key into v, reading at most limit bytes of it: a
+// larger one, or one that is not JSON, is ErrBadRecord; store.ErrNotFound when there is
+// none; the store's error when it could not be read.
+func ReadRecord(ctx context.Context, st store.Store, key string, limit int, v any) error {
 	rc, _, err := st.Get(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxRecord+1))
+	b, err := io.ReadAll(io.LimitReader(rc, int64(limit)+1))
 	if err != nil {
 		return err
 	}
-	if len(b) > maxRecord {
-		return fmt.Errorf("the record %s is larger than %d bytes", key, maxRecord)
+	if len(b) > limit {
+		return fmt.Errorf("%w: the record %s is larger than %d bytes", ErrBadRecord, key, limit)
 	}
-	return json.Unmarshal(b, v)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: the record %s: %w", ErrBadRecord, key, err)
+	}
+	return nil
 }
 
 // hostIP is the address of a host:port whose host is an IP literal.

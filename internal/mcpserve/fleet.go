@@ -135,16 +135,11 @@ func (s *Server) sessionRecord(ctx context.Context, id string) (sessionRecord, e
 	if !storekeys.ValidFleetName(id) {
 		return r, store.ErrNotFound
 	}
-	rc, _, err := s.fleetStore().Get(ctx, storekeys.FleetSession(id))
-	if err != nil {
-		return r, err
+	err := fleet.ReadRecord(ctx, s.fleetStore(), storekeys.FleetSession(id), maxSessionRecord, &r)
+	if err != nil && !errors.Is(err, fleet.ErrBadRecord) {
+		return r, err // none, or the store could not be read
 	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxSessionRecord+1))
-	if err != nil {
-		return r, err
-	}
-	if len(b) > maxSessionRecord || json.Unmarshal(b, &r) != nil || r.ID != id || storekeys.ValidProject(r.Project) != nil || len(r.Init) == 0 {
+	if err != nil || r.ID != id || storekeys.ValidProject(r.Project) != nil || len(r.Init) == 0 {
 		return r, fmt.Errorf("the record of session %s is not one this server wrote: %w", id, store.ErrNotFound)
 	}
 	s.sessRecs.put(r.ID, r)

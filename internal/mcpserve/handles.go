@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/storekeys"
 )
 
@@ -72,17 +73,11 @@ func (s *Server) handleRecord(ctx context.Context, id string) (handleRecord, err
 	if !storekeys.ValidHandle(id) {
 		return r, store.ErrNotFound
 	}
-	rc, _, err := s.fleetStore().Get(ctx, storekeys.FleetHandle(id))
-	if err != nil {
-		return r, err
+	err := fleet.ReadRecord(ctx, s.fleetStore(), storekeys.FleetHandle(id), maxHandleRecord, &r)
+	if err != nil && !errors.Is(err, fleet.ErrBadRecord) {
+		return r, err // none, or the store could not be read
 	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxHandleRecord+1))
-	if err != nil {
-		return r, err
-	}
-	if len(b) > maxHandleRecord || json.Unmarshal(b, &r) != nil || r.ID != id || r.Owner == "" ||
-		storekeys.ValidProject(r.Project) != nil {
+	if err != nil || r.ID != id || r.Owner == "" || storekeys.ValidProject(r.Project) != nil {
 		return r, fmt.Errorf("the record of session %s is not one this server wrote: %w", id, store.ErrNotFound)
 	}
 	return r, nil
