@@ -37,6 +37,9 @@ func (e *LinkError) Unwrap() error { return ErrLink }
 // or a directory swapped for one meanwhile, fails with ErrLink; with create a missing one
 // is made (0755).
 func OpenDirAt(d *os.File, name string, create bool) (*os.File, error) {
+	if err := checkPart(name, name); err != nil {
+		return nil, err
+	}
 	fd, err := openDirAt(int(d.Fd()), name, create)
 	if err != nil {
 		return nil, err
@@ -100,6 +103,15 @@ func openBeneath(dfd int, rel string, create bool) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
+	if rel != "." {
+		// Every part a name below: a ".." would climb out in the walk part by part (where
+		// openat2 is missing, or refused the path), an empty or "." part is not a clean path.
+		for part := range strings.SplitSeq(rel, "/") {
+			if err := checkPart(part, rel); err != nil {
+				return -1, err
+			}
+		}
+	}
 	if useOpenat2 {
 		if fd, err := openat2Beneath(dfd, rel); err == nil {
 			return fd, nil
@@ -126,10 +138,22 @@ func openBeneath(dfd int, rel string, create bool) (int, error) {
 	return fd, nil
 }
 
+// checkPart refuses a part of rel that names no entry below its directory: "", "." or
+// "..", or one with a slash.
+func checkPart(part, rel string) error {
+	if part == "" || part == "." || part == ".." || strings.ContainsRune(part, '/') {
+		return fmt.Errorf("%q: not a clean path below the directory (no .., no //, no leading /): %w", rel, ErrUnsafe)
+	}
+	return nil
+}
+
 // OpenAt opens name in d for reading, never through a link (one there fails with
 // ErrLink) and never blocking on a fifo, and returns it with its Stat: what it opened may
 // be of any type, the caller decides.
 func OpenAt(d *os.File, name string) (*os.File, fs.FileInfo, error) {
+	if err := checkPart(name, name); err != nil {
+		return nil, nil, err
+	}
 	fd, err := openNoFollow(int(d.Fd()), name)
 	if err != nil {
 		return nil, nil, classifyAt(int(d.Fd()), name, err)
@@ -158,6 +182,9 @@ func openNoFollow(dfd int, name string) (int, error) {
 // a reader never sees half a file, a link at name is replaced, never followed, and a
 // failure leaves what was there. The new file gets mode.
 func ReplaceAt(d *os.File, name string, mode fs.FileMode, body io.Reader) error {
+	if err := checkPart(name, name); err != nil {
+		return err
+	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + name + ".toolhost-" + hex.EncodeToString(rnd[:])

@@ -66,6 +66,59 @@ func TestOpenBeneathRefusesLinks(t *testing.T) {
 	}
 }
 
+// OpenBeneath never leaves the directory it starts from by a ".." part, whichever way it
+// opens: openat2 refuses one that climbs out, and the part-by-part walk, where openat2
+// failed or is not there, must refuse it too rather than open the parent.
+func TestOpenBeneathRefusesDotDot(t *testing.T) {
+	for _, openat2 := range []bool{true, false} {
+		t.Run(map[bool]string{true: "openat2", false: "part-by-part"}[openat2], func(t *testing.T) {
+			useOpenat2 = openat2
+			defer func() { useOpenat2 = true }()
+			base := t.TempDir()
+			root := filepath.Join(base, "root")
+			if err := os.MkdirAll(filepath.Join(root, "a"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d, err := os.Open(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			for _, rel := range []string{"..", "../root", "a/../..", "a/../../made", "/etc", "a//b", "./a"} {
+				for _, create := range []bool{false, true} {
+					f, err := OpenBeneath(d, rel, create)
+					if err == nil {
+						f.Close()
+						t.Errorf("OpenBeneath(%q, create %v) opened it", rel, create)
+					} else if !errors.Is(err, ErrUnsafe) {
+						t.Errorf("OpenBeneath(%q, create %v): %v, want ErrUnsafe", rel, create, err)
+					}
+				}
+			}
+			for _, name := range []string{"..", ".", "", "a/b", "../x"} {
+				if f, _, err := OpenAt(d, name); !errors.Is(err, ErrUnsafe) {
+					if f != nil {
+						f.Close()
+					}
+					t.Errorf("OpenAt(%q): %v, want ErrUnsafe", name, err)
+				}
+				if f, err := OpenDirAt(d, name, true); !errors.Is(err, ErrUnsafe) {
+					if f != nil {
+						f.Close()
+					}
+					t.Errorf("OpenDirAt(%q): %v, want ErrUnsafe", name, err)
+				}
+				if err := ReplaceAt(d, name, 0o644, strings.NewReader("x")); !errors.Is(err, ErrUnsafe) {
+					t.Errorf("ReplaceAt(%q): %v, want ErrUnsafe", name, err)
+				}
+			}
+			if fileExists(filepath.Join(base, "made")) || fileExists(filepath.Join(base, "x")) {
+				t.Error("a directory was made beside the root")
+			}
+		})
+	}
+}
+
 func fileExists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 // ReplaceAt replaces a link at the name with the file, never writing through it.
