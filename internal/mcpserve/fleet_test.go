@@ -469,6 +469,24 @@ func TestFleetHandleOutlivesItsReplica(t *testing.T) {
 	if n := rs[1].s.OpenSessions(); n != 1 {
 		t.Fatalf("replica 1 has %d sessions open after adopting %s, want 1", n, id)
 	}
+	// Replica 0 (alive behind its closed listener) finds it lost the lease; its copy of
+	// the session then ends there: that must not delete the record replica 1 goes on with.
+	owner := "token:alice"
+	if !testenv.Eventually(func() bool {
+		h, err := rs[0].s.lookup(owner, id)
+		if err != nil {
+			return false
+		}
+		h.b.mu.Lock()
+		defer h.b.mu.Unlock()
+		return h.b.sess != nil && rootapi.LeaseLost(h.b.sess) != nil
+	}) {
+		t.Fatal("replica 0 never found that it lost the project's lease")
+	}
+	rs[0].s.stopHeld(context.Background(), owner, id)
+	if _, err := rs[1].s.handleRecord(context.Background(), id); err != nil {
+		t.Fatalf("the record of %s after the replica that lost its lease ended its copy: %v", id, err)
+	}
 
 	// A deploy drains replica 1: the session is handed over and goes on on replica 2.
 	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)

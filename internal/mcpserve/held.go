@@ -186,15 +186,16 @@ func (s *Server) nameHeld(ctx context.Context, h *held, project string) error {
 			s.held.mu.Unlock()
 			return nil
 		}
+		h.id = id
 		s.held.byID[id] = h // taken here while its record is written
 		s.held.mu.Unlock()
 		ok, err := s.recordHandle(ctx, id, project, h.b.owner, h.idle)
 		if ok {
-			h.id = id
 			return nil
 		}
 		s.held.mu.Lock()
 		delete(s.held.byID, id)
+		h.id = ""
 		s.held.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("the session could not be recorded in the store, so another server of the fleet could not go on with it; start it again: %w", err)
@@ -249,8 +250,12 @@ func (s *Server) forget(h *held, why string) {
 		msg += fmt.Sprintf("; its work is snapshot %s of project %s", info.Key, h.b.project)
 	}
 	handedOver := h.b.handedOver
+	// A session that lost its project's lease (this replica stalled past it, or its store
+	// did not answer) is another replica's now, which may have adopted the handle: this
+	// one must not delete the record it goes on with.
+	lost := h.b.lostLease
 	h.b.mu.Unlock()
-	if h.recorded && !handedOver {
+	if h.recorded && !handedOver && !lost {
 		// Before the end is answered: a call of the handle that reaches another replica
 		// after it must not find the record and open the session again.
 		s.dropHandle(h.id)

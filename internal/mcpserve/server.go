@@ -460,6 +460,7 @@ type binding struct {
 	ended      bool
 	endErr     error
 	endInfo    toolhost.SnapshotInfo // the commit at the end, when it saved
+	lostLease  bool                  // at its end, its session had lost the project's lease
 }
 
 func newBinding(s *Server, project, owner, workspace string) *binding {
@@ -616,6 +617,7 @@ func (b *binding) finish(ctx context.Context, why string) error {
 		return nil
 	}
 	s := b.srv
+	b.lostLease = s.opts.Fleet != nil && rootapi.LeaseLost(b.sess) != nil
 	var errs []error
 	info, err := b.sess.Commit(ctx, "mcp session end")
 	if err != nil {
