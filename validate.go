@@ -82,6 +82,43 @@ func (c *Config) Validate() error {
 
 type badKey func(key, format string, args ...any) error
 
+// settings are the keys a module may honour or check against.
+func (c *Config) settings() module.Settings {
+	mib := func(v int64) int64 {
+		if v < 0 {
+			return -1 // no limit
+		}
+		return v << 20
+	}
+	sb := c.Sandbox
+	pool := 0
+	if v, err := c.Get("sandbox.pool"); err == nil { // the local module's key
+		pool, _ = v.(int)
+	}
+	return module.Settings{
+		Pool:        pool,
+		Providers:   ProviderNamesOf(sb.Provider),
+		StoreKind:   c.Store.Kind,
+		Network:     sb.Network,
+		MemoryBytes: mib(sb.MemoryMiB), Processes: sb.Processes, CPUs: sb.CPUs,
+		TmpBytes: mib(sb.TmpMiB), ShmBytes: mib(sb.ShmMiB), DiskBytes: mib(sb.DiskMiB), OpenFiles: sb.OpenFiles,
+		TTL: c.Session.TTL, MaxLifetime: c.Session.MaxLifetime, KeepaliveMargin: c.Session.KeepaliveMargin,
+	}
+}
+
+// validateModules runs the Validate of every registered provider and store: a bad value
+// is a mistake whether or not the module is chosen (each checks what matters only when it
+// is chosen only then).
+func (c *Config) validateModules() error {
+	set := c.settings()
+	for _, m := range append(module.Providers(), module.Stores()...) {
+		if err := m.Validate(c.Module(m.Name), set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // knownList is the registered modules' names for a message, or what to do when there are
 // none: the root package registers no module of its own.
 func knownList(names []string) string {
