@@ -18,7 +18,7 @@ BENCH_PKGS   ?= ./...
 BENCH_COUNT  ?= 1
 BENCHFLAGS   ?=
 DUEL_ROUNDS  ?= 10
-# The targets the CLI is built for (make cross; make test runs it). The local sandbox
+# The targets the CLI is checked for (make cross; make test runs it). The local sandbox
 # provider is Linux's; elsewhere the CLI serves E2B sandboxes, snapshots, screenshots of
 # E2B previews and MCP.
 CROSS_TARGETS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
@@ -42,7 +42,7 @@ help:
 	@echo "make bench-check  each headline figure of docs/BENCHMARKS.md as a ratio, 3 repeats: min/median/max, load, date"
 	@echo "make duel     the same work in toolhost and in Extism, side by side (DUEL_ROUNDS=10)"
 	@echo "make build    build bin/toolhost (the built-in plugins are inside it)"
-	@echo "make cross    vet what differs per platform and link the CLI, for each of CROSS_TARGETS"
+	@echo "make cross    type-check every package and its tests for each of CROSS_TARGETS"
 	@echo "make plugins  rebuild the built-in plugins into internal/builtins/wasm (commit the result)"
 	@echo "make examples build the C example plugin (examples/c-wordcount; make test builds and tests it)"
 	@echo "make clean    remove bin/"
@@ -97,10 +97,9 @@ endif
 	@$(BIN)/toolhost tools --warm --format json >/dev/null || \
 		echo "make build: compiling the plugins ahead failed (the first calls will be slower)" >&2
 
-# What differs per platform, for every target (scripts/cross.sh): go vet of the packages
-# with platform files (and of those outside the CLI that import them), one link of the
-# CLI. A Linux-only call outside a _linux.go file or a //go:build linux file fails here,
-# not on a user's Mac.
+# What differs per platform, for every target (scripts/cross.sh): every package and its
+# tests type-checked from source (internal/crosscheck), nothing compiled. A Linux-only
+# call outside a _linux.go file or a //go:build linux file fails here, not on a user's Mac.
 cross:
 	@CROSS_TARGETS="$(CROSS_TARGETS)" GO="$(GO)" scripts/cross.sh
 
