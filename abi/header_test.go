@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
@@ -39,6 +42,8 @@ type abiDoc struct {
 	imports  []signature
 	modules  map[string][]string // the capability table: module -> functions
 	magics   []string
+	blocks   map[string]string // the framed result's block kinds: t -> 74
+	maxBufs  string            // the most host buffers a call holds
 }
 
 func readABI(t *testing.T) abiDoc {
@@ -76,6 +81,13 @@ func readABI(t *testing.T) abiDoc {
 	for _, m := range regexp.MustCompile("the magic `\"\\\\x00(th[a-z0-9]+)\"`").FindAllStringSubmatch(flat, -1) {
 		d.magics = append(d.magics, m[1])
 	}
+	d.blocks = map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([0-9a-f]{2})` \\(`([a-z])`\\),").FindAllStringSubmatch(text, -1) {
+		d.blocks[m[2]] = m[1]
+	}
+	if m := regexp.MustCompile(`A call holds at most (\d+) buffers`).FindStringSubmatch(flat); m != nil {
+		d.maxBufs = m[1]
+	}
 	if d.version == "" || len(d.statuses) < 10 || len(d.levels) != 4 || len(d.exports) != 4 || len(d.imports) < 20 || len(d.modules) < 8 || len(d.magics) < 2 {
 		t.Fatalf("ABI.md no longer reads as this test expects (version %q, %d statuses, %d levels, %d exports, %d host functions, %d modules, magics %v): update the test with the page",
 			d.version, len(d.statuses), len(d.levels), len(d.exports), len(d.imports), len(d.modules), d.magics)
@@ -105,6 +117,8 @@ type header struct {
 	exports  map[string]signature
 	imports  []signature
 	magics   []string
+	blocks   map[string]string // the TOOLHOST_BLOCK_ kinds: t -> 74
+	maxBufs  string
 }
 
 func readHeader(t *testing.T) header {
@@ -124,6 +138,13 @@ func readHeader(t *testing.T) header {
 	}
 	for _, m := range regexp.MustCompile(`(?m)^#define TOOLHOST_FRAMED_[A-Z]+_MAGIC "\\0(th[a-z0-9]+)"$`).FindAllStringSubmatch(h.text, -1) {
 		h.magics = append(h.magics, m[1])
+	}
+	h.blocks = map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^#define TOOLHOST_BLOCK_[A-Z]+ '([a-z])'$`).FindAllStringSubmatch(h.text, -1) {
+		h.blocks[m[1]] = fmt.Sprintf("%02x", m[1][0])
+	}
+	if m := regexp.MustCompile(`(?m)^#define TOOLHOST_MAX_HOST_BUFFERS (\d+)$`).FindStringSubmatch(h.text); m != nil {
+		h.maxBufs = m[1]
 	}
 	decl := regexp.MustCompile(`^([a-z0-9_]+(?: \*)?) ?([a-z0-9_]+)\(([^)]*)\);$`)
 	lines := strings.Split(h.text, "\n")
@@ -228,6 +249,12 @@ func TestHeaderMatchesABI(t *testing.T) {
 	}
 	if !slices.Equal(h.magics, d.magics) {
 		t.Errorf("the header's magics %v, ABI.md's %v", h.magics, d.magics)
+	}
+	if !maps.Equal(h.blocks, d.blocks) || len(d.blocks) < 4 {
+		t.Errorf("the header's framed result blocks %v, ABI.md's %v", h.blocks, d.blocks)
+	}
+	if h.maxBufs != d.maxBufs || d.maxBufs != strconv.Itoa(abi.MaxHostBuffers) {
+		t.Errorf("TOOLHOST_MAX_HOST_BUFFERS %q, ABI.md says %q, abi.MaxHostBuffers is %d", h.maxBufs, d.maxBufs, abi.MaxHostBuffers)
 	}
 	for name, a := range d.exports {
 		c, ok := h.exports[name]
