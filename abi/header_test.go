@@ -3,17 +3,23 @@ package abi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolhost/toolhost/abi"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/memsandbox"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
 
@@ -39,6 +45,8 @@ type abiDoc struct {
 	imports  []signature
 	modules  map[string][]string // the capability table: module -> functions
 	magics   []string
+	blocks   map[string]string // the framed result's block kinds: t -> 74
+	maxBufs  string            // the most host buffers a call holds
 }
 
 func readABI(t *testing.T) abiDoc {
@@ -76,6 +84,13 @@ func readABI(t *testing.T) abiDoc {
 	for _, m := range regexp.MustCompile("the magic `\"\\\\x00(th[a-z0-9]+)\"`").FindAllStringSubmatch(flat, -1) {
 		d.magics = append(d.magics, m[1])
 	}
+	d.blocks = map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([0-9a-f]{2})` \\(`([a-z])`\\),").FindAllStringSubmatch(text, -1) {
+		d.blocks[m[2]] = m[1]
+	}
+	if m := regexp.MustCompile(`A call holds at most (\d+) buffers`).FindStringSubmatch(flat); m != nil {
+		d.maxBufs = m[1]
+	}
 	if d.version == "" || len(d.statuses) < 10 || len(d.levels) != 4 || len(d.exports) != 4 || len(d.imports) < 20 || len(d.modules) < 8 || len(d.magics) < 2 {
 		t.Fatalf("ABI.md no longer reads as this test expects (version %q, %d statuses, %d levels, %d exports, %d host functions, %d modules, magics %v): update the test with the page",
 			d.version, len(d.statuses), len(d.levels), len(d.exports), len(d.imports), len(d.modules), d.magics)
@@ -105,6 +120,8 @@ type header struct {
 	exports  map[string]signature
 	imports  []signature
 	magics   []string
+	blocks   map[string]string // the TOOLHOST_BLOCK_ kinds: t -> 74
+	maxBufs  string
 }
 
 func readHeader(t *testing.T) header {
@@ -124,6 +141,13 @@ func readHeader(t *testing.T) header {
 	}
 	for _, m := range regexp.MustCompile(`(?m)^#define TOOLHOST_FRAMED_[A-Z]+_MAGIC "\\0(th[a-z0-9]+)"$`).FindAllStringSubmatch(h.text, -1) {
 		h.magics = append(h.magics, m[1])
+	}
+	h.blocks = map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^#define TOOLHOST_BLOCK_[A-Z]+ '([a-z])'$`).FindAllStringSubmatch(h.text, -1) {
+		h.blocks[m[1]] = fmt.Sprintf("%02x", m[1][0])
+	}
+	if m := regexp.MustCompile(`(?m)^#define TOOLHOST_MAX_HOST_BUFFERS (\d+)$`).FindStringSubmatch(h.text); m != nil {
+		h.maxBufs = m[1]
 	}
 	decl := regexp.MustCompile(`^([a-z0-9_]+(?: \*)?) ?([a-z0-9_]+)\(([^)]*)\);$`)
 	lines := strings.Split(h.text, "\n")
@@ -229,6 +253,12 @@ func TestHeaderMatchesABI(t *testing.T) {
 	if !slices.Equal(h.magics, d.magics) {
 		t.Errorf("the header's magics %v, ABI.md's %v", h.magics, d.magics)
 	}
+	if !maps.Equal(h.blocks, d.blocks) || len(d.blocks) < 4 {
+		t.Errorf("the header's framed result blocks %v, ABI.md's %v", h.blocks, d.blocks)
+	}
+	if h.maxBufs != d.maxBufs || d.maxBufs != strconv.Itoa(abi.MaxHostBuffers) {
+		t.Errorf("TOOLHOST_MAX_HOST_BUFFERS %q, ABI.md says %q, abi.MaxHostBuffers is %d", h.maxBufs, d.maxBufs, abi.MaxHostBuffers)
+	}
 	for name, a := range d.exports {
 		c, ok := h.exports[name]
 		if !ok {
@@ -286,9 +316,6 @@ func TestHeaderMatchesABI(t *testing.T) {
 // each import the header declares, under that module and name and with that wasm type
 // (an import the host lacks, or of another type, fails the instantiation).
 func TestHeaderBuildsAPlugin(t *testing.T) {
-	if _, err := exec.LookPath("clang"); err != nil {
-		testenv.Skipf(t, "clang is not installed (make test installs it: scripts/setup.sh --test; Debian packages clang lld wasi-libc libclang-rt-14-dev-wasm32)")
-	}
 	h := readHeader(t)
 	var src strings.Builder
 	src.WriteString("#include \"toolhost.h\"\n\nstatic uint8_t in[64];\nstatic const char manifest[] = \"{\\\"abi_version\\\":1,\\\"name\\\":\\\"header-check\\\",\\\"version\\\":\\\"0\\\",\\\"tools\\\":[]}\";\n\n")
@@ -307,26 +334,7 @@ func TestHeaderBuildsAPlugin(t *testing.T) {
 		want = append(want, s.module+"."+s.name)
 	}
 	src.WriteString("\t}\n\treturn n;\n}\n")
-	dir := t.TempDir()
-	c, wasm := filepath.Join(dir, "check.c"), filepath.Join(dir, "check.wasm")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	abiDir, _ := filepath.Abs(".")
-	cmd := exec.Command("clang", "--target=wasm32-wasi", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-mexec-model=reactor", "-I", abiDir, "-o", wasm, c)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		if strings.Contains(out.String(), "error:") && !strings.Contains(out.String(), "cannot open") && !strings.Contains(out.String(), "file not found") {
-			t.Fatalf("the header does not compile:\n%s\n%s", out.String(), src.String())
-		}
-		testenv.Skipf(t, "clang cannot build for wasm32-wasi here (scripts/setup.sh --test installs wasi-libc and libclang-rt-N-dev-wasm32): %v\n%s", err, out.String())
-	}
-	b, err := os.ReadFile(wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := buildC(t, src.String())
 	in, err := host.Inspect(context.Background(), b)
 	if err != nil {
 		t.Fatalf("the host refuses the header's imports: %v", err)
@@ -341,5 +349,109 @@ func TestHeaderBuildsAPlugin(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("the plugin imports %v, the header declares %v", got, want)
+	}
+}
+
+// buildC compiles the C source of a plugin against toolhost.h with clang for wasm32-wasi,
+// as ABI.md section 8 says, and returns the module.
+func buildC(t *testing.T, src string) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("clang"); err != nil {
+		testenv.Skipf(t, "clang is not installed (make test installs it: scripts/setup.sh --test; Debian packages clang lld wasi-libc libclang-rt-14-dev-wasm32)")
+	}
+	dir := t.TempDir()
+	c, wasm := filepath.Join(dir, "check.c"), filepath.Join(dir, "check.wasm")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abiDir, _ := filepath.Abs(".")
+	cmd := exec.Command("clang", "--target=wasm32-wasi", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-mexec-model=reactor", "-I", abiDir, "-o", wasm, c)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(out.String(), "error:") && !strings.Contains(out.String(), "cannot open") && !strings.Contains(out.String(), "file not found") {
+			t.Fatalf("the header does not compile:\n%s\n%s", out.String(), src)
+		}
+		testenv.Skipf(t, "clang cannot build for wasm32-wasi here (scripts/setup.sh --test installs wasi-libc and libclang-rt-N-dev-wasm32): %v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// heldC is a plugin in C that reads f.txt with read_text's hold and returns a framed
+// result whose one text block is the host buffer, then "[end]\n": tool cat names the
+// buffer it was given, tool wrong the next id, which it was not.
+const heldC = `#include "toolhost.h"
+#include <string.h>
+
+static uint8_t in[1 << 17];
+static uint8_t reply[512];
+static uint8_t out[64];
+static const char manifest[] = "{\"abi_version\":1,\"name\":\"held-check\",\"version\":\"0\",\"tools\":["
+	"{\"name\":\"cat\",\"description\":\"Shows f.txt.\",\"input_schema\":{\"type\":\"object\"}},"
+	"{\"name\":\"wrong\",\"description\":\"Names a buffer it was not given.\",\"input_schema\":{\"type\":\"object\"}}]}";
+static const char failed[] = "{\"content\":[{\"type\":\"text\",\"text\":\"no buffer\"}],\"is_error\":true}";
+
+TOOLHOST_EXPORT("toolhost_abi_version") int32_t toolhost_abi_version(void) { return TOOLHOST_ABI_VERSION; }
+TOOLHOST_EXPORT("toolhost_describe") int64_t toolhost_describe(void) { return TOOLHOST_PACK(manifest, sizeof manifest - 1); }
+TOOLHOST_EXPORT("toolhost_input_buffer") uint8_t *toolhost_input_buffer(uint32_t size) { return size < sizeof in ? in : 0; }
+
+static void put32(uint8_t *p, uint32_t v) {
+	p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+
+TOOLHOST_EXPORT("toolhost_call") int64_t toolhost_call(uint32_t len) {
+	static const char req[] = "{\"path\":\"f.txt\",\"hold\":true}";
+	static const char tail[] = "[end]\n";
+	in[len < sizeof in ? len : sizeof in - 1] = 0;
+	int64_t n = toolhost_sandbox_files_read_text((const uint8_t *)req, sizeof req - 1, reply, sizeof reply - 1);
+	if (n < 0 || n >= (int64_t)sizeof reply) return TOOLHOST_PACK(failed, sizeof failed - 1);
+	reply[n] = 0;
+	const char *b = strstr((const char *)reply, "\"buffer\":");
+	uint32_t id = 0;
+	for (b = b ? b + 9 : ""; *b >= '0' && *b <= '9'; b++) id = id * 10 + (uint32_t)(*b - '0');
+	if (id == 0) return TOOLHOST_PACK(failed, sizeof failed - 1);
+	if (strstr((const char *)in, "\"wrong\"")) id++;
+	memcpy(out, TOOLHOST_FRAMED_RESULT_MAGIC, TOOLHOST_FRAMED_MAGIC_LEN);
+	out[5] = 0;
+	out[6] = TOOLHOST_BLOCK_HELD;
+	put32(out + 7, id);
+	put32(out + 11, sizeof tail - 1);
+	memcpy(out + 15, tail, sizeof tail - 1);
+	return TOOLHOST_PACK(out, 15 + sizeof tail - 1);
+}
+`
+
+// TestHeaderHostBuffers runs a plugin written in C against toolhost.h alone through the
+// host: it reads a file into a host buffer (ABI.md section 5.1) and names the buffer in a
+// framed result, and the host answers with the file's lines; naming an id it was not
+// given is a plugin failure.
+func TestHeaderHostBuffers(t *testing.T) {
+	wasm := filepath.Join(t.TempDir(), "held.wasm")
+	if err := os.WriteFile(wasm, buildC(t, heldC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+	defer cancel()
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(),
+		Plugins: []host.PluginSpec{{Path: wasm, Grants: []abi.Capability{abi.CapSandboxFiles}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	sb := memsandbox.New()
+	sb.Put("f.txt", "one\ntwo\n")
+	s := h.OpenSession(sb)
+	res, err := s.Dispatch(ctx, "cat", json.RawMessage(`{}`))
+	if err != nil || res.IsError || testenv.ResultText(res) != "one\ntwo\n[end]\n" {
+		t.Fatalf("cat = %q (error %v), %v", testenv.ResultText(res), res.IsError, err)
+	}
+	res, err = s.Dispatch(ctx, "wrong", json.RawMessage(`{}`))
+	if !errors.Is(err, host.ErrPluginFailed) || !strings.Contains(err.Error(), "never given") {
+		t.Errorf("wrong = %q, %v; want ErrPluginFailed saying the buffer was never given", testenv.ResultText(res), err)
 	}
 }

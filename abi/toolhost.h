@@ -57,6 +57,9 @@ extern "C" {
 #define TOOLHOST_BLOCK_TEXT 't'
 #define TOOLHOST_BLOCK_IMAGE 'i'
 #define TOOLHOST_BLOCK_STRUCTURED 's'
+/* A text block that begins with a host buffer (section 5.1): 'h', u32 id, u32 length, bytes. */
+#define TOOLHOST_BLOCK_HELD 'h'
+#define TOOLHOST_MAX_HOST_BUFFERS 64
 
 /*
  * Exports (section 2): the plugin defines these, marked with TOOLHOST_EXPORT and the

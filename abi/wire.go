@@ -89,6 +89,11 @@ type Content struct {
 	Type   string       `json:"type"`
 	Text   string       `json:"text,omitempty"`
 	Source *ImageSource `json:"source,omitempty"`
+	// Held names, inside a plugin, a host buffer of the call (ReadTextHeader.Buffer) whose
+	// bytes come before Text in this text block: the framed result names the buffer and
+	// the host puts its own bytes there, so they never pass through the plugin. 0 for
+	// none. Never on the JSON wire.
+	Held uint32 `json:"-"`
 }
 
 // ImageSource is an image's bytes, base64-encoded, with their media type (image/webp,
@@ -105,6 +110,18 @@ type ImageSource struct {
 // FramedMagic starts a framed result: the binary form of a Result that needs no JSON
 // escaping (ABI.md section 5). A JSON result never starts with a NUL byte.
 const FramedMagic = "\x00thr1"
+
+// FramedHeld is the kind byte of a framed result's text block that begins with a host
+// buffer's bytes: 'h', u32le buffer id, u32le length, then text that follows them.
+const FramedHeld = 'h'
+
+// MaxHostBuffers is the most host buffers one call may hold; MaxHeldBytes the most bytes
+// they hold together. Past either a host call that would hold one more answers
+// StatusTooLarge.
+const (
+	MaxHostBuffers = 64
+	MaxHeldBytes   = 64 << 20
+)
 
 // Text returns a result holding one text block.
 func Text(s string) Result { return Result{Content: []Content{{Type: ContentText, Text: s}}} }
@@ -174,6 +191,11 @@ type ReadTextRequest struct {
 	Number bool `json:"number,omitempty"`
 	// Version asks for the file's version (as read_versioned gives it) in the header.
 	Version bool `json:"version,omitempty"`
+	// Hold keeps the window's text in a host buffer of the call instead of sending it:
+	// the header's Buffer names it, no text follows the header, and a text block of the
+	// result may name the buffer (Content.Held). A host that predates host buffers ignores
+	// Hold and sends the text (Buffer is then 0).
+	Hold bool `json:"hold,omitempty"`
 }
 
 // ReadTextHeader is the first line of a read_text reply; the window's text follows it,
@@ -188,6 +210,9 @@ type ReadTextHeader struct {
 	Full       bool  `json:"full"`      // the window stopped at MaxBytes before Limit
 	// Version is the file's version (the hex SHA-256 of all of it), when asked for.
 	Version string `json:"version,omitempty"`
+	// Buffer is the host buffer holding the window's text when the request asked to Hold
+	// it (ABI.md section 5.1); 0 when the text follows the header.
+	Buffer uint32 `json:"buffer,omitempty"`
 }
 
 // FileInfo is one entry of toolhost_sandbox_files.stat and .list replies.

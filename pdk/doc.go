@@ -50,7 +50,10 @@
 // byte and reflection far more. Hence the host sends the tool input framed (ABI.md section
 // 9): its string members arrive decoded, so a 64 KB file content costs one copy (String)
 // or none (Bytes), whatever its escapes. Results are framed too, exec replies carry their
-// output raw, and ReadText leaves line counting to the host. Input's accessors (String,
+// output raw, and ReadText leaves line counting to the host; ReadTextHeld leaves the
+// window there too (a host buffer, ABI.md section 5.1), for a tool that returns the lines
+// as they are: HeldText.Block names them in the result and they never enter the guest.
+// Input's accessors (String,
 // Bytes, Int, Bool, Strings, Has, Raw) read the members; JSON gives the whole object, for
 // json.Unmarshal when an input is too complex for them. The kit still reads the JSON
 // request of ABI.md section 5, which older hosts send, with a small hand-written scanner.

@@ -1,6 +1,7 @@
 package pdk
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"syscall"
@@ -172,6 +173,32 @@ func ReadText(req abi.ReadTextRequest) (abi.ReadTextHeader, string, error) {
 		return h, "", decodeError("read_text")
 	}
 	return h, text, nil
+}
+
+// HeldText is the text of a read_text window that stayed on the host (ReadTextHeld). A
+// result shows it with Block, and the host puts its own bytes there: the text never
+// enters the plugin and never leaves it again. It is valid until the tool call returns.
+type HeldText struct {
+	id   uint32 // the host buffer; 0 when the host sent the text
+	text string // the text, from a host that predates host buffers
+}
+
+// Block is a text block of the held text followed by suffix.
+func (t HeldText) Block(suffix string) abi.Content {
+	if t.id == 0 {
+		return abi.Content{Type: abi.ContentText, Text: t.text + suffix}
+	}
+	return abi.Content{Type: abi.ContentText, Held: t.id, Text: suffix}
+}
+
+// ReadTextHeld is ReadText for a plugin that returns the window's text as it is, perhaps
+// with a note after it: the text stays on the host, in a buffer of the call (ABI.md
+// section 5.1), and the plugin gets the header only. The header's Buffer names the buffer
+// (0 from a host that sent the text, which HeldText then carries).
+func ReadTextHeld(req abi.ReadTextRequest) (abi.ReadTextHeader, HeldText, error) {
+	req.Hold = true
+	h, text, err := ReadText(req)
+	return h, HeldText{id: h.Buffer, text: text}, err
 }
 
 // ReadFile returns the contents of a file in the workspace (capability sandbox_files).
@@ -541,6 +568,11 @@ func decodeReadText(b []byte) (h abi.ReadTextHeader, text string, ok bool) {
 			h.Full = string(v) == "true"
 		case "version":
 			h.Version, _ = jsonString(v)
+		case "buffer":
+			n, _ := jsonInt(v)
+			if n > 0 && n <= math.MaxUint32 {
+				h.Buffer = uint32(n)
+			}
 		}
 	}
 	return h, string(b[i+1:]), true
@@ -576,6 +608,25 @@ func fastReadTextHeader(b []byte) (h abi.ReadTextHeader, ok bool) {
 	if h.Full, i = boolean(b, lit(b, i, `,"full":`)); i < 0 {
 		return h, false
 	}
+	// Then the members omitted when empty, in order: "version" (64 hex characters) and
+	// "buffer".
+	if j := lit(b, i, `,"version":"`); j > 0 {
+		if j+abi.VersionLen >= len(b) || b[j+abi.VersionLen] != '"' {
+			return h, false
+		}
+		for _, c := range b[j : j+abi.VersionLen] {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return h, false
+			}
+		}
+		h.Version, i = string(b[j:j+abi.VersionLen]), j+abi.VersionLen+1
+	}
+	if j := lit(b, i, `,"buffer":`); j > 0 {
+		if n, i = digits(b, j); i < 0 || n < 1 || n > math.MaxUint32 {
+			return h, false
+		}
+		h.Buffer = uint32(n)
+	}
 	return h, i == len(b)-1 && b[i] == '}'
 }
 
@@ -606,6 +657,9 @@ func appendReadTextRequest(b []byte, r abi.ReadTextRequest) []byte {
 	}
 	if r.Version {
 		b = append(b, `,"version":true`...)
+	}
+	if r.Hold {
+		b = append(b, `,"hold":true`...)
 	}
 	return append(b, '}')
 }

@@ -241,6 +241,11 @@ func appendFramed(b []byte, r abi.Result) []byte {
 			b = append(b, c.Source.MediaType...)
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
 			b = append(b, data...)
+		case c.Held != 0: // a host buffer, then the text: the host has the bytes
+			b = append(b, abi.FramedHeld)
+			b = binary.LittleEndian.AppendUint32(b, c.Held)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(c.Text)))
+			b = append(b, c.Text...)
 		default:
 			b = append(b, 't')
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(c.Text)))

@@ -5,6 +5,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
+	"github.com/toolhost/toolhost/internal/host"
 	"github.com/toolhost/toolhost/internal/memsandbox"
+	"github.com/toolhost/toolhost/internal/testenv"
 )
 
 // fourK is a 4 KiB text file of 64 lines.
@@ -204,4 +207,86 @@ func BenchmarkWriteFile64K(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkReadFile4KBeforeAfter is BenchmarkReadFile4KRatio with a second plugin beside
+// the current one: the editfile plugin built from another tree (BENCH_EDITFILE_BEFORE, a
+// .wasm path; skipped without it), such as main before a change to the kit or the
+// plugin. Each iteration reads the same 4 KiB file through both plugins and natively, the
+// order rotating, and it reports the medians and each plugin's ratio to native.
+//
+//	(cd /path/to/main && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o /tmp/before.wasm ./plugins/editfile)
+//	BENCH_EDITFILE_BEFORE=/tmp/before.wasm go test -run '^$' -bench ReadFile4KBeforeAfter -benchtime 2000x -count 3 ./internal/host
+func BenchmarkReadFile4KBeforeAfter(b *testing.B) {
+	beforePath := os.Getenv("BENCH_EDITFILE_BEFORE")
+	if beforePath == "" {
+		b.Skip("BENCH_EDITFILE_BEFORE (the editfile .wasm to compare with) is not set")
+	}
+	sb, _ := newSandbox(b, newProvider(b))
+	ctx := context.Background()
+	if err := sb.WriteFile(ctx, "/home/user/f.txt", []byte(fourK)); err != nil {
+		b.Fatal(err)
+	}
+	var spec host.PluginSpec
+	for _, s := range builtinPlugins(b) {
+		if strings.HasSuffix(s.Path, "editfile.wasm") {
+			spec = s
+		}
+	}
+	if spec.Path == "" {
+		b.Fatal("no editfile among the built-in plugins")
+	}
+	spec.Path = beforePath
+	hb, err := host.New(ctx, host.Config{DataDir: e2eDataDir, Plugins: []host.PluginSpec{spec}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { hb.Close(context.Background()) })
+	if err := hb.Ready(ctx); err != nil {
+		b.Fatal(err)
+	}
+	before, after := hb.OpenSession(sb), newHost(b).OpenSession(sb)
+	in := json.RawMessage(`{"path":"f.txt"}`)
+	via := func(s *host.Dispatcher) func() {
+		return func() {
+			res, err := s.Dispatch(ctx, "read_file", in)
+			if err != nil || res.IsError || !strings.Contains(testenv.ResultText(res), "    64\t") {
+				b.Fatal(res, err)
+			}
+		}
+	}
+	native := func() {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		abs, err := sandbox.Resolve("f.txt")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if data, err := sb.ReadFile(ctx, abs, 16<<20); err != nil || len(data) != len(fourK) {
+			b.Fatal(err)
+		}
+	}
+	fns := []func(){via(before), via(after), native}
+	for range 50 { // warm every path: instances, connections
+		for _, f := range fns {
+			f()
+		}
+	}
+	times := make([][]float64, len(fns))
+	i := 0
+	for b.Loop() {
+		for k := range fns {
+			j := (i + k) % len(fns)
+			t0 := time.Now()
+			fns[j]()
+			times[j] = append(times[j], float64(time.Since(t0).Nanoseconds()))
+		}
+		i++
+	}
+	mb, ma, mn := medianOf(times[0]), medianOf(times[1]), medianOf(times[2])
+	b.ReportMetric(mb/1e3, "before-µs")
+	b.ReportMetric(ma/1e3, "after-µs")
+	b.ReportMetric(mn/1e3, "native-µs")
+	b.ReportMetric(mb/mn, "before-ratio")
+	b.ReportMetric(ma/mn, "after-ratio")
 }

@@ -15,7 +15,12 @@ import (
 // is_error), then blocks until the end: 't' + u32le length + UTF-8 text, or 'i' + u8 media
 // type length + media type + u32le length + raw image bytes. The host does the escaping
 // and base64 a guest would otherwise do byte by byte.
-func parseFramed(raw []byte) (abi.Result, error) {
+//
+// A block of kind abi.FramedHeld ('h' + u32le buffer id + u32le length + UTF-8 text) is a
+// text block whose text is the named host buffer of the call (bufs) followed by the text.
+// A name bufs does not hold is an error: the guest named a buffer it was never given, or
+// one of an earlier call.
+func parseFramed(raw []byte, bufs *hostBuffers) (abi.Result, error) {
 	b := raw[len(abi.FramedMagic):]
 	if len(b) < 1 {
 		return abi.Result{}, errors.New("framed result: no flags byte")
@@ -33,6 +38,7 @@ func parseFramed(raw []byte) (abi.Result, error) {
 		}
 		return n, nil
 	}
+	expanded := 0 // the bytes host buffers add to the result, bounded as the result is
 	for len(b) > 0 {
 		kind := b[0]
 		b = b[1:]
@@ -44,6 +50,29 @@ func parseFramed(raw []byte) (abi.Result, error) {
 			}
 			text := string(b[:n])
 			if !utf8.ValidString(text) { // ValidString is fast on ASCII; ToValidUTF8 is not
+				text = strings.ToValidUTF8(text, "\uFFFD")
+			}
+			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: text})
+			b = b[n:]
+		case abi.FramedHeld:
+			if len(b) < 4 {
+				return res, fmt.Errorf("framed result: block %d: host buffer id cut short", len(res.Content))
+			}
+			id := binary.LittleEndian.Uint32(b)
+			b = b[4:]
+			n, err := u32("text")
+			if err != nil {
+				return res, err
+			}
+			held, err := bufs.get(id)
+			if err != nil {
+				return res, fmt.Errorf("framed result: block %d: %w", len(res.Content), err)
+			}
+			if expanded += len(held); expanded > maxResultBytes {
+				return res, fmt.Errorf("framed result: block %d: the host buffers it names add up to more than the %d-byte result limit", len(res.Content), maxResultBytes)
+			}
+			text := string(held) + string(b[:n])
+			if !utf8.ValidString(text) {
 				text = strings.ToValidUTF8(text, "\uFFFD")
 			}
 			res.Content = append(res.Content, abi.Content{Type: abi.ContentText, Text: text})

@@ -44,6 +44,9 @@ type instance struct {
 	// stored is what the call's host functions stored for a client to read back (a
 	// screenshot's images); dispatch takes it after the call.
 	stored []abi.StoredObject
+	// bufs are the host buffers of the call (hostbuf.go); dispatch takes them for the
+	// result.
+	bufs hostBuffers
 }
 
 // newCommandTag names one foreground command uniquely (sandbox.ExecRequest.Tag).
@@ -145,6 +148,7 @@ func (inst *instance) call(ctx context.Context, req []byte, sess *Dispatcher, bu
 
 	b := &budget{remaining: inst.t.budget(budgetDur), cancel: cancel}
 	inst.session, inst.budget, inst.lastErr = sess, b, ""
+	inst.bufs.begin()
 	if sess != nil {
 		inst.sb = sess.sb
 	}

@@ -136,7 +136,7 @@ func TestRefusalNamesEveryMissingImport(t *testing.T) {
 	}
 	for _, want := range []string{
 		`imports toolhost_sandbox_exec.run but is not granted "sandbox_exec"`,
-		`imports toolhost_sandbox_files.read, toolhost_sandbox_files.write but is not granted "sandbox_files"`,
+		`imports toolhost_sandbox_files.read, toolhost_sandbox_files.read_text, toolhost_sandbox_files.write but is not granted "sandbox_files"`,
 		`imports toolhost_store.get, toolhost_store.list, toolhost_store.put but is not granted "store"`,
 	} {
 		if !strings.Contains(err.Error(), want) {

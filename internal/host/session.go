@@ -88,6 +88,7 @@ func (s *Dispatcher) dispatch(ctx context.Context, name string, input json.RawMe
 	raw, err := inst.call(pctx, req, s, t.plugin.callTimeout())
 	refused := inst.takeRefused()
 	stored := inst.takeStored()
+	bufs := inst.takeBuffers() // the call's host buffers, for its result only
 	endPluginSpan(span, t, err)
 	if err != nil {
 		pool.discard(ctx, inst)
@@ -98,7 +99,7 @@ func (s *Dispatcher) dispatch(ctx context.Context, name string, input json.RawMe
 
 	var res abi.Result
 	if bytes.HasPrefix(raw, []byte(abi.FramedMagic)) {
-		if res, err = parseFramed(raw); err != nil {
+		if res, err = parseFramed(raw, &bufs); err != nil {
 			return hostFailure(name, fmt.Errorf("%w: plugin %s: %v", ErrPluginFailed, t.plugin, err))
 		}
 	} else if err := json.Unmarshal(raw, &res); err != nil {

@@ -29,6 +29,14 @@ func (h *Host) readText(ctx context.Context, inst *instance, c *hostCall) uint64
 	if c.text.Version {
 		header.Version = fileVersion(data)
 	}
+	if c.text.Hold { // the text stays here: the reply is the header
+		id, st := inst.hold("read_text "+c.req.Path, text)
+		if st != 0 {
+			return st
+		}
+		header.Buffer = id
+		text = nil
+	}
 	hb, _ := json.Marshal(header)
 	out := make([]byte, 0, len(hb)+1+len(text))
 	return inst.reply(c.outPtr, c.outCap, append(append(append(out, hb...), '\n'), text...))

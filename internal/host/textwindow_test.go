@@ -18,7 +18,7 @@ func TestParseFramed(t *testing.T) {
 	frame = append(frame, "image/webp"...)
 	frame = binary.LittleEndian.AppendUint32(frame, 3)
 	frame = append(frame, 1, 2, 3)
-	res, err := parseFramed(frame)
+	res, err := parseFramed(frame, &hostBuffers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestParseFramed(t *testing.T) {
 		t.Fatalf("parsed %+v", res)
 	}
 	for _, bad := range [][]byte{frame[:6], frame[:10], frame[:len(frame)-1], append(append([]byte{}, frame[:6]...), 'z')} {
-		if _, err := parseFramed(bad); err == nil && len(bad) > 6 {
+		if _, err := parseFramed(bad, &hostBuffers{}); err == nil && len(bad) > 6 {
 			t.Errorf("parseFramed(%q) accepted a broken frame", bad)
 		}
 	}

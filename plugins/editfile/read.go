@@ -53,7 +53,9 @@ func readFile(in pdk.Input) abi.Result {
 	if kind := mediaKind(path); kind != "" {
 		return readMedia(in, path, kind)
 	}
-	h, text, err := pdk.ReadText(abi.ReadTextRequest{Path: path, Offset: offset, Limit: limit,
+	// The window's text stays on the host (a host buffer): the result names it, so the
+	// text never passes through the plugin.
+	h, text, err := pdk.ReadTextHeld(abi.ReadTextRequest{Path: path, Offset: offset, Limit: limit,
 		MaxLineChars: maxLineChars, MaxBytes: maxOutput, Number: true, Version: guardOn()})
 	if err != nil {
 		if errors.Is(err, pdk.ErrIsDir) {
@@ -75,7 +77,7 @@ func readFile(in pdk.Input) abi.Result {
 
 // formatRead turns the host's window into the result: the numbered lines, then a note when
 // they are not the whole file.
-func formatRead(path string, h abi.ReadTextHeader, text string, offset int) abi.Result {
+func formatRead(path string, h abi.ReadTextHeader, text pdk.HeldText, offset int) abi.Result {
 	switch {
 	case h.Size == 0:
 		return abi.Text("[read_file: " + path + " is empty (0 bytes)]")
@@ -86,11 +88,9 @@ func formatRead(path string, h abi.ReadTextHeader, text string, offset int) abi.
 			", which has " + plural(h.TotalLines, "line") + "; use an offset from 1 to " + strconv.Itoa(h.TotalLines))
 	}
 	if h.First == 1 && h.Last >= h.TotalLines {
-		return abi.Text(text)
+		return abi.Result{Content: []abi.Content{text.Block("")}}
 	}
 	var b strings.Builder
-	b.Grow(len(text) + 100)
-	b.WriteString(text)
 	b.WriteString("[showing lines " + strconv.Itoa(h.First) + "-" + strconv.Itoa(h.Last) + " of " + strconv.Itoa(h.TotalLines))
 	if h.Full {
 		b.WriteString(" (output limit reached)")
@@ -99,7 +99,7 @@ func formatRead(path string, h abi.ReadTextHeader, text string, offset int) abi.
 		b.WriteString("; continue with offset " + strconv.Itoa(h.Last+1))
 	}
 	b.WriteString("]\n")
-	return abi.Text(b.String())
+	return abi.Result{Content: []abi.Content{text.Block(b.String())}}
 }
 
 // reason says why a host function failed, without the "OP PATH: " the tool's own message

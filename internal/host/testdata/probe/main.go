@@ -25,6 +25,9 @@ func fsRead(pathPtr, pathLen, outPtr, outCap uint32) int64
 //go:wasmimport toolhost_sandbox_files write
 func fsWrite(pathPtr, pathLen, dataPtr, dataLen uint32) int64
 
+//go:wasmimport toolhost_sandbox_files read_text
+func fsReadText(reqPtr, reqLen, outPtr, outCap uint32) int64
+
 //go:wasmimport toolhost_sandbox_exec run
 func execRun(reqPtr, reqLen, outPtr, outCap uint32) int64
 
@@ -79,6 +82,7 @@ const manifest = `{"abi_version":1,"name":"probe","version":"0.0.1","tools":[
 {"name":"store","description":"put/get/list in the plugin's store.","input_schema":{"type":"object","properties":{"op":{"type":"string"},"key":{"type":"string"},"text":{"type":"string"}}}},
 {"name":"raw","description":"Returns the base64-decoded b64 as its result, byte for byte.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]}},
 {"name":"shaped","description":"Returns the base64-decoded b64 as its result; its structured results must follow the output schema.","input_schema":{"type":"object","properties":{"b64":{"type":"string"}},"required":["b64"]},"output_schema":{"type":"object","properties":{"n":{"type":"integer","maximum":10},"s":{"type":"string"}},"required":["n"],"additionalProperties":false}},
+{"name":"held","description":"Reads path with read_text into host buffers (n of them, or one) and names one in its result as mode says: ok, unknown, zero, stale (a buffer of this instance's earlier call), many (the buffer n times).","input_schema":{"type":"object","properties":{"path":{"type":"string"},"mode":{"type":"string"},"n":{"type":"integer"}},"required":["mode"]}},
 {"name":"leak","description":"Reads a file, logs what it holds, reads a file of that name and returns both; or dies saying it.","input_schema":{"type":"object","properties":{"path":{"type":"string"},"panic":{"type":"boolean"}},"required":["path"]}}
 ]}`
 
@@ -113,6 +117,7 @@ type request struct {
 		Panic     bool     `json:"panic"`
 		Op        string   `json:"op"`
 		Key       string   `json:"key"`
+		Mode      string   `json:"mode"`
 	} `json:"input"`
 }
 
@@ -213,6 +218,8 @@ func call(n uint32) uint64 {
 			return text(err.Error(), true)
 		}
 		return ret(b)
+	case "held":
+		return held(req.Input.Path, req.Input.Mode, req.Input.N)
 	case "leak":
 		// Everything a plugin can do with a secret it came across: log it, use it as a
 		// path (last_error and the audit see it), return it.
@@ -255,4 +262,61 @@ func oob() string {
 	report("last_error_out", lastError(bad, 100))
 	logWrite(0, bad, 100) // must be ignored, not trap
 	return strings.Join(parts, " ")
+}
+
+// lastHeld is the host buffer the last held call of this instance was given.
+var lastHeld uint32
+
+// held reads path into host buffers (read_text with hold) and returns a framed result
+// whose text block names one as mode says; the host must refuse every name but its own.
+func held(path, mode string, n int) uint64 {
+	var id uint32
+	switch mode {
+	case "zero":
+	case "stale":
+		if lastHeld == 0 {
+			return text("no earlier buffer on this instance", true)
+		}
+		id = lastHeld
+	default:
+		reads := max(n, 1)
+		if mode == "many" {
+			reads = 1
+		}
+		for range reads {
+			r, _ := json.Marshal(map[string]any{"path": path, "hold": true})
+			buf := make([]byte, 512)
+			s, err := hostReply(fsReadText(addr(r), uint32(len(r)), addr(buf), uint32(len(buf))), buf)
+			if err != nil {
+				return text(err.Error(), true)
+			}
+			head, rest, _ := strings.Cut(s, "\n")
+			var h struct {
+				Buffer uint32 `json:"buffer"`
+			}
+			if err := json.Unmarshal([]byte(head), &h); err != nil || h.Buffer == 0 || rest != "" {
+				return text(fmt.Sprintf("the host did not hold the text: %q", s), true)
+			}
+			id = h.Buffer
+		}
+		lastHeld = id
+	}
+	if mode == "unknown" {
+		id += 1000
+	}
+	times := 1
+	if mode == "many" {
+		times = n
+	}
+	b := append([]byte("\x00thr1"), 0)
+	for range times {
+		b = append(b, 'h', byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+		tail := "[end]"
+		if mode == "many" {
+			tail = ""
+		}
+		b = append(b, byte(len(tail)), 0, 0, 0)
+		b = append(b, tail...)
+	}
+	return ret(b)
 }
