@@ -61,6 +61,9 @@ const (
 	PathDial      = "/toolhost/dial"
 	PathWorkspace = "/toolhost/workspace" // POST: open the workspace again (a pooled sandbox's, just attached)
 	PathClaim     = "/toolhost/claim"     // POST: a warm-pool agent's one claim (ClaimRequest)
+	// PathEgressRelay (POST, EgressRelayRequest) moves a relaying agent's egress to
+	// another host's relay: the host that takes the sandbox over.
+	PathEgressRelay = "/toolhost/egress-relay"
 )
 
 // ClaimRequest is the body of PathClaim: the host that claimed a warm-pool pod gives its
