@@ -166,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
 	m.HandleFunc("POST "+envd.PathWorkspace, s.handleWorkspace)
 	m.HandleFunc("POST "+envd.PathClaim, s.handleClaim)
+	m.HandleFunc("POST "+envd.PathEgressRelay, s.handleEgressRelay)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)

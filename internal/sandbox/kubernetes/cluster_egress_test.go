@@ -253,10 +253,9 @@ func TestClusterEgressTakeover(t *testing.T) {
 					t.Errorf("%s: allowed host through the proxy: exit %d, %q %q", tag, res.ExitCode, res.Stdout, res.Stderr)
 				}
 			}
+			// The gateway audits a connection when it ends, which may be after wget has.
 			get(sb1, "cmd-before")
-			if allowed(r1, sb1.ID(), "cmd-before") != 1 {
-				t.Fatalf("replica 1's gateway did not serve the sandbox it made")
-			}
+			testenv.WaitFor(t, "replica 1's gateway to audit the sandbox's connection", func() bool { return allowed(r1, sb1.ID(), "cmd-before") == 1 })
 			f, _, err := r1.p.lookup(ctx, sb1.ID())
 			if err != nil {
 				t.Fatal(err)
@@ -274,6 +273,7 @@ func TestClusterEgressTakeover(t *testing.T) {
 				defer s2.detach() // not closed: sb1's Close deletes the Sandbox
 			}
 			get(sb2, "cmd-after")
+			testenv.Eventually(func() bool { return allowed(r2, sb1.ID(), "cmd-after") == 1 })
 			if a2, a1 := allowed(r2, sb1.ID(), "cmd-after"), allowed(r1, sb1.ID(), "cmd-after"); a2 != 1 || a1 != 0 {
 				t.Errorf("after the takeover: replica 2's gateway served %d connections, replica 1's %d: want 1 and 0", a2, a1)
 			}
@@ -308,6 +308,9 @@ func TestClusterEgressTakeover(t *testing.T) {
 			}
 
 			// Replica 2's relay does not take the key the sandbox had under replica 1.
+			if r2.p.relay == nil {
+				t.Fatal("replica 2 has no egress relay")
+			}
 			c, err := net.Dial("tcp", r2.p.relay.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -337,8 +340,9 @@ func TestClusterEgressTakeover(t *testing.T) {
 				}
 			}
 			get(sb2, "cmd-after-attack")
-			if a2 := allowed(r2, sb1.ID(), "cmd-after-attack"); a2 != 1 {
-				t.Errorf("after the attack, replica 2's gateway served %d connections: want 1", a2)
+			testenv.WaitFor(t, "replica 2's gateway to serve the sandbox after the attack", func() bool { return allowed(r2, sb1.ID(), "cmd-after-attack") == 1 })
+			if a1 := allowed(r1, sb1.ID(), "cmd-after-attack"); a1 != 0 {
+				t.Errorf("after the attack, replica 1's gateway served %d connections: want 0", a1)
 			}
 		})
 	}

@@ -378,7 +378,7 @@ func (p *Provider) claimAgent(ctx context.Context, name, pod, ip, poolToken, tok
 // readClaim parses a SandboxClaim; one not made by the provider gives an error wrapping
 // sandbox.ErrForeign.
 func readClaim(u *unstructured.Unstructured) (found, error) {
-	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time, claimed: true, uid: u.GetUID()}
+	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time, claimed: true, uid: u.GetUID(), network: u.GetLabels()[LabelNetwork]}
 	if u.GetLabels()[LabelManagedBy] != managedBy {
 		return f, fmt.Errorf("SandboxClaim %s was not made by toolhost: %w", f.name, sandbox.ErrForeign)
 	}
