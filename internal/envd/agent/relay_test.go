@@ -4,13 +4,18 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 	"github.com/toolhost/toolhost/internal/envd"
+	"github.com/toolhost/toolhost/internal/envd/client"
 	"github.com/toolhost/toolhost/internal/testenv"
 )
 
@@ -68,5 +73,118 @@ func TestEgressRelay(t *testing.T) {
 		}
 	default:
 		t.Error("no hello reached the relay")
+	}
+}
+
+// TestEgressRelayMoves: the host that takes a sandbox over moves its agent's relay
+// (envd.PathEgressRelay) with the sandbox's access token: from then on connections go to
+// the new relay with the new key, and the one open to the earlier relay ends. Without the
+// token (what a process in the sandbox has) or with another, the agent refuses and keeps
+// its relay; an agent without a token, or without a relay, moves nothing.
+func TestEgressRelayMoves(t *testing.T) {
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	relayA, relayB := listen(), listen()
+	pl := listen()
+	port := pl.Addr().(*net.TCPAddr).Port
+	pl.Close()
+	token := strings.Repeat("7", 64)
+	_, _, sock := agentWith(t, Config{AccessToken: token, Egress: &EgressConfig{Port: port, Relay: relayA.Addr().String()}}, nil)
+	as := func(tok string) *client.Client {
+		c, err := client.New(client.Config{SocketPath: sock, Header: http.Header{envd.HeaderAccessToken: {tok}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := as(token)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+	defer cancel()
+
+	// accept takes one relayed connection: its hello, and the first byte after it.
+	accept := func(l net.Listener) (net.Conn, envd.EgressHello) {
+		t.Helper()
+		conn, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(testenv.HangBound))
+		h, err := envd.ReadEgressHello(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return conn, h
+	}
+	// A connection open through relay A, held by a background command.
+	script := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + "; printf x >&3; cat <&3"
+	if _, err := c.Start(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", script}, Tag: "cmd-held"}); err != nil { // killed with the agent
+		t.Fatal(err)
+	}
+	held, h := accept(relayA)
+	if h.Key != envd.EgressKey(token) {
+		t.Errorf("hello to the first relay: %+v, want the key of the token", h)
+	}
+
+	key := strings.Repeat("ab", 32)
+	move := envd.EgressRelayRequest{Relay: relayB.Addr().String(), Key: key}
+	var ee *envd.Error
+	for _, tok := range []string{"", strings.Repeat("0", 64)} {
+		if err := as(tok).SetEgressRelay(ctx, move); !errors.As(err, &ee) || ee.Status != http.StatusUnauthorized {
+			t.Errorf("moving the relay with token %q: %v, want 401", tok, err)
+		}
+	}
+	if err := c.SetEgressRelay(ctx, envd.EgressRelayRequest{Relay: relayB.Addr().String(), Key: "not hex"}); !errors.As(err, &ee) || ee.Status != http.StatusBadRequest {
+		t.Errorf("a bad key: %v, want 400", err)
+	}
+	if err := c.SetEgressRelay(ctx, envd.EgressRelayRequest{Relay: "nowhere", Key: key}); !errors.As(err, &ee) || ee.Status != http.StatusBadRequest {
+		t.Errorf("a bad relay address: %v, want 400", err)
+	}
+	// Still relay A: the refused moves moved nothing, and the held connection is open.
+	res, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + "; printf y >&3"}, Tag: "cmd-a"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a connection before the move: %v %+v", err, res)
+	}
+	conn, h := accept(relayA)
+	conn.Close()
+	if h.Key != envd.EgressKey(token) {
+		t.Errorf("hello before the move: %+v, want the key of the token", h)
+	}
+
+	if err := c.SetEgressRelay(ctx, move); err != nil {
+		t.Fatal(err)
+	}
+	// The connection to relay A ends...
+	if n, err := held.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the connection to the earlier relay is still open after the move (read %d bytes)", n)
+	}
+	// ...and the next goes to relay B, with the new key.
+	res, err = c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + "; printf z >&3"}, Tag: "cmd-b"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a connection after the move: %v %+v", err, res)
+	}
+	conn, h = accept(relayB)
+	conn.Close()
+	if h.Key != key {
+		t.Errorf("hello after the move: %+v, want key %s", h, key)
+	}
+
+	// An agent without a token trusts whoever reaches it: it moves no relay. One without
+	// a relay has none to move.
+	_, open, _ := agentWith(t, Config{Egress: &EgressConfig{Port: 0, Relay: relayA.Addr().String()}}, nil)
+	if err := open.SetEgressRelay(ctx, move); !errors.As(err, &ee) || ee.Status != http.StatusForbidden {
+		t.Errorf("moving the relay of an agent without a token: %v, want 403", err)
+	}
+	_, _, sock = agentWith(t, Config{AccessToken: token}, nil)
+	if err := as(token).SetEgressRelay(ctx, move); !errors.As(err, &ee) || ee.Status != http.StatusConflict {
+		t.Errorf("moving the relay of an agent without one: %v, want 409", err)
 	}
 }

@@ -65,7 +65,10 @@ type Config struct {
 	// claimed sandbox answers only its own token.
 	PoolToken string
 	PodName   string
-	Logger    *slog.Logger
+	// TrustDir is where the trust a host gives is written (envd.PathTrust; default
+	// envd.TrustDir).
+	TrustDir string
+	Logger   *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -167,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("POST "+envd.PathWorkspace, s.handleWorkspace)
 	m.HandleFunc("POST "+envd.PathClaim, s.handleClaim)
 	m.HandleFunc("POST "+envd.PathEgressRelay, s.handleEgressRelay)
+	m.HandleFunc("POST "+envd.PathTrust, s.handleTrust)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)

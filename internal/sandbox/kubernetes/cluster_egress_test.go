@@ -184,14 +184,32 @@ func TestClusterEgressTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", r.Host) })
-	l, err := n.Listen("tcp", netip.AddrPortFrom(reg, 80).String())
+	mirror, err := n.AddHost("mirror.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Serve(l, mux)
-	pol, err := egress.Compile(egress.Spec{Allow: []string{"registry.test"}})
+	var authMu sync.Mutex
+	var auth []string // the Authorization each request to registry.test/auth came with
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", r.Host) })
+	mux.HandleFunc("/auth", func(w http.ResponseWriter, r *http.Request) {
+		authMu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		authMu.Unlock()
+		io.WriteString(w, "authorized")
+	})
+	for _, ap := range []netip.AddrPort{netip.AddrPortFrom(reg, 80), netip.AddrPortFrom(reg, 443), netip.AddrPortFrom(mirror, 443)} {
+		l, err := n.Listen("tcp", ap.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ap.Port() == 80 {
+			n.Serve(l, mux)
+		} else if err := n.ServeTLS(l, mux, map[netip.Addr]string{reg: "registry.test", mirror: "mirror.test"}[ap.Addr()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol, err := egress.Compile(egress.Spec{Allow: []string{"registry.test", "mirror.test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +220,21 @@ func TestClusterEgressTakeover(t *testing.T) {
 		sess  sandbox.EgressGateway
 		p     *Provider
 	}
-	newReplica := func(t *testing.T, pool int) *replica {
+	// Each replica's gateway injects a secret of its own into requests to registry.test
+	// (with a CA of its own the pod must trust), and trusts the test internet's CA, which
+	// the pods get as sandbox.egress.ca_file.
+	newReplica := func(t *testing.T, pool int, secret string) *replica {
 		r := &replica{}
 		g := egress.New(egress.Config{
-			Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs(),
+			Resolver: &egress.DNSResolver{Server: n.DNS(), Dialer: n}, Dialer: n, HostAddrs: n.HostAddrs(), RootCAs: n.CertPool(),
 			Audit: func(rec *egress.Record) {
 				r.mu.Lock()
 				r.audit = append(r.audit, *rec)
 				r.mu.Unlock()
 			},
 		})
-		r.sess = g.Session(egress.SessionConfig{Project: "p", Policy: pol})
+		r.sess = g.Session(egress.SessionConfig{Project: "p", Policy: pol,
+			Inject: []egress.Injection{{Domain: "registry.test", Header: "Authorization", Value: "Bearer " + secret}}})
 		r.p = newClusterProvider(t, func(c *Config) {
 			c.EgressListen = net.JoinHostPort(host, "0")
 			c.Pool = pool
@@ -234,10 +256,10 @@ func TestClusterEgressTakeover(t *testing.T) {
 	}
 	for _, pool := range []int{0, 1} {
 		t.Run(fmt.Sprintf("pool=%d", pool), func(t *testing.T) {
-			r1, r2 := newReplica(t, pool), newReplica(t, pool)
+			r1, r2 := newReplica(t, pool, "one"), newReplica(t, pool, "two")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*testenv.HangBound)
 			defer cancel()
-			sb1, err := r1.p.Create(ctx, sandbox.CreateOptions{Network: sandbox.NetworkEgress, Egress: &sandbox.Egress{Gateway: r1.sess},
+			sb1, err := r1.p.Create(ctx, sandbox.CreateOptions{Network: sandbox.NetworkEgress, Egress: &sandbox.Egress{Gateway: r1.sess, Trust: n.CAPEM()},
 				Labels: map[string]string{"toolhost_project": "p", "toolhost_epoch": "1"}})
 			if err != nil {
 				t.Fatal(err)
@@ -254,7 +276,29 @@ func TestClusterEgressTakeover(t *testing.T) {
 				}
 			}
 			// The gateway audits a connection when it ends, which may be after wget has.
+			// tls fetches over TLS through the proxy, trusting what the pod was given: the
+			// gateway's CA for registry.test (injected), the test internet's for mirror.test.
+			tls := func(sb sandbox.Sandbox, want string) {
+				t.Helper()
+				authMu.Lock()
+				auth = nil
+				authMu.Unlock()
+				res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c",
+					`import urllib.request as u; print(u.urlopen("https://registry.test/auth").read().decode()); print(u.urlopen("https://mirror.test/hello").read().decode())`}, Tag: "cmd-tls"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.ExitCode != 0 || string(res.Stdout) != "authorized\nhello from mirror.test\n" {
+					t.Errorf("TLS through the gateway (inject and ca_file): exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
+				}
+				authMu.Lock()
+				defer authMu.Unlock()
+				if len(auth) != 1 || auth[0] != want {
+					t.Errorf("registry.test saw Authorization %q, want %q", auth, want)
+				}
+			}
 			get(sb1, "cmd-before")
+			tls(sb1, "Bearer one")
 			testenv.WaitFor(t, "replica 1's gateway to audit the sandbox's connection", func() bool { return allowed(r1, sb1.ID(), "cmd-before") == 1 })
 			f, _, err := r1.p.lookup(ctx, sb1.ID())
 			if err != nil {
@@ -265,7 +309,7 @@ func TestClusterEgressTakeover(t *testing.T) {
 			// Replica 2 takes the project over (epoch 2); replica 1 lives on without the
 			// lease, its handle of the sandbox still open.
 			sb2, err := r2.p.Reconnect(ctx, sb1.ID(), sandbox.ReconnectOptions{Labels: map[string]string{"toolhost_project": "p"},
-				SetLabels: map[string]string{"toolhost_project": "p", "toolhost_epoch": "2"}, Egress: &sandbox.Egress{Gateway: r2.sess}})
+				SetLabels: map[string]string{"toolhost_project": "p", "toolhost_epoch": "2"}, Egress: &sandbox.Egress{Gateway: r2.sess, Trust: n.CAPEM()}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,6 +317,7 @@ func TestClusterEgressTakeover(t *testing.T) {
 				defer s2.detach() // not closed: sb1's Close deletes the Sandbox
 			}
 			get(sb2, "cmd-after")
+			tls(sb2, "Bearer two") // replica 2's gateway injects, with its own CA, which the pod now trusts
 			testenv.Eventually(func() bool { return allowed(r2, sb1.ID(), "cmd-after") == 1 })
 			if a2, a1 := allowed(r2, sb1.ID(), "cmd-after"), allowed(r1, sb1.ID(), "cmd-after"); a2 != 1 || a1 != 0 {
 				t.Errorf("after the takeover: replica 2's gateway served %d connections, replica 1's %d: want 1 and 0", a2, a1)
