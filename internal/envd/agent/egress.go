@@ -269,22 +269,35 @@ func (s *Server) commandOf(pid int) string {
 		}
 		return "", false
 	}
-	if pgid, _, ok := procStat(s.cfg.ProcDir, pid); ok {
-		if t, ok := tagOf(pgid); ok {
-			return t
+	find := func() (string, bool) {
+		if pgid, _, ok := procStat(s.cfg.ProcDir, pid); ok {
+			if t, ok := tagOf(pgid); ok {
+				return t, true
+			}
 		}
+		for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
+			if t, ok := tagOf(p); ok {
+				return t, true
+			}
+			_, ppid, ok := procStat(s.cfg.ProcDir, p)
+			if !ok {
+				break
+			}
+			p = ppid
+		}
+		return "", false
 	}
-	for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
-		if t, ok := tagOf(p); ok {
-			return t
+	t, ok := find()
+	if !ok && s.starting > 0 {
+		// A command that connects at once may do so before start has tracked it: wait
+		// for the starts in flight (each a fork and exec; a few rounds at most, should
+		// more keep coming), then look again.
+		for i := 0; s.starting > 0 && i < 8; i++ {
+			s.started.Wait()
 		}
-		_, ppid, ok := procStat(s.cfg.ProcDir, p)
-		if !ok {
-			break
-		}
-		p = ppid
+		t, _ = find()
 	}
-	return ""
+	return t
 }
 
 // procStat reads a process's group and parent from /proc/PID/stat ("pid (comm) state ppid

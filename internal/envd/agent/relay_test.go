@@ -3,11 +3,21 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,4 +197,66 @@ func TestEgressRelayMoves(t *testing.T) {
 	if err := as(token).SetEgressRelay(ctx, move); !errors.As(err, &ee) || ee.Status != http.StatusConflict {
 		t.Errorf("moving the relay of an agent without one: %v, want 409", err)
 	}
+}
+
+// TestTrust: the certificates a host gives (envd.PathTrust) are written to the trust
+// directory, with a bundle of the image's and them, each replaced whole (a link put at a
+// file's name is replaced, never written through); anything but PEM certificates is refused
+// and writes nothing.
+func TestTrust(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "trust")
+	_, c, _ := agentWith(t, Config{TrustDir: dir}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
+	defer cancel()
+	var ee *envd.Error
+	for _, bad := range []string{"", "not pem", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"} {
+		if err := c.SetTrust(ctx, []byte(bad)); !errors.As(err, &ee) || ee.Status != http.StatusBadRequest {
+			t.Errorf("trust %q: %v, want 400", bad, err)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused trust wrote the directory: %v", err)
+	}
+	ca := testCA(t)
+	// A link at the bundle's name, to a file the sandbox's user may write: replaced.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, envd.TrustBundle)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetTrust(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	extra, err := os.ReadFile(filepath.Join(dir, envd.TrustExtra))
+	if err != nil || !bytes.Equal(extra, ca) {
+		t.Errorf("%s: %q %v", envd.TrustExtra, extra, err)
+	}
+	bundle, err := os.ReadFile(filepath.Join(dir, envd.TrustBundle))
+	if err != nil || !bytes.HasSuffix(bundle, ca) {
+		t.Errorf("%s does not end with the certificates given: %v", envd.TrustBundle, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+		t.Errorf("the trust was written through a link: %q", b)
+	}
+}
+
+// testCA is a self-signed CA certificate, PEM.
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -100,6 +100,10 @@ type Server struct {
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
+	// starting counts the commands being started, not yet in procs; started (on mu) is
+	// signalled as each is.
+	starting int
+	started  *sync.Cond
 	tunnels map[net.Conn]struct{} // both ends of every open port tunnel
 	closed  bool
 	wg      sync.WaitGroup // background process waiters and port tunnels
@@ -136,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
+	s.started = sync.NewCond(&s.mu)
 	s.root.Store(root)
 	token, env := cfg.AccessToken, slices.Clone(cfg.Env)
 	s.token.Store(&token)
@@ -827,6 +832,17 @@ func lookPath(name string, env []string) (string, error) {
 // start launches cmd and tracks it until untrack. A server that is closing refuses (and
 // kills what it just started).
 func (s *Server) start(cmd *exec.Cmd, req envd.StartRequest) (int, <-chan exitStatus, error) {
+	// Counted while it runs before it is tracked, so that a connection it makes meanwhile
+	// is still attributed to it (commandOf waits for it).
+	s.mu.Lock()
+	s.starting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.starting--
+		s.started.Broadcast()
+		s.mu.Unlock()
+	}()
 	pid, done, err := s.launch.start(cmd)
 	if err != nil {
 		return 0, nil, err

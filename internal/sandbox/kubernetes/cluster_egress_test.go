@@ -173,7 +173,10 @@ func TestClusterNetworkPolicyProbe(t *testing.T) {
 // relay, another gateway) reconnects to it as a takeover does, with its own gateway and
 // the new lease epoch. From then on the pod's connections go through replica 2's gateway
 // (audited there, none more in replica 1's, which is still alive), the Sandbox's labels
-// name the new epoch, replica 2's relay refuses the key the sandbox had under replica 1,
+// name the new epoch, TLS through the gateway works with both sandbox.egress.ca_file (the
+// test internet's CA, for mirror.test) and inject (registry.test gets replica 1's secret
+// before and replica 2's after: the pod is given the CA of the gateway that holds it),
+// replica 2's relay refuses the key the sandbox had under replica 1,
 // and a process in the pod cannot move its agent's relay elsewhere: the agent takes a new
 // relay only from the host, with the sandbox's access token, which no process in the pod
 // can read.
