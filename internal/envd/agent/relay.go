@@ -101,17 +101,6 @@ func (s *Server) holdRelayed(c net.Conn, t *relayTarget) bool {
 	return true
 }
 
-// holdConn adds a connection to those Close ends; false once the server is closed.
-func (s *Server) holdConn(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.tunnels[c] = struct{}{}
-	return true
-}
-
 // dropConn removes a connection from those Close ends.
 func (s *Server) dropConn(c net.Conn) {
 	s.mu.Lock()

@@ -98,15 +98,15 @@ type Server struct {
 	claimMu   sync.Mutex
 	poolToken string // a warm-pool agent's until it is claimed; "" after
 
-	mu      sync.Mutex
-	procs   map[uint32]*proc
+	mu    sync.Mutex
+	procs map[uint32]*proc
 	// starting counts the commands being started, not yet in procs; started (on mu) is
 	// signalled as each is.
 	starting int
 	started  *sync.Cond
-	tunnels map[net.Conn]struct{} // both ends of every open port tunnel
-	closed  bool
-	wg      sync.WaitGroup // background process waiters and port tunnels
+	tunnels  map[net.Conn]struct{} // both ends of every open port tunnel
+	closed   bool
+	wg       sync.WaitGroup // background process waiters and port tunnels
 }
 
 type proc struct {

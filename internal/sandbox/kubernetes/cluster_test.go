@@ -481,8 +481,9 @@ func BenchmarkIdleMemory(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/*pod" + string(pod.UID))
-		more, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods*/pod" + string(pod.UID))
+		// kubepods/pod<uid> (guaranteed) or kubepods/{burstable,besteffort}/pod<uid>.
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/*/pod" + string(pod.UID))
+		more, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/pod" + string(pod.UID))
 		if dirs = append(dirs, more...); len(dirs) != 1 {
 			b.Fatalf("the memory cgroup of pod %s (cgroup v1, cgroupfs, as up.sh sets kubelet up): found %q", pod.UID, dirs)
 		}
