@@ -250,6 +250,18 @@ type ReconnectOptions struct {
 	// ErrForeign and left as it is: not resumed, not extended. An id read from a record
 	// that may be stale or hostile never reaches a sandbox of another project.
 	Labels map[string]string
+	// SetLabels are labels the sandbox carries from now on, each set to its value (the new
+	// holder's lease epoch, process and session), where the provider can change a
+	// sandbox's labels (Kubernetes'); a provider that cannot (E2B's metadata is fixed at
+	// creation) ignores it. Labels are checked before any is set.
+	SetLabels map[string]string
+	// Egress is this process's way out for a sandbox created with NetworkEgress
+	// (CreateOptions.Egress): a provider whose sandboxes reach the gateway of the process
+	// that holds them (Kubernetes' egress relay) moves the sandbox's way out to this one,
+	// so the process that held it before serves it no more. Such a provider refuses to
+	// reconnect a sandbox with NetworkEgress without it (an error wrapping
+	// ErrUnsupported) rather than leave its egress with the earlier process.
+	Egress *Egress
 }
 
 // Reconnector is a provider whose sandboxes outlive the process that created them (E2B's

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 )
 
 // The egress relay: how a sandbox that runs on another machine (a Kubernetes pod) reaches
@@ -21,6 +23,29 @@ import (
 // The key is EgressKey of the sandbox's access token: the host knows it from the token it
 // gave, the agent from the token it holds (removed from the sandbox's environment, the
 // agent undumpable), and the access token itself never travels to the relay address.
+
+// EgressRelayRequest is the body of PathEgressRelay: the host that takes a sandbox over
+// gives its agent its own relay's address and the key that names the sandbox there (a
+// fresh one: what the earlier host knew names nothing at the new one).
+type EgressRelayRequest struct {
+	Relay string `json:"relay"`
+	Key   string `json:"key"`
+}
+
+// Check says what is wrong with r, if anything: Relay must be host:port, Key 64 hex digits.
+func (r EgressRelayRequest) Check() error {
+	host, port, err := net.SplitHostPort(r.Relay)
+	if err != nil || host == "" {
+		return fmt.Errorf("relay %q is not host:port", r.Relay)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("relay %q: port %q is not a port", r.Relay, port)
+	}
+	if b, err := hex.DecodeString(r.Key); err != nil || len(b) != 32 {
+		return errors.New("the key is not 64 hex digits")
+	}
+	return nil
+}
 
 // EgressHello opens a relayed connection.
 type EgressHello struct {

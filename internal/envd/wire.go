@@ -61,6 +61,11 @@ const (
 	PathDial      = "/toolhost/dial"
 	PathWorkspace = "/toolhost/workspace" // POST: open the workspace again (a pooled sandbox's, just attached)
 	PathClaim     = "/toolhost/claim"     // POST: a warm-pool agent's one claim (ClaimRequest)
+	// PathEgressRelay (POST, EgressRelayRequest) moves a relaying agent's egress to
+	// another host's relay: the host that takes the sandbox over.
+	PathEgressRelay = "/toolhost/egress-relay"
+	// PathTrust (POST, TrustRequest) gives the sandbox certificates to trust.
+	PathTrust = "/toolhost/trust"
 )
 
 // ClaimRequest is the body of PathClaim: the host that claimed a warm-pool pod gives its
@@ -71,6 +76,34 @@ type ClaimRequest struct {
 	Pod   string            `json:"pod"`
 	Token string            `json:"token"`
 	Env   map[string]string `json:"env,omitempty"`
+}
+
+// TrustRequest is the body of PathTrust: PEM certificates the sandbox's TLS clients trust
+// besides the image's (sandbox.egress.ca_file, the egress gateway's CA for injected
+// domains). The agent writes them, and a bundle of the image's own and them, in TrustDir;
+// the variables of TrustEnv point there.
+type TrustRequest struct {
+	PEM string `json:"pem"`
+}
+
+// Where a remote sandbox's agent writes its trust (TrustRequest), and the bounds of it.
+const (
+	TrustDir    = "/tmp/toolhost-trust"
+	TrustBundle = "ca-bundle.crt"
+	TrustExtra  = "extra-ca.pem"
+	MaxTrust    = 1 << 20
+)
+
+// TrustEnv are the variables that point a sandbox's TLS clients at the trust written in
+// TrustDir (OpenSSL and Go, Python's requests and pip, curl, git: the bundle; Node: the
+// extra certificates, which it adds to its own).
+func TrustEnv() map[string]string {
+	bundle := TrustDir + "/" + TrustBundle
+	env := map[string]string{"NODE_EXTRA_CA_CERTS": TrustDir + "/" + TrustExtra}
+	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
+		env[k] = bundle
+	}
+	return env
 }
 
 // Headers and query parameters.

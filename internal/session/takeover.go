@@ -148,7 +148,10 @@ func (s *Workspace) takeOver(ctx context.Context, t *Takeover) (sb sandbox.Sandb
 	if target == "" {
 		return nil, "its sandbox is gone (it reached its end time, or was killed)", false, nil
 	}
-	sb, err = r.Reconnect(ctx, target, sandbox.ReconnectOptions{Timeout: s.cfg.TTL, Labels: t.Labels})
+	// The sandbox is this session's from now on: its labels name this session's lease
+	// epoch and process, and its egress goes through this process's gateway.
+	sb, err = r.Reconnect(ctx, target, sandbox.ReconnectOptions{Timeout: s.cfg.TTL, Labels: t.Labels,
+		SetLabels: s.cfg.Sandbox.Labels, Egress: s.cfg.Sandbox.Egress})
 	switch {
 	case err == nil:
 		return sb, "", false, nil

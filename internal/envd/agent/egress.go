@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -62,7 +63,12 @@ const maxEgressBatch = 256
 type egress struct {
 	l       net.Listener
 	control *net.UnixConn // nil with a relay
-	relay   string
+	// relay is where connections are carried (relay.go), nil without a relay: the host that
+	// holds the sandbox, moved by SetRelay when another host takes it over. relayed are
+	// the connections carried to each (under Server.mu), so that a move ends those to the
+	// earlier host.
+	relay   atomic.Pointer[relayTarget]
+	relayed map[net.Conn]*relayTarget
 	relays  chan struct{} // a slot per relayed connection open
 	port    int
 	pending chan *net.TCPConn // accepted, not yet attributed; closed when accepting ends
@@ -93,8 +99,12 @@ func (s *Server) startEgress() error {
 		}
 		return fmt.Errorf("listen on the egress port: %w", err)
 	}
-	s.egress = &egress{l: l, control: uc, relay: cfg.Relay, relays: make(chan struct{}, maxRelays), port: cfg.Port,
+	e := &egress{l: l, control: uc, relays: make(chan struct{}, maxRelays), relayed: map[net.Conn]*relayTarget{}, port: cfg.Port,
 		pending: make(chan *net.TCPConn, maxEgressBatch)}
+	if cfg.Relay != "" {
+		e.relay.Store(&relayTarget{addr: cfg.Relay})
+	}
+	s.egress = e
 	return nil
 }
 
@@ -156,8 +166,8 @@ func (s *Server) handOverBatches() {
 		msgs := s.attribute(batch)
 		for i, c := range batch {
 			batch[i] = nil
-			if e.relay != "" {
-				s.relay(c, msgs[i])
+			if t := e.relay.Load(); t != nil {
+				s.relay(c, msgs[i], t)
 				continue
 			}
 			if err := s.handOver(c, msgs[i]); err != nil {
@@ -259,22 +269,35 @@ func (s *Server) commandOf(pid int) string {
 		}
 		return "", false
 	}
-	if pgid, _, ok := procStat(s.cfg.ProcDir, pid); ok {
-		if t, ok := tagOf(pgid); ok {
-			return t
+	find := func() (string, bool) {
+		if pgid, _, ok := procStat(s.cfg.ProcDir, pid); ok {
+			if t, ok := tagOf(pgid); ok {
+				return t, true
+			}
 		}
+		for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
+			if t, ok := tagOf(p); ok {
+				return t, true
+			}
+			_, ppid, ok := procStat(s.cfg.ProcDir, p)
+			if !ok {
+				break
+			}
+			p = ppid
+		}
+		return "", false
 	}
-	for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
-		if t, ok := tagOf(p); ok {
-			return t
+	t, ok := find()
+	if !ok && s.starting > 0 {
+		// A command that connects at once may do so before start has tracked it: wait
+		// for the starts in flight (each a fork and exec; a few rounds at most, should
+		// more keep coming), then look again.
+		for i := 0; s.starting > 0 && i < 8; i++ {
+			s.started.Wait()
 		}
-		_, ppid, ok := procStat(s.cfg.ProcDir, p)
-		if !ok {
-			break
-		}
-		p = ppid
+		t, _ = find()
 	}
-	return ""
+	return t
 }
 
 // procStat reads a process's group and parent from /proc/PID/stat ("pid (comm) state ppid

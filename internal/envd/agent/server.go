@@ -65,7 +65,10 @@ type Config struct {
 	// claimed sandbox answers only its own token.
 	PoolToken string
 	PodName   string
-	Logger    *slog.Logger
+	// TrustDir is where the trust a host gives is written (envd.PathTrust; default
+	// envd.TrustDir).
+	TrustDir string
+	Logger   *slog.Logger
 }
 
 // DefaultLogDir is where background processes log inside a sandbox.
@@ -95,11 +98,15 @@ type Server struct {
 	claimMu   sync.Mutex
 	poolToken string // a warm-pool agent's until it is claimed; "" after
 
-	mu      sync.Mutex
-	procs   map[uint32]*proc
-	tunnels map[net.Conn]struct{} // both ends of every open port tunnel
-	closed  bool
-	wg      sync.WaitGroup // background process waiters and port tunnels
+	mu    sync.Mutex
+	procs map[uint32]*proc
+	// starting counts the commands being started, not yet in procs; started (on mu) is
+	// signalled as each is.
+	starting int
+	started  *sync.Cond
+	tunnels  map[net.Conn]struct{} // both ends of every open port tunnel
+	closed   bool
+	wg       sync.WaitGroup // background process waiters and port tunnels
 }
 
 type proc struct {
@@ -133,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, procs: map[uint32]*proc{}, tunnels: map[net.Conn]struct{}{}, launch: execLauncher{}}
+	s.started = sync.NewCond(&s.mu)
 	s.root.Store(root)
 	token, env := cfg.AccessToken, slices.Clone(cfg.Env)
 	s.token.Store(&token)
@@ -166,6 +174,8 @@ func New(cfg Config) (*Server, error) {
 	m.HandleFunc("GET "+envd.PathDial, s.handleDial)
 	m.HandleFunc("POST "+envd.PathWorkspace, s.handleWorkspace)
 	m.HandleFunc("POST "+envd.PathClaim, s.handleClaim)
+	m.HandleFunc("POST "+envd.PathEgressRelay, s.handleEgressRelay)
+	m.HandleFunc("POST "+envd.PathTrust, s.handleTrust)
 	m.HandleFunc("GET "+envd.PathArchive, s.handleArchive)
 	m.HandleFunc("POST "+envd.PathExtract, s.handleExtract)
 	m.HandleFunc("GET "+envd.PathTreeList, s.handleTreeList)
@@ -822,6 +832,17 @@ func lookPath(name string, env []string) (string, error) {
 // start launches cmd and tracks it until untrack. A server that is closing refuses (and
 // kills what it just started).
 func (s *Server) start(cmd *exec.Cmd, req envd.StartRequest) (int, <-chan exitStatus, error) {
+	// Counted while it runs before it is tracked, so that a connection it makes meanwhile
+	// is still attributed to it (commandOf waits for it).
+	s.mu.Lock()
+	s.starting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.starting--
+		s.started.Broadcast()
+		s.mu.Unlock()
+	}()
 	pid, done, err := s.launch.start(cmd)
 	if err != nil {
 		return 0, nil, err

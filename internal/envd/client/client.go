@@ -318,6 +318,52 @@ func (c *Client) Claim(ctx context.Context, claim envd.ClaimRequest) error {
 	return nil
 }
 
+// SetEgressRelay moves a relaying agent's egress to another host's relay (POST
+// /toolhost/egress-relay): the host that takes the sandbox over gives its own.
+func (c *Client) SetEgressRelay(ctx context.Context, r envd.EgressRelayRequest) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathEgressRelay, nil, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.call(req)
+	if err != nil {
+		return fmt.Errorf("move the agent's egress relay: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("move the agent's egress relay: %w", readError(resp))
+	}
+	return nil
+}
+
+// SetTrust gives the sandbox certificates to trust besides its image's (POST
+// /toolhost/trust): PEM.
+func (c *Client) SetTrust(ctx context.Context, pemCerts []byte) error {
+	body, err := json.Marshal(envd.TrustRequest{PEM: string(pemCerts)})
+	if err != nil {
+		return err
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, envd.PathTrust, nil, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.call(req)
+	if err != nil {
+		return fmt.Errorf("give the sandbox its trusted certificates: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("give the sandbox its trusted certificates: %w", readError(resp))
+	}
+	return nil
+}
+
 // readError turns a non-success response into *Error.
 func readError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -428,5 +429,109 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// BenchmarkIdleMemory: an idle sandbox's memory, a Sandbox's beside a local sandbox's.
+// Each iteration makes a Sandbox (no pool, network none), runs `true`, lets it idle 2 s
+// and reads, on the node (this machine): its pod's memory cgroup (pause and agent
+// containers: usage_in_bytes, which counts page cache, and the rss of memory.stat), and,
+// from inside, its agent's VmRSS and RssAnon (pid 1 of the pod); then the same agent
+// figures of a local sandbox made and idled the same way (its agent is this test binary,
+// re-executed, as a local sandbox's is toolhost's own binary). It logs min/median/max of the iterations and
+// reports the medians. docs/BENCHMARKS.md has the command and the figures.
+func BenchmarkIdleMemory(b *testing.B) {
+	kcfg := clusterConfig(b)
+	kcfg.Logger = nil
+	kp, err := New(kcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lp, err := local.New(local.Config{RunDir: testenv.RunDir(b), MaxLifetime: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lp.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.HangBound)
+	defer cancel()
+	// agentRSS is pid 1's VmRSS and RssAnon in sb, in MiB, after it idled (VmRSS counts the
+	// pages of its binary it touched, shared with the page cache; RssAnon its own).
+	agentRSS := func(sb sandbox.Sandbox) (rss, anon float64) {
+		if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "grep -E '^(VmRSS|RssAnon):' /proc/1/status"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for line := range strings.Lines(string(res.Stdout)) {
+			var kb float64
+			if _, err := fmt.Sscanf(line, "VmRSS: %g kB", &kb); err == nil {
+				rss, n = kb/1024, n+1
+			} else if _, err := fmt.Sscanf(line, "RssAnon: %g kB", &kb); err == nil {
+				anon, n = kb/1024, n+1
+			}
+		}
+		if n != 2 {
+			b.Fatalf("VmRSS and RssAnon of the agent: %q", res.Stdout)
+		}
+		return rss, anon
+	}
+	names := []string{"pod-usage-MiB", "pod-rss-MiB", "pod-agent-rss-MiB", "pod-agent-anon-MiB", "local-agent-rss-MiB", "local-agent-anon-MiB"}
+	samples := map[string][]float64{}
+	for b.Loop() {
+		sb, err := kp.Create(ctx, sandbox.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss, anon := agentRSS(sb)
+		samples["pod-agent-rss-MiB"] = append(samples["pod-agent-rss-MiB"], rss)
+		samples["pod-agent-anon-MiB"] = append(samples["pod-agent-anon-MiB"], anon)
+		pod, err := kp.core.Pods(testNamespace).Get(ctx, sb.ID(), metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// kubepods/pod<uid> (guaranteed) or kubepods/{burstable,besteffort}/pod<uid>.
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/*/pod" + string(pod.UID))
+		more, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/pod" + string(pod.UID))
+		if dirs = append(dirs, more...); len(dirs) != 1 {
+			b.Fatalf("the memory cgroup of pod %s (cgroup v1, cgroupfs, as up.sh sets kubelet up): found %q", pod.UID, dirs)
+		}
+		usage, err := os.ReadFile(filepath.Join(dirs[0], "memory.usage_in_bytes"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var u float64
+		fmt.Sscanf(string(usage), "%g", &u)
+		samples["pod-usage-MiB"] = append(samples["pod-usage-MiB"], u/(1<<20))
+		stat, err := os.ReadFile(filepath.Join(dirs[0], "memory.stat"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(string(stat)) {
+			var rss float64
+			if _, err := fmt.Sscanf(line, "total_rss %g", &rss); err == nil {
+				samples["pod-rss-MiB"] = append(samples["pod-rss-MiB"], rss/(1<<20))
+			}
+		}
+		sb.Close(ctx)
+		lsb, err := lp.Create(ctx, sandbox.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss, anon = agentRSS(lsb)
+		samples["local-agent-rss-MiB"] = append(samples["local-agent-rss-MiB"], rss)
+		samples["local-agent-anon-MiB"] = append(samples["local-agent-anon-MiB"], anon)
+		lsb.Close(ctx)
+	}
+	for _, n := range names {
+		s := slices.Sorted(slices.Values(samples[n]))
+		if len(s) == 0 {
+			b.Fatalf("no %s", n)
+		}
+		b.Logf("%s: min %.1f, median %.1f, max %.1f (of %d)", n, s[0], s[len(s)/2], s[len(s)-1], len(s))
+		b.ReportMetric(s[len(s)/2], n)
 	}
 }

@@ -17,10 +17,12 @@ package kubernetes
 // (probe.go).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -191,6 +193,9 @@ type egressLink struct {
 	r    *relay
 	key  string
 	door sandbox.EgressDoor
+	// trust is the PEM certificates the sandbox trusts besides its image's: Egress.Trust
+	// and the door's CA.
+	trust []byte
 }
 
 // openEgress opens the sandbox's door of the gateway and registers it under the key of
@@ -200,21 +205,80 @@ func (p *Provider) openEgress(opts sandbox.CreateOptions, name, token string) (*
 	if opts.Network != sandbox.NetworkEgress {
 		return nil, nil
 	}
+	return p.openDoor(opts.Egress, name, envd.EgressKey(token))
+}
+
+// openDoor opens the sandbox's door of eg's gateway and registers it in the relay under
+// key.
+func (p *Provider) openDoor(eg *sandbox.Egress, name, key string) (*egressLink, error) {
+	if eg == nil || eg.Gateway == nil {
+		return nil, fmt.Errorf("network %q needs the host's egress gateway", sandbox.NetworkEgress)
+	}
 	r, err := p.egressRelay()
 	if err != nil {
 		return nil, err
 	}
-	door, err := opts.Egress.Gateway.Open(name)
+	door, err := eg.Gateway.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("open the egress gateway for the sandbox: %w", err)
 	}
-	if door.CACert() != nil {
-		door.Close()
-		return nil, fmt.Errorf("network %q with sandbox.egress.inject: a Kubernetes sandbox cannot be given the CA it must trust for the injected domains yet: %w", sandbox.NetworkEgress, sandbox.ErrUnsupported)
-	}
-	key := envd.EgressKey(token)
 	r.add(key, door)
-	return &egressLink{r: r, key: key, door: door}, nil
+	trust := append(append([]byte(nil), eg.Trust...), door.CACert()...)
+	return &egressLink{r: r, key: key, door: door, trust: trust}, nil
+}
+
+// env is the environment of a new sandbox's commands: env, and with certificates to trust
+// the variables that point TLS clients at them (env's own win).
+func (e *egressLink) env(env map[string]string) map[string]string {
+	if e == nil || len(bytes.TrimSpace(e.trust)) == 0 {
+		return env
+	}
+	out := envd.TrustEnv()
+	maps.Copy(out, env)
+	return out
+}
+
+// giveTrust gives sb's agent the certificates its TLS clients must trust besides the
+// image's (sandbox.egress.ca_file, and the gateway's CA for sandbox.egress.inject), as a
+// local sandbox is given them by a bind mount; nothing without a link or certificates.
+func (e *egressLink) giveTrust(ctx context.Context, sb *Sandbox, timeout time.Duration) error {
+	if e == nil || len(bytes.TrimSpace(e.trust)) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := sb.client.SetTrust(cctx, e.trust); err != nil {
+		return fmt.Errorf("install the certificates it trusts (sandbox.egress.ca_file, inject): %w", err)
+	}
+	return nil
+}
+
+// takeEgress moves the egress of a reconnected sandbox (sb, made by another process) to
+// this provider's relay and eg's gateway: its door registered under a fresh key, then the
+// agent told the relay's address and that key over its authenticated channel. From then
+// on the process that held the sandbox before gets none of its connections.
+func (p *Provider) takeEgress(ctx context.Context, sb *Sandbox, eg *sandbox.Egress) error {
+	if eg == nil || eg.Gateway == nil {
+		return fmt.Errorf("it has network %q, and this process was given no egress gateway to serve it with (its egress would stay with the process that held it): %w",
+			sandbox.NetworkEgress, sandbox.ErrUnsupported)
+	}
+	link, err := p.openDoor(eg, sb.id, randomHex(32))
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	err = sb.client.SetEgressRelay(cctx, envd.EgressRelayRequest{Relay: link.addr(), Key: link.key})
+	cancel()
+	if err == nil {
+		// This host's gateway injects with a CA of its own.
+		err = link.giveTrust(ctx, sb, p.cfg.RequestTimeout)
+	}
+	if err != nil {
+		link.close()
+		return fmt.Errorf("give its agent this host's egress relay: %w", err)
+	}
+	sb.egress = link
+	return nil
 }
 
 // addr is the relay's address for the pod; "" without a link.

@@ -7,4 +7,4 @@ package kubernetes
 // the build's (PIN=1 scripts/k8s/image.sh writes it). The name is the one the test cluster
 // imports it under: push the archive (skopeo copy oci-archive:...) to your registry and
 // name it REGISTRY/toolhost-agent@sha256:... with the same digest.
-const DefaultImage = "toolhost.local/toolhost-agent@sha256:3d89d4923abc3f4233bb392cd56df4a2ebe3af4618ab76658d190ccb19078678"
+const DefaultImage = "toolhost.local/toolhost-agent@sha256:a3e9ac7d4198951f04b898c15f238c9d91ab96bf57349475a5fa173a02ace348"

@@ -454,7 +454,7 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes sandbox: %w", err)
 	}
-	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: token}}, opts.Env, link.addr())
+	spec := p.podSpec([]corev1.EnvVar{{Name: envToken, Value: token}}, link.env(opts.Env), link.addr())
 	podSpec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		link.close()
@@ -491,6 +491,11 @@ func (p *Provider) Create(ctx context.Context, opts sandbox.CreateOptions) (sand
 	}
 	startedAt := created.GetCreationTimestamp().Time
 	sb, err := p.waitReady(ctx, name, token, began)
+	if err == nil {
+		if err = link.giveTrust(ctx, sb, p.cfg.RequestTimeout); err != nil {
+			sb.detach()
+		}
+	}
 	if err != nil {
 		link.close()
 		p.deleteQuietly(context.WithoutCancel(ctx), name, false, "could not be set up")

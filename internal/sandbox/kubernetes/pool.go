@@ -290,8 +290,13 @@ func (p *Provider) createClaimed(ctx context.Context, opts sandbox.CreateOptions
 		func(ctx context.Context) (string, string, error) { return p.claimedPod(ctx, name, created.GetUID()) },
 		func(ctx context.Context, podName, ip string) (*Sandbox, error) {
 			pod = podName
-			return p.claimAgent(ctx, name, podName, ip, w.token, token, opts.Env)
+			return p.claimAgent(ctx, name, podName, ip, w.token, token, link.env(opts.Env))
 		})
+	if err == nil {
+		if err = link.giveTrust(ctx, sb, p.cfg.RequestTimeout); err != nil {
+			sb.detach()
+		}
+	}
 	if err != nil {
 		link.close()
 		p.deleteQuietly(context.WithoutCancel(ctx), name, true, "could not be set up")
@@ -378,7 +383,7 @@ func (p *Provider) claimAgent(ctx context.Context, name, pod, ip, poolToken, tok
 // readClaim parses a SandboxClaim; one not made by the provider gives an error wrapping
 // sandbox.ErrForeign.
 func readClaim(u *unstructured.Unstructured) (found, error) {
-	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time, claimed: true, uid: u.GetUID()}
+	f := found{name: u.GetName(), startedAt: u.GetCreationTimestamp().Time, claimed: true, uid: u.GetUID(), network: u.GetLabels()[LabelNetwork]}
 	if u.GetLabels()[LabelManagedBy] != managedBy {
 		return f, fmt.Errorf("SandboxClaim %s was not made by toolhost: %w", f.name, sandbox.ErrForeign)
 	}

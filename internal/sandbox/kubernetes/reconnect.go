@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolhost/toolhost/core/sandbox"
 )
@@ -30,6 +33,7 @@ type found struct {
 	token     string
 	gone      string // why it cannot be reached again; "" when it can
 	claimed   bool   // a SandboxClaim (pool.go), not a Sandbox
+	network   string // LabelNetwork: the sandbox's network mode
 	uid       types.UID
 }
 
@@ -65,6 +69,7 @@ func read(u *unstructured.Unstructured) (found, error) {
 			f.endsAt = end
 		}
 	}
+	f.network = u.GetLabels()[LabelNetwork]
 	f.token = containerEnv(u.Object, envToken, "spec", "podTemplate", "spec", "containers")
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
@@ -205,8 +210,58 @@ func (p *Provider) Reconnect(ctx context.Context, id string, opts sandbox.Reconn
 	}
 	sb.claimed = f.claimed
 	sb.start(f.startedAt, end)
+	if f.network == sandbox.NetworkEgress {
+		if err := p.takeEgress(ctx, sb, opts.Egress); err != nil {
+			sb.detach()
+			return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: %w", id, err)
+		}
+	}
+	if len(opts.SetLabels) > 0 {
+		if err := p.relabel(ctx, f, opts.SetLabels); err != nil {
+			sb.detach()
+			return nil, fmt.Errorf("reconnect to Kubernetes sandbox %s: set its labels: %w", id, err)
+		}
+	}
 	p.log.Info("reconnected to Kubernetes sandbox", "sandbox", id, "ends", end.UTC().Format(time.RFC3339))
 	return sb, nil
+}
+
+// relabel sets labels on the Sandbox (or SandboxClaim) f: in the annotation Reconnect
+// and List go by, and as Kubernetes labels those Kubernetes accepts (one whose new value
+// it does not is removed, so that no label says the old value). The pod keeps the labels
+// it was made with.
+func (p *Provider) relabel(ctx context.Context, f found, set map[string]string) error {
+	all := maps.Clone(f.labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	k8s := map[string]any{}
+	for k, v := range set {
+		if k == "" || len(k) > 256 || len(v) > 1024 || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("invalid label %q (a name of 1 to 256 bytes and a value of at most 1024, in UTF-8)", k)
+		}
+		all[k] = v
+		name := labelPrefix + k
+		switch {
+		case len(validation.IsQualifiedName(name)) != 0:
+		case len(validation.IsValidLabelValue(v)) == 0:
+			k8s[name] = v
+		default:
+			k8s[name] = nil
+		}
+	}
+	ann, _ := json.Marshal(all)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": k8s, "annotations": map[string]any{annotationLabels: string(ann)}}})
+	res := p.dyn
+	if f.claimed {
+		res = p.claims
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := res.Namespace(p.cfg.Namespace).Patch(cctx, f.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: managedBy}); err != nil {
+		return p.explain(err)
+	}
+	return nil
 }
 
 // List lists the provider's Sandboxes in its namespace that carry every label of filter
