@@ -830,25 +830,27 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 	}
 	var local *localArchive
 	var rep sandbox.ArchiveReport
+	if keep {
+		// The local copy is whole before the store is asked anything: a store that is
+		// down fails the save at once, and this copy is then the only one.
+		var err error
+		if local, rep, err = s.packLocal(ctx, sb); err != nil {
+			s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+			return snapshot.Info{ProjectID: s.cfg.ProjectID}, nil, fmt.Errorf("%w: project %s: %w", snapshot.ErrSaveFailed, s.cfg.ProjectID, err)
+		}
+	}
 	info, err := s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, label, func(w io.Writer) error {
-		var f *os.File
-		if keep {
-			var err error
-			if f, err = os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz"); err != nil {
+		if local != nil {
+			f, err := os.Open(local.path)
+			if err != nil {
 				return fmt.Errorf("local copy: %w", err)
 			}
-			w = io.MultiWriter(w, f)
+			defer f.Close()
+			_, err = io.Copy(w, f)
+			return err
 		}
 		var err error
 		rep, err = sandbox.ArchiveWithReport(ctx, sb, w, s.cfg.Excludes)
-		if f != nil {
-			size, _ := f.Seek(0, io.SeekCurrent)
-			if cerr := f.Close(); err != nil || cerr != nil {
-				os.Remove(f.Name())
-			} else {
-				local = &localArchive{path: f.Name(), size: size}
-			}
-		}
 		return err
 	})
 	info.Skipped = rep.Skipped
@@ -863,6 +865,25 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 	snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
 	s.storedNewer()
 	return info, local, nil
+}
+
+// packLocal writes sb's archive to a file on this host (the copy a rotation keeps when
+// the store will not take it).
+func (s *Workspace) packLocal(ctx context.Context, sb sandbox.Sandbox) (*localArchive, sandbox.ArchiveReport, error) {
+	f, err := os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz")
+	if err != nil {
+		return nil, sandbox.ArchiveReport{}, fmt.Errorf("local copy: %w", err)
+	}
+	rep, err := sandbox.ArchiveWithReport(ctx, sb, f, s.cfg.Excludes)
+	size, _ := f.Seek(0, io.SeekCurrent)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("local copy: %w", cerr)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return nil, rep, fmt.Errorf("pack: %w", err)
+	}
+	return &localArchive{path: f.Name(), size: size}, rep, nil
 }
 
 // Commit saves a snapshot of the workspace (a phase commit). A failed save returns an
