@@ -277,9 +277,10 @@ func snapshotExportCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "export"},
 		args:    "[--project ID] [KEY] --output FILE",
-		summary: "write a snapshot as one tar.gz (the seed's format; GNU tar reads it)",
+		summary: "write a snapshot as one tar.gz (GNU tar reads it)",
 		help: `Writes the snapshot KEY (default: the project's newest) as a single tar.gz, entry
-for entry what a tar.gz save of the same tree holds. --output - writes to stdout.
+for entry what toolhost's archive of the same tree holds (a tar.gz snapshot of an
+older version: as it is stored). --output - writes to stdout.
 
 Example:
   toolhost snapshot export --project shop -o shop.tar.gz`,
