@@ -331,6 +331,52 @@ Example:
 	return cmd
 }
 
+func snapshotImportCommand() *command {
+	cmd := &command{
+		words:   []string{"snapshot", "import"},
+		args:    "[--project ID] FILE",
+		summary: "store a tar.gz (one snapshot export wrote) as the project's newest snapshot",
+		help: `Reads FILE, a tar.gz (one snapshot export wrote, or any archive of a workspace; -
+reads stdin), and stores it as the project's newest snapshot, labelled "import of FILE",
+as a save does: its files cut into chunks stored once per store, entries a snapshot
+cannot hold left out and listed, retention applied. The next session of the project
+wakes in it.
+
+Example:
+  toolhost snapshot import --project shop shop.tar.gz`,
+		nargs:  [2]int{1, 1},
+		report: true,
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		in := c.stdin
+		if args[0] != "-" {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("import: %w", err)
+			}
+			defer f.Close()
+			in = f
+		}
+		st, err := c.newStorage(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		info, err := st.ImportSnapshot(ctx, c.cfg.Project, "import of "+filepath.Base(args[0]), in)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", args[0], err)
+		}
+		if info.Unchanged {
+			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this content\n", info.Key)
+		} else {
+			fmt.Fprintf(c.stdout, "imported %s as %s\n", args[0], info.Key)
+		}
+		printSkips(c.stdout, info)
+		return nil
+	}
+	return cmd
+}
+
 func snapshotForkCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "fork"},

@@ -549,6 +549,20 @@ func TestCheckpoints(t *testing.T) {
 	if out, err := exec.Command("tar", "tzf", exp).CombinedOutput(); err != nil || !strings.Contains(string(out), "\nnotes.txt\n") {
 		t.Fatalf("tar reads the export: %v\n%s", err, out)
 	}
+	// The export imported into another project is that project's snapshot, of the same
+	// tree.
+	if r = cli("shop-imp", "snapshot", "import", exp); r.code != 0 || !strings.HasPrefix(r.stdout, "imported "+exp+" as projects/shop-imp/snapshots/") {
+		t.Fatalf("import:\n%s", r)
+	}
+	exported, imported := filepath.Join(t.TempDir(), "e"), filepath.Join(t.TempDir(), "i")
+	if r = cli("shop", "snapshot", "restore", "-w", exported); r.code != 0 {
+		t.Fatalf("restore:\n%s", r)
+	}
+	if r = cli("shop-imp", "snapshot", "restore", "-w", imported); r.code != 0 {
+		t.Fatalf("restore of the import:\n%s", r)
+	}
+	sameTree(t, "the imported export", tree(t, imported), tree(t, exported))
+	oneLineError(t, cli("shop-imp", "snapshot", "import", filepath.Join(t.TempDir(), "none.tar.gz")), 1, "no such file")
 
 	// Rewind to the first, then undo.
 	r = cli("shop", "snapshot", "rewind", short(keys[0]))
