@@ -84,6 +84,17 @@ func (s *Storage) ExportSnapshot(ctx context.Context, w io.Writer, project, key 
 	return s.snaps.Export(ctx, w, project, key)
 }
 
+// ImportSnapshot stores the tar.gz r reads (one ExportSnapshot wrote, or any archive of a
+// workspace) as the project's newest snapshot, labelled label, with a save's bounds and
+// checks: what a snapshot cannot hold is left out and reported (SnapshotInfo.Skipped).
+func (s *Storage) ImportSnapshot(ctx context.Context, project, label string, r io.Reader) (SnapshotInfo, error) {
+	in, err := s.snaps.SaveLabeled(ctx, project, label, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
+		return err
+	})
+	return snapshotInfo(in), err
+}
+
 // Fork makes project to a new project whose first snapshot is from's key (the newest
 // when empty); only the manifest is copied. It returns the new snapshot and the one it
 // copies.

@@ -195,10 +195,13 @@ The variable and the flag take a comma-separated list.`},
 		usage: "retries of a failed snapshot upload or download (0: none)",
 		doc:   `How many times a failed upload or download is retried, with backoff (0 to 20; 0: none).`},
 	{name: "snapshot.format", flag: "snapshot-format", def: "chunked",
-		usage: "how new snapshots are stored: chunked or tar.gz",
-		doc: `chunked: files cut into content-defined chunks stored once per store (a save
-stores what changed; snapshots can be verified, diffed, rewound, forked and merged).
-tar.gz: one archive per snapshot. Both formats restore, whatever this says.`},
+		usage: "how snapshots are stored: chunked (the only storage format)",
+		doc: `Snapshots are stored chunked: files cut into content-defined chunks stored once per
+store (a save stores what changed; snapshots can be verified, diffed, rewound, forked and
+merged). tar.gz, which older versions could store, is still accepted here with a warning and
+stores chunked too: the tar.gz snapshots they wrote restore, and a project's are converted
+to chunked on its next wake. toolhost snapshot export writes any snapshot as a tar.gz.
+Any other value is an error.`},
 	{name: "snapshot.grace", flag: "snapshot-grace", def: time.Hour,
 		usage: "how long unreferenced chunks stay before collection deletes them",
 		doc: `Chunks no snapshot references are deleted by a collection (snapshot gc) only after
@@ -508,7 +511,7 @@ plugin must be signed.`},
 var sectionTable = []ConfigSection{
 	{"store", `The object store that holds snapshots (projects/{project}/snapshots/) and screenshots
 (screenshots/{project}/{agent|auto}/).`},
-	{"snapshot", `Workspace snapshots: one tar.gz per save, the newest kept per project.`},
+	{"snapshot", `Workspace snapshots: chunked, a save stores what changed; the newest kept per project.`},
 	{"session", `The lifetime of the sandboxes a session runs tools in. A session extends its sandbox
 while it can; before an end it cannot extend, it saves a snapshot, starts a new sandbox
 and moves the work into it (a rotation).`},

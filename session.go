@@ -589,6 +589,16 @@ func (w *wakeRecorder) RestoreTo(ctx context.Context, project string, t snapshot
 	if w.hostDir {
 		return snapshot.Info{}, fmt.Errorf("the workspace is a host directory: %w", snapshot.ErrNoSnapshot)
 	}
+	if allow := t.Convert; allow != nil {
+		// Converting a tar.gz snapshot writes the project's newest snapshot, as a save
+		// does: none once the lease is lost.
+		t.Convert = func() error {
+			if err := w.lease.check(); err != nil {
+				return fmt.Errorf("converting a snapshot: %w", err)
+			}
+			return allow()
+		}
+	}
 	in, err := w.snaps.RestoreTo(ctx, project, t)
 	if err == nil {
 		w.mu.Lock()

@@ -152,6 +152,11 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 	if opened.Close != nil {
 		s.close = opened.Close
 	}
+	if cfg.Snapshot.Format == snapshot.FormatTarGz {
+		o.log.Warn("snapshot.format: tar.gz is no longer a storage format: new snapshots are stored chunked " +
+			"(tar.gz snapshots already stored still restore, and a project's are converted on its next wake); " +
+			"`toolhost snapshot export` writes a snapshot as a tar.gz. Remove snapshot.format from the configuration.")
+	}
 	// snapshot.Config reads a zero Retries as its default; here zero means none.
 	retries := cfg.Snapshot.Retries
 	if retries == 0 {
@@ -160,7 +165,6 @@ func openStorage(ctx context.Context, cfg *Config, o options) (*Storage, error) 
 	snaps, err := snapshot.New(snapshot.Config{
 		Store:    s.store,
 		Keep:     cfg.Snapshot.Keep,
-		Format:   cfg.Snapshot.Format,
 		Grace:    cfg.Snapshot.Grace,
 		Excludes: cfg.Snapshot.Excludes,
 		Retries:  retries,

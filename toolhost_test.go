@@ -525,3 +525,38 @@ func TestTrustCheckGuardsPathsNotReadYet(t *testing.T) {
 		t.Errorf("a workspace holding nothing of the host's: %v", err)
 	}
 }
+
+// TestSessionWakeConvertsTarGz: a session (its lease held, its writes through the fenced
+// store) of a project whose newest snapshot is a tar.gz one written by an older version
+// (internal/session/testdata/store-main, written by main at 6bd6b09) wakes in it and
+// converts it: a chunked snapshot of it is the project's newest, the tar.gz one stays,
+// and the next session wakes in the chunked one.
+func TestSessionWakeConvertsTarGz(t *testing.T) {
+	testenv.NeedBwrap(t)
+	cfg := testConfig(t)
+	storeDir := t.TempDir()
+	if err := os.CopyFS(storeDir, os.DirFS("internal/session/testdata/store-main")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Set("store.dir", storeDir); err != nil {
+		t.Fatal(err)
+	}
+	const legacy = "projects/legacy/snapshots/20261128T100000Z-000-50f14f.tar.gz"
+	th := newToolhost(t, cfg)
+	ctx := context.Background()
+	s := open(t, th, SessionOptions{Project: "legacy"})
+	if in, ok := s.Woke(); !ok || in.Key != legacy {
+		t.Fatalf("woke from %+v (%v), want %s", in, ok, legacy)
+	}
+	expect(t, s, "read_file", `{"path":"README.md"}`, false, "written as tar.gz")
+	list, err := th.Storage().Snapshots(ctx, "legacy")
+	if err != nil || len(list) != 2 || list[1].Key != legacy || !strings.HasSuffix(list[0].Key, ".snap") {
+		t.Fatalf("after the wake: %+v %v; want a chunked snapshot newest and the tar.gz one kept", list, err)
+	}
+	s.Close(ctx)
+	s2 := open(t, th, SessionOptions{Project: "legacy"})
+	if in, ok := s2.Woke(); !ok || in.Key != list[0].Key {
+		t.Fatalf("the next session woke from %+v (%v), want %s", in, ok, list[0].Key)
+	}
+	expect(t, s2, "read_file", `{"path":"src/pkg/main.go"}`, false, "func main()")
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolhost/toolhost/internal/egress"
 	"github.com/toolhost/toolhost/internal/module"
 	policyengine "github.com/toolhost/toolhost/internal/policy"
+	"github.com/toolhost/toolhost/internal/snapshot"
 	"github.com/toolhost/toolhost/internal/storekeys"
 	"github.com/toolhost/toolhost/internal/webfetch"
 )
@@ -196,8 +197,9 @@ func (c *Config) validateStorage(bad badKey) error {
 	if c.Snapshot.Retries < 0 || c.Snapshot.Retries > 20 {
 		return bad("snapshot.retries", "must be between 0 and 20, got %d", c.Snapshot.Retries)
 	}
-	if f := c.Snapshot.Format; f != "" && f != "chunked" && f != "tar.gz" {
-		return bad("snapshot.format", "must be chunked or tar.gz, got %q", f)
+	// tar.gz is what older configurations may say: it loads, with a warning (openStorage).
+	if f := c.Snapshot.Format; f != "" && f != snapshot.FormatChunked && f != snapshot.FormatTarGz {
+		return bad("snapshot.format", "must be chunked (snapshots are stored chunked; `toolhost snapshot export` writes one as a tar.gz), got %q", f)
 	}
 	if c.Snapshot.Grace < 0 || (c.Snapshot.Grace > 0 && c.Snapshot.Grace < time.Minute) {
 		return bad("snapshot.grace", "must be at least 1m, got %s", c.Snapshot.Grace)

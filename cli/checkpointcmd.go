@@ -277,9 +277,10 @@ func snapshotExportCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "export"},
 		args:    "[--project ID] [KEY] --output FILE",
-		summary: "write a snapshot as one tar.gz (the seed's format; GNU tar reads it)",
+		summary: "write a snapshot as one tar.gz (GNU tar reads it)",
 		help: `Writes the snapshot KEY (default: the project's newest) as a single tar.gz, entry
-for entry what a tar.gz save of the same tree holds. --output - writes to stdout.
+for entry what toolhost's archive of the same tree holds (a tar.gz snapshot of an
+older version: as it is stored). --output - writes to stdout.
 
 Example:
   toolhost snapshot export --project shop -o shop.tar.gz`,
@@ -325,6 +326,52 @@ Example:
 		if f != nil {
 			fmt.Fprintf(c.stderr, "exported %s to %s\n", key, out)
 		}
+		return nil
+	}
+	return cmd
+}
+
+func snapshotImportCommand() *command {
+	cmd := &command{
+		words:   []string{"snapshot", "import"},
+		args:    "[--project ID] FILE",
+		summary: "store a tar.gz (one snapshot export wrote) as the project's newest snapshot",
+		help: `Reads FILE, a tar.gz (one snapshot export wrote, or any archive of a workspace; -
+reads stdin), and stores it as the project's newest snapshot, labelled "import of FILE",
+as a save does: its files cut into chunks stored once per store, entries a snapshot
+cannot hold left out and listed, retention applied. The next session of the project
+wakes in it.
+
+Example:
+  toolhost snapshot import --project shop shop.tar.gz`,
+		nargs:  [2]int{1, 1},
+		report: true,
+	}
+	cmd.run = func(ctx context.Context, c *cli, args []string) error {
+		in := c.stdin
+		if args[0] != "-" {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("import: %w", err)
+			}
+			defer f.Close()
+			in = f
+		}
+		st, err := c.newStorage(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		info, err := st.ImportSnapshot(ctx, c.cfg.Project, "import of "+filepath.Base(args[0]), in)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", args[0], err)
+		}
+		if info.Unchanged {
+			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this content\n", info.Key)
+		} else {
+			fmt.Fprintf(c.stdout, "imported %s as %s\n", args[0], info.Key)
+		}
+		printSkips(c.stdout, info)
 		return nil
 	}
 	return cmd

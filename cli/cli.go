@@ -121,7 +121,7 @@ func (cmd *command) usage() string {
 func commands() []*command {
 	return []*command{toolsCommand(), callCommand(), demoCommand(),
 		snapshotSaveCommand(), snapshotListCommand(), snapshotRestoreCommand(), snapshotDeleteCommand(),
-		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotReleaseCommand(), snapshotDiffCommand(), snapshotExportCommand(),
+		snapshotPruneCommand(), snapshotVerifyCommand(), snapshotReleaseCommand(), snapshotDiffCommand(), snapshotExportCommand(), snapshotImportCommand(),
 		snapshotForkCommand(), snapshotRewindCommand(), snapshotMergeCommand(), snapshotGCCommand(),
 		screenshotListCommand(), quotaCommand(), fleetStatusCommand(),
 		inspectCommand(), pluginPushCommand(), pluginSignCommand(), pluginAddCommand(), pluginUpgradeCommand(), pluginVerifyCommand(),

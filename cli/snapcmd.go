@@ -24,12 +24,13 @@ func snapshotSaveCommand() *command {
 	cmd := &command{
 		words:   []string{"snapshot", "save"},
 		args:    "[--project ID] [--workspace DIR]",
-		summary: "pack a workspace directory and upload it as the project's newest snapshot",
-		help: `Packs DIR (default: the current directory) as one tar.gz, leaving out
-snapshot.excludes, and stores it under projects/PROJECT/snapshots/ in the
-configured store (store.kind; by default a directory under data_dir). Retention
-then keeps the newest snapshot.keep. When the project's newest snapshot already
-holds this exact archive, nothing is uploaded ("unchanged").
+		summary: "save a workspace directory as the project's newest snapshot",
+		help: `Saves DIR (default: the current directory), leaving out snapshot.excludes, as a
+snapshot under projects/PROJECT/snapshots/ in the configured store (store.kind; by
+default a directory under data_dir): its files cut into chunks stored once per
+store, so a save stores what changed. Retention then keeps the newest
+snapshot.keep. When the project's newest snapshot already holds this content,
+nothing is uploaded ("unchanged").
 
 What a snapshot cannot hold (a name too long, an unreadable file, a socket or
 device, a link out of the tree) is left out and listed; the rest is saved. A store
@@ -73,7 +74,7 @@ Example:
 			return writeJSON(c.stdout, out, true)
 		}
 		if info.Unchanged {
-			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this exact archive (%s; %s); nothing uploaded\n",
+			fmt.Fprintf(c.stdout, "unchanged: %s, the newest snapshot, already holds this content (%s; %s); nothing uploaded\n",
 				info.Key, humanBytes(info.Size), count(stats.Files, "file", "files"))
 		} else {
 			fmt.Fprintf(c.stdout, "saved %s (%s; %s, %s packed, in %s)\n", info.Key, humanBytes(info.Size),
@@ -168,7 +169,7 @@ DIR (.., absolute names, links out, devices) are refused.
 
 Examples:
   toolhost snapshot restore --project shop --workspace /tmp/shop
-  toolhost snapshot restore --project shop --key projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz -w /tmp/shop`,
+  toolhost snapshot restore --project shop --key projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap -w /tmp/shop`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("workspace", "w", "", "directory to restore into (required)")
 			fs.String("key", "", "restore this snapshot (a key from snapshot list), not the newest good one")
@@ -244,7 +245,7 @@ at the next collections, snapshot gc). A key that is neither is refused (exit 2)
 that names no stored snapshot fails (exit 1).
 
 Example:
-  toolhost snapshot delete --project shop projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz`,
+  toolhost snapshot delete --project shop projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap`,
 		nargs:  [2]int{1, 1},
 		report: true,
 	}

@@ -4,6 +4,9 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -15,7 +18,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/archive"
+	"github.com/toolhost/toolhost/internal/chunked"
+	"github.com/toolhost/toolhost/internal/snapshot"
+	dirstore "github.com/toolhost/toolhost/internal/store/dir"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
 )
 
@@ -372,14 +381,14 @@ func TestSnapshotS3Down(t *testing.T) {
 
 // TestSnapshotManagement: what a user does with a project's snapshots besides saving and
 // restoring the newest: restore one by key, see a refused snapshot skipped, delete one,
-// prune, and what a save says when nothing changed or when it left entries out.
+// prune, and what a save says when nothing changed or when it left entries out. The
+// project's snapshots are tar.gz ones, as older versions stored them (a damaged archive is
+// refused by its SHA-256); TestCheckpoints does the chunked format's.
 func TestSnapshotManagement(t *testing.T) {
 	t.Parallel()
 	project := "snap-manage"
 	storeDir := t.TempDir()
-	// The tar.gz format's management (a damaged archive is refused by its SHA-256);
-	// TestCheckpoints does the chunked format's.
-	env := []string{"TOOLHOST_STORE_DIR=" + storeDir, "TOOLHOST_SNAPSHOT_FORMAT=tar.gz"}
+	env := []string{"TOOLHOST_STORE_DIR=" + storeDir}
 	cli := func(args ...string) runResult {
 		t.Helper()
 		return runCLI(t, env, append(args, "--project", project)...)
@@ -389,20 +398,15 @@ func TestSnapshotManagement(t *testing.T) {
 	states := []string{"state A\n", "state B\n", "state C\n"}
 	for i, body := range states {
 		writeTree(t, ws, map[string]string{"state.txt": body})
-		r := cli("snapshot", "save", "-w", ws)
-		key := snapshotKeyRE.FindString(r.stdout)
-		if r.code != 0 || key == "" {
-			t.Fatalf("save %d:\n%s", i, r)
-		}
-		if !strings.HasPrefix(r.stderr, "transfer: pack ") || !strings.Contains(r.stderr, ", upload ") || strings.Count(r.stderr, "\n") != 1 {
-			t.Errorf("save %d: stderr should be the one transfer line:\n%s", i, r)
-		}
-		keys = append(keys, key)
+		keys = append(keys, putOldSnapshot(t, storeDir, project, time.Now().Add(time.Duration(i-3)*time.Hour), ws))
 	}
 	// The same state again: the newest snapshot holds it, nothing is uploaded.
 	r := cli("snapshot", "save", "-w", ws)
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "unchanged: "+keys[2]) || !strings.Contains(r.stderr, "upload none (unchanged") {
 		t.Errorf("a save of an unchanged workspace:\n%s", r)
+	}
+	if !strings.HasPrefix(r.stderr, "transfer: pack ") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("a save's stderr should be the one transfer line:\n%s", r)
 	}
 
 	// Restore by key: that snapshot, not the newest.
@@ -505,7 +509,7 @@ func TestPrintable(t *testing.T) {
 // projects, merge and gc.
 func TestCheckpoints(t *testing.T) {
 	t.Parallel()
-	env := []string{"TOOLHOST_STORE_DIR=" + t.TempDir(), "TOOLHOST_SNAPSHOT_FORMAT=chunked"}
+	env := []string{"TOOLHOST_STORE_DIR=" + t.TempDir()}
 	cli := func(project string, args ...string) runResult {
 		t.Helper()
 		return runCLI(t, env, append(args, "--project", project)...)
@@ -545,6 +549,20 @@ func TestCheckpoints(t *testing.T) {
 	if out, err := exec.Command("tar", "tzf", exp).CombinedOutput(); err != nil || !strings.Contains(string(out), "\nnotes.txt\n") {
 		t.Fatalf("tar reads the export: %v\n%s", err, out)
 	}
+	// The export imported into another project is that project's snapshot, of the same
+	// tree.
+	if r = cli("shop-imp", "snapshot", "import", exp); r.code != 0 || !strings.HasPrefix(r.stdout, "imported "+exp+" as projects/shop-imp/snapshots/") {
+		t.Fatalf("import:\n%s", r)
+	}
+	exported, imported := filepath.Join(t.TempDir(), "e"), filepath.Join(t.TempDir(), "i")
+	if r = cli("shop", "snapshot", "restore", "-w", exported); r.code != 0 {
+		t.Fatalf("restore:\n%s", r)
+	}
+	if r = cli("shop-imp", "snapshot", "restore", "-w", imported); r.code != 0 {
+		t.Fatalf("restore of the import:\n%s", r)
+	}
+	sameTree(t, "the imported export", tree(t, imported), tree(t, exported))
+	oneLineError(t, cli("shop-imp", "snapshot", "import", filepath.Join(t.TempDir(), "none.tar.gz")), 1, "no such file")
 
 	// Rewind to the first, then undo.
 	r = cli("shop", "snapshot", "rewind", short(keys[0]))
@@ -680,4 +698,33 @@ func TestCallAfterADamagedSnapshot(t *testing.T) {
 	if r = runCLI(t, nil, "snapshot", "verify", "--project", project); r.code != 0 || strings.Contains(r.stdout, "set aside") {
 		t.Errorf("verify after the delete:\n%s", r)
 	}
+}
+
+// putOldSnapshot stores dir as a tar.gz snapshot of the project in the directory store at
+// storeDir, taken at at, as versions before chunked became the only storage format did
+// (one archive, its SHA-256 and content digest in its metadata), and returns its key.
+func putOldSnapshot(t *testing.T, storeDir, project string, at time.Time, dir string) string {
+	t.Helper()
+	ctx := context.Background()
+	var arc bytes.Buffer
+	if _, err := archive.Pack(ctx, &arc, dir, archive.PackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(arc.Bytes())
+	md := map[string]string{snapshot.MetaSHA256: hex.EncodeToString(sum[:])}
+	d, err := chunked.TarTreeDigest(bytes.NewReader(arc.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md[snapshot.MetaTree] = d.String()
+	st, err := dirstore.New(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	key := snapshot.Key(project, at, snapshot.NewNonce())
+	if _, err := st.Put(ctx, key, bytes.NewReader(arc.Bytes()), store.PutOptions{Size: int64(arc.Len()), Metadata: md, IfNotExists: true}); err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

@@ -29,7 +29,7 @@ func TestChunkedCommitReadsWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := snapshot.New(snapshot.Config{Store: st, Format: snapshot.FormatChunked, Backoff: time.Millisecond,
+	m, err := snapshot.New(snapshot.Config{Store: st, Backoff: time.Millisecond,
 		TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestDamagedSnapshotDoesNotStopCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	manager := func() *snapshot.Manager {
-		m, err := snapshot.New(snapshot.Config{Store: st, Format: snapshot.FormatChunked, Backoff: time.Millisecond,
+		m, err := snapshot.New(snapshot.Config{Store: st, Backoff: time.Millisecond,
 			TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

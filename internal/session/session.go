@@ -44,7 +44,7 @@ import (
 type Snapshots interface {
 	SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (snapshot.Info, error)
 	// SaveTree saves a workspace its sandbox's agent lists and reads (a save that reads
-	// only what changed); errors.ErrUnsupported when the format cannot (SaveLabeled then).
+	// only what changed).
 	SaveTree(ctx context.Context, projectID, label string, src tree.Source, excludes []string) (snapshot.Info, error)
 	RestoreTo(ctx context.Context, projectID string, t snapshot.Target) (snapshot.Info, error)
 }
@@ -249,7 +249,9 @@ func Open(ctx context.Context, cfg Config) (*Workspace, error) {
 }
 
 // createRestored creates a sandbox and restores the project's newest snapshot that
-// restores into it; a project without snapshots starts empty. A snapshot refused half way
+// restores into it (a tar.gz snapshot of an older version is converted to chunked on the
+// way, while the session may write: snapshot.Target.Convert); a project without snapshots
+// starts empty. A snapshot refused half way
 // leaves a sandbox that is thrown away: the next one is extracted into a fresh sandbox.
 func (s *Workspace) createRestored(ctx context.Context, why string) (sandbox.Sandbox, snapshot.Info, error) {
 	if err := s.fenced(); err != nil {
@@ -274,7 +276,7 @@ func (s *Workspace) createRestored(ctx context.Context, why string) (sandbox.San
 		return sb.Extract(ctx, r)
 	}, List: func(ctx context.Context) ([]snapshot.WorkspaceEntry, error) {
 		return s.listWorkspace(ctx, sb)
-	}})
+	}, Convert: s.fenced}) // a tar.gz snapshot of an older version becomes chunked, while the session may write
 	switch {
 	case errors.Is(err, snapshot.ErrNoSnapshot):
 		s.log.Info("session: no snapshot to restore; starting empty", "why", why, "sandbox", sb.ID(), "create", created)
@@ -289,7 +291,7 @@ func (s *Workspace) createRestored(ctx context.Context, why string) (sandbox.San
 				"set_aside", info.Refused[0].Quarantine)
 		}
 		s.log.Info("session: restored", "why", why, "sandbox", sb.ID(), "snapshot", info.Key,
-			"create", created, "total", time.Since(start))
+			"converted", info.Converted, "create", created, "total", time.Since(start))
 	}
 	return sb, info, nil
 }
@@ -817,38 +819,38 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 	start := time.Now()
 	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
 		info, err := s.cfg.Snapshots.SaveTree(ctx, s.cfg.ProjectID, label, ts, s.cfg.Excludes)
-		if !errors.Is(err, errors.ErrUnsupported) {
-			if err != nil {
-				s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
-				return info, nil, err
-			}
-			s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
-			snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
-			s.storedNewer()
-			return info, nil, nil
+		if err != nil {
+			s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+			return info, nil, err
 		}
+		s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
+		snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
+		s.storedNewer()
+		return info, nil, nil
 	}
 	var local *localArchive
 	var rep sandbox.ArchiveReport
+	if keep {
+		// The local copy is whole before the store is asked anything: a store that is
+		// down fails the save at once, and this copy is then the only one.
+		var err error
+		if local, rep, err = s.packLocal(ctx, sb); err != nil {
+			s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+			return snapshot.Info{ProjectID: s.cfg.ProjectID}, nil, fmt.Errorf("%w: project %s: %w", snapshot.ErrSaveFailed, s.cfg.ProjectID, err)
+		}
+	}
 	info, err := s.cfg.Snapshots.SaveLabeled(ctx, s.cfg.ProjectID, label, func(w io.Writer) error {
-		var f *os.File
-		if keep {
-			var err error
-			if f, err = os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz"); err != nil {
+		if local != nil {
+			f, err := os.Open(local.path)
+			if err != nil {
 				return fmt.Errorf("local copy: %w", err)
 			}
-			w = io.MultiWriter(w, f)
+			defer f.Close()
+			_, err = io.Copy(w, f)
+			return err
 		}
 		var err error
 		rep, err = sandbox.ArchiveWithReport(ctx, sb, w, s.cfg.Excludes)
-		if f != nil {
-			size, _ := f.Seek(0, io.SeekCurrent)
-			if cerr := f.Close(); err != nil || cerr != nil {
-				os.Remove(f.Name())
-			} else {
-				local = &localArchive{path: f.Name(), size: size}
-			}
-		}
 		return err
 	})
 	info.Skipped = rep.Skipped
@@ -863,6 +865,25 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 	snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
 	s.storedNewer()
 	return info, local, nil
+}
+
+// packLocal writes sb's archive to a file on this host (the copy a rotation keeps when
+// the store will not take it).
+func (s *Workspace) packLocal(ctx context.Context, sb sandbox.Sandbox) (*localArchive, sandbox.ArchiveReport, error) {
+	f, err := os.CreateTemp(s.cfg.TempDir, "toolhost-session-*.tar.gz")
+	if err != nil {
+		return nil, sandbox.ArchiveReport{}, fmt.Errorf("local copy: %w", err)
+	}
+	rep, err := sandbox.ArchiveWithReport(ctx, sb, f, s.cfg.Excludes)
+	size, _ := f.Seek(0, io.SeekCurrent)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("local copy: %w", cerr)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return nil, rep, fmt.Errorf("pack: %w", err)
+	}
+	return &localArchive{path: f.Name(), size: size}, rep, nil
 }
 
 // Commit saves a snapshot of the workspace (a phase commit). A failed save returns an

@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolhost/toolhost/core/store"
+	"github.com/toolhost/toolhost/internal/archive"
 	"github.com/toolhost/toolhost/internal/chunked"
 	"github.com/toolhost/toolhost/internal/chunked/chunkedtest"
 	"github.com/toolhost/toolhost/internal/snapshot"
@@ -58,13 +60,13 @@ func benchTree(b *testing.B) (string, int64) {
 	return benchWS, benchSize
 }
 
-func benchManager(b *testing.B, dir, format string) (*snapshot.Manager, store.Store) {
+func benchManager(b *testing.B, dir string) (*snapshot.Manager, store.Store) {
 	st, err := dirstore.New(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	m, err := snapshot.New(snapshot.Config{Store: st, Format: format, Keep: -1, TempDir: benchRoot,
+	m, err := snapshot.New(snapshot.Config{Store: st, Keep: -1, TempDir: benchRoot,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
@@ -84,35 +86,33 @@ func storeBytes(b *testing.B, st store.Store) int64 {
 	return n
 }
 
-// BenchmarkSave: a first save in each format (a fresh store each time), and a chunked save
-// after one file changed (the same process, as a session's next commit).
+// BenchmarkSave: a first save (a fresh store each time), and a save after one file
+// changed (the same process, as a session's next commit).
 func BenchmarkSave(b *testing.B) {
 	ws, total := benchTree(b)
 	ctx := context.Background()
-	for _, format := range []string{snapshot.FormatTarGz, snapshot.FormatChunked} {
-		b.Run("first/"+format, func(b *testing.B) {
-			b.SetBytes(total)
-			var stored int64
-			for i := 0; b.Loop(); i++ {
-				b.StopTimer()
-				dir := filepath.Join(benchRoot, fmt.Sprintf("store-%s-%d", format, i))
-				m, st := benchManager(b, dir, format)
-				b.StartTimer()
-				if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				stored = storeBytes(b, st)
-				os.RemoveAll(dir)
-				b.StartTimer()
+	b.Run("first", func(b *testing.B) {
+		b.SetBytes(total)
+		var stored int64
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			dir := filepath.Join(benchRoot, fmt.Sprintf("store-%d", i))
+			m, st := benchManager(b, dir)
+			b.StartTimer()
+			if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(stored), "stored-B")
-		})
-	}
+			b.StopTimer()
+			stored = storeBytes(b, st)
+			os.RemoveAll(dir)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(stored), "stored-B")
+	})
 	b.Run("second/chunked", func(b *testing.B) {
 		dir := filepath.Join(benchRoot, "store-second")
 		defer os.RemoveAll(dir)
-		m, st := benchManager(b, dir, snapshot.FormatChunked)
+		m, st := benchManager(b, dir)
 		if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
 			b.Fatal(err)
 		}
@@ -156,8 +156,9 @@ func BenchmarkSave(b *testing.B) {
 	})
 }
 
-// BenchmarkRestore: the same tree restored from a chunked snapshot, from a tar.gz snapshot,
-// and by GNU tar xzf from that tar.gz, each into a fresh directory.
+// BenchmarkRestore: the same tree restored from a chunked snapshot, from a tar.gz snapshot
+// (as older versions stored them), and by GNU tar xzf from that tar.gz, each into a fresh
+// directory.
 func BenchmarkRestore(b *testing.B) {
 	ws, total := benchTree(b)
 	ctx := context.Background()
@@ -166,20 +167,21 @@ func BenchmarkRestore(b *testing.B) {
 		key string
 	}
 	snaps := map[string]snap{}
-	var tgz string
-	for _, format := range []string{snapshot.FormatChunked, snapshot.FormatTarGz} {
-		dir := filepath.Join(benchRoot, "store-restore-"+format)
-		m, _ := benchManager(b, dir, format)
-		info, _, err := m.SaveDir(ctx, "bench", ws)
-		if err != nil {
-			b.Fatal(err)
-		}
-		snaps[format] = snap{m, info.Key}
-		if format == snapshot.FormatTarGz {
-			tgz = filepath.Join(dir, "data", filepath.FromSlash(info.Key))
-		}
-		defer os.RemoveAll(dir)
+	dir := filepath.Join(benchRoot, "store-restore")
+	defer os.RemoveAll(dir)
+	m, st := benchManager(b, dir)
+	info, _, err := m.SaveDir(ctx, "bench", ws)
+	if err != nil {
+		b.Fatal(err)
 	}
+	snaps[snapshot.FormatChunked] = snap{m, info.Key}
+	var arc bytes.Buffer
+	if _, err := archive.Pack(ctx, &arc, ws, archive.PackOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	old := putTarGz(b, st, "old", time.Now(), arc.Bytes())
+	snaps[snapshot.FormatTarGz] = snap{m, old.Key}
+	tgz := filepath.Join(dir, "data", filepath.FromSlash(old.Key))
 	dst := filepath.Join(benchRoot, "restored")
 	defer os.RemoveAll(dst)
 	for _, format := range []string{snapshot.FormatChunked, snapshot.FormatTarGz} {
@@ -190,7 +192,8 @@ func BenchmarkRestore(b *testing.B) {
 				b.StopTimer()
 				os.RemoveAll(dst)
 				b.StartTimer()
-				if _, _, err := s.m.RestoreDirKey(ctx, "bench", s.key, dst, false); err != nil {
+				project, _, _ := snapshot.ParseKey(s.key)
+				if _, _, err := s.m.RestoreDirKey(ctx, project, s.key, dst, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -211,43 +214,45 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 // BenchmarkTenCommits: the bytes a scripted session's ten commits store (each edits five
-// files and adds one), chunked against tar.gz. One pass; the figure is the metric.
+// files and adds one), against what ten tar.gz archives of the workspace (the storage of
+// older versions) took. One pass; the figures are the metrics.
 func BenchmarkTenCommits(b *testing.B) {
 	src, _ := benchTree(b)
 	ctx := context.Background()
-	stored := map[string]float64{}
-	for _, format := range []string{snapshot.FormatTarGz, snapshot.FormatChunked} {
-		ws := filepath.Join(benchRoot, "ws-"+format)
-		if out, err := exec.Command("cp", "-a", src, ws).CombinedOutput(); err != nil {
-			b.Fatalf("cp: %v %s", err, out)
-		}
-		dir := filepath.Join(benchRoot, "store-ten-"+format)
-		m, st := benchManager(b, dir, format)
-		for c := range 10 {
-			for k := range 5 {
-				i := (c*5 + k) * 397 % 19_990
-				f := filepath.Join(ws, fmt.Sprintf("pkg%02d", i%60), fmt.Sprintf("sub%d", i%9), fmt.Sprintf("f%05d.go", i))
-				fh, err := os.OpenFile(f, os.O_APPEND|os.O_WRONLY, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				fmt.Fprintf(fh, "// commit %d\n", c)
-				fh.Close()
-			}
-			os.WriteFile(filepath.Join(ws, fmt.Sprintf("new%d.go", c)), []byte("package main\n"), 0o644)
-			if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+	ws := filepath.Join(benchRoot, "ws-ten")
+	if out, err := exec.Command("cp", "-a", src, ws).CombinedOutput(); err != nil {
+		b.Fatalf("cp: %v %s", err, out)
+	}
+	defer os.RemoveAll(ws)
+	dir := filepath.Join(benchRoot, "store-ten")
+	defer os.RemoveAll(dir)
+	m, st := benchManager(b, dir)
+	var tgz int64
+	for c := range 10 {
+		for k := range 5 {
+			i := (c*5 + k) * 397 % 19_990
+			f := filepath.Join(ws, fmt.Sprintf("pkg%02d", i%60), fmt.Sprintf("sub%d", i%9), fmt.Sprintf("f%05d.go", i))
+			fh, err := os.OpenFile(f, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
 				b.Fatal(err)
 			}
+			fmt.Fprintf(fh, "// commit %d\n", c)
+			fh.Close()
 		}
-		stored[format] = float64(storeBytes(b, st))
-		os.RemoveAll(ws)
-		os.RemoveAll(dir)
+		os.WriteFile(filepath.Join(ws, fmt.Sprintf("new%d.go", c)), []byte("package main\n"), 0o644)
+		if _, _, err := m.SaveDir(ctx, "bench", ws); err != nil {
+			b.Fatal(err)
+		}
+		st, err := archive.Pack(ctx, io.Discard, ws, archive.PackOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tgz += st.BytesOut
 	}
+	chunkedBytes := float64(storeBytes(b, st))
 	for b.Loop() {
 	}
-	b.ReportMetric(stored[snapshot.FormatTarGz], "tar.gz-B")
-	b.ReportMetric(stored[snapshot.FormatChunked], "chunked-B")
-	b.ReportMetric(stored[snapshot.FormatChunked]/stored[snapshot.FormatTarGz], "chunked/tar.gz")
+	b.ReportMetric(float64(tgz), "tar.gz-B")
+	b.ReportMetric(chunkedBytes, "chunked-B")
+	b.ReportMetric(chunkedBytes/float64(tgz), "chunked/tar.gz")
 }
-
-var _ = io.Discard

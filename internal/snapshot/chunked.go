@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -39,7 +40,7 @@ func (m *Manager) saveChunkedStream(ctx context.Context, projectID, label string
 		done <- err
 	}()
 	src := &chunked.TarSource{R: pr, Opts: m.walkOptions()}
-	info, _, err := m.saveChunked(ctx, projectID, label, src, func() (uint32, int64) { return src.RootMode, src.RootMTime })
+	info, _, err := m.saveChunked(ctx, projectID, label, src, func() (uint32, int64) { return src.RootMode, src.RootMTime }, "")
 	if err == nil {
 		// The archive ended (its end marker was read), but its writer may not have: the
 		// tar's last zero block and the gzip trailer may still be on their way, and a
@@ -76,7 +77,7 @@ func (m *Manager) saveChunkedDir(ctx context.Context, projectID, dir string) (In
 	var res *chunked.BuildResult
 	var err error
 	for range 2 { // a save whose reused chunks were collected meanwhile is made again
-		info, res, err = m.saveChunked(ctx, projectID, "", src, src.Root)
+		info, res, err = m.saveChunked(ctx, projectID, "", src, src.Root, "")
 		if !errors.Is(err, chunked.ErrStale) {
 			break
 		}
@@ -95,7 +96,12 @@ func (m *Manager) saveChunkedDir(ctx context.Context, projectID, dir string) (In
 
 // saveChunked builds a snapshot of src over the project's newest one and commits it under
 // a new key that sorts after every snapshot the save could see.
-func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src any, root func() (uint32, int64)) (Info, *chunked.BuildResult, error) {
+//
+// With convertFrom (a tar.gz key, see convert), src is that snapshot's content: it is
+// stored whole, whatever the newest snapshot holds, with convertFrom as its origin, and
+// only while convertFrom is still the project's newest (errNotNewest otherwise);
+// retention is left to the next save.
+func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src any, root func() (uint32, int64), convertFrom string) (Info, *chunked.BuildResult, error) {
 	info := Info{ProjectID: projectID, Format: FormatChunked, Label: label}
 	if err := ValidProjectID(projectID); err != nil {
 		return info, nil, fmt.Errorf("%w: %w", ErrSaveFailed, err)
@@ -120,6 +126,9 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 	if len(all) > 0 {
 		after = all[0].after // past every snapshot seen, those set aside below included
 	}
+	if convertFrom != "" && (len(all) == 0 || all[0].Key != convertFrom) {
+		return info, nil, errNotNewest
+	}
 	var x *chunked.Examiner
 	examiner := func() *chunked.Examiner {
 		if x == nil {
@@ -133,8 +142,8 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 	cands := all
 	standing := false // a newer snapshot that does not read is still among the project's
 	for round := 0; ; round++ {
-		opts := chunked.BuildOptions{Project: projectID, Label: label}
-		if round < 3 {
+		opts := chunked.BuildOptions{Project: projectID, Label: label, Origin: convertFrom}
+		if round < 3 && convertFrom == "" {
 			newest, cands = m.base(ctx, examiner, projectID, cands, &opts, &standing)
 		} else {
 			newest = nil // no base after three that did not read: read everything, store it all
@@ -189,12 +198,51 @@ func (m *Manager) saveChunked(ctx context.Context, projectID, label string, src 
 	m.log.Info("snapshot saved", "project", projectID, "key", info.Key, "format", FormatChunked, "files", st.Files,
 		"read", st.Read, "new_chunks", st.NewChunks, "new_bytes", st.NewBytes, "stored", st.Uploaded, "packs", st.Packs,
 		"tree", info.Tree, "ms", st.Duration.Milliseconds())
+	if convertFrom != "" {
+		return info, res, nil
+	}
 	pruned, err := m.prune(ctx, projectID, info.Key, m.cfg.Keep)
 	info.Pruned = pruned
 	if err != nil {
 		m.log.Warn("snapshot retention failed; will retry after the next save", "project", projectID, "err", err)
 	}
 	return info, res, nil
+}
+
+// errNotNewest: a conversion found that the tar.gz snapshot it converts is no longer the
+// project's newest (another host saved, or converted it, meanwhile).
+var errNotNewest = errors.New("the snapshot is no longer the project's newest")
+
+// convert saves the tar.gz snapshot in, just restored from f (downloaded and verified),
+// as a chunked snapshot of the same content (Target.Convert), and sets in.Converted. Two
+// hosts converting at once store two snapshots of one content: its chunks once (content
+// addressing), the two manifests alike. The tar.gz snapshot is never deleted here.
+func (m *Manager) convert(ctx context.Context, f *os.File, in *Info, allow func() error) {
+	log := m.log.With("project", in.ProjectID, "key", in.Key)
+	if err := allow(); err != nil {
+		log.Warn("snapshot: the tar.gz snapshot restored is not converted to chunked", "err", err)
+		return
+	}
+	label := "converted from " + in.Key
+	var info Info
+	var err error
+	for range 2 { // a save whose reused chunks were collected meanwhile is made again
+		src := &chunked.TarSource{R: io.NewSectionReader(f, 0, in.Size), Opts: m.walkOptions()}
+		info, _, err = m.saveChunked(ctx, in.ProjectID, label, src, func() (uint32, int64) { return src.RootMode, src.RootMTime }, in.Key)
+		if !errors.Is(err, chunked.ErrStale) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, errNotNewest):
+		log.Info("snapshot: not converting the tar.gz snapshot restored: a newer snapshot appeared meanwhile")
+	case err != nil:
+		log.Warn("snapshot: converting the tar.gz snapshot restored to chunked failed; the next wake tries again", "err", err)
+	default:
+		in.Converted = info.Key
+		log.Info("snapshot: converted the tar.gz snapshot restored to chunked (the tar.gz one stays until retention prunes it)",
+			"converted", info.Key, "tree", info.Tree)
+	}
 }
 
 // base picks what a save is made over, from cands (the project's snapshots, newest
@@ -372,7 +420,7 @@ func (m *Manager) manifest(ctx context.Context, projectID, key string) (*chunked
 		return nil, err
 	}
 	if FormatOf(key) != FormatChunked {
-		return nil, fmt.Errorf("%s is a tar.gz snapshot; this works on chunked snapshots (save again with snapshot.format: chunked, or restore and save it)", key)
+		return nil, fmt.Errorf("%s is a tar.gz snapshot, written by an older version; this works on chunked snapshots (the project's next wake converts its newest snapshot; or restore this one and save it)", key)
 	}
 	man, err := m.repo.Manifest(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -652,12 +700,8 @@ func (m *Manager) Collect(ctx context.Context) (chunked.CollectStats, error) {
 
 // SaveTree saves a sandbox's workspace listed and read by its agent (tree.Source) in the
 // chunked format: only the files whose size or times changed since the project's newest
-// snapshot are read. It fails with errors.ErrUnsupported when the format is tar.gz (the
-// caller packs an archive instead).
+// snapshot are read.
 func (m *Manager) SaveTree(ctx context.Context, projectID, label string, src tree.Source, excludes []string) (Info, error) {
-	if m.cfg.Format != FormatChunked {
-		return Info{ProjectID: projectID}, fmt.Errorf("snapshot format %s: %w", m.cfg.Format, errors.ErrUnsupported)
-	}
 	if excludes == nil {
 		excludes = m.cfg.Excludes
 	}
@@ -666,7 +710,7 @@ func (m *Manager) SaveTree(ctx context.Context, projectID, label string, src tre
 	var res *chunked.BuildResult
 	var err error
 	for range 2 { // a save whose reused chunks were collected meanwhile is made again
-		info, res, err = m.saveChunked(ctx, projectID, label, l, nil)
+		info, res, err = m.saveChunked(ctx, projectID, label, l, nil, "")
 		if !errors.Is(err, chunked.ErrStale) {
 			break
 		}

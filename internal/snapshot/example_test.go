@@ -32,7 +32,7 @@ func Example() {
 	if err != nil {
 		panic(err) // errors.Is(err, snapshot.ErrSaveFailed): log it and carry on
 	}
-	fmt.Println("saved files:", pack.Files, "sha256 length:", len(info.SHA256))
+	fmt.Println("saved files:", pack.Files, "format:", info.Format)
 
 	restored := filepath.Join(tmp, "restored")
 	_, ex, err := m.RestoreDir(ctx, "demo", restored, false)
@@ -43,6 +43,6 @@ func Example() {
 	_, nmErr := os.Stat(filepath.Join(restored, "node_modules"))
 	fmt.Printf("restored files: %d, main.go: %q, node_modules excluded: %v\n", ex.Files, b, os.IsNotExist(nmErr))
 	// Output:
-	// saved files: 1 sha256 length: 64
+	// saved files: 1 format: chunked
 	// restored files: 1, main.go: "package main\n", node_modules excluded: true
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,109 +20,7 @@ import (
 	dirstore "github.com/toolhost/toolhost/internal/store/dir"
 	s3store "github.com/toolhost/toolhost/internal/store/s3"
 	"github.com/toolhost/toolhost/internal/store/s3/s3test"
-	"github.com/toolhost/toolhost/internal/testenv"
 )
-
-// slowStore holds back the Put of chosen keys until released: an upload that is slower
-// than the others.
-type slowStore struct {
-	store.Store
-	hold func(key string) <-chan struct{}
-	puts *atomic.Int32 // Puts begun: a saver calls Put right after it took its key
-}
-
-func (s slowStore) Put(ctx context.Context, key string, r io.Reader, opts store.PutOptions) (store.ObjectInfo, error) {
-	s.puts.Add(1)
-	if c := s.hold(key); c != nil {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return store.ObjectInfo{}, ctx.Err()
-		}
-	}
-	return s.Store.Put(ctx, key, r, opts)
-}
-
-// Four savers of one project at once, on a real clock. "Last" is the save that took its
-// snapshot last (its archive was complete last: it holds the newest state of the
-// workspace): its key sorts last and restore returns it, even when its upload ends first
-// and an older snapshot's upload ends after it, and retention (keep 2) never deletes it.
-func TestConcurrentSaversTheLastTakenWins(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			const n = 4
-			release := make(chan struct{})
-			var firstKey sync.Once
-			var held string
-			var puts atomic.Int32
-			slow := slowStore{Store: b.s, puts: &puts, hold: func(key string) <-chan struct{} {
-				// The first snapshot taken uploads last.
-				firstKey.Do(func() { held = key })
-				if key == held {
-					return release
-				}
-				return nil
-			}}
-			m, err := snapshot.New(snapshot.Config{Store: slow, Keep: 2, Backoff: time.Millisecond,
-				TempDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Saver i's archive is complete only after saver i-1 took its key: the order in
-			// which they took their snapshots is 0, 1, 2, 3.
-			took := make([]chan struct{}, n+1)
-			for i := range took {
-				took[i] = make(chan struct{})
-			}
-			close(took[0])
-			infos := make([]snapshot.Info, n)
-			errs := make([]error, n)
-			finished := make(chan int, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() {
-					data := tarGz(t, "note.txt", fmt.Sprintf("saver %d", i))
-					infos[i], errs[i] = m.Save(context.Background(), "four", func(w io.Writer) error {
-						<-took[i]
-						_, err := w.Write(data)
-						return err
-					})
-					finished <- i
-				})
-			}
-			// Let each next saver finish packing once the previous one has taken its key
-			// (and begun its upload).
-			for i := range n {
-				testenv.Eventually(func() bool { return int(puts.Load()) > i })
-				close(took[i+1])
-			}
-			var order []int
-			for range n - 1 {
-				order = append(order, <-finished)
-			}
-			close(release) // now the first snapshot's upload ends, last of all
-			order = append(order, <-finished)
-			wg.Wait()
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("saver %d: %v", i, err)
-				}
-			}
-			if order[n-1] != 0 {
-				t.Fatalf("saver 0 was meant to finish last, order %v", order)
-			}
-			for i := 1; i < n; i++ {
-				if infos[i].Key <= infos[i-1].Key {
-					t.Errorf("saver %d took its snapshot after saver %d, but its key %s does not sort after %s", i, i-1, infos[i].Key, infos[i-1].Key)
-				}
-			}
-			_, got, err := restoreContent(t, m, "four")
-			if err != nil || got != fmt.Sprintf("saver %d", n-1) {
-				t.Errorf("restore: %q %v; want the last snapshot taken, saver %d's (uploads ended in order %v)", got, err, n-1, order)
-			}
-		})
-	}
-}
 
 // Four processes save one project at once, through one directory store and through the
 // S3 server: every snapshot lands under its own key, and restore returns the one with the

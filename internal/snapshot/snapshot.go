@@ -1,33 +1,36 @@
 // Package snapshot saves a workspace to an object store, keeps the newest few per project,
-// and restores the newest one that restores. A snapshot is in one of two formats
-// (Config.Format): chunked, content-addressed chunks under a manifest (package chunked,
-// chunked.go here; toolhost's default), or tar.gz, one archive per save (this package's
-// zero value, and what older versions wrote). What follows is the tar.gz format's; the
-// ordering of keys holds for both.
+// and restores the newest one that restores. Snapshots are stored in the chunked format:
+// content-addressed chunks under a manifest (package chunked; chunked.go here), so a save
+// stores what changed. Older versions could also store a snapshot as one tar.gz; those
+// are still listed, restored, exported, verified and pruned, and converted to chunked by
+// the first wake that restores one (Target.Convert). A tar.gz of any snapshot is what
+// Export writes.
 //
-// Keys: projects/{project_id}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.tar.gz, for
-// example projects/shop/snapshots/20261121T093000Z-042-7f3a9c.tar.gz: the UTC time, to
-// the millisecond, at which the save took its snapshot (its archive was complete), and six
-// random hex digits that keep two savers of the same millisecond apart. Lexical order of
-// the keys is the order of the saves, and the newest snapshot is the last key:
+// Keys: projects/{project_id}/snapshots/{YYYYMMDDTHHMMSSZ}-{mmm}-{nonce}.snap, for example
+// projects/shop/snapshots/20261121T093000Z-042-7f3a9c.snap: the UTC time, to the
+// millisecond, at which the save stored its snapshot, and six random hex digits that keep
+// two savers of the same millisecond apart (the tar.gz snapshots of older versions: the
+// same name ending .tar.gz). Lexical order of the keys is the order of the saves, and the
+// newest snapshot is the last key:
 //
 //   - A save's time is never earlier than the newest snapshot it can see in the store (it
 //     takes one millisecond past it if its clock says otherwise), nor than any earlier save
 //     of the same Manager, so a save sorts after every snapshot that existed when it took
 //     its own, whatever retention deleted, in this process or any other, on any host.
-//   - Saves that overlap (neither could see the other's snapshot) are ordered by the
-//     moment each took its snapshot: the one whose archive was complete last holds the
-//     newest state, sorts last and is what Restore returns, even when its upload ends
-//     first. Across hosts that moment is read from each host's clock.
+//   - Saves that overlap (neither could see the other's snapshot; the project lease keeps
+//     a fleet's hosts from it) are ordered by the moment each stored its manifest: the
+//     one stored last sorts last and is what Restore returns. Across hosts that moment is
+//     read from each host's clock.
 //
 // Keys written by older versions ({YYYYMMDDTHHMMSSZ}.tar.gz and _NN.tar.gz) are still
 // listed, restored and pruned, and a new save sorts after them.
 //
-// Integrity: the SHA-256 of the archive, computed while packing, is stored as the object's
-// metadata "sha256" in the same PUT. Restore downloads to a temp file, verifies size and
-// SHA-256, and only then extracts.
+// Integrity: a chunked snapshot's chunks, files and tree are checked against their
+// digests as it is restored, and the restored workspace against its manifest. A tar.gz
+// snapshot has the SHA-256 of its archive in the object's metadata "sha256": Restore
+// downloads it to a temp file, verifies size and SHA-256, and only then extracts.
 //
-// Every saved snapshot restores: SaveDir packs with the bounds RestoreDir extracts with
+// Every saved snapshot restores: a save applies the bounds a restore extracts with
 // (entries, sizes, name lengths), and what it cannot store it skips and reports
 // (Info.Skipped, Info.Skips, the log). A snapshot that is refused all the same (it does
 // not verify, or extracting it fails: an older version's snapshot past a bound, a crafted
@@ -86,19 +89,12 @@ var (
 	ErrInvalidKeep = errors.New("invalid number of snapshots to keep")
 )
 
-// MetaSHA256 is the object metadata key holding the archive's hex SHA-256.
+// MetaSHA256 is the object metadata key holding a tar.gz snapshot's hex SHA-256.
 const MetaSHA256 = "sha256"
 
-// MetaTree is the object metadata key holding the snapshot's content digest (Info.Tree),
-// in both formats.
+// MetaTree is the object metadata key holding a tar.gz snapshot's content digest
+// (Info.Tree), as older versions wrote it.
 const MetaTree = "tree"
-
-func treeMeta(md map[string]string, tree string) map[string]string {
-	if tree != "" {
-		md[MetaTree] = tree
-	}
-	return md
-}
 
 // Defaults applied by New to zero Config fields.
 const (
@@ -138,8 +134,8 @@ type Config struct {
 	MaxEntries int
 	MaxNameLen int
 	MaxBytes   int64
-	// TempDir holds the archive between packing and upload (and download and extract);
-	// empty means os.TempDir().
+	// TempDir holds a tar.gz snapshot between download and extract; empty means
+	// os.TempDir().
 	TempDir string
 	// Logger receives a record for every save, failed attempt, retention delete and
 	// restore; nil means slog.Default().
@@ -148,17 +144,14 @@ type Config struct {
 	Now func() time.Time
 	// Progress, when set, is called from the working goroutine as bytes move.
 	Progress func(Progress)
-	// Format is how new snapshots are stored: FormatChunked (content-addressed chunks and
-	// a manifest) or FormatTarGz (one archive); "" means FormatTarGz, the seed's format
-	// (toolhost's configuration, snapshot.format, defaults to chunked). Snapshots of both
-	// formats are listed, restored and pruned whatever it says.
-	Format string
 	// Grace is how long chunks stay unreferenced before a collection deletes them
 	// (chunked.Config.Grace); 0 means an hour.
 	Grace time.Duration
 }
 
-// The snapshot formats (snapshot.format).
+// The formats a snapshot key can be of (Info.Format). New snapshots are chunked;
+// FormatTarGz is that of the snapshots older versions wrote, still listed, restored,
+// exported and pruned, and converted to chunked on the first wake (Target.Convert).
 const (
 	FormatChunked = "chunked"
 	FormatTarGz   = "tar.gz"
@@ -190,12 +183,13 @@ type Info struct {
 	// (to the second for keys written by older versions).
 	Time time.Time
 	Size int64
-	// SHA256 is the archive's hex digest; List leaves it empty (it needs a HEAD each).
+	// SHA256 is a tar.gz snapshot's hex digest, set by its restore; empty for chunked
+	// snapshots (their chunks, files and tree are checked against their own digests).
 	SHA256 string
-	// Attempts is the number of store attempts made (Save: the upload; Restore: the
-	// download of the snapshot restored).
+	// Attempts is the number of store attempts made by the download of a tar.gz
+	// snapshot restored.
 	Attempts int
-	// Unchanged (Save): the project's newest snapshot already held this exact archive, so
+	// Unchanged (Save): the project's newest snapshot already held this content (Tree), so
 	// nothing was uploaded and Key is that snapshot's.
 	Unchanged bool
 	// Pruned lists the keys retention deleted after this Save.
@@ -218,8 +212,13 @@ type Info struct {
 	// targets, file digests; never times): two snapshots with the same Tree hold the same
 	// workspace. A save whose Tree equals the newest snapshot's stores nothing.
 	Tree string
-	// Origin is, for a fork or a rewind, the snapshot it copies.
+	// Origin is, for a fork or a rewind, the snapshot it copies; for a snapshot converted
+	// from a tar.gz one, that one's key.
 	Origin string
+	// Converted (Restore into a Target with Convert) is the key of the chunked snapshot the
+	// restored tar.gz snapshot was converted into; empty when there was none to convert or
+	// the conversion did not happen (it is logged; the next wake tries again).
+	Converted string
 }
 
 // Refusal is a snapshot Restore passed over, and why.
@@ -278,13 +277,6 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	switch cfg.Format {
-	case "":
-		cfg.Format = FormatTarGz
-	case FormatChunked, FormatTarGz:
-	default:
-		return nil, fmt.Errorf("snapshot: format %q: use %q or %q", cfg.Format, FormatChunked, FormatTarGz)
 	}
 	retry := store.Retry{Attempts: cfg.Retries + 1, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff,
 		Window: cfg.RetryWindow, AttemptTimeout: cfg.AttemptTimeout}
@@ -365,144 +357,21 @@ func (m *Manager) claim(projectID string, after time.Time) time.Time {
 	return t
 }
 
-// Save packs a snapshot by calling pack with a writer, then stores it with one PUT under
-// a new key, retrying failures with the Manager's policy, and applies retention. The
-// archive goes through a temp file, hashed on the way, so the upload can be rewound and
-// verified later. When the project's newest snapshot already holds this exact archive
-// (same size and SHA-256), nothing is uploaded and Info.Unchanged is set.
+// Save stores the tar.gz archive pack writes (a sandbox's Archive) as a new snapshot:
+// the chunked format reads it as it comes and stores what its chunk store lacks, then
+// retention is applied. When the project's newest snapshot holds the same content (its
+// Tree), nothing is stored and Info.Unchanged is set.
 //
 // Any failure, the pack's included, returns an error wrapping ErrSaveFailed (and, for a
-// bad project ID, ErrInvalidProject). Retention problems after a successful PUT are only
+// bad project ID, ErrInvalidProject). Retention problems after a successful save are only
 // logged: the snapshot is saved.
 func (m *Manager) Save(ctx context.Context, projectID string, pack func(io.Writer) error) (Info, error) {
 	return m.SaveLabeled(ctx, projectID, "", pack)
 }
 
-// SaveLabeled is Save with the commit's label, in the configured format. pack writes a
-// tar.gz (a sandbox's Archive); the chunked format reads it as it comes and stores what
-// its chunk store lacks.
+// SaveLabeled is Save with the commit's label.
 func (m *Manager) SaveLabeled(ctx context.Context, projectID, label string, pack func(io.Writer) error) (Info, error) {
-	if m.cfg.Format == FormatChunked {
-		return m.saveChunkedStream(ctx, projectID, label, pack)
-	}
-	info := Info{ProjectID: projectID, Format: FormatTarGz, Label: label}
-	if err := ValidProjectID(projectID); err != nil {
-		return info, fmt.Errorf("%w: %w", ErrSaveFailed, err)
-	}
-	fail := func(err error) (Info, error) {
-		m.log.Error("snapshot save failed", "project", projectID, "attempts", info.Attempts, "err", err)
-		return info, fmt.Errorf("%w: project %s: %w", ErrSaveFailed, projectID, err)
-	}
-
-	f, err := os.CreateTemp(m.cfg.TempDir, "toolhost-snapshot-*.tar.gz")
-	if err != nil {
-		return fail(fmt.Errorf("temp file: %w", err))
-	}
-	defer func() { f.Close(); os.Remove(f.Name()) }()
-	packStart := time.Now()
-	h := sha256.New()
-	// The content digest is read off the archive as it is written, on the host: "unchanged"
-	// compares content, never the archive's bytes (whose times move at every wake).
-	tpr, tpw := io.Pipe()
-	treeCh := make(chan string, 1)
-	go func() { // owned by Save: it closes tpw and waits on treeCh below
-		d, err := chunked.TarTreeDigest(tpr)
-		io.Copy(io.Discard, tpr)
-		if err != nil {
-			treeCh <- ""
-			return
-		}
-		treeCh <- d.String()
-	}()
-	pw := &progressWriter{w: io.MultiWriter(f, h, tpw), report: m.reporter(projectID, "pack", -1)}
-	perr := pack(pw)
-	tpw.Close()
-	info.Tree = <-treeCh
-	if err := perr; err != nil {
-		return fail(fmt.Errorf("pack: %w", err))
-	}
-	info.Size = pw.n
-	info.SHA256 = hex.EncodeToString(h.Sum(nil))
-	info.Transfer.add(Phase{Name: "pack", Bytes: pw.n, Duration: time.Since(packStart)})
-
-	up := Phase{Name: "upload"}
-	n, err := m.retry.Do(ctx, func(ctx context.Context) error {
-		return m.uploadOnce(ctx, f, &info, &up)
-	}, m.logAttempt("save", projectID))
-	info.Attempts = n
-	up.Attempts = n
-	if err != nil {
-		up.Failed = true
-		info.Transfer.add(up)
-		return fail(err)
-	}
-	info.Transfer.add(up)
-	if info.Unchanged {
-		m.log.Info("snapshot unchanged: the newest snapshot holds this archive", "project", projectID, "key", info.Key,
-			"bytes", info.Size, "sha256", info.SHA256)
-	} else {
-		m.log.Info("snapshot saved", "project", projectID, "key", info.Key, "bytes", info.Size,
-			"sha256", info.SHA256, "attempts", info.Attempts, "transfer", info.Transfer.String())
-	}
-
-	pruned, err := m.prune(ctx, projectID, info.Key, m.cfg.Keep)
-	info.Pruned = pruned
-	if err != nil {
-		m.log.Warn("snapshot retention failed; will retry after the next save", "project", projectID, "err", err)
-	}
-	return info, nil
-}
-
-// uploadOnce is one attempt of a save's store work: find the newest snapshot (is it this
-// very archive?), claim a key past it and PUT the archive there. A retry after a lost
-// answer finds its own object and takes it as saved.
-func (m *Manager) uploadOnce(ctx context.Context, f *os.File, info *Info, up *Phase) error {
-	for range 3 { // another saver can only take our key with the same nonce: vanishingly rare
-		if info.Key == "" {
-			newest, err := m.newest(ctx, info.ProjectID)
-			if err != nil {
-				return err
-			}
-			var after time.Time
-			if newest != nil {
-				after = newest.after
-				oi, err := m.cfg.Store.Head(ctx, newest.Key)
-				switch {
-				case err == nil && (oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size ||
-					info.Tree != "" && oi.Metadata[MetaTree] == info.Tree):
-					info.Key, info.Time, info.Unchanged = newest.Key, newest.Time, true
-					return nil
-				case err != nil && !errors.Is(err, store.ErrNotFound):
-					return err
-				}
-			}
-			info.Time = m.claim(info.ProjectID, after)
-			info.Key = Key(info.ProjectID, info.Time, NewNonce())
-		}
-		start := time.Now()
-		body := &progressFile{f: f, report: m.reporter(info.ProjectID, "upload", info.Size)}
-		_, err := m.cfg.Store.Put(ctx, info.Key, body, store.PutOptions{
-			Size:        info.Size,
-			ContentType: "application/gzip",
-			Metadata:    treeMeta(map[string]string{MetaSHA256: info.SHA256}, info.Tree),
-			IfNotExists: true,
-		})
-		if errors.Is(err, store.ErrExists) {
-			// Ours from a try whose answer was lost, or (same millisecond, same nonce)
-			// someone else's.
-			if oi, herr := m.cfg.Store.Head(ctx, info.Key); herr == nil && oi.Metadata[MetaSHA256] == info.SHA256 && oi.Size == info.Size {
-				return nil
-			}
-			info.Key = ""
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		up.Bytes, up.Duration = info.Size, time.Since(start)
-		return nil
-	}
-	return fmt.Errorf("another saver took the key %s each time", info.Key)
+	return m.saveChunkedStream(ctx, projectID, label, pack)
 }
 
 // listed is a snapshot found in the store.
@@ -659,6 +528,15 @@ type Target struct {
 	// and the restore checks it against the manifest (paths, types, modes, sizes): what
 	// differs refuses the snapshot, as a failed extraction does, naming the paths.
 	List func(ctx context.Context) ([]WorkspaceEntry, error)
+	// Convert, when set, makes a restore whose snapshot is a tar.gz one (written by an
+	// older version) and the project's newest convert it: a chunked snapshot of the same
+	// content, whose origin and label name the tar.gz key, is saved as the newest, so the
+	// next wake, rewinds, forks and diffs work from it. The tar.gz snapshot is left for
+	// retention. Convert is called before anything is written and stops the conversion
+	// with an error (a session that lost its project's lease); a conversion that fails
+	// is logged and the restore still succeeds. Only a holder of the project (a session's
+	// wake) sets it; RestoreKeyTo converts nothing.
+	Convert func() error
 
 	// dir restores a chunked snapshot straight into a host directory (RestoreDir).
 	dir func(ctx context.Context, m *chunked.Manifest) error
@@ -731,6 +609,9 @@ func (m *Manager) RestoreTo(ctx context.Context, projectID string, t Target) (In
 			continue
 		}
 		in.Refused, in.Transfer = refused, tr
+		if t.Convert != nil && in.Format == FormatTarGz && len(refused) == 0 {
+			m.convert(ctx, f, &in, t.Convert)
+		}
 		if len(refused) > 0 {
 			m.log.Warn("snapshot restored an older snapshot: the newer ones were refused", "project", projectID,
 				"key", in.Key, "refused", refusals(refused))
@@ -898,35 +779,16 @@ func (m *Manager) logAttempt(what, projectID string) func(store.Attempt) {
 	}
 }
 
-// packOptions are SaveDir's bounds, those RestoreDir extracts with.
-func (m *Manager) packOptions() archive.PackOptions {
-	return archive.PackOptions{Excludes: m.cfg.Excludes, MaxEntries: m.cfg.MaxEntries, MaxNameLen: m.cfg.MaxNameLen, MaxBytes: m.cfg.MaxBytes}
-}
-
 func (m *Manager) extractOptions() archive.ExtractOptions {
 	return archive.ExtractOptions{MaxEntries: m.cfg.MaxEntries, MaxNameLen: m.cfg.MaxNameLen, MaxBytes: m.cfg.MaxBytes}
 }
 
-// SaveDir saves dir with archive.Pack and the Manager's Excludes and bounds. Entries the
-// pack leaves out are logged and reported in Info.Skipped and Info.Skips (and the stats).
+// SaveDir saves dir with the Manager's Excludes and bounds (those RestoreDir extracts
+// with), reading only the files whose size or times changed since the project's newest
+// snapshot. Entries the save leaves out are logged and reported in Info.Skipped and
+// Info.Skips (and the stats).
 func (m *Manager) SaveDir(ctx context.Context, projectID, dir string) (Info, archive.PackStats, error) {
-	if m.cfg.Format == FormatChunked {
-		return m.saveChunkedDir(ctx, projectID, dir)
-	}
-	var st archive.PackStats
-	info, err := m.Save(ctx, projectID, func(w io.Writer) error {
-		var err error
-		st, err = archive.Pack(ctx, w, dir, m.packOptions())
-		return err
-	})
-	info.Skipped, info.Skips = st.Skipped, st.Skips
-	if err == nil {
-		m.log.Info("snapshot packed", "project", projectID, "dir", dir, "files", st.Files, "dirs", st.Dirs,
-			"symlinks", st.Symlinks, "skipped", st.Skipped, "bytes_in", st.BytesIn, "bytes_out", st.BytesOut,
-			"pack_ms", st.Duration.Milliseconds())
-		LogSkips(m.log, projectID, st.Skipped, st.Skips)
-	}
-	return info, st, err
+	return m.saveChunkedDir(ctx, projectID, dir)
 }
 
 // LogSkips logs what a pack left out: one warning with the count and the first entries

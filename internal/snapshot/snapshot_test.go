@@ -145,6 +145,10 @@ func newManager(t *testing.T, s store.Store, mod func(*snapshot.Config)) (*snaps
 // tarGz returns a tar.gz holding one file with the given content.
 func tarGz(t *testing.T, name, content string) []byte {
 	t.Helper()
+	return tarGzOf(name, content)
+}
+
+func tarGzOf(name, content string) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
@@ -163,6 +167,13 @@ func saveContent(t *testing.T, m *snapshot.Manager, project, content string) sna
 		t.Fatalf("Save %s: %v", project, err)
 	}
 	return info
+}
+
+// saveOld stores a tar.gz snapshot holding note.txt with content, as an older version
+// did (putTarGz), taken at the clock's time.
+func saveOld(t *testing.T, st store.Store, clk *clock, project, content string) snapshot.Info {
+	t.Helper()
+	return putTarGz(t, st, project, clk.Now(), tarGz(t, "note.txt", content))
 }
 
 // restoreContent restores the project and returns note.txt's content.
@@ -307,8 +318,8 @@ func TestABA(t *testing.T) {
 	}
 }
 
-// Concurrent saves racing for the same second never overwrite each other: the
-// conditional PUT sends the losers to the next sequence number.
+// Concurrent saves racing for the same second never overwrite each other: each lands
+// under its own key, holding what its saver meant.
 func TestConcurrentSavesSameSecond(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -339,10 +350,12 @@ func TestConcurrentSavesSameSecond(t *testing.T) {
 				t.Errorf("%d snapshots stored, want %d: %q", len(list), n, keysOf(list))
 			}
 			// Every stored snapshot is the one its saver meant (nothing overwritten).
-			for _, in := range infos {
-				oi, err := b.s.Head(context.Background(), in.Key)
-				if err != nil || oi.Metadata[snapshot.MetaSHA256] != in.SHA256 {
-					t.Errorf("%s: stored sha %q, saver's %q (%v)", in.Key, oi.Metadata[snapshot.MetaSHA256], in.SHA256, err)
+			for i, in := range infos {
+				dst := filepath.Join(t.TempDir(), "ws")
+				_, _, err := m.RestoreDirKey(context.Background(), "race", in.Key, dst, false)
+				got, _ := os.ReadFile(filepath.Join(dst, "note.txt"))
+				if err != nil || string(got) != fmt.Sprintf("writer %d", i) {
+					t.Errorf("%s holds %q (%v), want writer %d's", in.Key, got, err, i)
 				}
 			}
 		})
@@ -472,9 +485,9 @@ func TestSaveSortsAfterNewestWhateverTheClock(t *testing.T) {
 	}
 }
 
-// Faults injected between the client and the server: Save retries 3 times (4 PUTs, the
-// SDK's own retries disabled so the count is the Manager's), returns ErrSaveFailed, and
-// the next Save succeeds once the proxy heals.
+// Faults injected between the client and the server: Save retries a write 3 times (4
+// PUTs, the SDK's own retries disabled so the count is the Manager's), returns
+// ErrSaveFailed, and the next Save succeeds once the proxy heals.
 func TestSaveFaults(t *testing.T) {
 	proxy, err := s3test.NewFaultProxy(srv.Endpoint)
 	if err != nil {
@@ -491,17 +504,17 @@ func TestSaveFaults(t *testing.T) {
 			proxy.Reset()
 			proxy.Inject(f, http.MethodPut, -1)
 			clk.Add(time.Minute)
-			logged := strings.Count(logs.String(), "snapshot save: attempt failed, retrying")
+			logged := strings.Count(logs.String(), "attempt failed, retrying")
 			data := tarGz(t, "note.txt", "lost "+f.String())
-			info, err := m.Save(context.Background(), "faulty", func(w io.Writer) error { _, err := w.Write(data); return err })
+			_, err := m.Save(context.Background(), "faulty", func(w io.Writer) error { _, err := w.Write(data); return err })
 			if !errors.Is(err, snapshot.ErrSaveFailed) {
 				t.Fatalf("Save through a failing store: %v, want ErrSaveFailed", err)
 			}
 			t.Logf("Save error: %v", err)
-			if got := proxy.Count(http.MethodPut); got != 4 || info.Attempts != 4 {
-				t.Errorf("%d PUTs reached the proxy, Info.Attempts %d; want 4 (1 + 3 retries)", got, info.Attempts)
+			if got := proxy.Count(http.MethodPut); got != 4 {
+				t.Errorf("%d PUTs reached the proxy; want 4 (1 + 3 retries)", got)
 			}
-			if n := strings.Count(logs.String(), "snapshot save: attempt failed, retrying") - logged; n != 3 {
+			if n := strings.Count(logs.String(), "attempt failed, retrying") - logged; n != 3 {
 				t.Errorf("%d retries logged", n)
 			}
 			if !strings.Contains(logs.String(), "snapshot save failed") {
@@ -509,10 +522,7 @@ func TestSaveFaults(t *testing.T) {
 			}
 			proxy.Heal()
 			clk.Add(time.Minute)
-			ok := saveContent(t, m, "faulty", "kept "+f.String())
-			if ok.Attempts != 1 {
-				t.Errorf("healed save took %d attempts", ok.Attempts)
-			}
+			saveContent(t, m, "faulty", "kept "+f.String())
 			if _, got, err := restoreContent(t, m, "faulty"); err != nil || got != "kept "+f.String() {
 				t.Errorf("restore after heal: %q %v", got, err)
 			}
@@ -523,16 +533,17 @@ func TestSaveFaults(t *testing.T) {
 		proxy.Inject(s3test.Error500, http.MethodPut, 2)
 		clk.Add(time.Minute)
 		info := saveContent(t, m, "faulty", "third time lucky")
-		if info.Attempts != 3 || proxy.Count(http.MethodPut) != 3 {
-			t.Errorf("attempts %d, PUTs %d; want 3", info.Attempts, proxy.Count(http.MethodPut))
+		if proxy.Faults() != 2 {
+			t.Errorf("%d faults injected, want 2", proxy.Faults())
 		}
-		// The summary says what really moved: the archive once, at the speed of the
-		// attempt that stored it.
+		// The summary says what really was stored.
 		up, ok := info.Transfer.Phase("upload")
-		if !ok || up.Bytes != info.Size || up.Attempts != 3 || up.Failed ||
-			!strings.Contains(info.Transfer.String(), "upload "+snapshot.HumanBytes(info.Size)+" in ") ||
-			!strings.Contains(info.Transfer.String(), "3 attempts") {
+		if !ok || up.Bytes != info.Size || up.Failed ||
+			!strings.Contains(info.Transfer.String(), "upload "+snapshot.HumanBytes(info.Size)+" in ") {
 			t.Errorf("transfer after 2 failed attempts: %+v %s", up, info.Transfer)
+		}
+		if _, got, err := restoreContent(t, m, "faulty"); err != nil || got != "third time lucky" {
+			t.Errorf("restore: %q %v", got, err)
 		}
 	})
 	// Failed saves leave nothing behind: every snapshot listed restores.
@@ -542,8 +553,8 @@ func TestSaveFaults(t *testing.T) {
 	}
 }
 
-// A PUT that landed but whose answer was lost: the retry finds the object with the same
-// SHA-256 and takes it as saved, instead of storing a duplicate (or failing on 412).
+// A PUT that landed but whose answer was lost: the retry stores it again or takes it as
+// stored, and the save is one snapshot, never a duplicate (nor a failure on 412).
 func TestSaveLostAnswerNotDuplicated(t *testing.T) {
 	proxy, err := s3test.NewFaultProxy(srv.Endpoint)
 	if err != nil {
@@ -561,20 +572,22 @@ func TestSaveLostAnswerNotDuplicated(t *testing.T) {
 				t.Fatalf("fault not injected")
 			}
 			list, _ := m.List(context.Background(), "p")
-			if len(list) != 1 || list[0].Key != info.Key || info.Attempts != 2 && sdkAttempts == 1 {
+			if len(list) != 1 || list[0].Key != info.Key {
 				t.Errorf("after a lost answer: %q (saved as %s)", keysOf(list), info.Key)
 			}
 		})
 	}
 }
 
+// A tar.gz snapshot (an older version's) that does not verify against its stored SHA-256
+// is passed over for the next older one. (Chunked snapshots: quarantine_test.go.)
 func TestRestoreFallsBackFromCorrupt(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			m, clk, logs := newManager(t, b.s, nil)
 			var infos []snapshot.Info
 			for i := range 3 {
-				infos = append(infos, saveContent(t, m, "p", fmt.Sprintf("version %d", i)))
+				infos = append(infos, saveOld(t, b.s, clk, "p", fmt.Sprintf("version %d", i)))
 				clk.Add(time.Minute)
 			}
 			flip := func(key string) {
@@ -614,8 +627,8 @@ func TestRestoreFallsBackFromCorrupt(t *testing.T) {
 	}
 }
 
-// A download that keeps failing is retried and then fails the restore; it does not fall
-// back to an older snapshot.
+// A download of a tar.gz snapshot that keeps failing is retried and then fails the
+// restore; it does not fall back to an older snapshot.
 func TestRestoreDownloadFaults(t *testing.T) {
 	proxy, err := s3test.NewFaultProxy(srv.Endpoint)
 	if err != nil {
@@ -624,9 +637,9 @@ func TestRestoreDownloadFaults(t *testing.T) {
 	defer proxy.Close()
 	b := newS3(t, proxy.URL, func(c *s3store.Config) { c.MaxAttempts = 1 })
 	m, clk, _ := newManager(t, b.s, nil)
-	saveContent(t, m, "p", "old")
+	saveOld(t, b.s, clk, "p", "old")
 	clk.Add(time.Minute)
-	saveContent(t, m, "p", "new")
+	saveOld(t, b.s, clk, "p", "new")
 
 	isDownload := func(r *http.Request) bool {
 		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, ".tar.gz")
@@ -714,25 +727,31 @@ func TestSaveDirRestoreDir(t *testing.T) {
 		t.Errorf("unsaved work lost")
 	}
 
+	// A tar.gz snapshot (an older version's) reports its download and extraction.
+	var arc bytes.Buffer
+	if _, err := archive.Pack(context.Background(), &arc, src, archive.PackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old := putTarGz(t, b.s, "old", time.Now(), arc.Bytes())
+	if _, est, err := m.RestoreDir(context.Background(), "old", filepath.Join(t.TempDir(), "old"), false); err != nil || est.Files != 2 {
+		t.Fatalf("restore of a tar.gz snapshot: %v %+v", err, est)
+	}
 	final := map[string]snapshot.Progress{}
+	mu.Lock()
 	for _, e := range events {
 		final[e.Phase] = e
 	}
-	if p := final["upload"]; p.Total != info.Size || p.Done != info.Size {
-		t.Errorf("upload progress ended at %+v, size %d", p, info.Size)
+	mu.Unlock()
+	if p := final["download"]; p.Done != old.Size || p.ProjectID != "old" {
+		t.Errorf("download progress ended at %+v, size %d", p, old.Size)
 	}
-	if p := final["download"]; p.Done != info.Size {
-		t.Errorf("download progress ended at %+v", p)
-	}
-	if p := final["pack"]; p.Done != info.Size || p.Total != -1 {
-		t.Errorf("pack progress ended at %+v", p)
-	}
-	if _, ok := final["extract"]; !ok {
-		t.Errorf("no extract progress")
+	if p := final["extract"]; p.Done != old.Size {
+		t.Errorf("extract progress ended at %+v, size %d", p, old.Size)
 	}
 }
 
-// A snapshot crafted to escape is refused on restore and nothing outside changes.
+// A tar.gz snapshot crafted to escape (in a store older versions wrote to) is refused on
+// restore and nothing outside changes.
 func TestRestoreRefusesCraftedSnapshot(t *testing.T) {
 	b := newS3(t, srv.Endpoint, nil)
 	m, _, _ := newManager(t, b.s, nil)
@@ -746,9 +765,7 @@ func TestRestoreRefusesCraftedSnapshot(t *testing.T) {
 	tw.Write([]byte("evil"))
 	tw.Close()
 	zw.Close()
-	if _, err := m.Save(context.Background(), "p", func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
-		t.Fatal(err)
-	}
+	putTarGz(t, b.s, "p", time.Now(), buf.Bytes())
 	base := t.TempDir()
 	os.Mkdir(filepath.Join(base, "outside"), 0o755)
 	_, _, err := m.RestoreDir(context.Background(), "p", filepath.Join(base, "ws"), false)

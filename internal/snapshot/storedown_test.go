@@ -41,8 +41,9 @@ func saveDown(st store.Store, tmp string) downResult {
 		return downResult{Err: err.Error()}
 	}
 	start := time.Now()
+	data := tarGzOf("note.txt", "a save against a store that may be down")
 	info, err := m.Save(context.Background(), "down", func(w io.Writer) error {
-		_, err := w.Write([]byte("not really a tar.gz, never read back"))
+		_, err := w.Write(data)
 		return err
 	})
 	r := downResult{Elapsed: time.Since(start), Attempts: info.Attempts, Transfer: info.Transfer.String(),

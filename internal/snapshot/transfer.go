@@ -73,7 +73,7 @@ func (p Phase) String() string {
 	case p.Failed:
 		return fmt.Sprintf("%s failed after %d %s, nothing stored", p.Name, p.Attempts, plural(p.Attempts, "attempt"))
 	case p.Name == "upload" && p.Bytes == 0:
-		notes = append([]string{"unchanged: the newest snapshot holds this archive"}, notes...)
+		notes = append([]string{"unchanged: the newest snapshot holds this content"}, notes...)
 		return "upload none (" + strings.Join(notes, "; ") + ")"
 	}
 	if p.Duration >= time.Millisecond {

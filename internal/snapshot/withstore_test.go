@@ -61,45 +61,41 @@ func (g *gate) count() int {
 // Manager afterwards stores nothing. A write the wrapper fences off is not retried, and
 // fails the save.
 func TestWithStore(t *testing.T) {
-	for _, format := range []string{snapshot.FormatChunked, snapshot.FormatTarGz} {
-		t.Run(format, func(t *testing.T) {
-			ctx := tctx(t)
-			b := newDir(t)
-			m, clk, _ := newManager(t, b.s, func(c *snapshot.Config) { c.Format = format })
-			g := &gate{Store: b.s}
-			v := m.WithStore(g)
-			ws := filepath.Join(t.TempDir(), "ws")
-			chunkedtest.MakeTree(t, ws, 7)
-			in, _, err := v.SaveDir(ctx, "p", ws)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g.count() == 0 {
-				t.Fatal("the view's save wrote nothing through its store")
-			}
-			clk.Add(time.Second)
-			again, _, err := m.SaveDir(ctx, "p", ws)
-			if err != nil || !again.Unchanged || again.Key != in.Key {
-				t.Fatalf("the Manager's save of the same tree: %+v %v, want unchanged at %s", again, err, in.Key)
-			}
+	ctx := tctx(t)
+	b := newDir(t)
+	m, clk, _ := newManager(t, b.s, nil)
+	g := &gate{Store: b.s}
+	v := m.WithStore(g)
+	ws := filepath.Join(t.TempDir(), "ws")
+	chunkedtest.MakeTree(t, ws, 7)
+	in, _, err := v.SaveDir(ctx, "p", ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.count() == 0 {
+		t.Fatal("the view's save wrote nothing through its store")
+	}
+	clk.Add(time.Second)
+	again, _, err := m.SaveDir(ctx, "p", ws)
+	if err != nil || !again.Unchanged || again.Key != in.Key {
+		t.Fatalf("the Manager's save of the same tree: %+v %v, want unchanged at %s", again, err, in.Key)
+	}
 
-			g.mu.Lock()
-			g.shut = true
-			g.mu.Unlock()
-			before := g.count()
-			if err := os.WriteFile(filepath.Join(ws, "new.txt"), []byte("changed"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			_, _, err = v.SaveDir(ctx, "p", ws)
-			if !errors.Is(err, store.ErrFenced) || !errors.Is(err, snapshot.ErrSaveFailed) {
-				t.Fatalf("a save whose writes are fenced off: %v", err)
-			}
-			if n := g.count() - before; n != 1 {
-				t.Errorf("%d writes tried after the fence, want 1 (no retry)", n)
-			}
-			if strings.Contains(fmt.Sprint(err), "attempts") {
-				t.Errorf("a fenced write was retried: %v", err)
-			}
-		})
+	g.mu.Lock()
+	g.shut = true
+	g.mu.Unlock()
+	before := g.count()
+	if err := os.WriteFile(filepath.Join(ws, "new.txt"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = v.SaveDir(ctx, "p", ws)
+	if !errors.Is(err, store.ErrFenced) || !errors.Is(err, snapshot.ErrSaveFailed) {
+		t.Fatalf("a save whose writes are fenced off: %v", err)
+	}
+	if n := g.count() - before; n != 1 {
+		t.Errorf("%d writes tried after the fence, want 1 (no retry)", n)
+	}
+	if strings.Contains(fmt.Sprint(err), "attempts") {
+		t.Errorf("a fenced write was retried: %v", err)
 	}
 }
