@@ -265,6 +265,9 @@ func TestMemoryLimitKillsOnlyTheSandboxProcess(t *testing.T) {
 	if st.OOMKills < 1 {
 		t.Errorf("Stats.OOMKills = %d after an OOM kill", st.OOMKills)
 	}
+	if n, err := g.OOMKills(); err != nil || n != st.OOMKills {
+		t.Errorf("OOMKills() = %d, %v; Stats said %d", n, err, st.OOMKills)
+	}
 	if st.MemoryPeak > limit {
 		t.Errorf("memory peak %d above the limit %d", st.MemoryPeak, limit)
 	}

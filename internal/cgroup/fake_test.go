@@ -287,6 +287,9 @@ func TestV2DelegatedService(t *testing.T) {
 	if want := (Stats{MemoryCurrent: 1234, MemoryPeak: 5678, OOMKills: 2, Pids: 3, PidsRefused: 4}); st != want {
 		t.Errorf("Stats = %+v, want %+v", st, want)
 	}
+	if n, err := g.OOMKills(); err != nil || n != 2 {
+		t.Errorf("OOMKills() = %d, %v, want 2", n, err)
+	}
 
 	// The process exits (the fake kernel empties the group); Close removes it.
 	f.put(t, dir+"/cgroup.procs", "")

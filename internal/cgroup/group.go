@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"runtime"
 	"slices"
 	"strconv"
@@ -175,9 +176,8 @@ func (g *Group) CgroupFD() (int, bool) {
 // fork and returns to its own cgroups right after. The fork happens on the calling
 // goroutine's thread, so a caller that locked its OS thread for Pdeathsig keeps the
 // guarantee. The thread briefly counts against the group's pids limit and runs under its
-// CPU quota while it forks. The v1 moves cost about a millisecond (each write to a v1
-// tasks file migrates the thread; measured 1.3 ms for memory, pids and cpu there and
-// back); v2 adds nothing.
+// CPU quota while it forks. The v1 moves cost a fraction of a millisecond (each write
+// to a v1 tasks file migrates the thread); v2 adds nothing.
 func (g *Group) Start(cmd *exec.Cmd) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -208,7 +208,12 @@ func (g *Group) Start(cmd *exec.Cmd) error {
 	// cgroup.procs. Kill cannot run meanwhile (it takes g.mu), and its membership check
 	// reads /proc/PID/cgroup, the main thread's view, so it would not signal the host
 	// anyway.
-	tid := strconv.Itoa(unix.Gettid())
+	// "0" names the writing thread: the kernel then moves it without taking the global
+	// threadgroup rwsem for writing, whose first taking after a quiet spell waits for an
+	// RCU grace period (4-22 ms a create at load 10-15 with the tid written, 0.15-0.3 ms
+	// with "0"; docs/BENCHMARKS.md). The thread is this goroutine's own, locked, so it
+	// cannot exit or exec meanwhile.
+	const tid = "0"
 	moved := 0
 	for _, d := range g.v1 {
 		if err = g.m.fs.writeFile(d.dir+"/tasks", tid); err != nil {
@@ -224,7 +229,7 @@ func (g *Group) Start(cmd *exec.Cmd) error {
 		if berr := g.m.fs.writeFile(f, tid); berr != nil {
 			// Leave the thread locked: it must not run other goroutines from inside the
 			// sandbox's group, and the runtime ends a locked thread with its goroutine.
-			g.m.log.Error("a host thread could not leave a sandbox's cgroup", "group", g.id, "tid", tid, "err", berr)
+			g.m.log.Error("a host thread could not leave a sandbox's cgroup", "group", g.id, "tid", unix.Gettid(), "err", berr)
 			return fmt.Errorf("start %s in cgroup %s: %w", cmd.Path, g.id, errors.Join(err, fmt.Errorf("return the forking thread to %s: %w", f, berr)))
 		}
 	}
@@ -313,30 +318,21 @@ func (g *Group) Stats() (Stats, error) {
 		}
 	}
 	key := func(dir, file, k string, dst *int64) {
-		b, err := m.fs.readFile(dir + "/" + file)
-		if err != nil {
+		if err := m.readKey(path.Join(dir, file), k, dst); err != nil {
 			errs = append(errs, err)
-			return
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, k+" "); ok {
-				if *dst, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
-					errs = append(errs, fmt.Errorf("parse %s in %s/%s: %w", k, dir, file, err))
-				}
-				return
-			}
 		}
 	}
 	switch {
 	case m.v2Mem && g.v2 != "":
 		num(g.v2, "memory.current", &s.MemoryCurrent)
 		num(g.v2, "memory.peak", &s.MemoryPeak)
-		key(g.v2, "memory.events", "oom_kill", &s.OOMKills)
 	case g.v1dirOf(m.mem) != "":
 		d := g.v1dirOf(m.mem)
 		num(d, "memory.usage_in_bytes", &s.MemoryCurrent)
 		num(d, "memory.max_usage_in_bytes", &s.MemoryPeak)
-		key(d, "memory.oom_control", "oom_kill", &s.OOMKills)
+	}
+	if f := g.oomFile(); f != "" {
+		key(f, "", "oom_kill", &s.OOMKills)
 	}
 	switch {
 	case m.v2Pids && g.v2 != "":
@@ -351,6 +347,54 @@ func (g *Group) Stats() (Stats, error) {
 		return s, fmt.Errorf("read cgroup %s: %w", g.id, err)
 	}
 	return s, nil
+}
+
+// OOMKills is Stats' OOMKills alone: one file read instead of Stats' five, for a
+// caller that reads it around every command (the local provider's Exec); 0 when the
+// group has no memory controller.
+func (g *Group) OOMKills() (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, fmt.Errorf("read cgroup %s: %w", g.id, ErrClosed)
+	}
+	var n int64
+	if f := g.oomFile(); f != "" {
+		if err := g.m.readKey(f, "oom_kill", &n); err != nil {
+			return 0, fmt.Errorf("read cgroup %s: %w", g.id, err)
+		}
+	}
+	return n, nil
+}
+
+// oomFile is the file that counts the group's OOM kills (a "oom_kill N" line), or "".
+// g.mu is held.
+func (g *Group) oomFile() string {
+	switch {
+	case g.m.v2Mem && g.v2 != "":
+		return g.v2 + "/memory.events"
+	case g.v1dirOf(g.m.mem) != "":
+		return g.v1dirOf(g.m.mem) + "/memory.oom_control"
+	}
+	return ""
+}
+
+// readKey reads the value of the line "k N" of a flat-keyed cgroup file into dst; dst is
+// left alone when no line has k.
+func (m *Manager) readKey(file, k string, dst *int64) error {
+	b, err := m.fs.readFile(file)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, k+" "); ok {
+			if *dst, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
+				return fmt.Errorf("parse %s in %s: %w", k, file, err)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // Procs lists the processes in the group (the union over its trees).

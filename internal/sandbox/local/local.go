@@ -1085,11 +1085,11 @@ func (s *Sandbox) oomKills() int64 {
 	if s.cg == nil {
 		return 0
 	}
-	st, err := s.cg.Stats()
+	n, err := s.cg.OOMKills()
 	if err != nil {
 		return 0
 	}
-	return st.OOMKills
+	return n
 }
 
 // Start runs a background command.
