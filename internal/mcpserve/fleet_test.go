@@ -601,8 +601,23 @@ func TestFleetStaleHandleIsReaped(t *testing.T) {
 	if _, err := rs[1].s.handleRecord(context.Background(), live); err != nil {
 		t.Errorf("the record of %s, held by a live replica, after a reaper pass: %v", live, err)
 	}
-	if n, err := rs[1].s.reapHandles(context.Background()); err != nil || n != 0 {
-		t.Errorf("the holder's own reaper pass deleted %d records, want none: %v", n, err)
+	// A stale record of the project replica 1 holds (another session of it, on a replica
+	// killed since): replica 1 holds the project, so nobody else holds that session.
+	other := "live-0a0b0c"
+	b, _ := json.Marshal(handleRecord{ID: other, Project: "live", Owner: owner, IdleMS: time.Minute.Milliseconds(),
+		Instance: "killed", Created: time.Now().Add(-2 * time.Hour).UTC()})
+	if _, err := rootapi.Store(rs[1].s.th).Put(context.Background(), "fleet/handles/"+other, bytes.NewReader(b),
+		store.PutOptions{Size: int64(len(b))}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rs[1].s.reapHandles(context.Background()); err != nil || n != 1 {
+		t.Errorf("the holder's reaper pass deleted %d records, want 1 (%s, not its own %s): %v", n, other, live, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), other); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the stale record of %s after the holder's reaper pass: %v", other, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), live); err != nil {
+		t.Errorf("the record of %s after its holder's reaper pass: %v", live, err)
 	}
 	if res := call(t, connectRevision(t, rs[1].url+"/mcp", tok, "live", "2026-07-28"), "bash",
 		map[string]any{"command": "true", "session": live}); res.IsError {

@@ -46,6 +46,11 @@ func (s *Server) touchHandle(ctx context.Context, h *held) {
 	if !h.recorded || now.Sub(time.Unix(0, h.touched.Load())) < h.idle/4 {
 		return
 	}
+	select {
+	case <-h.b.gone:
+		return // ended: its record is gone, or another replica's
+	default:
+	}
 	h.touched.Store(now.UnixNano())
 	if err := s.writeHandle(ctx, handleRecord{ID: h.id, Project: h.b.project, Owner: h.b.owner,
 		IdleMS: h.idle.Milliseconds(), Created: h.started.UTC(), Used: now.UTC()}, false); err != nil {
@@ -55,8 +60,8 @@ func (s *Server) touchHandle(ctx context.Context, h *held) {
 
 // reapHandles deletes the records of the fleet's stateless sessions that are stale
 // (staleAt passed) and that no replica holds: for each of their projects it takes the
-// project's lease when nobody holds it, judges each record again under it and deletes
-// it. It returns how many it deleted.
+// project's lease when nobody holds it (or holds it already, for a session of its own),
+// judges each record again under it and deletes it. It returns how many it deleted.
 func (s *Server) reapHandles(ctx context.Context) (int, error) {
 	st := s.fleetStore()
 	objs, err := store.ListAll(ctx, st, storekeys.FleetHandles)
@@ -76,7 +81,7 @@ func (s *Server) reapHandles(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for project, ids := range stale {
-		_, err := rootapi.HoldFreeProject(ctx, s.th, project, 0, func(ctx context.Context, lost func() error) error {
+		del := func(ctx context.Context, lost func() error) error {
 			for _, id := range ids {
 				// Judged again under the lease: an adopter may have written it since.
 				rec, err := s.handleRecord(ctx, id)
@@ -94,7 +99,20 @@ func (s *Server) reapHandles(ctx context.Context) (int, error) {
 					"session", id, "project", project, "written_by", rec.Instance, "used", rec.Used)
 			}
 			return nil
-		})
+		}
+		var err error
+		if rootapi.Holds(s.th, project) {
+			// This replica holds the project (another session of it): no other replica
+			// can hold the session, and this one does not (holdsHandle).
+			err = del(ctx, func() error {
+				if !rootapi.Holds(s.th, project) {
+					return fmt.Errorf("project %s is no longer held here", project)
+				}
+				return nil
+			})
+		} else {
+			_, err = rootapi.HoldFreeProject(ctx, s.th, project, 0, del)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaping the sessions' records of project %s: %w", project, err))
 		}

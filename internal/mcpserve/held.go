@@ -352,6 +352,10 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 	defer func() {
 		h.last.Store(time.Now().UnixNano())
 		h.inflight.Add(-1)
+		// A call that ran for long: the session's idle time counts from its end.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		s.touchHandle(tctx, h)
+		cancel()
 	}()
 	h.calls.Add(1)
 	s.touchHandle(ctx, h)
