@@ -144,11 +144,27 @@ func (t *Toolhost) holdFreeProject(ctx context.Context, m *rootapi.FleetMember, 
 	return true, fn(ls, st)
 }
 
-// holdFreeProjectHook is rootapi.HoldFreeProject: holdFreeProject for a replica of a fleet.
+// holdFreeProjectHook is rootapi.HoldFreeProject: for a replica of a fleet, fn runs
+// under the lease this process holds for a session of its own (not one it is taking), or
+// under holdFreeProject's.
 func (t *Toolhost) holdFreeProjectHook(ctx context.Context, project string, after time.Duration, fn func(ctx context.Context, lost func() error) error) (bool, error) {
 	m := t.fleetMember()
 	if m == nil || m.ID == "" {
 		return false, errors.New("this process is no replica of a fleet")
+	}
+	t.leaseMu.Lock()
+	e := t.leases[project]
+	t.leaseMu.Unlock()
+	if e != nil {
+		select {
+		case <-e.ready:
+		default:
+			return false, nil // being taken here: another replica may hold it yet
+		}
+		if e.l == nil || e.l.Err() != nil {
+			return false, nil
+		}
+		return true, fn(ctx, e.l.Err) // Err: lost, or released when its sessions ended
 	}
 	return t.holdFreeProject(ctx, m, project, after, func(ls *lease.Lease, _ lease.State) error { return fn(ctx, ls.Err) })
 }

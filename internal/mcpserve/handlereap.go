@@ -100,19 +100,9 @@ func (s *Server) reapHandles(ctx context.Context) (int, error) {
 			}
 			return nil
 		}
-		var err error
-		if rootapi.Holds(s.th, project) {
-			// This replica holds the project (another session of it): no other replica
-			// can hold the session, and this one does not (holdsHandle).
-			err = del(ctx, func() error {
-				if !rootapi.Holds(s.th, project) {
-					return fmt.Errorf("project %s is no longer held here", project)
-				}
-				return nil
-			})
-		} else {
-			_, err = rootapi.HoldFreeProject(ctx, s.th, project, 0, del)
-		}
+		// Under the lease this replica holds for a session of its own, the stale records
+		// of the project it does not hold (holdsHandle) are no other replica's either.
+		_, err := rootapi.HoldFreeProject(ctx, s.th, project, 0, del)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaping the sessions' records of project %s: %w", project, err))
 		}
