@@ -14,11 +14,11 @@ import (
 
 // A stateless session's record outlives its session when its replica dies with it open
 // (kill -9, out of memory): nothing ends it there. The record says when the session was
-// last used (its holder writes the time again at a call, at most every quarter of its
-// idle timeout), so any replica can tell when the session has certainly ended, idle:
-// staleAt. A call naming a stale handle finds no session (adoptHandle), and the orphan
-// reaper's pass (orphans.go) deletes stale records, each holding its project's lease as
-// it does (rootapi.HoldFreeProject, the lease the orphans are killed under): a project
+// last used (its holder writes the time again as a call starts and ends, at most every
+// quarter of its idle timeout), so any replica can tell when the session has certainly
+// ended, idle: staleAt. A call naming a stale handle finds no session (adoptHandle), and
+// the orphan reaper's pass (orphans.go) deletes stale records, each holding its project's
+// lease as it does (rootapi.HoldFreeProject, the lease the orphans are killed under): a project
 // someone holds may hold the session, and a replica that wakes from a pause longer than
 // the lease has lost it, so its copy of the session ends.
 
