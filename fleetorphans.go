@@ -104,31 +104,76 @@ func (t *Toolhost) reapOrphans(ctx context.Context, after time.Duration) ([]flee
 
 // reapProject holds project's lease while it kills the project's orphans.
 func (t *Toolhost) reapProject(ctx context.Context, m *rootapi.FleetMember, l sandbox.Lister, k sandbox.Killer, project string, after time.Duration) ([]fleet.Sandbox, error) {
+	var killed []fleet.Sandbox
+	_, err := t.holdFreeProject(ctx, m, project, after, func(ls *lease.Lease, st lease.State) error {
+		var err error
+		killed, err = t.killOrphans(ctx, m, l, k, project, ls, st)
+		return err
+	})
+	if err != nil {
+		err = fmt.Errorf("reaping the orphans of project %s: %w", project, err)
+	}
+	return killed, err
+}
+
+// holdFreeProject runs fn holding project's lease, taken for it when nobody holds the
+// project nor has for less than after (the lease judged again as it is taken), and no
+// session of this process is taking it; false when it did not run fn: the project is
+// another's, or was taken meanwhile. The lease is released when fn returns.
+func (t *Toolhost) holdFreeProject(ctx context.Context, m *rootapi.FleetMember, project string, after time.Duration, fn func(ls *lease.Lease, st lease.State) error) (bool, error) {
 	t.leaseMu.Lock()
 	mine := t.leases[project] != nil
 	t.leaseMu.Unlock()
 	if mine {
-		return nil, nil // a session of this process is taking it: the session judges
+		return false, nil // a session of this process is taking it: the session judges
 	}
-	// Judged again under the lease: a project taken since the listing is its holder's,
-	// and one free for less than the bound is not reaped yet.
 	st, err := lease.Peek(ctx, t.storage.store, project)
 	if err != nil || st.Held || st.Generation > 0 && time.Since(st.Expires) < after {
-		return nil, err
+		return false, err
 	}
 	ls, err := lease.Acquire(ctx, lease.Config{Store: t.storage.store, TTL: t.cfg.Lease.TTL, Renew: t.cfg.Lease.Renew,
 		Host: hostName(), Instance: m.Instance, Addr: m.Addr, Logger: t.opts.log}, project)
 	if err != nil {
 		var held *lease.HeldError
 		if errors.As(err, &held) {
-			return nil, nil // taken meanwhile
+			return false, nil // taken meanwhile
 		}
-		return nil, fmt.Errorf("reaping the orphans of project %s: %w", project, err)
+		return false, err
 	}
 	defer ls.Release(context.WithoutCancel(ctx))
+	return true, fn(ls, st)
+}
+
+// holdFreeProjectHook is rootapi.HoldFreeProject: for a replica of a fleet, fn runs
+// under the lease this process holds for a session of its own (not one it is taking), or
+// under holdFreeProject's.
+func (t *Toolhost) holdFreeProjectHook(ctx context.Context, project string, after time.Duration, fn func(ctx context.Context, lost func() error) error) (bool, error) {
+	m := t.fleetMember()
+	if m == nil || m.ID == "" {
+		return false, errors.New("this process is no replica of a fleet")
+	}
+	t.leaseMu.Lock()
+	e := t.leases[project]
+	t.leaseMu.Unlock()
+	if e != nil {
+		select {
+		case <-e.ready:
+		default:
+			return false, nil // being taken here: another replica may hold it yet
+		}
+		if e.l == nil || e.l.Err() != nil {
+			return false, nil
+		}
+		return true, fn(ctx, e.l.Err) // Err: lost, or released when its sessions ended
+	}
+	return t.holdFreeProject(ctx, m, project, after, func(ls *lease.Lease, _ lease.State) error { return fn(ctx, ls.Err) })
+}
+
+// killOrphans kills project's orphans, holding ls, taken after st.
+func (t *Toolhost) killOrphans(ctx context.Context, m *rootapi.FleetMember, l sandbox.Lister, k sandbox.Killer, project string, ls *lease.Lease, st lease.State) ([]fleet.Sandbox, error) {
 	infos, err := l.List(ctx, map[string]string{session.LabelFleet: m.ID, session.LabelProject: project})
 	if err != nil {
-		return nil, fmt.Errorf("reaping the orphans of project %s: %w", project, err)
+		return nil, err
 	}
 	var killed []fleet.Sandbox
 	var errs []error
@@ -138,11 +183,11 @@ func (t *Toolhost) reapProject(ctx context.Context, m *rootapi.FleetMember, l sa
 			continue
 		}
 		if err := ls.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("reaping the orphans of project %s: %w", project, err))
+			errs = append(errs, err)
 			break // lost the lease: another replica judges now
 		}
 		if err := k.Kill(ctx, sb.ID); err != nil {
-			errs = append(errs, fmt.Errorf("killing orphan sandbox %s of project %s: %w", sb.ID, project, err))
+			errs = append(errs, fmt.Errorf("killing orphan sandbox %s: %w", sb.ID, err))
 			continue
 		}
 		sb.Verdict = fleet.Orphan

@@ -48,6 +48,9 @@ func init() {
 	rootapi.ReapOrphans = func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error) {
 		return t.(*Toolhost).reapOrphans(ctx, after)
 	}
+	rootapi.HoldFreeProject = func(ctx context.Context, t any, project string, after time.Duration, fn func(ctx context.Context, lost func() error) error) (bool, error) {
+		return t.(*Toolhost).holdFreeProjectHook(ctx, project, after, fn)
+	}
 	rootapi.LeaseLost = func(s any) error { return s.(*Session).leaseErr() }
 	rootapi.SetFleet = func(t any, m rootapi.FleetMember) {
 		th := t.(*Toolhost)

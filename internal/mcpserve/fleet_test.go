@@ -3,6 +3,7 @@ package mcpserve
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -518,5 +519,108 @@ func TestFleetHandleOutlivesItsReplica(t *testing.T) {
 	}
 	if res = call(t, at(2, tok), "read_file", map[string]any{"path": "a.txt", "session": id}); !res.IsError {
 		t.Errorf("a call in %s after session_end: %s", id, text(res))
+	}
+}
+
+// TestFleetStaleHandleIsReaped: a replica killed with a session open (kill -9: nothing
+// ends its copy) leaves the handle's record in the store. Once it has been idle past its
+// idle timeout, a call naming the handle is "no session" (the project is not opened
+// again), and a replica's reaper pass deletes the record; the record of a session a live
+// replica holds stays, however old its time says it is.
+func TestFleetStaleHandleIsReaped(t *testing.T) {
+	tok := "fleet-token-0123456789abcdef"
+	rs := newFleet(t, 3, []Token{{Name: "alice", Value: tok}})
+	owner := "token:alice"
+	start := func(i int, project string) string {
+		res := call(t, connectRevision(t, rs[i].url+"/mcp", tok, project, "2026-07-28"), SessionStartTool, map[string]any{})
+		sc, _ := res.StructuredContent.(map[string]any)
+		id, _ := sc["session"].(string)
+		if res.IsError || id == "" {
+			t.Fatalf("session_start on replica %d: %v %s", i, res.IsError, text(res))
+		}
+		return id
+	}
+	// backdate rewrites handle id's record as it stood two hours ago: its last use then.
+	backdate := func(id string) {
+		st := rootapi.Store(rs[1].s.th)
+		key := "fleet/handles/" + id
+		rc, _, err := st.Get(context.Background(), key)
+		if err != nil {
+			t.Fatalf("the record of %s: %v", id, err)
+		}
+		var m map[string]any
+		err = json.NewDecoder(rc).Decode(&m)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-2 * time.Hour).UTC()
+		m["created"], m["used"] = old, old
+		b, _ := json.Marshal(m)
+		if _, err := st.Put(context.Background(), key, bytes.NewReader(b), store.PutOptions{Size: int64(len(b))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := start(0, "shop")
+	if res := call(t, connectRevision(t, rs[0].url+"/mcp", tok, "shop", "2026-07-28"), "write_file",
+		map[string]any{"path": "a.txt", "content": "one\n", "session": dead}); res.IsError {
+		t.Fatalf("write_file in %s: %s", dead, text(res))
+	}
+	// Replica 0 is killed: its copy of the session ends without a word to the store (the
+	// record stays as it was), and it answers no more.
+	h, err := rs[0].s.lookup(owner, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.recorded = false // read by forget after stopHeld ends the session
+	rs[0].s.stopHeld(context.Background(), owner, dead)
+	rs[0].hs.Close()
+	if _, err := rs[1].s.handleRecord(context.Background(), dead); err != nil {
+		t.Fatalf("the record of the killed replica's session %s: %v", dead, err)
+	}
+	backdate(dead) // two hours pass
+
+	live := start(1, "live") // held by replica 1, which lives: however old its record's time
+	backdate(live)
+
+	res := call(t, connectRevision(t, rs[1].url+"/mcp", tok, "elsewhere", "2026-07-28"), "read_file",
+		map[string]any{"path": "a.txt", "session": dead})
+	if !res.IsError || !strings.Contains(text(res), "no session") {
+		t.Fatalf("a call naming %s, idle two hours, its replica killed: %v %s", dead, res.IsError, text(res))
+	}
+	if n := rs[1].s.OpenSessions(); n != 1 {
+		t.Fatalf("replica 1 has %d sessions open after a call naming a stale handle, want 1 (its own)", n)
+	}
+	// Replica 2 reaps: the killed replica's record goes; the one replica 1 holds stays.
+	if n, err := rs[2].s.reapHandles(context.Background()); err != nil || n != 1 {
+		t.Errorf("the reaper pass deleted %d records, want 1: %v", n, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), dead); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the stale record of %s after a reaper pass: %v", dead, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), live); err != nil {
+		t.Errorf("the record of %s, held by a live replica, after a reaper pass: %v", live, err)
+	}
+	// A stale record of the project replica 1 holds (another session of it, on a replica
+	// killed since): replica 1 holds the project, so nobody else holds that session.
+	other := "live-0a0b0c"
+	b, _ := json.Marshal(handleRecord{ID: other, Project: "live", Owner: owner, IdleMS: time.Minute.Milliseconds(),
+		Instance: "killed", Created: time.Now().Add(-2 * time.Hour).UTC()})
+	if _, err := rootapi.Store(rs[1].s.th).Put(context.Background(), "fleet/handles/"+other, bytes.NewReader(b),
+		store.PutOptions{Size: int64(len(b))}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rs[1].s.reapHandles(context.Background()); err != nil || n != 1 {
+		t.Errorf("the holder's reaper pass deleted %d records, want 1 (%s, not its own %s): %v", n, other, live, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), other); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the stale record of %s after the holder's reaper pass: %v", other, err)
+	}
+	if _, err := rs[1].s.handleRecord(context.Background(), live); err != nil {
+		t.Errorf("the record of %s after its holder's reaper pass: %v", live, err)
+	}
+	if res := call(t, connectRevision(t, rs[1].url+"/mcp", tok, "live", "2026-07-28"), "bash",
+		map[string]any{"command": "true", "session": live}); res.IsError {
+		t.Errorf("a call in the live session %s after the reaper pass: %s", live, text(res))
 	}
 }

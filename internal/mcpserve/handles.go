@@ -26,16 +26,20 @@ import (
 // that opened it died, or handed it over at a deploy) adopts it from its record: the
 // session opens again under the same handle, which takes the project over (its E2B
 // sandbox reconnected, files and background processes included). A handle ends at
-// session_end, idle or the server's end, and its record with it; a handoff keeps it.
+// session_end, idle or the server's end, and its record with it; a handoff keeps it. A
+// record whose replica died with the session open goes stale (handlereap.go).
 
 // handleRecord is a stateless session's record in the store.
 type handleRecord struct {
 	ID       string    `json:"id"`
 	Project  string    `json:"project"`
-	Owner    string    `json:"owner"`   // ownerOf the token that opened it
-	IdleMS   int64     `json:"idle_ms"` // its idle timeout
-	Instance string    `json:"instance"`
+	Owner    string    `json:"owner"`    // ownerOf the token that opened it
+	IdleMS   int64     `json:"idle_ms"`  // its idle timeout
+	Instance string    `json:"instance"` // the replica that wrote it last
 	Created  time.Time `json:"created"`
+	// Used is when the session was last used, by its holder's clock, written again at
+	// most every quarter of its idle timeout (handlereap.go); zero in older records.
+	Used time.Time `json:"used,omitzero"`
 }
 
 const maxHandleRecord = 4 << 10
@@ -49,14 +53,9 @@ func (s *Server) recordsHandles(owner string) bool {
 // recordHandle writes the record of a new handle; false when another replica has
 // minted the same one (its record exists).
 func (s *Server) recordHandle(ctx context.Context, id, project, owner string, idle time.Duration) (bool, error) {
-	rec := handleRecord{ID: id, Project: project, Owner: owner, IdleMS: idle.Milliseconds(),
-		Instance: s.opts.Fleet.Instance(), Created: time.Now().UTC()}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return false, err
-	}
-	_, err = s.fleetStore().Put(ctx, storekeys.FleetHandle(id), bytes.NewReader(b),
-		store.PutOptions{Size: int64(len(b)), ContentType: "application/json", IfNotExists: true})
+	now := time.Now().UTC()
+	err := s.writeHandle(ctx, handleRecord{ID: id, Project: project, Owner: owner, IdleMS: idle.Milliseconds(),
+		Created: now, Used: now}, true)
 	if errors.Is(err, store.ErrExists) {
 		return false, nil
 	}
@@ -64,6 +63,19 @@ func (s *Server) recordHandle(ctx context.Context, id, project, owner string, id
 		return false, fmt.Errorf("recording session %s in the store: %w", id, err)
 	}
 	return true, nil
+}
+
+// writeHandle writes rec as this replica's, store.ErrExists when ifNotExists and there
+// is a record of the handle.
+func (s *Server) writeHandle(ctx context.Context, rec handleRecord, ifNotExists bool) error {
+	rec.Instance = s.opts.Fleet.Instance()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = s.fleetStore().Put(ctx, storekeys.FleetHandle(rec.ID), bytes.NewReader(b),
+		store.PutOptions{Size: int64(len(b)), ContentType: "application/json", IfNotExists: ifNotExists})
+	return err
 }
 
 // handleRecord reads the record of handle id: store.ErrNotFound when there is none, or
@@ -114,6 +126,9 @@ func (s *Server) adoptHandle(ctx context.Context, req *mcp.CallToolRequest, id s
 	}
 	if allowed := tokenProjects(req); len(allowed) > 0 && !slices.Contains(allowed, rec.Project) {
 		return nil // the token may no longer open its project: no session of this token
+	}
+	if time.Now().After(rec.staleAt()) {
+		return nil // idle past its timeout, its replica gone: it has ended (the call says so)
 	}
 	s.held.mu.Lock()
 	slot := s.held.adopting[id]

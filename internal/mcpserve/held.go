@@ -65,6 +65,7 @@ type held struct {
 	calls    atomic.Int64
 	inflight atomic.Int64
 	last     atomic.Int64 // unix nanoseconds of the last call's start or end
+	touched  atomic.Int64 // unix nanoseconds of its record's last writing (handlereap.go)
 }
 
 func (h *held) info() sessionapi.Held {
@@ -191,6 +192,7 @@ func (s *Server) nameHeld(ctx context.Context, h *held, project string) error {
 		s.held.mu.Unlock()
 		ok, err := s.recordHandle(ctx, id, project, h.b.owner, h.idle)
 		if ok {
+			h.touched.Store(time.Now().UnixNano())
 			return nil
 		}
 		s.held.mu.Lock()
@@ -350,8 +352,13 @@ func (s *Server) callHeld(ctx context.Context, owner, id, tool string, input jso
 	defer func() {
 		h.last.Store(time.Now().UnixNano())
 		h.inflight.Add(-1)
+		// A call that ran for long: the session's idle time counts from its end.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		s.touchHandle(tctx, h)
+		cancel()
 	}()
 	h.calls.Add(1)
+	s.touchHandle(ctx, h)
 	sess, done, err := h.b.begin(ctx)
 	if err != nil {
 		return abi.Result{}, apiErrorf(http.StatusNotFound, "session %s: %v", id, err)

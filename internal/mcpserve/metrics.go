@@ -36,7 +36,7 @@ type Metrics struct {
 	forwardedTotal, forwardFailed, holderGone atomic.Int64
 	fleetServed, fleetRefused, adopted        atomic.Int64
 	handedOver                                atomic.Int64
-	orphansReaped                             atomic.Int64
+	orphansReaped, handlesReaped              atomic.Int64
 
 	// egress gives, per project, the connections the egress gateway allowed and refused.
 	egress func() map[string][2]int64
@@ -163,6 +163,8 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	p("toolhost_fleet_handoffs_total %d\n", m.handedOver.Load())
 	p("# HELP toolhost_fleet_orphans_reaped_total Sandboxes killed because nobody held their project for longer than serve.fleet.orphan_after.\n# TYPE toolhost_fleet_orphans_reaped_total counter\n")
 	p("toolhost_fleet_orphans_reaped_total %d\n", m.orphansReaped.Load())
+	p("# HELP toolhost_fleet_handles_reaped_total Records of stateless sessions deleted because their replica was gone and they were idle past their timeout.\n# TYPE toolhost_fleet_handles_reaped_total counter\n")
+	p("toolhost_fleet_handles_reaped_total %d\n", m.handlesReaped.Load())
 	p("# HELP toolhost_mcp_cancelled_unanswered_total Requests the client cancelled, left unanswered as MCP asks.\n# TYPE toolhost_mcp_cancelled_unanswered_total counter\n")
 	p("toolhost_mcp_cancelled_unanswered_total %d\n", m.unanswered.Load())
 	if m.egress != nil {

@@ -16,7 +16,8 @@ const DefaultOrphanAfter = 15 * time.Minute
 // a minute, jittered so that replicas do not list at once) it kills the orphans of the
 // fleet, the sandboxes whose project nobody has held for longer than the bound
 // (rootapi.ReapOrphans). A replica whose provider cannot list or kill its sandboxes
-// finds none.
+// finds none. The same pass deletes the stale records of stateless sessions
+// (reapHandles).
 func (s *Server) reapOrphans(ctx context.Context) {
 	after := s.opts.OrphanAfter
 	if after <= 0 {
@@ -32,10 +33,15 @@ func (s *Server) reapOrphans(ctx context.Context) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, every)
 		killed, err := rootapi.ReapOrphans(rctx, s.th, after)
-		cancel()
 		s.metrics.orphansReaped.Add(int64(len(killed)))
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("fleet: reaping orphan sandboxes", "err", err)
+		}
+		n, err := s.reapHandles(rctx)
+		cancel()
+		s.metrics.handlesReaped.Add(int64(n))
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("fleet: reaping stale session records", "err", err)
 		}
 	}
 }

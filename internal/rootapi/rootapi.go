@@ -61,6 +61,12 @@ var (
 	// (SetFleet): the sandboxes of projects nobody has held for longer than after. It
 	// returns those it killed.
 	ReapOrphans func(ctx context.Context, t any, after time.Duration) ([]fleet.Sandbox, error)
+	// HoldFreeProject runs fn holding project's lease: the one the replica
+	// *toolhost.Toolhost holds for its sessions, or one taken for fn when nobody holds the
+	// project nor has for less than after; false when it did not run fn (another holds
+	// the project, or a session of the replica is taking it). lost says why the lease is
+	// no longer held (nil while it is).
+	HoldFreeProject func(ctx context.Context, t any, project string, after time.Duration, fn func(ctx context.Context, lost func() error) error) (bool, error)
 	// LeaseLost is why a *toolhost.Session may no longer act on its project (it lost the
 	// project's lease), or nil.
 	LeaseLost func(s any) error
