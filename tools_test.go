@@ -315,9 +315,12 @@ func TestReadFileImageTooBigToDecode(t *testing.T) {
 		}
 		th := newToolhost(t, cfg)
 		// Decoding in the interpreter's form takes minutes on a loaded machine: wait for the
-		// compiled one (a hang bound).
-		ctx, cancel := context.WithTimeout(context.Background(), testenv.HangBound)
-		if err := th.host.Ready(ctx); err != nil {
+		// compiled form of the plugins this test calls (not of every built-in). A liveness
+		// bound: with a cold compilation cache, compiling editfile under -race beside other
+		// work took most of two minutes on a 2-core machine, and every built-in did not
+		// fit in them (the fresh-clone run of 2026-11-29 beside a busy loop).
+		ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.HangBound)
+		if err := th.host.ReadyFor(ctx, "read_file", "write_file", "bash"); err != nil {
 			t.Fatal(err)
 		}
 		cancel()

@@ -420,6 +420,28 @@ func (h *Host) Ready(ctx context.Context) error {
 	return nil
 }
 
+// ReadyFor is Ready for the plugins that serve tools only: it waits until each runs in
+// its compiled form, and those are compiled before the plugins nobody waits for. An
+// unknown tool is an error.
+func (h *Host) ReadyFor(ctx context.Context, tools ...string) error {
+	var ps []*plugin
+	for _, name := range tools {
+		t, ok := h.tools[name]
+		if !ok {
+			return fmt.Errorf("no tool %q", name)
+		}
+		t.plugin.wanted.Store(true)
+		ps = append(ps, t.plugin)
+	}
+	h.startCold()
+	for _, p := range ps {
+		if err := p.await(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Tools returns every tool's definition, in plugin load order.
 func (h *Host) Tools() []abi.Tool {
 	out := make([]abi.Tool, len(h.order))

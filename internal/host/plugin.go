@@ -60,6 +60,7 @@ type plugin struct {
 	recorded *record
 	quick    quickForm   // the interpreter's form (tier.go)
 	called   atomic.Bool // a call has asked for an instance
+	wanted   atomic.Bool // ReadyFor waits for it: compiled before the plugins nobody waits for
 	// finishOnce starts finish for a plugin that is not one of compileCold's: at New, or
 	// with Config.OnDemand when first asked for (kick).
 	finishOnce sync.Once

@@ -251,7 +251,7 @@ func (h *Host) startCold() { h.coldOnce.Do(func() { close(h.coldGo) }) }
 
 // compileCold builds the compiled forms of the plugins this engine never compiled, one at
 // a time (each compile uses every core), from the first call on: the plugins that have
-// been called first. It is the host's, started by New; Close ends it.
+// been called, or that ReadyFor waits for, first. It is the host's, started by New; Close ends it.
 func (h *Host) compileCold(cold []*plugin) {
 	ctx := h.finishCtx
 	select {
@@ -259,7 +259,7 @@ func (h *Host) compileCold(cold []*plugin) {
 	case <-ctx.Done():
 	}
 	for len(cold) > 0 {
-		i := max(0, slices.IndexFunc(cold, func(p *plugin) bool { return p.called.Load() }))
+		i := max(0, slices.IndexFunc(cold, func(p *plugin) bool { return p.called.Load() || p.wanted.Load() }))
 		p := cold[i]
 		cold = slices.Delete(cold, i, i+1)
 		p.finishLogged(ctx)

@@ -221,3 +221,27 @@ func TestOnDemand(t *testing.T) {
 		t.Fatalf("after Ready: compiled %v, %v", ok, err)
 	}
 }
+
+// ReadyFor waits for the compiled form of the plugins of the tools it names, and refuses
+// a tool no plugin serves.
+func TestReadyFor(t *testing.T) {
+	ctx := context.Background()
+	records := filepath.Join(t.TempDir(), recordsDir)
+	cfg := Config{DataDir: dataDir, Plugins: []PluginSpec{{Path: probePath(t), Grants: allGrants}}}
+	h, err := newWithRecords(ctx, cfg, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	if err := h.ReadyFor(ctx, "echo", "no_such_tool"); err == nil || !strings.Contains(err.Error(), "no_such_tool") {
+		t.Fatalf("ReadyFor of an unknown tool: %v, want an error naming it", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a hang bound
+	defer cancel()
+	if err := h.ReadyFor(rctx, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	if tr, err, ok := h.plugins[0].compiledTier(); !ok || err != nil || tr.quick {
+		t.Fatalf("after ReadyFor: compiled form %v, %v, %v", tr, err, ok)
+	}
+}
