@@ -817,15 +817,21 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 	}
 	sb := s.sb
 	start := time.Now()
-	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
-		info, err := s.cfg.Snapshots.SaveTree(ctx, s.cfg.ProjectID, label, ts, s.cfg.Excludes)
-		if err != nil {
-			s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
-			return info, nil, err
-		}
+	failed := func(err error) {
+		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+	}
+	saved := func(info snapshot.Info) {
 		s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
 		snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
 		s.storedNewer()
+	}
+	if ts, ok := sandbox.As[tree.Source](sb); ok && !keep {
+		info, err := s.cfg.Snapshots.SaveTree(ctx, s.cfg.ProjectID, label, ts, s.cfg.Excludes)
+		if err != nil {
+			failed(err)
+			return info, nil, err
+		}
+		saved(info)
 		return info, nil, nil
 	}
 	var local *localArchive
@@ -835,7 +841,7 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 		// down fails the save at once, and this copy is then the only one.
 		var err error
 		if local, rep, err = s.packLocal(ctx, sb); err != nil {
-			s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+			failed(err)
 			return snapshot.Info{ProjectID: s.cfg.ProjectID}, nil, fmt.Errorf("%w: project %s: %w", snapshot.ErrSaveFailed, s.cfg.ProjectID, err)
 		}
 	}
@@ -858,12 +864,10 @@ func (s *Workspace) save(ctx context.Context, label string, keep bool) (snapshot
 		info.Skips = append(info.Skips, archive.Skip{Path: sk.Path, Reason: sk.Reason})
 	}
 	if err != nil {
-		s.log.Error("session: snapshot failed", "label", label, "sandbox", sb.ID(), "took", time.Since(start), "err", err)
+		failed(err)
 		return info, local, err
 	}
-	s.log.Info("session: snapshot saved", "label", label, "sandbox", sb.ID(), "key", info.Key, "took", time.Since(start))
-	snapshot.LogSkips(s.log, s.cfg.ProjectID, info.Skipped, info.Skips)
-	s.storedNewer()
+	saved(info)
 	return info, local, nil
 }
 
