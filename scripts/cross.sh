@@ -6,7 +6,7 @@
 # compiles the whole graph again (~940 packages for the CLI), which on a fresh machine
 # with a cold cache cost minutes per target; a type-check from source costs about 20 s of
 # CPU per target, cold or warm (docs/DEVELOPMENT.md, "Where make test's time goes").
-# `go vet ./...` (make vet) runs the analyzers on this machine's platform.
+# The vet analyzers run on this machine's platform only (go test -vet=all in make test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
