@@ -88,13 +88,18 @@ func runAgent(log *slog.Logger) error {
 		egressCfg.Control = os.NewFile(uintptr(egressFD), "egress-control")
 		syscall.CloseOnExec(egressFD)
 	}
+	// It was started as /proc/self/fd/N: give ps a name to show. PR_SET_NAME names only
+	// the calling thread, which need not be the main one (pid 1's /proc/1/comm) by now;
+	// /proc/self/comm names the main thread from any. Before the dumpable flag goes:
+	// then /proc/self's files are root's, and the write would be refused.
+	if err := os.WriteFile("/proc/self/comm", []byte("toolhost-agent"), 0); err != nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("toolhost-agent\x00")[0])), 0, 0, 0)
+	}
 	// Sandbox processes run as the same uid: without this they could ptrace the agent or
 	// take its descriptors (pidfd_getfd). Children get their own dumpable flag at exec.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE, 0): %w", errno)
 	}
-	// It was started as /proc/self/fd/N: give ps a name to show.
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("toolhost-agent\x00")[0])), 0, 0, 0)
 
 	f := os.NewFile(uintptr(fd), "agent-listener")
 	l, err := net.FileListener(f) // dups with close-on-exec
