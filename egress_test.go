@@ -66,6 +66,7 @@ func egressToolhost(t *testing.T, edit func(*Config)) (*Toolhost, *audit.Recorde
 // 403 the model can read, and the tool's result ends with one note naming each refused
 // destination once; every connection is in the audit.
 func TestBashEgressNote(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	th, rec, _ := egressToolhost(t, nil)
 	s := open(t, th, SessionOptions{})
 	expect(t, s, "bash", `{"command":"curl -sS --max-time 60 https://registry.test/"}`, false, "hello from registry.test")
@@ -134,6 +135,7 @@ func TestSessionEgressNarrows(t *testing.T) {
 // store) reaches it, the plugin's own web scope decides apart from sandbox.egress, and
 // each fetch is audited and counted under the session's project.
 func TestWebFetchSharesTheGateway(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	th, rec, _ := egressToolhost(t, func(c *Config) {
 		c.Plugins = append(c.Plugins, Plugin{
 			Path:   "webfetch.wasm",

@@ -63,7 +63,11 @@ func exampleMissing() string {
 }
 
 // testConfig is the default configuration with the shared compilation cache and a fresh
-// store.
+// store. The package's tests that spend most of their time waiting (on the browser, a large
+// decode in a plugin, a test network) call t.Parallel: each has its own store, run dir,
+// toolhost and sandbox, and what they share, the data dir's compilation cache, is shared by
+// concurrent CLI processes too. The package's tests took ~14 min one after another, with
+// the test process busy 27% of it (docs/DEVELOPMENT.md, "Where make test's time goes").
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.DataDir = testplugins.DataDir()
@@ -295,6 +299,7 @@ func near(a, b uint32) bool { return a>>8 >= b-8 && a>>8 <= b+8 }
 // start (the port is then the default) and captures on its own, the browser is reused,
 // a commit captures again, and busy and missing pages say so.
 func TestTakeScreenshotOfSandboxDevServer(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	th, s := shotSession(t)
 	ctx := context.Background()
 	expect(t, s, "write_file", `{"path":"site/index.html","content":`+quote(page)+`}`, false)
@@ -387,8 +392,10 @@ type restoreOnly struct{ sandbox.Provider }
 // rotation says what was restarted, and the session's own capture of the dev server
 // re-arms.
 func TestScreenshotAfterThreeRotations(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	for _, restore := range []bool{false, true} {
 		t.Run(map[bool]string{false: "handoff", true: "restore"}[restore], func(t *testing.T) {
+			t.Parallel()
 			th, _ := shotSession(t)
 			opts := SessionOptions{Project: "rotations"}
 			if restore {
@@ -435,6 +442,7 @@ func TestScreenshotAfterThreeRotations(t *testing.T) {
 
 // TestTakeScreenshotRefusals: what take_screenshot refuses, and why, for the model.
 func TestTakeScreenshotRefusals(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	_, s := shotSession(t)
 	expect(t, s, "take_screenshot", `{}`, true, "no port given and no dev server seen")
 	expect(t, s, "take_screenshot", `{"port":8001}`, true, "connection refused", "8001")

@@ -303,6 +303,7 @@ open(out, "wb").write(png)
 // a lower limit it is shown in a format whose encoder fits (lossless WebP's takes 54
 // bytes a pixel, and ran a 64 MiB instance out of memory on a 1568x922 image).
 func TestReadFileImageTooBigToDecode(t *testing.T) {
+	t.Parallel() // mostly waiting (see testConfig)
 	testenv.NeedBwrap(t)
 	for _, mem := range []string{"128", "64"} {
 		cfg := testConfig(t)
