@@ -540,14 +540,8 @@ func (c *cli) daemonLog() string {
 // daemonOneShots runs the session daemon's one-shot calls (mcpserve.Options.OneShot) on
 // a Toolhost of its own: the configuration with the editfile guard off, as a call's own
 // process has it (oneShotGuard), beside the held sessions' Toolhost, which keeps it on.
-// Until ready is closed (the plugins compiled) it takes none: the caller runs it itself.
-func (c *cli) daemonOneShots(th *toolhost.Toolhost, ready <-chan struct{}) func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error) {
+func (c *cli) daemonOneShots(th *toolhost.Toolhost) func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error) {
 	return func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error) {
-		select {
-		case <-ready:
-		default:
-			return abi.Result{}, mcpserve.APIError(http.StatusServiceUnavailable, errors.New("the session daemon is still compiling its plugins"))
-		}
 		var res abi.Result
 		err := c.oneShot(ctx, th, r.Project, r.Workspace, r.Tool, r.Input, c.log, func(got abi.Result) error {
 			res = got
@@ -610,6 +604,6 @@ func serveDaemon(ctx context.Context, c *cli, exitIdle time.Duration) error {
 		close(ready)
 	})
 	s := mcpserve.New(th, mcpserve.Options{Logger: c.log, ConfigDigest: digest,
-		MaxSessions: c.cfg.Serve.MaxSessions, OneShot: c.daemonOneShots(oneTh, ready)})
+		MaxSessions: c.cfg.Serve.MaxSessions, OneShot: c.daemonOneShots(oneTh), OneShotReady: ready})
 	return s.ServeDaemon(ctx, ln, exitIdle, shutdownGrace)
 }

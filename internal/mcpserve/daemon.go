@@ -24,7 +24,7 @@ func (s *Server) SessionAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/daemon", func(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusOK, sessionapi.Info{PID: os.Getpid(), Version: s.opts.Version, Started: started,
-			ConfigDigest: s.opts.ConfigDigest, Sessions: len(s.Held()), OneShots: s.held.oneShots.Load()})
+			ConfigDigest: s.opts.ConfigDigest, Sessions: len(s.Held()), TakesCalls: s.takesOneShots(), OneShots: s.held.oneShots.Load()})
 	})
 	mux.HandleFunc("GET /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusOK, sessionapi.List{Sessions: s.Held()})

@@ -175,8 +175,7 @@ func (s *Server) checkWorkspace(workspace string) error {
 }
 
 // APIError is err with the status the session API answers it with: 400 for the caller's
-// mistake (an unknown tool), which the CLI reports as a usage mistake; 503 for a one-shot
-// call the daemon cannot take yet (nothing ran: the caller runs it itself).
+// mistake (an unknown tool), which the CLI reports as a usage mistake.
 func APIError(status int, err error) error { return &apiError{status, err} }
 
 // oneShot runs a one-shot call of the session API (sessionapi.OneShotRequest) through
@@ -188,6 +187,9 @@ func (s *Server) oneShot(ctx context.Context, r *http.Request) (abi.Result, erro
 	}
 	if s.isClosing() {
 		return abi.Result{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is shutting down")
+	}
+	if !s.takesOneShots() {
+		return abi.Result{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is still compiling its plugins")
 	}
 	var req sessionapi.OneShotRequest
 	if err := readAPI(r, &req); err != nil {
@@ -214,6 +216,22 @@ func (s *Server) oneShot(ctx context.Context, r *http.Request) (abi.Result, erro
 		res.Content = []abi.Content{}
 	}
 	return res, nil
+}
+
+// takesOneShots reports whether one-shot calls may run (Options.OneShot, OneShotReady).
+func (s *Server) takesOneShots() bool {
+	if s.opts.OneShot == nil {
+		return false
+	}
+	if s.opts.OneShotReady == nil {
+		return true
+	}
+	select {
+	case <-s.opts.OneShotReady:
+		return true
+	default:
+		return false
+	}
 }
 
 // nameHeld gives h a handle not in use here (and, in a fleet, recorded in the store as

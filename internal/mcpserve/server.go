@@ -119,6 +119,9 @@ type Options struct {
 	// `toolhost call` served by the session daemon) once the server has checked the
 	// request's configuration, project and workspace. Nil: the route answers 404.
 	OneShot func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error)
+	// OneShotReady, when set, is closed once OneShot may be called (the daemon's plugins
+	// compiled); until then a one-shot call is answered 503, having run nothing.
+	OneShotReady <-chan struct{}
 }
 
 // Server serves one Toolhost's tools to MCP clients. It is safe for concurrent use.

@@ -31,8 +31,10 @@ type Info struct {
 	// ConfigDigestHeader).
 	ConfigDigest string `json:"config_digest"`
 	Sessions     int    `json:"sessions"`
-	// OneShots counts the one-shot calls (POST /v1/calls) the daemon has run.
-	OneShots int64 `json:"one_shots"`
+	// TakesCalls: the daemon takes one-shot calls (POST /v1/calls) now, its plugins
+	// compiled; OneShots counts those it has run.
+	TakesCalls bool  `json:"takes_calls"`
+	OneShots   int64 `json:"one_shots"`
 }
 
 // ConfigDigestHeader carries the client's configuration digest on the requests whose
