@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -178,5 +179,41 @@ func TestCallDaemonOtherConfig(t *testing.T) {
 	}
 	if info, _ := e.info(); info.OneShots != 1 {
 		t.Fatalf("the daemon ran %d one-shot calls, want 1", info.OneShots)
+	}
+}
+
+// TestCallDaemonDiesMidCall: a daemon that dies while it runs a call fails the call with
+// an error that says it may have run; the call is not run again in the caller's process.
+func TestCallDaemonDiesMidCall(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	e := newSessionEnv(t)
+	if r := runCLI(t, e.daemonCalls(), "call", "bash", `{"command":"true"}`); r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	info := e.awaitTakesCalls()
+	ws := t.TempDir()
+	done := make(chan runResult, 1)
+	go func() {
+		done <- runCLI(t, e.daemonCalls(), "call", "bash", `{"command":"echo ran >> runs; sleep 600"}`, "--workspace", ws)
+	}()
+	if !testenv.Eventually(func() bool {
+		b, _ := os.ReadFile(filepath.Join(ws, "runs"))
+		return len(b) > 0
+	}) {
+		t.Fatalf("the call did not start in the daemon after %s", testenv.HangBound)
+	}
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var r runResult
+	select {
+	case r = <-done:
+	case <-time.After(testenv.HangBound):
+		t.Fatalf("the call did not end after its daemon died (%s)", testenv.HangBound)
+	}
+	oneLineError(t, r, 1, "may have run")
+	if b, _ := os.ReadFile(filepath.Join(ws, "runs")); string(b) != "ran\n" {
+		t.Errorf("the command ran %q times, want once", b)
 	}
 }
