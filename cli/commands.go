@@ -206,6 +206,11 @@ restored into it or saved); a DIR that holds the config file, the data dir, a pl
 or the browser is refused, since a sandbox can rewrite its workspace.
 take_screenshot stores its images under the project (see toolhost screenshot list).
 
+When this user's session daemon runs with the same configuration, it runs the call
+(as this process would, with the plugins it has loaded); a call that found none starts
+one, for the next calls, once it has printed. --daemon-calls=false
+(serve.daemon_calls) turns both off.
+
 Exit status: 0 when the tool ran, even if its result is an error (is_error: true);
 1 when the host could not run it (no sandbox, a plugin failure); 2 for a usage
 mistake (bad JSON, unknown tool). Reasons go to stderr on one line.
