@@ -217,3 +217,33 @@ func TestCallDaemonDiesMidCall(t *testing.T) {
 		t.Errorf("the command ran %q times, want once", b)
 	}
 }
+
+// TestCallDaemonLeaseHeld: a project open elsewhere (a session another daemon holds, on
+// the same store) fails a call the daemon runs as it fails one in its own process: exit
+// 1, saying where the project is open.
+func TestCallDaemonLeaseHeld(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	e := newSessionEnv(t)
+	rt2, err := os.MkdirTemp("", "th-rt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rt2) })
+	holder := sessionEnvIn(t, rt2) // another daemon on the same store
+	if r := holder.run("session", "start"); r.code != 0 {
+		t.Fatalf("session start: %s", r)
+	}
+	if r := runCLI(t, e.daemonCalls(), "call", "bash", `{"command":"true"}`, "--workspace", t.TempDir()); r.code != 1 {
+		t.Fatalf("a call while the project is open in another daemon: %s", r)
+	}
+	e.awaitTakesCalls()
+	served := runCLI(t, e.daemonCalls(), "call", "bash", `{"command":"true"}`)
+	own := runCLI(t, e.inProcess(), "call", "bash", `{"command":"true"}`)
+	const want = "project default is open on host"
+	oneLineError(t, served, 1, want)
+	oneLineError(t, own, 1, want)
+	if info, _ := e.info(); info.OneShots != 1 {
+		t.Errorf("the daemon ran %d one-shot calls, want 1", info.OneShots)
+	}
+}
