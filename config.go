@@ -245,13 +245,15 @@ func secretValue(what, ref string) (string, error) {
 // ServeConfig is the serve.* keys: the MCP server over streamable HTTP (toolhost serve;
 // package mcpserve).
 type ServeConfig struct {
-	Listen       string            `key:"listen"`
-	Tokens       []ServeToken      `key:"tokens"`
-	TokensFile   string            `key:"tokens_file"`
-	Workspaces   map[string]string `key:"workspaces"`
-	MaxSessions  int               `key:"max_sessions"`
-	IdleTimeout  time.Duration     `key:"idle_timeout"`
-	MaxBodyBytes int64             `key:"max_body_bytes"`
+	Listen      string            `key:"listen"`
+	Tokens      []ServeToken      `key:"tokens"`
+	TokensFile  string            `key:"tokens_file"`
+	Workspaces  map[string]string `key:"workspaces"`
+	MaxSessions int               `key:"max_sessions"`
+	IdleTimeout time.Duration     `key:"idle_timeout"`
+	// DaemonCalls lets a plain `toolhost call` run in the session daemon, and start one.
+	DaemonCalls  bool  `key:"daemon_calls"`
+	MaxBodyBytes int64 `key:"max_body_bytes"`
 	// Drain is what a stop does with open sessions: DrainClose or DrainHandoff.
 	Drain string      `key:"drain"`
 	Fleet FleetConfig `key:"fleet"`

@@ -444,6 +444,15 @@ client opening one more gets 503 (Retry-After) until one ends.`},
 		usage: "end a session idle this long (its work committed, its sandbox closed)",
 		doc: `A session that makes no request for this long ends: its workspace is committed and its
 sandbox closed. A client that comes back opens a new session, woken from that snapshot.`},
+	{name: "serve.daemon_calls", flag: "daemon-calls", def: true,
+		usage: "let toolhost call run in this user's session daemon, starting one after a call that found none",
+		doc: `A plain toolhost call (no --session, no held session of the project) runs in this
+user's session daemon when one answers with the same configuration: it keeps the
+plugins loaded, so a call costs a fraction of a process's start. A call that found
+none runs in its own process and, once it has printed its result, starts one
+(toolhost serve --daemon, exiting after a minute with nothing to do) for the next
+call. false: every call runs in its own process and starts nothing that outlives it
+(a CI job that must leave no process behind). Held sessions are not affected.`},
 	{name: "serve.max_body_bytes", flag: "max-body-bytes", def: int64(16 << 20),
 		usage: "largest HTTP request body toolhost serve reads, bytes",
 		doc: `The largest request body the server reads, bytes (16 MiB): a write_file of a larger

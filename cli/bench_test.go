@@ -5,19 +5,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/internal/builtins"
+	"github.com/toolhost/toolhost/internal/daemon"
 	"github.com/toolhost/toolhost/internal/host"
+	"github.com/toolhost/toolhost/internal/sessionapi"
 )
 
 // builtinConfig is the host configuration the CLI uses by default: the four built-in
@@ -94,10 +100,16 @@ func BenchmarkNewWarm(b *testing.B) {
 // cache, no records), timed until its result is printed ("cold"), against the same
 // command run next in that data dir, timed to its exit ("warm", the floor). Each iteration
 // runs both, so the ratio is of one run. The cold process is timed to its result
-// ("cold-ms") and to its exit ("cold-exit-ms"): it hands the compile of the plugin it
-// ran interpreted to a detached `toolhost tools --warm` (the data dir's compile lock
-// held while it runs), which the benchmark waits for, untimed, before the warm call.
-// "warm-cpu-ms" is the warm process's CPU with its sandbox's (its reaped children's).
+// ("cold-ms") and to its exit ("cold-exit-ms"): it finds no session daemon, so once it has
+// printed it starts one (which compiles every plugin under the data dir's compile lock,
+// then takes calls), or, with an older binary, it hands the compile of the plugin it ran
+// interpreted to a detached `toolhost tools --warm`; the benchmark waits for either,
+// untimed, before the warm call, which the daemon then serves. "warm-cpu-ms" is the warm
+// call's CPU: its process's with its reaped children's ("warm-client-cpu-ms"), plus what
+// the daemon spent meanwhile, with the sandbox processes it reaped ("warm-daemon-cpu-ms":
+// utime+stime+cutime+cstime of /proc/PID/stat, in ticks of 10 ms, so a mean over
+// iterations). The daemon is stopped, untimed, at each iteration's end. The benchmark has
+// a runtime directory of its own (XDG_RUNTIME_DIR), so its own daemon.
 // BENCH_TOOLHOST_BIN names another binary to measure (an older build, for a before/after
 // in one run).
 //
@@ -108,18 +120,34 @@ func BenchmarkFirstCall(b *testing.B) {
 		bin = v
 	}
 	store := b.TempDir()
+	rt, err := os.MkdirTemp("", "th-rt-") // short: a socket path has at most 107 bytes
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(rt)
+	os.Chmod(rt, 0o700)
+	dDir := filepath.Join(rt, "toolhost")
+	sock := daemon.SocketPath(dDir)
+	cl := sessionapi.NewClient(func(ctx context.Context) (net.Conn, error) { return daemon.DialContext(ctx, sock) }, "")
+	defer cl.Close()
+	info := func() (sessionapi.Info, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		i, err := cl.Info(ctx)
+		return i, err == nil
+	}
 	var warmCPU, lastCPU time.Duration // the warm processes' CPU, with their reaped children's
 	run := func(dataDir string) (result, exit time.Duration) {
 		b.Helper()
 		cmd := exec.Command(bin, "call", "bash", `{"command":"true"}`)
 		cmd.Dir = b.TempDir()
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			if !strings.HasPrefix(kv, "TOOLHOST_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
 				cmd.Env = append(cmd.Env, kv)
 			}
 		}
 		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+dataDir, "TOOLHOST_STORE_DIR="+store,
-			"XDG_CONFIG_HOME="+b.TempDir(), "TOOLHOST_LOG_LEVEL=error")
+			"XDG_CONFIG_HOME="+b.TempDir(), "XDG_RUNTIME_DIR="+rt, "TOOLHOST_LOG_LEVEL=error")
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			b.Fatal(err)
@@ -146,7 +174,7 @@ func BenchmarkFirstCall(b *testing.B) {
 		lastCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		return took, took2
 	}
-	var cold, coldExit, warm time.Duration
+	var cold, coldExit, warm, clientCPU, daemonCPU time.Duration
 	for b.Loop() {
 		dataDir := filepath.Join(b.TempDir(), "data")
 		r, e := run(dataDir)
@@ -159,18 +187,84 @@ func BenchmarkFirstCall(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The cold call started a daemon when it made its log (daemon.Start does, before
+		// the process starts): wait until it takes calls.
+		pid := 0
+		if _, err := os.Stat(daemon.LogPath(dDir)); err == nil {
+			deadline := time.Now().Add(10 * time.Minute) // a hang bound
+			for {
+				if i, ok := info(); ok && i.TakesCalls {
+					pid = i.PID
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the daemon the cold call started does not take calls; its log:\n%s", daemon.LogTail(dDir, 2000))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		before := procCPU(pid)
 		b.StartTimer()
 		_, e = run(dataDir)
+		b.StopTimer()
+		d := procCPU(pid) - before
+		if pid != 0 {
+			if i, _ := info(); i.OneShots != 1 {
+				b.Fatalf("the daemon ran %d one-shot calls, want 1 (the warm call)", i.OneShots)
+			}
+			if p, err := os.FindProcess(pid); err == nil {
+				p.Signal(syscall.SIGTERM)
+			}
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+					break // gone (it is not this process's child: init reaps it)
+				}
+			}
+		}
+		os.Remove(daemon.LogPath(dDir))
+		b.StartTimer()
 		warm += e
-		warmCPU += lastCPU
+		warmCPU += lastCPU + d
+		clientCPU += lastCPU
+		daemonCPU += d
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(cold.Milliseconds())/n, "cold-ms")
 	b.ReportMetric(float64(coldExit.Milliseconds())/n, "cold-exit-ms")
 	b.ReportMetric(float64(warm.Milliseconds())/n, "warm-ms")
 	b.ReportMetric(float64(warmCPU.Microseconds())/n/1000, "warm-cpu-ms")
+	b.ReportMetric(float64(clientCPU.Microseconds())/n/1000, "warm-client-cpu-ms")
+	b.ReportMetric(float64(daemonCPU.Microseconds())/n/1000, "warm-daemon-cpu-ms")
 	b.ReportMetric(float64(cold)/float64(warm), "cold/warm")
 	b.ReportMetric(float64(coldExit)/float64(warm), "cold-exit/warm")
+}
+
+// procCPU is the CPU process pid has used, with its reaped children's (utime, stime,
+// cutime and cstime of /proc/PID/stat, in ticks of 10 ms: USER_HZ is 100 on Linux); 0
+// for pid 0 or where there is no /proc.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command's name, in parentheses, may hold spaces: count fields after it.
+	i := bytes.LastIndex(b, []byte(") "))
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+2:])) // f[0] is field 3 (state): utime is field 14
+	if len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // BenchmarkMCPTransports is issue 18's "MCP HTTP / stdio, official TS client, bash true":

@@ -144,6 +144,9 @@ type cli struct {
 	flags          *pflag.FlagSet
 	cfg            *config.Loaded
 	log            *slog.Logger
+	// noDaemon: a plain call found no session daemon on this user's socket (none runs),
+	// so it may start one once it has answered (settleOneShot).
+	noDaemon bool
 }
 
 // usageError is a mistake on the command line: exit 2 and a pointer to --help.

@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -204,6 +206,11 @@ restored into it or saved); a DIR that holds the config file, the data dir, a pl
 or the browser is refused, since a sandbox can rewrite its workspace.
 take_screenshot stores its images under the project (see toolhost screenshot list).
 
+When this user's session daemon runs with the same configuration, it runs the call
+(as this process would, with the plugins it has loaded); a call that found none starts
+one, for the next calls, once it has printed. --daemon-calls=false
+(serve.daemon_calls) turns both off.
+
 Exit status: 0 when the tool ran, even if its result is an error (is_error: true);
 1 when the host could not run it (no sandbox, a plugin failure); 2 for a usage
 mistake (bad JSON, unknown tool). Reasons go to stderr on one line.
@@ -251,13 +258,24 @@ Example:
 			}
 		}
 		// The project's one held session, if it has one, takes the call: the project's
-		// lease is the daemon's, and its sandbox has the state the user means.
-		if cl, id, err := c.projectSession(ctx, cmd, ws); err != nil {
+		// lease is the daemon's, and its sandbox has the state the user means. Without one,
+		// a daemon of this configuration runs the call as this process would, with the
+		// plugins it has loaded (serve.daemon_calls).
+		cl, id, err := c.projectSession(ctx, cmd, ws)
+		if err != nil {
 			return err
-		} else if cl != nil {
+		}
+		if cl != nil {
 			defer cl.Close()
-			c.log.Debug("call: the project's held session takes it", "session", id)
-			return c.callHeld(ctx, cmd, cl, id, tool, input)
+			if id != "" {
+				c.log.Debug("call: the project's held session takes it", "session", id)
+				return c.callHeld(ctx, cmd, cl, id, tool, input)
+			}
+			if c.cfg.Serve.DaemonCalls {
+				if served, err := c.callDaemon(ctx, cmd, cl, ws, tool, input); served {
+					return err
+				}
+			}
 		}
 
 		oneShotGuard(&c.cfg.Config)
@@ -270,38 +288,65 @@ Example:
 		}
 		defer c.closeToolhost(ctx, th)
 		// A plugin never compiled here answers in its interpreted form; once the result
-		// is printed and the sandbox closed, its compile is handed to a process of its
-		// own, so that this one exits and the next call finds it in the cache.
+		// is printed and the sandbox closed, the session daemon is started for the next
+		// call, which compiles it, or (serve.daemon_calls false, or a daemon of another
+		// configuration runs) its compile is handed to a process of its own: this one
+		// exits, and the next call finds it in the cache.
 		defer c.settleOneShot(ctx, th)
-		if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
-			return usagef(cmd, "unknown tool %q (tools: %s)", tool, strings.Join(toolNames(th.Tools()), ", "))
+		err = c.oneShot(ctx, th, c.cfg.Project, ws, tool, input, c.quietLog(), func(res abi.Result) error {
+			return writeJSON(c.stdout, res, false)
+		})
+		if _, ok := errors.AsType[*errUnknownTool](err); ok {
+			return usagef(cmd, "%v", err)
 		}
-		experimental.Prepare(th, tool) // its plugin gets ready while the sandbox starts
-		// With a host directory, the session's sandboxes use it as their workspace: the call
-		// acts on it, and nothing is restored into it. Without, the session wakes the
-		// project's private workspace from its newest snapshot and saves it after the call.
-		// (A one-shot call never lives long enough to rotate.)
-		sess, err := th.Open(ctx, toolhost.SessionOptions{Workspace: ws, Logger: c.quietLog()})
-		if err != nil {
-			return err
-		}
-		defer c.closeSession(ctx, sess)
-
-		res, err := sess.Dispatch(ctx, tool, json.RawMessage(input))
-		if err != nil {
-			return fmt.Errorf("%s: %w", tool, err)
-		}
-		if ws == "" {
-			if _, err := sess.Commit(ctx, "call "+tool); err != nil {
-				return fmt.Errorf("%s ran, but saving the project's workspace failed: %w", tool, err)
-			}
-		}
-		if res.Content == nil {
-			res.Content = []abi.Content{}
-		}
-		return writeJSON(c.stdout, res, false)
+		return err
 	}
 	return cmd
+}
+
+// errUnknownTool: a one-shot call names no tool of the plugins.
+type errUnknownTool struct {
+	tool  string
+	tools []abi.Tool
+}
+
+func (e *errUnknownTool) Error() string {
+	return fmt.Sprintf("unknown tool %q (tools: %s)", e.tool, strings.Join(toolNames(e.tools), ", "))
+}
+
+// oneShot is a plain `toolhost call`, wherever it runs (in its own process, or in the
+// session daemon for one: callDaemon): a session of project of its own on th, on the
+// host directory ws or (ws "") the project's private workspace, woken from its newest
+// snapshot and committed after the call; the call; its result handed to deliver, then
+// the session closed. An unknown tool is an *errUnknownTool.
+func (c *cli) oneShot(ctx context.Context, th *toolhost.Toolhost, project, ws, tool string, input []byte, log *slog.Logger, deliver func(abi.Result) error) error {
+	if !slices.ContainsFunc(th.Tools(), func(t abi.Tool) bool { return t.Name == tool }) {
+		return &errUnknownTool{tool, th.Tools()}
+	}
+	experimental.Prepare(th, tool) // its plugin gets ready while the sandbox starts
+	// With a host directory, the session's sandboxes use it as their workspace: the call
+	// acts on it, and nothing is restored into it. Without, the session wakes the
+	// project's private workspace from its newest snapshot and saves it after the call.
+	// (A one-shot call never lives long enough to rotate.)
+	sess, err := th.Open(ctx, toolhost.SessionOptions{Project: project, Workspace: ws, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer c.closeSession(ctx, sess)
+
+	res, err := sess.Dispatch(ctx, tool, json.RawMessage(input))
+	if err != nil {
+		return fmt.Errorf("%s: %w", tool, err)
+	}
+	if ws == "" {
+		if _, err := sess.Commit(ctx, "call "+tool); err != nil {
+			return fmt.Errorf("%s ran, but saving the project's workspace failed: %w", tool, err)
+		}
+	}
+	if res.Content == nil {
+		res.Content = []abi.Content{}
+	}
+	return deliver(res)
 }
 
 // oneShotGuard turns the built-in file tools' guard off for a one-shot call: the guard

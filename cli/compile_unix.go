@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/experimental"
+	"github.com/toolhost/toolhost/internal/daemon"
 )
 
 // compileLockName is the file in the data dir that a detached compile (compileDetached)
@@ -21,13 +22,24 @@ import (
 // the cache is filled can wait for it.
 const compileLockName = "compile.lock"
 
-// settleOneShot leaves the compile of the plugins a one-shot call ran in their
-// interpreted form to a process of its own (`toolhost tools --warm`, in a session of its
-// own, at a lower priority), so that the call's process exits as soon as it has answered
-// and the next call still finds them in the compilation cache. When another such process
-// is compiling already (its lock is held), it is left to finish. Only when the process
-// cannot be started does the call wait for the compile itself.
+// settleOneShot readies the next call once this one has answered. When no session
+// daemon runs and serve.daemon_calls allows it, it starts one (startDaemonDetached),
+// which compiles every plugin and then serves the next call. Otherwise it leaves the
+// compile of the plugins the call ran in their interpreted form to a process of its own
+// (`toolhost tools --warm`, in a session of its own, at a lower priority), so that the
+// call's process exits as soon as it has answered and the next call still finds them in
+// the compilation cache. When another such process is compiling already (its lock is
+// held), it is left to finish. Only when no process can be started does the call wait
+// for the compile itself.
 func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost) {
+	if c.noDaemon && c.cfg.Serve.DaemonCalls {
+		err := c.startDaemonDetached()
+		if err == nil {
+			c.quietLog().Debug("started the session daemon for the next call")
+			return
+		}
+		c.quietLog().Debug("starting the session daemon for the next call", "err", err)
+	}
 	unsettled := experimental.Unsettled(th)
 	if len(unsettled) == 0 {
 		return
@@ -42,6 +54,42 @@ func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost) {
 	if err := experimental.Settle(ctx, th); err != nil {
 		c.quietLog().Debug("compiling the called plugins for the next start", "err", err)
 	}
+}
+
+// startDaemonDetached starts the session daemon as startDaemon does (`toolhost serve
+// --daemon --exit-idle 1m` with this command's configuration, in a session of its own,
+// its output to its log), and waits neither for it to answer nor to exit: it outlives
+// this process by design, and ends a minute after its last request.
+func (c *cli) startDaemonDetached() error {
+	dir, err := daemon.Dir()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"serve", "--daemon", "--exit-idle", daemonExitIdle.String()}, c.configFlags()...)
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "/"
+	}
+	proc, err := daemon.Start(exe, args, os.Environ(), wd, daemon.LogPath(dir))
+	if err != nil {
+		return err
+	}
+	return proc.Process.Release()
+}
+
+// compileLocked runs compile holding dataDir's compile lock, waiting for another
+// compile that holds it (a detached one, another daemon's) to end first.
+func compileLocked(ctx context.Context, dataDir string, compile func() error) error {
+	f, err := lockCompile(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // unlocks
+	return compile()
 }
 
 // compileDetached starts `toolhost tools --warm` with this command's configuration,
@@ -85,22 +133,33 @@ func (c *cli) compileDetached() (started bool, err error) {
 
 // waitCompiled waits until no detached compile holds dataDir's compile lock.
 func waitCompiled(ctx context.Context, dataDir string) error {
-	f, err := os.OpenFile(filepath.Join(dataDir, compileLockName), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	f, err := lockCompile(ctx, dataDir)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	return f.Close() // unlocks
+}
+
+// lockCompile waits for dataDir's compile lock and returns it held: closing the file
+// unlocks it.
+func lockCompile(ctx context.Context, dataDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dataDir, compileLockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			return f, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return err
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the compile holding %s: %w", f.Name(), ctx.Err())
+			f.Close()
+			return nil, fmt.Errorf("waiting for the compile holding %s: %w", f.Name(), ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

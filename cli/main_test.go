@@ -177,7 +177,10 @@ func runBinIn(t *testing.T, bin, dir string, env []string, args ...string) runRe
 		}
 	}
 	// No user config file: every test states its configuration.
-	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t), "XDG_CONFIG_HOME="+t.TempDir())
+	// No call runs in, or starts, a session daemon unless the test says so: a test's
+	// daemon is in its own runtime directory (sessionEnv).
+	cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+testDataDir, "TOOLHOST_STORE_DIR="+testStore(t), "XDG_CONFIG_HOME="+t.TempDir(),
+		"TOOLHOST_SERVE_DAEMON_CALLS=false")
 	cmd.Env = append(cmd.Env, env...)
 	awaitCompiles(t, cmd.Env)
 	var stdout, stderr bytes.Buffer

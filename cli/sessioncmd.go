@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 
 	"github.com/toolhost/toolhost"
 	"github.com/toolhost/toolhost/abi"
+	"github.com/toolhost/toolhost/experimental"
 	"github.com/toolhost/toolhost/internal/daemon"
 	"github.com/toolhost/toolhost/internal/mcpserve"
 	"github.com/toolhost/toolhost/internal/sessionapi"
@@ -438,19 +442,30 @@ func (c *cli) callHeld(ctx context.Context, cmd *command, cl *sessionapi.Client,
 	return writeJSON(c.stdout, res, false)
 }
 
-// projectSession finds the one held session of the configured project that a plain
-// `toolhost call` should use: none (no daemon, another configuration, none of the
-// project, or one on another workspace than ws), or an error when there are several.
+// daemonProbeBound bounds a plain call's question to the session daemon (is it there,
+// with this configuration?): a daemon that does not answer within it (one still loading
+// its plugins) is left alone, and the call runs in its own process.
+const daemonProbeBound = time.Second
+
+// projectSession finds what should take a plain `toolhost call`: the one held session
+// of the configured project (cl and its id), or, when there is none, the session daemon
+// running this configuration (cl, id ""), or nothing (cl nil: no daemon, one that does
+// not answer or runs another configuration, or a held session of the project on another
+// workspace than ws). It is an error when the project has several held sessions, or when
+// what is on the daemon's socket is not this user's daemon.
 func (c *cli) projectSession(ctx context.Context, cmd *command, ws string) (*sessionapi.Client, string, error) {
 	cl, _, err := c.sessionClient()
 	if err != nil {
 		return nil, "", nil
 	}
-	info, err := cl.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, daemonProbeBound)
+	info, err := cl.Info(ictx)
+	cancel()
 	if errors.Is(err, daemon.ErrUntrusted) { // something else on the daemon's socket: say so
 		cl.Close()
 		return nil, "", err
 	}
+	c.noDaemon = sessionapi.Unreachable(err)
 	if err != nil || info.ConfigDigest != configDigest(c.cfg.Config) {
 		cl.Close()
 		return nil, "", nil
@@ -461,21 +476,82 @@ func (c *cli) projectSession(ctx context.Context, cmd *command, ws string) (*ses
 		return nil, "", nil
 	}
 	var ids []string
+	other := false // a held session of the project on another workspace
 	for _, s := range sessions {
-		if s.Project == c.cfg.Project && (ws == "" || ws == s.Workspace) {
-			ids = append(ids, s.ID)
+		if s.Project == c.cfg.Project {
+			if ws == "" || ws == s.Workspace {
+				ids = append(ids, s.ID)
+			} else {
+				other = true
+			}
 		}
 	}
 	switch len(ids) {
 	case 0:
-		cl.Close()
-		return nil, "", nil
+		if other { // it holds the project's lease: the call runs, and fails, as before
+			cl.Close()
+			return nil, "", nil
+		}
+		return cl, "", nil
 	case 1:
 		return cl, ids[0], nil
 	}
 	cl.Close()
 	slices.Sort(ids)
 	return nil, "", usagef(cmd, "project %s has %d sessions (%s): choose one with --session", c.cfg.Project, len(ids), strings.Join(ids, ", "))
+}
+
+// callDaemon asks the session daemon (cl, which runs this configuration) to run a plain
+// call as this process would (oneShot) and prints its result. served is false when the
+// daemon ran nothing and said so (another configuration, shutting down, a daemon without
+// one-shot calls) or could not be reached before the request was sent: the caller runs
+// the call itself. A daemon that went away once the request was on its way may have run
+// the call: that is an error, never a call run again.
+func (c *cli) callDaemon(ctx context.Context, cmd *command, cl *sessionapi.Client, ws, tool string, input []byte) (served bool, err error) {
+	var sent atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { sent.Store(true) },
+	})
+	res, err := cl.OneShot(tctx, sessionapi.OneShotRequest{Project: c.cfg.Project, Workspace: ws, Tool: tool, Input: input})
+	switch st := sessionapi.Status(err); {
+	case err == nil:
+		c.log.Debug("call: served by the session daemon")
+		return true, writeJSON(c.stdout, res, false)
+	case st == http.StatusPreconditionFailed, st == http.StatusServiceUnavailable, st == http.StatusNotFound, st == http.StatusMethodNotAllowed,
+		st == 0 && !sent.Load() && !errors.Is(err, daemon.ErrUntrusted) && ctx.Err() == nil:
+		c.log.Debug("call: the session daemon did not take it; running it here", "err", err)
+		return false, nil
+	case st == 0 && sessionapi.Unreachable(err):
+		return true, fmt.Errorf("the session daemon went away during the call, which may have run: check its effects before calling %s again (its log: %s): %w",
+			tool, c.daemonLog(), err)
+	}
+	return true, sessionError(cmd, err)
+}
+
+// daemonLog is the session daemon's log file, for a message.
+func (c *cli) daemonLog() string {
+	dir, err := daemon.Dir()
+	if err != nil {
+		return "none"
+	}
+	return daemon.LogPath(dir)
+}
+
+// daemonOneShots runs the session daemon's one-shot calls (mcpserve.Options.OneShot) on
+// a Toolhost of its own: the configuration with the editfile guard off, as a call's own
+// process has it (oneShotGuard), beside the held sessions' Toolhost, which keeps it on.
+func (c *cli) daemonOneShots(th *toolhost.Toolhost) func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error) {
+	return func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error) {
+		var res abi.Result
+		err := c.oneShot(ctx, th, r.Project, r.Workspace, r.Tool, r.Input, c.log, func(got abi.Result) error {
+			res = got
+			return nil
+		})
+		if _, ok := errors.AsType[*errUnknownTool](err); ok {
+			return abi.Result{}, mcpserve.APIError(http.StatusBadRequest, err)
+		}
+		return res, err
+	}
 }
 
 // serveDaemon is `toolhost serve --daemon`: the session API on this user's socket.
@@ -493,12 +569,41 @@ func serveDaemon(ctx context.Context, c *cli, exitIdle time.Duration) error {
 		return err
 	}
 	defer ln.Close()
+	digest := configDigest(c.cfg.Config) // before oneShotGuard's change, as a client's
 	th, err := c.newToolhost(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.closeToolhost(ctx, th)
-	s := mcpserve.New(th, mcpserve.Options{Logger: c.log, ConfigDigest: configDigest(c.cfg.Config),
-		MaxSessions: c.cfg.Serve.MaxSessions})
+	// The plain calls' Toolhost: the editfile guard off, as in a call's own process.
+	oneCfg := c.cfg.Config
+	oneCfg.Plugins = slices.Clone(oneCfg.Plugins)
+	oneShotGuard(&oneCfg)
+	oneTh, err := toolhost.New(ctx, oneCfg, c.options()...)
+	if err != nil {
+		return err
+	}
+	defer c.closeToolhost(ctx, oneTh)
+	// Every plugin compiled into the cache (under the data dir's compile lock, one
+	// compile at a time, as the compile a call hands to a process of its own) and loaded
+	// in both before the first one-shot call is taken: a call that the daemon takes pays
+	// for none of it. Held sessions are served meanwhile, as before.
+	ready := make(chan struct{})
+	cctx, cancel := context.WithCancel(ctx)
+	var compiling sync.WaitGroup
+	defer func() { cancel(); compiling.Wait() }() // before the Toolhosts close
+	compiling.Go(func() {
+		err := compileLocked(cctx, c.cfg.DataDir, func() error {
+			return errors.Join(experimental.CompilePlugins(cctx, th), experimental.CompilePlugins(cctx, oneTh))
+		})
+		if err != nil {
+			c.log.Warn("session daemon: compiling the plugins", "err", err)
+			return // one-shot calls stay in their callers' processes
+		}
+		c.log.Debug("session daemon: plugins compiled; taking one-shot calls")
+		close(ready)
+	})
+	s := mcpserve.New(th, mcpserve.Options{Logger: c.log, ConfigDigest: digest,
+		MaxSessions: c.cfg.Serve.MaxSessions, OneShot: c.daemonOneShots(oneTh), OneShotReady: ready})
 	return s.ServeDaemon(ctx, ln, exitIdle, shutdownGrace)
 }

@@ -24,7 +24,7 @@ func (s *Server) SessionAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/daemon", func(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusOK, sessionapi.Info{PID: os.Getpid(), Version: s.opts.Version, Started: started,
-			ConfigDigest: s.opts.ConfigDigest, Sessions: len(s.Held())})
+			ConfigDigest: s.opts.ConfigDigest, Sessions: len(s.Held()), TakesCalls: s.takesOneShots(), OneShots: s.held.oneShots.Load()})
 	})
 	mux.HandleFunc("GET /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusOK, sessionapi.List{Sessions: s.Held()})
@@ -83,6 +83,16 @@ func (s *Server) SessionAPI() http.Handler {
 		}
 		writeAPI(w, http.StatusOK, sessionapi.Snapshot{Key: info.Key, Bytes: info.Size, Unchanged: info.Unchanged})
 	})
+	if s.opts.OneShot != nil {
+		mux.HandleFunc("POST /v1/calls", func(w http.ResponseWriter, r *http.Request) {
+			res, err := s.oneShot(r.Context(), r)
+			if err != nil {
+				writeAPIError(w, err)
+				return
+			}
+			writeAPI(w, http.StatusOK, res)
+		})
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.held.inflight.Add(1)

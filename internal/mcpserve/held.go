@@ -41,6 +41,7 @@ type heldSessions struct {
 	adopting   map[string]*defaultSlot     // handles being adopted from the fleet (handles.go)
 
 	inflight atomic.Int64 // API requests being answered
+	oneShots atomic.Int64 // one-shot calls run (POST /v1/calls)
 	last     atomic.Int64 // unix nanoseconds of the last API request's end
 }
 
@@ -112,16 +113,8 @@ func (s *Server) openHeld(ctx context.Context, owner, project, workspace string,
 	if workspace == "" {
 		workspace = s.opts.Workspaces[project]
 	}
-	if workspace != "" {
-		if !filepath.IsAbs(workspace) {
-			return sessionapi.Held{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
-		}
-		if st, err := os.Stat(workspace); err != nil || !st.IsDir() {
-			return sessionapi.Held{}, apiErrorf(http.StatusBadRequest, "the workspace %s is not a directory", workspace)
-		}
-		if err := s.th.CheckWorkspace(workspace); err != nil {
-			return sessionapi.Held{}, &apiError{http.StatusBadRequest, err}
-		}
+	if err := s.checkWorkspace(workspace); err != nil {
+		return sessionapi.Held{}, err
 	}
 	if idle <= 0 {
 		idle = s.opts.HeldIdleTimeout
@@ -160,6 +153,85 @@ func (s *Server) openHeld(ctx context.Context, owner, project, workspace string,
 	go s.watchHeld(h) // owned by s.watchers: ends when the session does
 	s.log.Info("mcp: held session started", "id", h.id, "project", project, "workspace", workspace, "ready", h.ready.Round(time.Millisecond))
 	return h.info(), nil
+}
+
+// checkWorkspace checks a workspace a client of the session API asks for (a host
+// directory; "" is the project's private workspace) as the server's own: absolute, a
+// directory, and one CheckWorkspace accepts. The client's word is not trusted.
+func (s *Server) checkWorkspace(workspace string) error {
+	if workspace == "" {
+		return nil
+	}
+	if !filepath.IsAbs(workspace) {
+		return apiErrorf(http.StatusBadRequest, "the workspace %s is not an absolute path", workspace)
+	}
+	if st, err := os.Stat(workspace); err != nil || !st.IsDir() {
+		return apiErrorf(http.StatusBadRequest, "the workspace %s is not a directory", workspace)
+	}
+	if err := s.th.CheckWorkspace(workspace); err != nil {
+		return &apiError{http.StatusBadRequest, err}
+	}
+	return nil
+}
+
+// APIError is err with the status the session API answers it with: 400 for the caller's
+// mistake (an unknown tool), which the CLI reports as a usage mistake.
+func APIError(status int, err error) error { return &apiError{status, err} }
+
+// oneShot runs a one-shot call of the session API (sessionapi.OneShotRequest) through
+// Options.OneShot, after checking what the caller asks for as startHeld does.
+func (s *Server) oneShot(ctx context.Context, r *http.Request) (abi.Result, error) {
+	if d := r.Header.Get(sessionapi.ConfigDigestHeader); d != "" && s.opts.ConfigDigest != "" && d != s.opts.ConfigDigest {
+		// Nothing ran: the caller runs the call itself.
+		return abi.Result{}, apiErrorf(http.StatusPreconditionFailed, "the session daemon runs with another configuration than this command's")
+	}
+	if s.isClosing() {
+		return abi.Result{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is shutting down")
+	}
+	if !s.takesOneShots() {
+		return abi.Result{}, apiErrorf(http.StatusServiceUnavailable, "the session daemon is still compiling its plugins")
+	}
+	var req sessionapi.OneShotRequest
+	if err := readAPI(r, &req); err != nil {
+		return abi.Result{}, err
+	}
+	if err := storekeys.ValidProject(req.Project); err != nil {
+		return abi.Result{}, apiErrorf(http.StatusBadRequest, "%v", err)
+	}
+	if err := s.checkWorkspace(req.Workspace); err != nil {
+		return abi.Result{}, err
+	}
+	if len(req.Input) == 0 || string(req.Input) == "null" {
+		req.Input = json.RawMessage(`{}`)
+	}
+	s.held.oneShots.Add(1)
+	res, err := s.opts.OneShot(ctx, req)
+	if err != nil {
+		if _, ok := errors.AsType[*lease.HeldError](err); ok {
+			err = &apiError{http.StatusConflict, err}
+		}
+		return abi.Result{}, err
+	}
+	if res.Content == nil {
+		res.Content = []abi.Content{}
+	}
+	return res, nil
+}
+
+// takesOneShots reports whether one-shot calls may run (Options.OneShot, OneShotReady).
+func (s *Server) takesOneShots() bool {
+	if s.opts.OneShot == nil {
+		return false
+	}
+	if s.opts.OneShotReady == nil {
+		return true
+	}
+	select {
+	case <-s.opts.OneShotReady:
+		return true
+	default:
+		return false
+	}
 }
 
 // nameHeld gives h a handle not in use here (and, in a fleet, recorded in the store as

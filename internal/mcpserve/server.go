@@ -47,6 +47,7 @@ import (
 	"github.com/toolhost/toolhost/internal/fleet"
 	"github.com/toolhost/toolhost/internal/lease"
 	"github.com/toolhost/toolhost/internal/rootapi"
+	"github.com/toolhost/toolhost/internal/sessionapi"
 )
 
 // probeTimeout bounds a probe of a lease holder's address.
@@ -114,6 +115,13 @@ type Options struct {
 	// HeldIdleTimeout ends a held session (the session API's, the stateless revision's)
 	// after this long without a call (default IdleTimeout); a session may ask for its own.
 	HeldIdleTimeout time.Duration
+	// OneShot, when set, runs the session API's one-shot calls (POST /v1/calls, a plain
+	// `toolhost call` served by the session daemon) once the server has checked the
+	// request's configuration, project and workspace. Nil: the route answers 404.
+	OneShot func(ctx context.Context, r sessionapi.OneShotRequest) (abi.Result, error)
+	// OneShotReady, when set, is closed once OneShot may be called (the daemon's plugins
+	// compiled); until then a one-shot call is answered 503, having run nothing.
+	OneShotReady <-chan struct{}
 }
 
 // Server serves one Toolhost's tools to MCP clients. It is safe for concurrent use.

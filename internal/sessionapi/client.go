@@ -139,6 +139,12 @@ func (c *Client) Call(ctx context.Context, id, tool string, input json.RawMessag
 	return r, c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/calls", CallRequest{Tool: tool, Input: input}, &r)
 }
 
+// OneShot runs one tool call as a session of its own (OneShotRequest).
+func (c *Client) OneShot(ctx context.Context, r OneShotRequest) (abi.Result, error) {
+	var res abi.Result
+	return res, c.do(ctx, http.MethodPost, "/v1/calls", r, &res)
+}
+
 // Commit saves a snapshot of session id's workspace.
 func (c *Client) Commit(ctx context.Context, id, label string) (Snapshot, error) {
 	var s Snapshot

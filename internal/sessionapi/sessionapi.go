@@ -8,10 +8,13 @@
 //	POST   /v1/sessions/{id}/calls      CallRequest -> abi.Result
 //	POST   /v1/sessions/{id}/commit     CommitRequest -> Snapshot
 //	DELETE /v1/sessions/{id}            Snapshot (the commit at its end)
+//	POST   /v1/calls                    OneShotRequest -> abi.Result
 //
 // Errors are Error with a status: 400 a request the caller should fix (an unknown tool,
 // a bad workspace), 404 no such session, 409 the daemon runs another configuration, 503
-// the daemon is shutting down or full, 500 the host could not do it.
+// the daemon is shutting down or full, 500 the host could not do it. A one-shot call
+// (POST /v1/calls) answers 412 when the daemon runs another configuration and 503 when it
+// is shutting down: in both cases nothing ran, and the caller runs the call itself.
 package sessionapi
 
 import (
@@ -28,6 +31,10 @@ type Info struct {
 	// ConfigDigestHeader).
 	ConfigDigest string `json:"config_digest"`
 	Sessions     int    `json:"sessions"`
+	// TakesCalls: the daemon takes one-shot calls (POST /v1/calls) now, its plugins
+	// compiled; OneShots counts those it has run.
+	TakesCalls bool  `json:"takes_calls"`
+	OneShots   int64 `json:"one_shots"`
 }
 
 // ConfigDigestHeader carries the client's configuration digest on the requests whose
@@ -72,6 +79,17 @@ type List struct {
 type CallRequest struct {
 	Tool  string          `json:"tool"`
 	Input json.RawMessage `json:"input"`
+}
+
+// OneShotRequest runs one tool call as a session of its own, what a plain `toolhost
+// call` does in its own process: a session of Project opened on Workspace (a host
+// directory, absolute; empty: the project's private workspace, committed after the
+// call), the call, the session closed.
+type OneShotRequest struct {
+	Project   string          `json:"project"`
+	Workspace string          `json:"workspace,omitempty"`
+	Tool      string          `json:"tool"`
+	Input     json.RawMessage `json:"input"`
 }
 
 // CommitRequest saves a snapshot of a session's workspace.
