@@ -291,9 +291,12 @@ Example:
 		// is printed and the sandbox closed, the session daemon is started for the next
 		// call, which compiles it, or (serve.daemon_calls false, or a daemon of another
 		// configuration runs) its compile is handed to a process of its own: this one
-		// exits, and the next call finds it in the cache.
-		defer c.settleOneShot(ctx, th)
+		// exits, and the next call finds it in the cache. A call that did not answer (no
+		// sandbox, an unknown tool) starts no daemon: its next call would fail the same way.
+		answered := false
+		defer func() { c.settleOneShot(ctx, th, answered) }()
 		err = c.oneShot(ctx, th, c.cfg.Project, ws, tool, input, c.quietLog(), func(res abi.Result) error {
+			answered = true
 			return writeJSON(c.stdout, res, false)
 		})
 		if _, ok := errors.AsType[*errUnknownTool](err); ok {

@@ -12,7 +12,7 @@ import (
 // settleOneShot waits for the compile of the plugins a one-shot call ran interpreted, so
 // that the next call finds them in the compilation cache (on Unix it is left to a
 // detached process: compile_unix.go).
-func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost) {
+func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost, _ bool) {
 	if err := experimental.Settle(ctx, th); err != nil {
 		c.quietLog().Debug("compiling the called plugins for the next start", "err", err)
 	}

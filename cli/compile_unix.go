@@ -22,17 +22,18 @@ import (
 // the cache is filled can wait for it.
 const compileLockName = "compile.lock"
 
-// settleOneShot readies the next call once this one has answered. When no session
-// daemon runs and serve.daemon_calls allows it, it starts one (startDaemonDetached),
-// which compiles every plugin and then serves the next call. Otherwise it leaves the
+// settleOneShot readies the next call once this one has answered. When the call
+// answered, no session daemon runs and serve.daemon_calls allows it, it starts one
+// (startDaemonDetached), which compiles every plugin and then serves the next call (a
+// call that did not answer starts none: the next would fail alike). Otherwise it leaves the
 // compile of the plugins the call ran in their interpreted form to a process of its own
 // (`toolhost tools --warm`, in a session of its own, at a lower priority), so that the
 // call's process exits as soon as it has answered and the next call still finds them in
 // the compilation cache. When another such process is compiling already (its lock is
 // held), it is left to finish. Only when no process can be started does the call wait
 // for the compile itself.
-func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost) {
-	if c.noDaemon && c.cfg.Serve.DaemonCalls {
+func (c *cli) settleOneShot(ctx context.Context, th *toolhost.Toolhost, answered bool) {
+	if answered && c.noDaemon && c.cfg.Serve.DaemonCalls {
 		err := c.startDaemonDetached()
 		if err == nil {
 			c.quietLog().Debug("started the session daemon for the next call")

@@ -70,7 +70,8 @@ func TestCustomBuild(t *testing.T) {
 			}
 		}
 		cmd.Env = append(cmd.Env, "TOOLHOST_DATA_DIR="+filepath.Join(home, "data"), "TOOLHOST_STORE_DIR="+filepath.Join(home, "store"),
-			"XDG_CONFIG_HOME="+filepath.Join(home, "config"), "TOOLHOST_LOG_LEVEL=warn")
+			"XDG_CONFIG_HOME="+filepath.Join(home, "config"), "TOOLHOST_LOG_LEVEL=warn",
+			"TOOLHOST_SERVE_DAEMON_CALLS=false") // no session daemon outlives the test
 		var o, e bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &e
 		err := cmd.Run()
