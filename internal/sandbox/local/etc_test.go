@@ -15,9 +15,26 @@ import (
 // TestEtcIsSealed: the sandbox's /etc holds copies of a few host files and the synthetic
 // ones, none of which the sandbox user can change, replace or remove, none wider than the
 // host's, and no host path shows in the sandbox's mount table.
+// With the host's network, resolv.conf and hosts join the copies.
 func TestEtcIsSealed(t *testing.T) {
 	p := newProvider(t, Config{})
-	sb := newSandbox(t, p, sandbox.CreateOptions{})
+	t.Run("isolated", func(t *testing.T) { testEtcIsSealed(t, newSandbox(t, p, sandbox.CreateOptions{})) })
+	t.Run("host network", func(t *testing.T) {
+		sb := newSandbox(t, p, sandbox.CreateOptions{Network: sandbox.NetworkHost})
+		testEtcIsSealed(t, sb)
+		for _, f := range etcNetFiles {
+			host, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			if res := sh(t, sb, "cat "+f); string(res.Stdout) != string(host) {
+				t.Errorf("%s in the sandbox is %q, the host's %q", f, res.Stdout, host)
+			}
+		}
+	})
+}
+
+func testEtcIsSealed(t *testing.T, sb *Sandbox) {
 	res := sh(t, sb, `stat -c '%u %g %a %F %n' /etc /etc/* 2>&1; echo; for f in /etc/*; do [ -f "$f" ] && echo "$f"; done`)
 	t.Logf("the sandbox's /etc:\n%s", res.Stdout)
 	listing, files, _ := strings.Cut(string(res.Stdout), "\n\n")
