@@ -91,7 +91,7 @@ func (e *egressLink) plan(l *launch) error {
 	if err != nil {
 		return err
 	}
-	l.arg("--ro-bind-data", hosts, "/etc/hosts")
+	l.arg("--perms", "0444", "--file", hosts, "/etc/hosts") // a copy in /etc, as its other files
 	if len(bytes.TrimSpace(e.trust)) > 0 {
 		system, err := os.ReadFile(caBundle)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -106,7 +106,9 @@ func (e *egressLink) plan(l *launch) error {
 		if err != nil {
 			return err
 		}
-		l.arg("--ro-bind-data", bfd, caBundle, "--ro-bind-data", xfd, extraCA)
+		// The bundle lies in a host directory bound read-only (/etc/ssl/certs): it stays a
+		// bind over the host's; the extra roots are a copy in the sandbox's own /etc.
+		l.arg("--ro-bind-data", bfd, caBundle, "--perms", "0444", "--file", xfd, extraCA)
 		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
 			env[k] = caBundle
 		}

@@ -17,8 +17,8 @@ import (
 // launch collects what one bwrap start inherits. bwrap gets every host path it must not
 // show the sandbox through a descriptor instead of its command line: the arguments
 // themselves (--args: the sandbox's pid 1 is a fork of bwrap, and /proc/1/cmdline is
-// readable by everyone), /etc/passwd and /etc/group (--ro-bind-data: copied into the
-// sandbox, no bind mount whose source path mountinfo would print), the seccomp program, and
+// readable by everyone), /etc/passwd and /etc/group (--file: copied into the
+// sandbox's own /etc, no mount whose source path mountinfo would print), the seccomp program, and
 // the agent's executable (run as /proc/self/fd/N, so the host binary's path is mounted
 // nowhere). Descriptors are numbered in the order they are added, from 3 up, as
 // exec.Cmd.ExtraFiles numbers them.

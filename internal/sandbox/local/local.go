@@ -281,8 +281,8 @@ const (
 	gitconfig = "[safe]\n\tdirectory = *\n"
 )
 
-// etcFiles are bound read-only from the host when present: what the loader and common
-// tools need, nothing secret.
+// etcFiles are copied (files) or bound read-only (directories) from the host when present:
+// what the loader and common tools need, nothing secret.
 var etcFiles = []string{
 	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
 	"/etc/localtime", "/etc/nsswitch.conf", "/etc/ssl/certs", "/etc/ca-certificates",
@@ -330,8 +330,15 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 	if opts.Network == sandbox.NetworkHost {
 		files = append(slices.Clone(files), etcNetFiles...)
 	}
+	// /etc is a directory of the sandbox's root tmpfs, read-only with it (--remount-ro /
+	// below). Its files are copies made here (--file: no mount, so bubblewrap does not
+	// re-read its mount table after each as it does after a bind); the host's directories
+	// stay read-only binds.
 	for _, f := range files {
-		l.arg("--ro-bind-try", f, f)
+		if err := etcCopy(l, f); err != nil {
+			l.close()
+			return nil, err
+		}
 	}
 	for _, d := range []struct{ name, dest, data string }{
 		{"passwd", "/etc/passwd", passwd}, {"group", "/etc/group", group}, {"gitconfig", "/etc/gitconfig", gitconfig},
@@ -341,7 +348,7 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 			l.close()
 			return nil, err
 		}
-		l.arg("--ro-bind-data", fd, d.dest)
+		l.arg("--perms", "0444", "--file", fd, d.dest)
 	}
 	if egress != nil {
 		if err := egress.plan(l); err != nil {
@@ -406,6 +413,41 @@ func (p *Provider) plan(ws *workspace, listener *os.File, info, block *os.File, 
 	}
 	l.command = "/proc/self/fd/" + l.add(exe)
 	return l, nil
+}
+
+// etcCopy adds the host's path to the plan: a directory as a read-only bind, a regular
+// file as a copy (--file) of its content at this moment, with the host's mode less any
+// write bits. Symlinks are followed, as a bind follows them. Nothing is added for a path
+// that does not exist, is neither, or is not readable by everyone on the host (the sandbox
+// user could not have read it through a bind either; a copy would be readable by it).
+func etcCopy(l *launch, path string) error {
+	// O_NONBLOCK: opening a FIFO put in the way does not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return nil
+		}
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return fmt.Errorf("stat %s: %w", path, err)
+	case fi.IsDir():
+		f.Close()
+		l.arg("--ro-bind-try", path, path)
+		return nil
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o004 == 0:
+		f.Close()
+		return nil
+	}
+	if err := unix.SetNonblock(int(f.Fd()), false); err != nil {
+		f.Close()
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	l.arg("--perms", fmt.Sprintf("%04o", fi.Mode().Perm()&0o555), "--file", l.add(f), path)
+	return nil
 }
 
 func dupFile(f *os.File) (*os.File, error) {
