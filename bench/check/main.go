@@ -111,7 +111,7 @@ var runs = []run{
 	{pkg: "./cli", bench: "^BenchmarkFirstCall$", benchtime: "3x", figures: []figure{
 		{"cold / warm `call bash true`, to the result", "≤ 2x", "x", ratioOf("BenchmarkFirstCall", "cold/warm")},
 		{"cold / warm, to the process's exit", "≤ 2x", "x", ratioOf("BenchmarkFirstCall", "cold-exit/warm")},
-		{"one warm one-shot `toolhost call`, CPU (with its sandbox's)", "≤ 50 ms", "ms", ratioOf("BenchmarkFirstCall", "warm-cpu-ms")},
+		{"one warm one-shot `toolhost call`, CPU (its own, and the session daemon's with the sandbox's)", "≤ 50 ms", "ms", ratioOf("BenchmarkFirstCall", "warm-cpu-ms")},
 	}},
 	{pkg: "./internal/sandbox/local", bench: "^BenchmarkCreateVsBwrap$", benchtime: "20x", figures: []figure{
 		{"create → first command / bare bwrap, wall", "≤ 2x", "x", ratioOf("BenchmarkCreateVsBwrap", "create/bwrap")},
