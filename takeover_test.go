@@ -109,8 +109,11 @@ func TestTakeoverHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		var results []string
-		last := time.Now()
+		// An autosave waited for must have begun after the step before it began (its
+		// checkpoint's time is its start, which may come before that step returns).
+		var last time.Time
 		for _, st := range steps {
+			started := time.Now()
 			switch {
 			case st.Tool != "":
 				res, err := s.Dispatch(ctx, st.Tool, json.RawMessage(st.Input))
@@ -128,7 +131,7 @@ func TestTakeoverHolder(t *testing.T) {
 					return err == nil && len(cps) > 0 && cps[0].Label == "autosave" && cps[0].Time.After(last)
 				})
 			}
-			last = time.Now()
+			last = started
 		}
 		// The record is written off the calls' path: wait until it says what the session
 		// knows.

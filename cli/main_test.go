@@ -45,6 +45,10 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// A call that answers starts a session daemon for the next (serve.daemon_calls): no
+	// binary a test runs with this process's environment does, so none outlives its test
+	// writing into the test's directories. runBinIn sets it again; a daemon test says true.
+	os.Setenv("TOOLHOST_SERVE_DAEMON_CALLS", "false")
 	tmp, err := os.MkdirTemp("", "toolhost-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
