@@ -200,8 +200,10 @@ func TestClusterPool(t *testing.T) {
 	if !ok {
 		t.Fatalf("the sandbox's pod %s is not one of the warm pool's spares %v: it was made for the claim", podName, slices.Collect(maps.Keys(before)))
 	}
-	if !spare.CreationTimestamp.Before(ptr(claim.GetCreationTimestamp())) {
-		t.Errorf("the spare %s was made at %s, not before the claim (%s)", podName, spare.CreationTimestamp, claim.GetCreationTimestamp())
+	// Timestamps are whole seconds: a spare made in the claim's second is not after it
+	// (and it was listed among the spares before Create was called).
+	if ptr(claim.GetCreationTimestamp()).Before(&spare.CreationTimestamp) {
+		t.Errorf("the spare %s was made at %s, after the claim (%s)", podName, spare.CreationTimestamp, claim.GetCreationTimestamp())
 	}
 	if pod, err := admin.core.Pods(testNamespace).Get(ctx, podName, metav1.GetOptions{}); err != nil || pod.Status.PodIP != ks.podIP {
 		t.Errorf("the pod %s: %v, IP %v, want the sandbox's %s", podName, err, pod, ks.podIP)
