@@ -66,16 +66,7 @@ func (c *cli) startDaemonDetached() error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	args := append([]string{"serve", "--daemon", "--exit-idle", daemonExitIdle.String()}, c.configFlags()...)
-	wd, err := os.Getwd()
-	if err != nil {
-		wd = "/"
-	}
-	proc, err := daemon.Start(exe, args, os.Environ(), wd, daemon.LogPath(dir))
+	proc, err := c.spawnDaemon(dir, daemonExitIdle)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -125,22 +126,12 @@ func (c *cli) configFlags() []string {
 // environment, its config file and the configuration flags it was given) and waits until
 // it answers.
 func (c *cli) startDaemon(ctx context.Context, cl *sessionapi.Client, dir string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("starting the session daemon: %w", err)
-	}
 	exitIdle := daemonExitIdle
 	if f := c.flags.Lookup("daemon-exit-idle"); f != nil {
 		exitIdle, _ = c.flags.GetDuration("daemon-exit-idle")
 	}
-	args := []string{"serve", "--daemon", "--exit-idle", exitIdle.String()}
-	args = append(args, c.configFlags()...)
-	wd, err := os.Getwd()
-	if err != nil {
-		wd = "/"
-	}
 	start := time.Now()
-	proc, err := daemon.Start(exe, args, os.Environ(), wd, daemon.LogPath(dir))
+	proc, err := c.spawnDaemon(dir, exitIdle)
 	if err != nil {
 		return err
 	}
@@ -552,6 +543,21 @@ func (c *cli) daemonOneShots(th *toolhost.Toolhost) func(ctx context.Context, r 
 		}
 		return res, err
 	}
+}
+
+// spawnDaemon starts `toolhost serve --daemon --exit-idle exitIdle` with this command's
+// configuration, in a session of its own, its output to its log in dir (daemon.Start).
+func (c *cli) spawnDaemon(dir string, exitIdle time.Duration) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("starting the session daemon: %w", err)
+	}
+	args := append([]string{"serve", "--daemon", "--exit-idle", exitIdle.String()}, c.configFlags()...)
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "/"
+	}
+	return daemon.Start(exe, args, os.Environ(), wd, daemon.LogPath(dir))
 }
 
 // serveDaemon is `toolhost serve --daemon`: the session API on this user's socket.
